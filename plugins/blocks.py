@@ -1,0 +1,61 @@
+"""Transformer blocks assembled from slots; shared by the model families."""
+
+from torch import nn
+
+
+class TransformerBlock(nn.Module):
+    """Self-attention then feed-forward, each inside the residual slot (seed 000's block)."""
+
+    def __init__(self, parts, causal: bool):
+        super().__init__()
+        self.att = parts.residual(parts.attention(causal=causal))
+        self.ff = parts.residual(parts.feedforward())
+
+    def forward(self, x, key_padding_mask=None):  # (B, T, D)
+        x = self.att(x, key_padding_mask=key_padding_mask)
+        return self.ff(x)
+
+
+class DecoderBlock(nn.Module):
+    """Masked self-attention, cross-attention over the encoder output, feed-forward
+    (Vaswani et al. 2017, fig. 1, right; seed 001's decoder layer)."""
+
+    def __init__(self, parts):
+        super().__init__()
+        self.self_att = parts.residual(parts.attention(causal=True))
+        self.cross_att = parts.residual(parts.attention(causal=False))
+        self.ff = parts.residual(parts.feedforward())
+
+    def forward(self, x, memory, memory_padding_mask=None, tgt_padding_mask=None):
+        x = self.self_att(x, key_padding_mask=tgt_padding_mask)  # (B, T, D)
+        x = self.cross_att(x, memory=memory, key_padding_mask=memory_padding_mask)
+        return self.ff(x)
+
+
+def numbered(blocks, start: int = 0):
+    """Tag each block with its layer index (probes read per-layer numbers from the tags)."""
+    for i, block in enumerate(blocks):
+        block.variantlab_layer = start + i
+    return blocks
+
+
+class TokenEmbedding(nn.Module):
+    """Token embedding followed by the positional slot and dropout."""
+
+    def __init__(self, parts, vocab_size: int, emb_dim: int, drop_rate: float):
+        super().__init__()
+        self.tok_emb = nn.Embedding(vocab_size, emb_dim)
+        self.tok_emb.variantlab_slot = "embedding"
+        self.pos_emb = parts.positional()
+        self.drop_emb = nn.Dropout(drop_rate)
+
+    def forward(self, idx):  # (B, T)
+        return self.drop_emb(self.pos_emb(self.tok_emb(idx)))  # (B, T, D)
+
+
+def lm_head(emb_dim: int, vocab_size: int, tie_to: nn.Embedding | None) -> nn.Linear:
+    head = nn.Linear(emb_dim, vocab_size, bias=False)
+    head.variantlab_slot = "head"
+    if tie_to is not None:
+        head.weight = tie_to.weight  # one tensor, counted once
+    return head

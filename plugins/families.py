@@ -1,0 +1,140 @@
+"""Model families' modules: gpt (seed 004), block (seed 000), encoder, decoder,
+encoder_decoder (seed 001) and the deep mlp of seed 004's shortcut experiment."""
+
+from torch import nn
+
+from variantlab_plugins.blocks import (
+    DecoderBlock, TokenEmbedding, TransformerBlock, lm_head, numbered,
+)
+
+
+class BlockModel(nn.Module):
+    """One transformer block on float input (B, T, emb_dim), as seed 000 runs it."""
+
+    def __init__(self, spec, parts):
+        super().__init__()
+        self.block = numbered([TransformerBlock(parts, causal=spec.causal_attention)])[0]
+
+    def forward(self, x):  # (B, T, D)
+        return self.block(x)
+
+
+class GPTModel(nn.Module):
+    """Decoder-only language model (GPT-2, Radford et al. 2019; seed 004's GPTModel)."""
+
+    def __init__(self, spec, parts):
+        super().__init__()
+        self.embed = TokenEmbedding(parts, spec.vocab_size, spec.emb_dim, spec.drop_rate)
+        self.trf_blocks = nn.Sequential(
+            *numbered([TransformerBlock(parts, causal=True) for _ in range(spec.n_layers)])
+        )
+        self.final_norm = parts.norm()
+        self.out_head = lm_head(
+            spec.emb_dim, spec.vocab_size, self.embed.tok_emb if spec.tie_weights else None
+        )
+
+    def forward(self, idx):  # (B, T)
+        x = self.trf_blocks(self.embed(idx))  # (B, T, D)
+        return self.out_head(self.final_norm(x))  # (B, T, vocab_size)
+
+
+class Encoder(nn.Module):
+    """Bidirectional stack with key padding masks and a final norm."""
+
+    def __init__(self, spec, parts, start_layer: int = 0):
+        super().__init__()
+        self.embed = TokenEmbedding(parts, spec.vocab_size, spec.emb_dim, spec.drop_rate)
+        self.layers = nn.ModuleList(numbered(
+            [TransformerBlock(parts, causal=False) for _ in range(spec.n_layers)], start_layer
+        ))
+        self.norm = parts.norm()
+
+    def forward(self, src, padding_mask=None):  # (B, S)
+        x = self.embed(src)  # (B, S, D)
+        for layer in self.layers:
+            x = layer(x, key_padding_mask=padding_mask)
+        return self.norm(x)
+
+
+class Decoder(nn.Module):
+    """Masked self-attention and cross-attention layers, then a final norm (seed 001)."""
+
+    def __init__(self, spec, parts, start_layer: int = 0):
+        super().__init__()
+        self.embed = TokenEmbedding(parts, spec.vocab_size, spec.emb_dim, spec.drop_rate)
+        self.layers = nn.ModuleList(
+            numbered([DecoderBlock(parts) for _ in range(spec.n_layers)], start_layer)
+        )
+        self.norm = parts.norm()
+
+    def forward(self, tgt, memory, memory_padding_mask=None, tgt_padding_mask=None):
+        x = self.embed(tgt)  # (B, T, D)
+        for layer in self.layers:
+            x = layer(x, memory, memory_padding_mask, tgt_padding_mask)
+        return self.norm(x)
+
+
+class EncoderModel(nn.Module):
+    """Encoder with a projection to the vocabulary (masked-token prediction)."""
+
+    def __init__(self, spec, parts):
+        super().__init__()
+        self.encoder = Encoder(spec, parts)
+        tie = self.encoder.embed.tok_emb if spec.tie_weights else None
+        self.out_head = lm_head(spec.emb_dim, spec.vocab_size, tie)
+
+    def forward(self, idx, padding_mask=None):  # (B, T)
+        return self.out_head(self.encoder(idx, padding_mask))  # (B, T, vocab_size)
+
+
+class DecoderModel(nn.Module):
+    """Decoder over a given memory (B, S, D), projected to the vocabulary."""
+
+    def __init__(self, spec, parts):
+        super().__init__()
+        self.decoder = Decoder(spec, parts)
+        tie = self.decoder.embed.tok_emb if spec.tie_weights else None
+        self.out_head = lm_head(spec.emb_dim, spec.vocab_size, tie)
+
+    def forward(self, idx, memory, memory_padding_mask=None, padding_mask=None):
+        h = self.decoder(idx, memory, memory_padding_mask, padding_mask)  # (B, T, D)
+        return self.out_head(h)  # (B, T, vocab_size)
+
+
+class EncoderDecoderModel(nn.Module):
+    """The original Transformer (Vaswani et al. 2017; seed 001): encoder, decoder with
+    cross-attention over the encoder output, projection to the vocabulary."""
+
+    def __init__(self, spec, parts):
+        super().__init__()
+        self.encoder = Encoder(spec, parts)
+        self.decoder = Decoder(spec, parts, start_layer=spec.n_layers)
+        tie = self.decoder.embed.tok_emb if spec.tie_weights else None
+        self.out_head = lm_head(spec.emb_dim, spec.vocab_size, tie)
+
+    def forward(self, src, tgt, src_padding_mask=None, tgt_padding_mask=None):
+        memory = self.encoder(src, src_padding_mask)  # (B, S, D)
+        h = self.decoder(tgt, memory, src_padding_mask, tgt_padding_mask)  # (B, T, D)
+        return self.out_head(h)  # (B, T, vocab_size)
+
+
+class DeepMLP(nn.Module):
+    """Seed 004's shortcut experiment: Linear -> activation per layer, each in the residual
+    slot; the shortcut is applied only where a layer keeps its width."""
+
+    def __init__(self, spec, parts):
+        super().__init__()
+        sizes = spec.layer_sizes
+        layers = []
+        for d_in, d_out in zip(sizes[:-1], sizes[1:]):
+            sublayer = nn.Sequential(nn.Linear(d_in, d_out), parts.activation())
+            residual = spec.residual
+            if d_in != d_out and "shortcut" in type(residual).model_fields:
+                residual = residual.model_copy(update={"shortcut": False})
+            layers.append(parts.residual(sublayer, d_in, d_out, spec=residual))
+        self.layers = nn.ModuleList(numbered(layers))
+
+    def forward(self, x):  # (B, layer_sizes[0])
+        for layer in self.layers:
+            x = layer(x)
+        return x  # (B, layer_sizes[-1])

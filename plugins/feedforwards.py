@@ -1,0 +1,60 @@
+"""Position-wise feed-forward sublayers: (B, T, emb_dim) -> (B, T, emb_dim)."""
+
+from typing import Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt
+from torch import nn
+
+from variantlab import ComponentSpec, hookimpl
+
+
+class MLPSpec(ComponentSpec):
+    kind: Literal["mlp"] = "mlp"
+    hidden_mult: PositiveFloat = Field(4, description="hidden = hidden_mult * emb_dim")
+    hidden_dim: PositiveInt | None = Field(None, description="overrides hidden_mult")
+
+
+class MLP(nn.Module):
+    """Linear(D, hidden) -> activation -> Linear(hidden, D) (Vaswani et al. 2017, sec. 3.3)."""
+
+    def __init__(self, emb_dim: int, hidden: int, activation: nn.Module):
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Linear(emb_dim, hidden), activation, nn.Linear(hidden, emb_dim)
+        )
+
+    def forward(self, x):  # (B, T, emb_dim)
+        return self.layers(x)
+
+
+class GLUSpec(ComponentSpec):
+    kind: Literal["glu"] = "glu"
+    hidden_mult: PositiveFloat = Field(8 / 3, description="8/3 keeps the mlp's parameter count")
+    hidden_dim: PositiveInt | None = Field(None, description="overrides hidden_mult")
+
+
+class GLU(nn.Module):
+    """Gated FFN (Shazeer 2020): W_down(act(W_gate x) * W_up x); SwiGLU with silu."""
+
+    def __init__(self, emb_dim: int, hidden: int, activation: nn.Module):
+        super().__init__()
+        self.W_gate = nn.Linear(emb_dim, hidden, bias=False)
+        self.W_up = nn.Linear(emb_dim, hidden, bias=False)
+        self.W_down = nn.Linear(hidden, emb_dim, bias=False)
+        self.activation = activation
+
+    def forward(self, x):  # (B, T, emb_dim)
+        hidden = self.activation(self.W_gate(x)) * self.W_up(x)  # (B, T, hidden)
+        return self.W_down(hidden)
+
+
+def hidden_size(spec, emb_dim: int) -> int:
+    return spec.hidden_dim or max(1, round(spec.hidden_mult * emb_dim))
+
+
+@hookimpl
+def register_feedforwards(register):
+    register("mlp", MLPSpec, lambda spec, emb_dim, make_activation: MLP(
+        emb_dim, hidden_size(spec, emb_dim), make_activation()))
+    register("glu", GLUSpec, lambda spec, emb_dim, make_activation: GLU(
+        emb_dim, hidden_size(spec, emb_dim), make_activation()))

@@ -1,0 +1,126 @@
+"""Model families: a spec class (ModelSpec plus the family's own fields) and a build."""
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, PositiveInt, model_validator
+
+from variantlab import Batch, ModelSpec, hookimpl
+from variantlab_plugins import families
+
+
+class FloatInputSpec(ModelSpec):
+    """Families fed float tensors, scored by MSE to zero (seed 004's print_gradients)."""
+
+    input_kind = "floats"
+
+    def input_shape(self, batch_size: int, seq_len: int) -> tuple[int, ...]:
+        return (batch_size, seq_len, self.emb_dim)
+
+    def make_batch(self, batch_size, seq_len, *, tokens=None, generator=None) -> Batch:
+        x = torch.rand(self.input_shape(batch_size, seq_len), generator=generator)
+        with torch.no_grad():
+            out_shape = self.output_shape(x.shape)
+        return Batch({"x": x}, torch.zeros(out_shape), n_tokens=batch_size * seq_len)
+
+    def output_shape(self, in_shape) -> tuple[int, ...]:
+        return tuple(in_shape)
+
+    def loss(self, output, batch):
+        return F.mse_loss(output, batch.target)
+
+
+class BlockSpec(FloatInputSpec):
+    family: Literal["block"] = "block"
+    causal_attention: bool = Field(True, description="the seed's block masks future positions")
+
+    @property
+    def causal(self) -> bool:
+        return self.causal_attention
+
+
+class MLPFamilySpec(FloatInputSpec):
+    family: Literal["mlp"] = "mlp"
+    layer_sizes: list[PositiveInt] = Field([3, 3, 3, 3, 3, 1], min_length=2)
+    drop_rate: float = Field(0.0, ge=0.0, lt=1.0)
+
+    @property
+    def causal(self) -> bool:
+        return False
+
+    @model_validator(mode="after")
+    def _shortcut_switchable(self):
+        sizes = self.layer_sizes
+        widths_change = any(a != b for a, b in zip(sizes[:-1], sizes[1:]))
+        if widths_change and "shortcut" not in type(self.residual).model_fields:
+            raise ValueError(
+                f"residual {self.residual.kind!r} has no 'shortcut' option, which layer_sizes "
+                "that change width need; use pre_norm or post_norm"
+            )
+        return self
+
+    def input_shape(self, batch_size, seq_len):
+        return (batch_size, self.layer_sizes[0])
+
+    def output_shape(self, in_shape):
+        return (in_shape[0], self.layer_sizes[-1])
+
+
+class GPTSpec(ModelSpec):
+    family: Literal["gpt"] = "gpt"
+
+
+class EncoderSpec(ModelSpec):
+    """Bidirectional: scored by masked-token prediction (15% of positions, BERT-style)."""
+
+    family: Literal["encoder"] = "encoder"
+    mask_prob: float = Field(0.15, gt=0.0, lt=1.0)
+
+    @property
+    def causal(self) -> bool:
+        return False
+
+    def make_batch(self, batch_size, seq_len, *, tokens=None, generator=None) -> Batch:
+        base = super().make_batch(batch_size, seq_len, tokens=tokens, generator=generator)
+        idx = base.inputs["idx"]  # (B, T)
+        masked = torch.rand(idx.shape, generator=generator) < self.mask_prob
+        masked[:, 0] = True  # at least one scored position per row
+        target = torch.where(masked, idx, torch.full_like(idx, -100))
+        idx = torch.where(masked, torch.full_like(idx, self.vocab_size - 1), idx)
+        return Batch({"idx": idx}, target, n_tokens=idx.numel())
+
+
+class DecoderSpec(ModelSpec):
+    """Seed 001's decoder stack over a memory (B, S, D) given as input (random here)."""
+
+    family: Literal["decoder"] = "decoder"
+
+    def make_batch(self, batch_size, seq_len, *, tokens=None, generator=None) -> Batch:
+        base = super().make_batch(batch_size, seq_len, tokens=tokens, generator=generator)
+        memory = torch.randn(batch_size, seq_len, self.emb_dim, generator=generator)
+        return Batch({**base.inputs, "memory": memory}, base.target, base.n_tokens)
+
+
+class EncoderDecoderSpec(ModelSpec):
+    """Scored on reversing the source sequence, a task that needs cross-attention."""
+
+    family: Literal["encoder_decoder"] = "encoder_decoder"
+
+    def make_batch(self, batch_size, seq_len, *, tokens=None, generator=None) -> Batch:
+        base = super().make_batch(batch_size, seq_len, tokens=tokens, generator=generator)
+        src = base.inputs["idx"]  # (B, T)
+        target = src.flip(1)  # (B, T)
+        bos = torch.zeros_like(target[:, :1])
+        tgt = torch.cat([bos, target[:, :-1]], dim=1)  # teacher forcing, shifted right
+        return Batch({"src": src, "tgt": tgt}, target, n_tokens=2 * src.numel())
+
+
+@hookimpl
+def register_models(register):
+    register("block", BlockSpec, families.BlockModel)
+    register("gpt", GPTSpec, families.GPTModel)
+    register("encoder", EncoderSpec, families.EncoderModel)
+    register("decoder", DecoderSpec, families.DecoderModel)
+    register("encoder_decoder", EncoderDecoderSpec, families.EncoderDecoderModel)
+    register("mlp", MLPFamilySpec, families.DeepMLP)

@@ -1,0 +1,63 @@
+"""Position information added to token embeddings: (B, T, D) -> (B, T, D)."""
+
+import math
+from typing import Literal
+
+import torch
+from pydantic import Field
+from torch import nn
+
+from variantlab import ComponentSpec, hookimpl
+
+
+class LearnedSpec(ComponentSpec):
+    kind: Literal["learned"] = "learned"
+
+
+class LearnedPositions(nn.Module):
+    """A trained embedding per position (GPT-2, Radford et al. 2019)."""
+
+    def __init__(self, emb_dim: int, context_length: int):
+        super().__init__()
+        self.pos_emb = nn.Embedding(context_length, emb_dim)
+
+    def forward(self, tok_embeds):  # (B, T, D)
+        t = tok_embeds.shape[1]
+        pos_embeds = self.pos_emb(torch.arange(t, device=tok_embeds.device))  # (T, D)
+        return tok_embeds + pos_embeds
+
+
+class SinusoidalSpec(ComponentSpec):
+    kind: Literal["sinusoidal"] = "sinusoidal"
+    scale_embeddings: bool = Field(True, description="multiply token embeddings by sqrt(emb_dim)")
+
+
+class SinusoidalPositions(nn.Module):
+    """Fixed encodings (Vaswani et al. 2017, sec. 3.5): PE(pos, 2i) = sin(pos / 10000^(2i/D)),
+    PE(pos, 2i+1) = cos(...); token embeddings scaled by sqrt(D) first."""
+
+    def __init__(self, emb_dim: int, context_length: int, scale_embeddings: bool):
+        super().__init__()
+        self.scale = math.sqrt(emb_dim) if scale_embeddings else 1.0
+        position = torch.arange(context_length, dtype=torch.float).unsqueeze(1)  # (L, 1)
+        div_term = torch.exp(torch.arange(0, emb_dim, 2).float() * (-math.log(10000.0) / emb_dim))
+        pe = torch.zeros(context_length, emb_dim)  # (L, D)
+        pe[:, 0::2] = torch.sin(position * div_term)
+        pe[:, 1::2] = torch.cos(position * div_term[: emb_dim // 2])
+        self.register_buffer("pe", pe, persistent=False)
+
+    def forward(self, tok_embeds):  # (B, T, D)
+        return tok_embeds * self.scale + self.pe[: tok_embeds.shape[1]]
+
+
+class NoPositionsSpec(ComponentSpec):
+    kind: Literal["none"] = "none"
+
+
+@hookimpl
+def register_positionals(register):
+    register("learned", LearnedSpec, lambda spec, emb_dim, context_length: LearnedPositions(
+        emb_dim, context_length))
+    register("sinusoidal", SinusoidalSpec, lambda spec, emb_dim, context_length:
+             SinusoidalPositions(emb_dim, context_length, spec.scale_embeddings))
+    register("none", NoPositionsSpec, lambda spec, emb_dim, context_length: nn.Identity())

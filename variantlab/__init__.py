@@ -1,0 +1,22 @@
+"""variantlab: a lab for transformer architecture variants."""
+
+from .hookspecs import hookimpl
+from .specs import Batch, ComponentSpec, ModelSpec, parse_model_spec
+from .build import Parts, VariantWarning, build_model
+from .errors import PluginLoadError, SpecError
+from .registry import build_registry, get_registry
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Batch", "ComponentSpec", "ModelSpec", "Parts", "PluginLoadError", "SpecError",
+    "VariantWarning", "build_model", "build_registry", "get_registry", "hookimpl",
+    "parse_model_spec", "results", "__version__",
+]
+
+
+def results(path):
+    """Tidy DataFrame of every stored row of a results store (or its folder)."""
+    from .store import results as _results
+
+    return _results(path)

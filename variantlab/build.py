@@ -1,0 +1,95 @@
+"""Assemble a model from its spec: the family's build gets a :class:`Parts` factory."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from torch import nn
+
+from .registry import Registry, get_registry
+from .specs import ComponentSpec, ModelSpec, parse_model_spec
+
+
+class VariantWarning(UserWarning):
+    """A combination that runs but misleads (e.g. BatchNorm in a causal model)."""
+
+
+def tag(module: nn.Module, slot: str, kind: str) -> nn.Module:
+    """Mark a module with the slot it fills; probes attribute parameters by these tags."""
+    module.variantlab_slot = slot
+    module.variantlab_kind = kind
+    return module
+
+
+class Parts:
+    """Builds each slot's component with explicit sizes; what a family's build receives."""
+
+    def __init__(self, spec: ModelSpec, registry: Registry) -> None:
+        self.spec = spec
+        self.registry = registry
+
+    def component(self, slot: str, spec: ComponentSpec | None = None, **sizes: Any) -> nn.Module:
+        spec = spec if spec is not None else getattr(self.spec, slot)
+        comp = self.registry.get(slot, spec.kind, (slot, "kind"))
+        return tag(comp.build(spec, **sizes), slot, spec.kind)
+
+    def norm(self, dim: int | None = None) -> nn.Module:
+        return self.component("norm", dim=dim or self.spec.emb_dim)
+
+    def activation(self) -> nn.Module:
+        return self.component("activation")
+
+    def feedforward(self) -> nn.Module:
+        return self.component(
+            "feedforward", emb_dim=self.spec.emb_dim, make_activation=self.activation
+        )
+
+    def attention(self, causal: bool) -> nn.Module:
+        s = self.spec
+        return self.component(
+            "attention", emb_dim=s.emb_dim, n_heads=s.n_heads, context_length=s.context_length,
+            drop_rate=s.drop_rate, qkv_bias=s.qkv_bias, causal=causal,
+        )
+
+    def residual(
+        self,
+        sublayer: nn.Module,
+        in_dim: int | None = None,
+        out_dim: int | None = None,
+        spec: ComponentSpec | None = None,
+        make_norm: Callable[[int], nn.Module] | None = None,
+    ) -> nn.Module:
+        return self.component(
+            "residual", spec=spec, sublayer=sublayer, make_norm=make_norm or self.norm,
+            in_dim=in_dim or self.spec.emb_dim, out_dim=out_dim or self.spec.emb_dim,
+            drop_rate=self.spec.drop_rate,
+        )
+
+    def positional(self) -> nn.Module:
+        s = self.spec
+        return self.component("positional", emb_dim=s.emb_dim, context_length=s.context_length)
+
+
+def resolve_spec(spec: ModelSpec | Mapping[str, Any], registry: Registry | None = None) -> ModelSpec:
+    """The family's own spec class for ``spec`` (validating a mapping on the way)."""
+    registry = registry or get_registry()
+    if isinstance(spec, ModelSpec):
+        fam = registry.get("model", spec.family, ("family",))
+        if isinstance(spec, fam.spec_cls):
+            return spec
+    return parse_model_spec(spec, registry)
+
+
+def build_model(spec: ModelSpec | Mapping[str, Any], registry: Registry | None = None) -> nn.Module:
+    """Build the model a spec describes. Same seed before it, same parameters."""
+    registry = registry or get_registry()
+    spec = resolve_spec(spec, registry)
+    fam = registry.get("model", spec.family, ("family",))
+    model = fam.build(spec, Parts(spec, registry))
+    model.variantlab_spec = spec
+    model.variantlab_warnings = spec.warnings()
+    for message in model.variantlab_warnings:
+        warnings.warn(message, VariantWarning, stacklevel=2)
+    return model

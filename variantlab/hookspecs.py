@@ -1,0 +1,56 @@
+"""The hooks a variantlab plugin implements: one ``register_<slot>s(register)`` per slot.
+
+Every hook receives ``register(kind, spec_cls, build)``: ``kind`` is the name used in YAML,
+``spec_cls`` a :class:`variantlab.ComponentSpec` subclass (``extra="forbid"``, a ``kind``
+literal), ``build`` a callable returning a fresh ``nn.Module`` from a validated spec and the
+explicit sizes listed per slot below. Builds never see the whole model config.
+"""
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("variantlab")
+hookimpl = pluggy.HookimplMarker("variantlab")
+
+
+@hookspec
+def register_norms(register):
+    """``build(spec, dim) -> nn.Module`` mapping (..., dim) to (..., dim)."""
+
+
+@hookspec
+def register_activations(register):
+    """``build(spec) -> nn.Module`` applied elementwise, shape preserved."""
+
+
+@hookspec
+def register_feedforwards(register):
+    """``build(spec, emb_dim, make_activation) -> nn.Module``: (B, T, emb_dim) -> (B, T, emb_dim);
+    ``make_activation()`` returns a fresh module of the model's activation slot."""
+
+
+@hookspec
+def register_attentions(register):
+    """``build(spec, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal)``:
+    ``forward(x, memory=None, key_padding_mask=None)`` maps x (B, T, D) to (B, T, D);
+    keys and values come from ``memory`` (B, S, D) when given (cross-attention), else from x;
+    ``key_padding_mask`` (B, S) is True at padded keys, which receive no attention."""
+
+
+@hookspec
+def register_residuals(register):
+    """``build(spec, sublayer, make_norm, in_dim, out_dim, drop_rate) -> nn.Module`` wrapping one
+    sublayer and the norm it owns (``make_norm(dim)`` builds one); ``forward(x, *args, **kw)``
+    passes extra arguments to the sublayer."""
+
+
+@hookspec
+def register_positionals(register):
+    """``build(spec, emb_dim, context_length) -> nn.Module``: token embeddings (B, T, D) in,
+    the same with position information added out."""
+
+
+@hookspec
+def register_models(register):
+    """Model families. ``spec_cls`` subclasses :class:`variantlab.ModelSpec` with a ``family``
+    literal; ``build(spec, parts) -> nn.Module`` assembles the model from ``parts``
+    (a :class:`variantlab.build.Parts`), whose methods build each slot's component."""

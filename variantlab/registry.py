@@ -1,0 +1,242 @@
+"""The component registry: plugins loaded one at a time through pluggy.
+
+Order: the built-ins (``variantlab_plugins``), installed entry points of group ``variantlab``,
+then modules named by an experiment's ``plugins:`` list or ``--plugin``. A built-in or named
+plugin that fails is fatal (:class:`PluginLoadError`); an entry point that fails is recorded
+in :attr:`Registry.failures` and skipped, unless ``VARIANTLAB_STRICT_PLUGINS=1``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import sys
+import traceback
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import pluggy
+
+from . import hookspecs
+from .errors import DuplicateKindError, PluginLoadError, SpecError, unknown_name_message
+
+SLOTS = ("norm", "activation", "feedforward", "attention", "residual", "positional")
+ALL_SLOTS = SLOTS + ("model",)
+HOOKS = {slot: f"register_{slot}s" for slot in ALL_SLOTS}
+BUILTIN_MODULES = (
+    "norms", "activations", "feedforwards", "attentions", "residuals", "positionals", "models",
+)
+ENTRY_POINT_GROUP = "variantlab"
+
+
+@dataclass(frozen=True)
+class Component:
+    """One registered kind: its slot, spec class, build function and source plugin."""
+
+    slot: str
+    kind: str
+    spec_cls: type
+    build: Callable[..., Any]
+    plugin: str
+
+
+@dataclass(frozen=True)
+class PluginFailure:
+    plugin: str
+    source: str  # "builtin", "entry point" or "module"
+    error: str
+    traceback: str
+
+
+def make_plugin_manager() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager("variantlab")
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+class Registry:
+    """Components by slot and kind, with the plugins they came from."""
+
+    def __init__(self) -> None:
+        self.pm = make_plugin_manager()
+        self._components: dict[str, dict[str, Component]] = {s: {} for s in ALL_SLOTS}
+        self.plugins: list[tuple[str, str]] = []  # (name, source) in load order
+        self.failures: list[PluginFailure] = []
+
+    # -- lookups ---------------------------------------------------------------------
+    def kinds(self, slot: str) -> list[str]:
+        return sorted(self._components[slot])
+
+    def components(self, slot: str | None = None) -> list[Component]:
+        slots = [slot] if slot else list(ALL_SLOTS)
+        return [c for s in slots for _, c in sorted(self._components[s].items())]
+
+    def get(self, slot: str, kind: str, loc: Sequence[object] = ("kind",)) -> Component:
+        """The component for ``kind`` or a :class:`SpecError` that lists the choices."""
+        try:
+            return self._components[slot][kind]
+        except (KeyError, TypeError):
+            what = "model family" if slot == "model" else slot
+            raise SpecError.at(loc, unknown_name_message(what, kind, self.kinds(slot))) from None
+
+    # -- loading ---------------------------------------------------------------------
+    def load_module(self, plugin: object, name: str, source: str) -> None:
+        """Register one plugin object (usually a module); all or nothing."""
+        if self.pm.has_plugin(name):
+            return
+        self.pm.register(plugin, name=name)
+        try:
+            self.pm.check_pending()
+            staged = self._collect(name)
+            for comp in staged:
+                self._check(comp)
+            for comp in staged:
+                self._components[comp.slot][comp.kind] = comp
+        except BaseException:
+            self.pm.unregister(name=name)
+            raise
+        self.plugins.append((name, source))
+
+    def _collect(self, name: str) -> list[Component]:
+        staged: list[Component] = []
+        for slot, hook_name in HOOKS.items():
+            for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+                if impl.plugin_name != name:
+                    continue
+
+                def register(kind: str, spec_cls: type, build: Callable, _slot: str = slot):
+                    staged.append(Component(_slot, kind, spec_cls, build, name))
+
+                impl.function(register=register)
+        seen: dict[tuple[str, str], Component] = {}
+        for comp in staged:
+            if (comp.slot, comp.kind) in seen:
+                raise DuplicateKindError(
+                    f"{comp.slot} kind {comp.kind!r} registered twice by plugin {name!r}"
+                )
+            seen[(comp.slot, comp.kind)] = comp
+        return staged
+
+    def _check(self, comp: Component) -> None:
+        from .specs import ComponentSpec, ModelSpec
+
+        old = self._components[comp.slot].get(comp.kind)
+        if old is not None:
+            raise DuplicateKindError(
+                f"{comp.slot} kind {comp.kind!r} is registered by both plugin {old.plugin!r} "
+                f"and plugin {comp.plugin!r}; uninstall or rename one of them"
+            )
+        base = ModelSpec if comp.slot == "model" else ComponentSpec
+        if not (isinstance(comp.spec_cls, type) and issubclass(comp.spec_cls, base)):
+            raise PluginLoadError(
+                f"plugin {comp.plugin!r}: spec for {comp.slot} {comp.kind!r} must subclass "
+                f"variantlab.{base.__name__}"
+            )
+        key = "family" if comp.slot == "model" else "kind"
+        declared = comp.spec_cls.model_fields[key].default
+        if declared != comp.kind:
+            raise PluginLoadError(
+                f"plugin {comp.plugin!r}: {comp.spec_cls.__name__}.{key} defaults to "
+                f"{declared!r} but it is registered as {comp.kind!r}"
+            )
+        if not callable(comp.build):
+            raise PluginLoadError(f"plugin {comp.plugin!r}: build for {comp.kind!r} is not callable")
+
+    def load(self, target: str, source: str = "module", base_dir: Path | None = None) -> None:
+        """Import ``target`` (a module name or a ``.py`` file) and register it."""
+        module = import_target(target, base_dir)
+        self.load_module(module, name=target, source=source)
+
+    def load_guarded(self, name: str, source: str, loader: Callable[[], None], strict: bool) -> None:
+        """Run ``loader``; on failure raise (strict) or record and warn."""
+        try:
+            loader()
+        except Exception as exc:  # a plugin may raise anything
+            if strict:
+                raise PluginLoadError(f"plugin {name!r} ({source}) failed to load: {exc}") from exc
+            self.failures.append(
+                PluginFailure(name, source, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+            )
+            warnings.warn(f"variantlab: skipped plugin {name!r} ({source}): {exc}", stacklevel=2)
+
+
+def import_target(target: str, base_dir: Path | None = None) -> object:
+    """A module name (``pkg.mod``) or a path to a ``.py`` file, relative to ``base_dir``."""
+    if target.endswith(".py") or os.sep in target or "/" in target:
+        path = Path(target)
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        if not path.is_file():
+            raise FileNotFoundError(f"plugin file {str(path)!r} does not exist")
+        mod_name = f"variantlab_local_{path.stem}_{abs(hash(str(path.resolve()))):x}"
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(mod_name, None)
+            raise
+        return module
+    if base_dir is not None and str(base_dir) not in sys.path:
+        sys.path.insert(0, str(base_dir))  # a module beside the experiment file
+    return importlib.import_module(target)
+
+
+def strict_from_env() -> bool:
+    return os.environ.get("VARIANTLAB_STRICT_PLUGINS", "") not in ("", "0", "false", "no")
+
+
+def build_registry(
+    extra: Iterable[str] = (),
+    *,
+    base_dir: Path | None = None,
+    entry_points: bool = True,
+    strict: bool | None = None,
+) -> Registry:
+    """A fresh registry: built-ins, entry points (unless disabled), then ``extra`` modules.
+
+    Built-ins and ``extra`` modules that fail raise :class:`PluginLoadError`; entry points
+    that fail are recorded and skipped unless ``strict`` (default: the environment's
+    ``VARIANTLAB_STRICT_PLUGINS``).
+    """
+    strict = strict_from_env() if strict is None else strict
+    reg = Registry()
+    for mod in BUILTIN_MODULES:
+        name = f"variantlab_plugins.{mod}"
+        reg.load_guarded(name, "builtin", functools.partial(reg.load, name, "builtin"), True)
+    if entry_points:
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            dist = getattr(ep.dist, "name", None)
+            name = f"{dist}:{ep.name}" if dist else ep.name
+
+            def load_ep(ep=ep, name=name) -> None:
+                reg.load_module(ep.load(), name=name, source="entry point")
+
+            reg.load_guarded(name, "entry point", load_ep, strict)
+    for target in extra:
+        loader = functools.partial(reg.load, target, "module", base_dir)
+        reg.load_guarded(target, "module", loader, True)
+    return reg
+
+
+_DEFAULT: Registry | None = None
+
+
+def get_registry() -> Registry:
+    """The default registry (built-ins and entry points), built on first use."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = build_registry()
+    return _DEFAULT
+
+
+def reset_registry() -> None:
+    """Forget the default registry (after installing a plugin in the same process)."""
+    global _DEFAULT
+    _DEFAULT = None

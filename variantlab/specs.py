@@ -1,0 +1,195 @@
+"""Pydantic specs: component references and the model spec (YAML -> spec -> modules)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    SerializeAsAny,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from .errors import SpecError, pydantic_issues
+from .registry import SLOTS, Registry, get_registry
+
+
+class ComponentSpec(BaseModel):
+    """Base of every component spec: ``kind`` plus the component's own parameters."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: str
+
+    def warnings(self, model: "ModelSpec") -> list[str]:
+        """Combinations that run but mislead, given the whole model (none by default)."""
+        return []
+
+
+DEFAULT_COMPONENTS: dict[str, dict[str, Any]] = {
+    "norm": {"kind": "layer", "eps": 1e-5},
+    "activation": {"kind": "gelu", "approximate": "tanh"},
+    "feedforward": {"kind": "mlp", "hidden_mult": 4},
+    "attention": {"kind": "mha", "impl": "naive"},
+    "residual": {"kind": "pre_norm", "shortcut": True},
+    "positional": {"kind": "learned"},
+}
+
+
+def resolve_component(
+    slot: str, value: Any, registry: Registry, loc: tuple = ()
+) -> ComponentSpec:
+    """Validate ``{kind: NAME, ...}`` (or ``"NAME"``) against that kind's own spec class."""
+    if isinstance(value, ComponentSpec):
+        return value
+    if isinstance(value, str):
+        value = {"kind": value}
+    if not isinstance(value, Mapping):
+        raise SpecError.at(loc, f"expected a mapping like {{kind: NAME, ...}}, got {value!r}")
+    if "kind" not in value:
+        kinds = ", ".join(registry.kinds(slot))
+        raise SpecError.at(loc + ("kind",), f"missing; registered {slot} kinds: {kinds}")
+    comp = registry.get(slot, value["kind"], loc + ("kind",))
+    try:
+        return comp.spec_cls.model_validate(dict(value))
+    except ValidationError as exc:
+        raise SpecError(pydantic_issues(exc, loc, list(comp.spec_cls.model_fields))) from None
+
+
+@dataclass
+class Batch:
+    """Keyword inputs of a model's forward and the target of its loss."""
+
+    inputs: dict[str, torch.Tensor]
+    target: torch.Tensor
+    n_tokens: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to(self, device: torch.device | str) -> "Batch":
+        moved = {k: v.to(device) for k, v in self.inputs.items()}
+        return Batch(moved, self.target.to(device), self.n_tokens, self.extra)
+
+
+class ModelSpec(BaseModel):
+    """A model: the seeds' GPT_CONFIG_124M keys, a family, and one component per slot.
+
+    Families subclass it with a ``family`` literal and their own fields; ``input_kind`` says
+    what the family's forward takes and :meth:`make_batch` builds such inputs.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    input_kind: ClassVar[str] = "tokens"
+
+    family: str = "gpt"
+    vocab_size: PositiveInt = 50257
+    context_length: PositiveInt = 1024
+    emb_dim: PositiveInt = 768
+    n_heads: PositiveInt = 12
+    n_layers: PositiveInt = 12
+    drop_rate: float = Field(0.1, ge=0.0, lt=1.0)
+    qkv_bias: bool = False
+    tie_weights: bool = False
+    norm: SerializeAsAny[ComponentSpec]
+    activation: SerializeAsAny[ComponentSpec]
+    feedforward: SerializeAsAny[ComponentSpec]
+    attention: SerializeAsAny[ComponentSpec]
+    residual: SerializeAsAny[ComponentSpec]
+    positional: SerializeAsAny[ComponentSpec]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_components(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        registry = (info.context or {}).get("registry") or get_registry()
+        out = dict(data)
+        for slot in SLOTS:
+            out[slot] = resolve_component(slot, out.get(slot, DEFAULT_COMPONENTS[slot]), registry)
+        return out
+
+    @field_validator("n_heads")
+    @classmethod
+    def _heads_divide_emb_dim(cls, n_heads: int, info: ValidationInfo) -> int:
+        emb_dim = info.data.get("emb_dim")
+        if emb_dim is not None and emb_dim % n_heads:
+            divisors = [h for h in range(1, min(emb_dim, 64) + 1) if emb_dim % h == 0]
+            raise ValueError(
+                f"n_heads={n_heads} does not divide emb_dim={emb_dim}; "
+                f"choose one of {divisors} or change emb_dim"
+            )
+        return n_heads
+
+    @property
+    def causal(self) -> bool:
+        """Whether a position may depend only on earlier ones (set per family)."""
+        return True
+
+    def components(self) -> dict[str, ComponentSpec]:
+        return {slot: getattr(self, slot) for slot in SLOTS}
+
+    def warnings(self) -> list[str]:
+        """Warnings of every component in this model (e.g. BatchNorm in a causal model)."""
+        return [w for comp in self.components().values() for w in comp.warnings(self)]
+
+    def to_data(self) -> dict[str, Any]:
+        """Plain data (JSON-safe) that :func:`parse_model_spec` turns back into this spec."""
+        return self.model_dump(mode="json")
+
+    # -- what the family's forward takes ---------------------------------------------
+    def make_batch(
+        self,
+        batch_size: int,
+        seq_len: int,
+        *,
+        tokens: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Batch:
+        """Next-token batch from ``tokens`` (B, seq_len + 1), or random tokens."""
+        if tokens is None:
+            tokens = torch.randint(
+                0, self.vocab_size, (batch_size, seq_len + 1), generator=generator
+            )
+        idx, target = tokens[:, :-1], tokens[:, 1:]  # (B, T) each
+        return Batch({"idx": idx}, target, n_tokens=idx.numel())
+
+    def loss(self, output: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """Next-token cross-entropy over (B, T, vocab_size) logits."""
+        return F.cross_entropy(output.flatten(0, 1), batch.target.flatten())
+
+
+def parse_model_spec(
+    data: Any, registry: Registry | None = None, loc: tuple = ()
+) -> ModelSpec:
+    """Validate a mapping against its family's spec class; every issue has its key path."""
+    registry = registry or get_registry()
+    if isinstance(data, ModelSpec):
+        data = data.model_dump()
+    if not isinstance(data, Mapping):
+        raise SpecError.at(loc, f"expected a mapping of model settings, got {data!r}")
+    family = data.get("family", ModelSpec.model_fields["family"].default)
+    fam = registry.get("model", family, loc + ("family",))
+    issues = []
+    resolved = dict(data)
+    for slot in SLOTS:
+        if slot in data:
+            try:
+                resolved[slot] = resolve_component(slot, data[slot], registry, loc + (slot,))
+            except SpecError as exc:
+                issues += exc.issues
+                resolved.pop(slot)
+    try:
+        spec = fam.spec_cls.model_validate(resolved, context={"registry": registry})
+    except ValidationError as exc:
+        issues += pydantic_issues(exc, loc, list(fam.spec_cls.model_fields))
+    if issues:
+        raise SpecError(issues)
+    return spec
