@@ -1,0 +1,100 @@
+"""Experiment-level settings: what to measure (``measure:``) and on what data (``data:``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+
+Device = Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:\d+)?|mps)$")]
+DType = Literal["float32", "bfloat16", "float16"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# -- probes ------------------------------------------------------------------------------
+class ParamsSettings(Strict):
+    """Parameter counts: total, trainable, non-embedding, per slot, per layer."""
+
+
+class GradientsSettings(Strict):
+    """Gradients of the family's loss on real batches, averaged over ``batches``."""
+
+    batch_size: PositiveInt = 8
+    seq_len: PositiveInt = 128
+    batches: PositiveInt = 4
+    mode: Literal["train", "eval"] = Field("train", description="train: dropout active")
+
+
+class TimingSettings(Strict):
+    """Forward / forward+backward / optimizer-step times (torch.utils.benchmark)."""
+
+    batch_size: PositiveInt = 8
+    seq_len: PositiveInt = 256
+    passes: list[Literal["forward", "backward", "step"]] = ["forward", "backward"]
+    dtype: DType = "float32"
+    device: Device = "auto"
+    warmup: Annotated[int, Field(ge=0)] = 2
+    repeats: PositiveInt = 10
+    peak_flops: PositiveFloat | None = Field(
+        None, description="device peak FLOP/s for MFU; default from the built-in table"
+    )
+
+
+class TrainingSettings(Strict):
+    """A short AdamW run with linear warm-up and gradient clipping."""
+
+    steps: PositiveInt = 200
+    lr: PositiveFloat = 3e-4
+    batch_size: PositiveInt = 16
+    seq_len: PositiveInt = 128
+    warmup_steps: Annotated[int, Field(ge=0)] = 0
+    grad_clip: PositiveFloat | None = 1.0
+    weight_decay: Annotated[float, Field(ge=0)] = 0.1
+    dtype: DType = "float32"
+    device: Device = "auto"
+
+
+class MeasureSpec(Strict):
+    """Which probes run; an absent key means the probe is skipped."""
+
+    params: ParamsSettings | None = None
+    gradients: GradientsSettings | None = None
+    timing: TimingSettings | None = None
+    training: TrainingSettings | None = None
+
+    def probes(self) -> dict[str, Strict]:
+        """Probe name -> its settings, in a fixed order, for the probes that run."""
+        names = ("params", "gradients", "timing", "training")
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+    def max_seq_len(self) -> int:
+        lens = [getattr(s, "seq_len", 0) for s in self.probes().values()]
+        return max(lens, default=0)
+
+
+# -- data --------------------------------------------------------------------------------
+class SyntheticData(Strict):
+    """Random tokens, or associative recall (key-value pairs, then a queried key)."""
+
+    source: Literal["synthetic"] = "synthetic"
+    task: Literal["random", "recall"] = "random"
+
+
+class TextData(Strict):
+    """Text files (a path or glob, relative to the experiment file), GPT-2 BPE tokens."""
+
+    source: Literal["text"] = "text"
+    path: str
+
+
+class StdlibData(Strict):
+    """The running Python's standard-library sources: a real corpus present everywhere."""
+
+    source: Literal["stdlib"] = "stdlib"
+    max_files: PositiveInt | None = 200
+
+
+DataSpec = Annotated[Union[SyntheticData, TextData, StdlibData], Field(discriminator="source")]
