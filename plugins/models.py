@@ -44,6 +44,9 @@ class MLPFamilySpec(FloatInputSpec):
     family: Literal["mlp"] = "mlp"
     layer_sizes: list[PositiveInt] = Field([3, 3, 3, 3, 3, 1], min_length=2)
     drop_rate: float = Field(0.0, ge=0.0, lt=1.0)
+    inputs: list[list[float]] | None = Field(
+        None, description="fixed input rows (the seed feeds [[1, 0, -1]]); random if unset"
+    )
 
     @property
     def causal(self) -> bool:
@@ -60,8 +63,21 @@ class MLPFamilySpec(FloatInputSpec):
             )
         return self
 
+    @model_validator(mode="after")
+    def _inputs_fit(self):
+        if self.inputs is not None and any(len(r) != self.layer_sizes[0] for r in self.inputs):
+            raise ValueError(f"every row of inputs needs layer_sizes[0]={self.layer_sizes[0]} values")
+        return self
+
     def input_shape(self, batch_size, seq_len):
         return (batch_size, self.layer_sizes[0])
+
+    def make_batch(self, batch_size, seq_len, *, tokens=None, generator=None) -> Batch:
+        if self.inputs is None:
+            return super().make_batch(batch_size, seq_len, tokens=tokens, generator=generator)
+        x = torch.tensor(self.inputs)  # (rows, layer_sizes[0])
+        target = torch.zeros(len(self.inputs), self.layer_sizes[-1])
+        return Batch({"x": x}, target, n_tokens=len(self.inputs))
 
     def output_shape(self, in_shape):
         return (in_shape[0], self.layer_sizes[-1])
