@@ -43,8 +43,8 @@ class BatchNormSpec(ComponentSpec):
         if not model.causal:
             return []
         return [
-            f"norm 'batch' in causal family {model.family!r}: batch statistics pool over "
-            "every position, future ones included, so each token sees the future in training"
+            f"norm 'batch' in causal family {model.family!r}: its batch statistics pool over "
+            "future positions, so in training each token's output depends on later tokens"
         ]
 
 

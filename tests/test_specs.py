@@ -1,0 +1,134 @@
+"""Bad specs are refused before anything is built, with the key path and the options."""
+
+import warnings
+
+import pytest
+import torch
+
+import variantlab as vl
+from variantlab.errors import SpecError
+
+
+def refuse(spec: dict) -> SpecError:
+    """build_model must raise SpecError and consume no randomness (nothing was built)."""
+    state = torch.get_rng_state()
+    with pytest.raises(SpecError) as info:
+        vl.build_model(spec)
+    assert torch.equal(state, torch.get_rng_state()), "a module was built before the error"
+    return info.value
+
+
+def test_unknown_kind_suggests_and_lists(tiny):
+    err = refuse({**tiny, "norm": {"kind": "layr"}})
+    (issue,) = err.issues
+    assert issue.loc == ("norm", "kind")
+    assert "did you mean 'layer'" in issue.message
+    assert "batch" in issue.message and "rms" in issue.message
+    assert str(err).startswith("norm.kind: unknown norm 'layr'")
+
+
+def test_negative_eps_names_its_path(tiny):
+    err = refuse({**tiny, "norm": {"kind": "layer", "eps": -1e-5}})
+    (issue,) = err.issues
+    assert issue.loc == ("norm", "eps")
+    assert "greater than 0" in issue.message
+
+
+def test_unknown_key_suggests_the_field(tiny):
+    spec = {**tiny, "n_head": 4}
+    err = refuse(spec)
+    (issue,) = err.issues
+    assert issue.loc == ("n_head",)
+    assert "did you mean 'n_heads'" in issue.message
+
+
+def test_unknown_component_key(tiny):
+    err = refuse({**tiny, "attention": {"kind": "mha", "implementation": "sdpa"}})
+    assert err.issues[0].loc == ("attention", "implementation")
+
+
+def test_bad_impl_lists_the_options(tiny):
+    err = refuse({**tiny, "attention": {"kind": "mha", "impl": "flash"}})
+    assert err.issues[0].loc == ("attention", "impl")
+    assert "'naive' or 'sdpa'" in err.issues[0].message
+
+
+def test_heads_must_divide_emb_dim(tiny):
+    err = refuse({**tiny, "emb_dim": 30, "n_heads": 4})
+    (issue,) = err.issues
+    assert issue.loc == ("n_heads",)
+    assert "does not divide emb_dim=30" in issue.message
+
+
+@pytest.mark.parametrize("key", ["emb_dim", "n_layers", "vocab_size", "context_length"])
+def test_sizes_must_be_positive(tiny, key):
+    err = refuse({**tiny, key: 0})
+    assert err.issues[0].loc == (key,)
+
+
+def test_all_issues_reported_at_once(tiny):
+    err = refuse({**tiny, "norm": {"kind": "layr"}, "activation": {"kind": "gelu", "approximate": "x"},
+                  "n_head": 2})
+    assert {i.loc for i in err.issues} == {("norm", "kind"), ("activation", "approximate"), ("n_head",)}
+
+
+def test_unknown_family():
+    err = refuse({"family": "gtp"})
+    assert err.issues[0].loc == ("family",)
+    assert "did you mean 'gpt'" in err.issues[0].message
+
+
+def test_component_shorthand_and_defaults(tiny):
+    spec = vl.parse_model_spec({**tiny, "norm": "rms"})
+    assert spec.norm.kind == "rms" and spec.norm.eps == 1e-5
+    assert spec.activation.kind == "gelu" and spec.activation.approximate == "tanh"
+    assert spec.attention.impl == "naive" and spec.residual.shortcut is True
+
+
+def test_spec_round_trips_through_plain_data(tiny):
+    spec = vl.parse_model_spec({**tiny, "family": "mlp", "layer_sizes": [4, 4, 2],
+                                "feedforward": {"kind": "glu", "hidden_dim": 48}})
+    data = spec.to_data()
+    assert data["feedforward"] == {"kind": "glu", "hidden_mult": 8 / 3, "hidden_dim": 48}
+    again = vl.parse_model_spec(data)
+    assert again == spec and type(again) is type(spec)
+
+
+def test_model_spec_class_accepts_mappings(tiny):
+    spec = vl.ModelSpec(**{**tiny, "norm": {"kind": "rms"}})
+    assert spec.norm.kind == "rms"
+    model = vl.build_model(spec)
+    assert sum(p.numel() for p in model.parameters()) > 0
+
+
+def test_batchnorm_in_causal_model_warns_and_runs(tiny):
+    with pytest.warns(vl.VariantWarning, match="future"):
+        model = vl.build_model({**tiny, "norm": {"kind": "batch"}})
+    assert any("pool over future positions" in w for w in model.variantlab_warnings)
+    assert model.variantlab_spec.warnings() == model.variantlab_warnings
+    idx = torch.randint(0, 64, (4, 8))
+    model.train()
+    logits = model(idx)
+    assert logits.shape == (4, 8, 64) and torch.isfinite(logits).all()
+    model.eval()
+    assert torch.isfinite(model(idx)).all()
+
+
+def test_batchnorm_leaks_the_future_in_training(tiny):
+    """The warning is true: in train mode a token's output depends on later tokens."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", vl.VariantWarning)
+        model = vl.build_model({**tiny, "norm": {"kind": "batch"}}).train()
+    idx = torch.randint(0, 64, (2, 8))
+    changed = idx.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % 64
+    assert not torch.allclose(model(idx)[:, 0], model(changed)[:, 0])
+    ln = vl.build_model(tiny).train()
+    torch.testing.assert_close(ln(idx)[:, 0], ln(changed)[:, 0])
+
+
+def test_no_warning_for_batchnorm_in_encoder(tiny):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", vl.VariantWarning)
+        model = vl.build_model({**tiny, "family": "encoder", "norm": {"kind": "batch"}})
+    assert model.variantlab_warnings == []
