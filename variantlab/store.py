@@ -1,0 +1,260 @@
+"""The SQLite results store: one file per experiment run folder, written by the driver only.
+
+``<out>/<experiment>/results.sqlite`` holds four tables (``meta``, ``variants``, ``units``,
+``rows``) plus ``plan``, the unit keys of the experiment as last run, so that units left
+behind by an older version of the YAML stay in the file but not in :func:`results`.
+
+A unit's rows and its status are written in one transaction: a process killed at any point
+leaves either the whole unit or none of it. A failed unit stored again (a retry) replaces
+the old attempt; nothing is ever doubled.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+STORE_FILE = "results.sqlite"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS variants (
+    name TEXT PRIMARY KEY, label TEXT, position INTEGER,
+    spec_json TEXT, overrides_json TEXT, warnings_json TEXT);
+CREATE TABLE IF NOT EXISTS units (
+    key TEXT PRIMARY KEY, variant TEXT, seed INTEGER, probe TEXT, settings_json TEXT,
+    status TEXT CHECK (status IN ('ok', 'failed')), error TEXT, traceback TEXT,
+    started_at TEXT, finished_at TEXT, duration_s REAL, version TEXT, device TEXT);
+CREATE TABLE IF NOT EXISTS rows (
+    unit_key TEXT NOT NULL REFERENCES units(key), probe TEXT, metric TEXT, scope TEXT,
+    name TEXT, layer INTEGER, step INTEGER, value REAL, unit TEXT);
+CREATE INDEX IF NOT EXISTS rows_by_unit ON rows(unit_key);
+CREATE TABLE IF NOT EXISTS plan (
+    key TEXT PRIMARY KEY, variant TEXT, seed INTEGER, probe TEXT, position INTEGER);
+"""
+
+RESULT_COLUMNS = (
+    "experiment", "variant", "label", "seed", "probe", "metric", "scope", "name", "layer",
+    "step", "value", "unit", "unit_key", "status", "error",
+)
+
+
+def store_path(path: str | Path) -> Path:
+    """``results.sqlite`` itself, or the one inside a run folder."""
+    path = Path(path)
+    return path / STORE_FILE if path.is_dir() or path.suffix != ".sqlite" else path
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _value(v: Any) -> float | None:
+    """SQLite has no NaN (it reads back as NULL); NULL in ``value`` means NaN."""
+    v = float(v) if v is not None else math.nan
+    return None if math.isnan(v) else v
+
+
+@dataclass(frozen=True)
+class UnitRecord:
+    """Everything stored about one unit apart from its rows."""
+
+    key: str
+    variant: str
+    seed: int
+    probe: str
+    settings_json: str
+    status: str  # ok | failed
+    error: str | None = None
+    traceback: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    duration_s: float | None = None
+    version: str | None = None
+    device: str | None = None
+
+
+class Store:
+    """A connection to one results file. Use as a context manager, or call :meth:`close`."""
+
+    def __init__(self, path: str | Path, *, create: bool = True) -> None:
+        self.path = store_path(path)
+        if not create and not self.path.is_file():
+            raise FileNotFoundError(f"no results store at {str(self.path)!r}; run the experiment first")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # autocommit mode: transactions are explicit (BEGIN IMMEDIATE ... COMMIT)
+        self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.executescript(SCHEMA)
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- writing ------------------------------------------------------------------------
+    def _transaction(self, statements: Iterable[tuple[str, Sequence[Any], bool]]) -> None:
+        """Run ``(sql, args, many)`` statements as one transaction (all or nothing)."""
+        cur = self.conn.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            for sql, args, many in statements:
+                if many:
+                    cur.executemany(sql, args)
+                else:
+                    cur.execute(sql, args)
+            cur.execute("COMMIT")
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+
+    def write_experiment(
+        self,
+        meta: Mapping[str, Any],
+        variants: Sequence[Mapping[str, Any]],
+        plan: Sequence[tuple[str, str, int, str]],
+    ) -> None:
+        """Meta (values stored as text; non-strings as JSON), the experiment's variants and
+        its unit plan ``(key, variant, seed, probe)``, replacing those of an earlier run."""
+        created = self.meta().get("created")
+        meta = dict(meta)
+        if created is not None:
+            meta["created"] = created  # first run's time; "updated" says the latest
+        meta_rows = [(k, v if isinstance(v, str) else _json(v)) for k, v in meta.items()]
+        variant_rows = [
+            (v["name"], v["label"], i, _json(v["spec"]), _json(v.get("overrides", {})),
+             _json(list(v.get("warnings", []))))
+            for i, v in enumerate(variants)
+        ]
+        plan_rows = [(k, var, seed, probe, i) for i, (k, var, seed, probe) in enumerate(plan)]
+        self._transaction([
+            ("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", meta_rows, True),
+            ("DELETE FROM variants", (), False),
+            ("INSERT INTO variants VALUES (?, ?, ?, ?, ?, ?)", variant_rows, True),
+            ("DELETE FROM plan", (), False),
+            ("INSERT INTO plan VALUES (?, ?, ?, ?, ?)", plan_rows, True),
+        ])
+
+    def save_unit(self, unit: UnitRecord, rows: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Store a unit and its rows in one transaction, replacing any earlier attempt."""
+        row_tuples = [
+            (unit.key, r["probe"], r["metric"], r.get("scope", "model"), r.get("name", ""),
+             r.get("layer"), r.get("step"), _value(r.get("value")), r.get("unit", ""))
+            for r in rows
+        ]
+        fields = [getattr(unit, f) for f in UnitRecord.__dataclass_fields__]
+        self._transaction([
+            ("DELETE FROM rows WHERE unit_key = ?", (unit.key,), False),
+            (f"INSERT OR REPLACE INTO units VALUES ({', '.join('?' * len(fields))})", fields, False),
+            ("INSERT INTO rows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row_tuples, True),
+        ])
+
+    # -- reading ------------------------------------------------------------------------
+    def meta(self) -> dict[str, str]:
+        return dict(self.conn.execute("SELECT key, value FROM meta"))
+
+    def statuses(self) -> dict[str, str]:
+        """Unit key -> ``ok`` or ``failed`` for every stored unit."""
+        return dict(self.conn.execute("SELECT key, status FROM units"))
+
+    def count_rows(self) -> int:
+        return self.conn.execute("SELECT COUNT(*) FROM rows").fetchone()[0]
+
+
+# -- reading a run -------------------------------------------------------------------------
+def _decode_meta(raw: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in ("seeds", "data", "measure"):
+            try:
+                out[key] = json.loads(value)
+                continue
+            except (TypeError, ValueError):
+                pass
+        out[key] = value
+    return out
+
+
+@dataclass
+class RunData:
+    """Everything in one results store, as pandas frames."""
+
+    meta: dict
+    variants: pd.DataFrame
+    units: pd.DataFrame
+    rows: pd.DataFrame  # the results() frame
+
+
+def _frames(path: str | Path) -> RunData:
+    with closing(Store(path, create=False)) as store:
+        meta = _decode_meta(store.meta())
+        conn = store.conn
+        variants = pd.read_sql_query("SELECT * FROM variants ORDER BY position", conn)
+        has_plan = conn.execute("SELECT COUNT(*) FROM plan").fetchone()[0] > 0
+        current = "p.key IS NOT NULL" if has_plan else "1"
+        units = pd.read_sql_query(
+            f"SELECT u.*, {current} AS current FROM units u LEFT JOIN plan p ON p.key = u.key "
+            "LEFT JOIN variants v ON v.name = u.variant "
+            "ORDER BY COALESCE(p.position, 1e18), v.position, u.seed, u.probe",
+            conn,
+        )
+        rows = pd.read_sql_query(
+            f"""
+            SELECT u.variant, v.label, u.seed, r.probe, r.metric, r.scope, r.name, r.layer,
+                   r.step, r.value, r.unit, u.key AS unit_key, u.status, u.error
+            FROM units u
+            JOIN rows r ON r.unit_key = u.key
+            LEFT JOIN plan p ON p.key = u.key
+            LEFT JOIN variants v ON v.name = u.variant
+            WHERE u.status = 'ok' AND {current}
+            UNION ALL
+            SELECT u.variant, v.label, u.seed, u.probe, 'error', 'model', '', NULL, NULL, NULL,
+                   '', u.key, u.status, u.error
+            FROM units u
+            LEFT JOIN plan p ON p.key = u.key
+            LEFT JOIN variants v ON v.name = u.variant
+            WHERE u.status = 'failed' AND {current}
+            """,
+            conn,
+        )
+    units["current"] = units["current"].astype(bool)
+    order = {k: i for i, k in enumerate(units["key"])}
+    rows["_order"] = rows["unit_key"].map(order)
+    rows = rows.sort_values("_order", kind="stable").drop(columns="_order")
+    rows.insert(0, "experiment", meta.get("experiment", ""))
+    rows["label"] = rows["label"].fillna(rows["variant"])
+    for col in ("seed", "layer", "step"):
+        rows[col] = rows[col].astype("Int64")
+    rows["value"] = rows["value"].astype(float)  # NULL -> NaN
+    for col in ("name", "unit"):
+        rows[col] = rows[col].fillna("")
+    rows = rows[list(RESULT_COLUMNS)].reset_index(drop=True)
+    return RunData(meta=meta, variants=variants, units=units, rows=rows)
+
+
+def results(path: str | Path) -> pd.DataFrame:
+    """Tidy frame of every stored row (``path`` = results.sqlite or its run folder).
+
+    Columns: experiment, variant, label, seed, probe, metric, scope, name, layer, step,
+    value, unit, unit_key, status, error. A failed unit is one row with status
+    ``failed``, metric ``error``, value NaN and its message in ``error``.
+    """
+    return _frames(path).rows
+
+
+def load_run(path: str | Path) -> RunData:
+    """Meta (seeds, data, measure decoded from JSON), variants, units and rows."""
+    return _frames(path)
