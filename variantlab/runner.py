@@ -1,0 +1,279 @@
+"""Experiment -> units -> results store: resume, failure isolation, in-process executor.
+
+A unit is one (variant, seed, probe). Its key is the sha256 of canonical JSON of everything
+that decides its numbers: the variant's resolved spec, the probe and its settings, the
+effective device, the data spec, the seed and the variantlab version. A rerun skips units
+stored ``ok``, retries ``failed`` ones and computes new ones. Only this (driver) process
+writes the store, one transaction per unit, so SIGKILL loses at most the unit in progress.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from . import __version__
+from .store import STORE_FILE, Store, UnitRecord
+
+# probes whose numbers do not depend on the device they run on
+DEVICE_FREE_PROBES = frozenset({"params"})
+
+
+class ProbeFn(Protocol):
+    def __call__(self, name: str, spec: Any, settings: Any, *, seed: int, data: Any,
+                 base_dir: Path, device: str | None = None, registry: Any = None) -> list: ...
+
+
+def default_probe_fn(name: str, spec: Any, settings: Any, **kwargs: Any) -> list:
+    """``variantlab.probes.run_probe``, imported when first needed."""
+    from .probes import run_probe
+
+    return run_probe(name, spec, settings, **kwargs)
+
+
+def _plain(obj: Any) -> Any:
+    """JSON-safe data of a pydantic model (or plain data)."""
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    return obj
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+
+
+def resolve_device(probe: str, settings: Any, override: str | None) -> str | None:
+    """The device a probe runs on: ``--device``, else the settings' own, else CPU;
+    ``auto`` means CUDA when present. ``None`` for probes that no device changes."""
+    if probe in DEVICE_FREE_PROBES:
+        return None
+    device = override or getattr(settings, "device", None) or "cpu"
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def unit_key(spec_data: Any, probe: str, settings_data: Any, device: str | None,
+             data_data: Any, seed: int, version: str = __version__) -> str:
+    """Content hash of one unit."""
+    payload = {
+        "spec": spec_data, "probe": probe, "settings": settings_data, "device": device,
+        "data": data_data, "seed": seed, "version": version,
+    }
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Unit:
+    key: str
+    variant: Any  # experiment.Variant
+    seed: int
+    probe: str
+    settings: Any
+    device: str | None
+
+    @property
+    def title(self) -> str:
+        return f"{self.variant.name} seed={self.seed} {self.probe}"
+
+
+def plan_units(experiment: Any, device: str | None = None) -> list[Unit]:
+    """Every unit of the experiment in a fixed order: variant, then seed, then probe."""
+    data_data = _plain(experiment.data)
+    probes = experiment.measure.probes()
+    units = []
+    for variant in experiment.variants:
+        spec_data = variant.spec.to_data()
+        for seed in experiment.seeds:
+            for probe, settings in probes.items():
+                dev = resolve_device(probe, settings, device)
+                key = unit_key(spec_data, probe, _plain(settings), dev, data_data, seed)
+                units.append(Unit(key, variant, seed, probe, settings, dev))
+    return units
+
+
+@dataclass
+class UnitEvent:
+    """What the runner reports to a progress callback."""
+
+    kind: str  # start | ok | failed | skipped
+    unit: Unit
+    index: int  # 0-based position among the units to consider
+    total: int
+    duration_s: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class RunSummary:
+    run_dir: Path
+    store: Path
+    total: int  # units considered (after --only)
+    done: int = 0  # computed ok in this run
+    skipped: int = 0  # already stored ok
+    failed: list[tuple[Unit, str]] = field(default_factory=list)
+    interrupted: bool = False
+    interrupted_unit: Unit | None = None
+
+    @property
+    def not_run(self) -> int:
+        """Units left after --fail-fast or Ctrl-C."""
+        return self.total - self.done - self.skipped - len(self.failed)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.interrupted
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return 130
+        return 1 if self.failed else 0
+
+
+def run_dir_for(experiment: Any, out: str | Path = "runs") -> Path:
+    return Path(out) / experiment.name
+
+
+def experiment_meta(experiment: Any) -> dict[str, Any]:
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return {
+        "experiment": experiment.name,
+        "description": experiment.description or "",
+        "yaml": experiment.source_text or "",
+        "created": now,
+        "updated": now,
+        "variantlab_version": __version__,
+        "torch_version": torch.__version__,
+        "seeds": list(experiment.seeds),
+        "baseline": experiment.baseline or "",
+        "data": _plain(experiment.data),
+        "measure": _plain(experiment.measure),
+    }
+
+
+def _variant_rows(variants: Iterable[Any]) -> list[dict[str, Any]]:
+    return [
+        {"name": v.name, "label": v.label, "spec": v.spec.to_data(),
+         "overrides": dict(v.overrides), "warnings": list(v.warnings)}
+        for v in variants
+    ]
+
+
+def select_variants(experiment: Any, only: Sequence[str] | None) -> set[str]:
+    """Names to run; ``ValueError`` naming the choices for a name that is not there."""
+    names = [v.name for v in experiment.variants]
+    if not only:
+        return set(names)
+    unknown = [n for n in only if n not in names]
+    if unknown:
+        raise ValueError(
+            f"--only: no variant named {', '.join(map(repr, unknown))}; "
+            f"the experiment has: {', '.join(names)}"
+        )
+    return set(only)
+
+
+def _free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def run_experiment(
+    experiment: Any,
+    out: str | Path = "runs",
+    *,
+    only: Sequence[str] | None = None,
+    device: str | None = None,
+    fail_fast: bool = False,
+    probe_fn: Callable[..., list] = default_probe_fn,
+    progress: Callable[[UnitEvent], None] | None = None,
+) -> RunSummary:
+    """Run every unit not yet stored ok; store each with its rows or its error.
+
+    ``only`` restricts the run to some variants (the store keeps the others' results);
+    ``device`` overrides the probes' device settings. Ctrl-C stops after storing the
+    finished units; the summary says ``interrupted``.
+    """
+    selected = select_variants(experiment, only)
+    run_dir = run_dir_for(experiment, out)
+    plan = plan_units(experiment, device)
+    todo = [u for u in plan if u.variant.name in selected]
+    summary = RunSummary(run_dir=run_dir, store=run_dir / STORE_FILE, total=len(todo))
+    notify = progress or (lambda event: None)
+    with Store(run_dir / STORE_FILE) as store:
+        store.write_experiment(
+            experiment_meta(experiment),
+            _variant_rows(experiment.variants),
+            [(u.key, u.variant.name, u.seed, u.probe) for u in plan],
+        )
+        statuses = store.statuses()
+        index = 0
+        try:
+            for index, unit in enumerate(todo):
+                if statuses.get(unit.key) == "ok":
+                    summary.skipped += 1
+                    notify(UnitEvent("skipped", unit, index, len(todo)))
+                    continue
+                notify(UnitEvent("start", unit, index, len(todo)))
+                record, rows = _run_unit(unit, experiment, probe_fn)
+                store.save_unit(record, rows)  # one transaction: rolled back if interrupted
+                if record.status == "ok":
+                    summary.done += 1
+                    notify(UnitEvent("ok", unit, index, len(todo), record.duration_s))
+                    continue
+                summary.failed.append((unit, record.error or ""))
+                notify(UnitEvent("failed", unit, index, len(todo), record.duration_s,
+                                 record.error))
+                if fail_fast:
+                    break
+        except KeyboardInterrupt:
+            summary.interrupted = True
+            summary.interrupted_unit = todo[index] if todo else None
+    return summary
+
+
+def _run_unit(unit: Unit, experiment: Any, probe_fn: Callable[..., list]) -> tuple[UnitRecord, list]:
+    """Run one probe; an exception becomes a failed record (KeyboardInterrupt propagates)."""
+    started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    t0 = time.perf_counter()
+    rows: list = []
+    error = tb = None
+    try:
+        rows = list(probe_fn(
+            unit.probe, unit.variant.spec, unit.settings, seed=unit.seed, data=experiment.data,
+            base_dir=Path(experiment.base_dir), device=unit.device, registry=experiment.registry,
+        ))
+        _check_rows(rows, unit.probe)
+    except Exception as exc:  # any failure of a component, a probe or the device
+        error = f"{type(exc).__name__}: {exc}"
+        tb = traceback.format_exc()
+        rows = []
+        _free_memory()
+    finished = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    record = UnitRecord(
+        key=unit.key, variant=unit.variant.name, seed=unit.seed, probe=unit.probe,
+        settings_json=canonical_json(_plain(unit.settings)),
+        status="failed" if error else "ok", error=error, traceback=tb,
+        started_at=started, finished_at=finished, duration_s=time.perf_counter() - t0,
+        version=__version__, device=unit.device,
+    )
+    return record, rows
+
+
+def _check_rows(rows: list, probe: str) -> None:
+    for i, r in enumerate(rows):
+        missing = [k for k in ("probe", "metric") if k not in r]
+        if missing:
+            raise TypeError(f"probe {probe!r} returned row {i} without {', '.join(missing)}")
