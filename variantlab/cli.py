@@ -1,0 +1,426 @@
+"""The ``variantlab`` command: run, validate, describe, report, plugins.
+
+The library computes; this module only formats. Exit codes: 0 ok, 1 a unit failed,
+2 bad input (the messages are printed, never a traceback), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from . import __version__
+from .errors import PluginLoadError, SpecError, format_loc
+
+EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def consoles() -> tuple[Console, Console]:
+    """stdout and stderr consoles; wide and plain when not writing to a terminal."""
+    out = Console(highlight=False)
+    err = Console(stderr=True, highlight=False)
+    for c in (out, err):
+        if not c.is_terminal:
+            c.width = 200
+    return out, err
+
+
+def input_messages(exc: BaseException) -> list[str]:
+    """One line per problem for InputError / SpecError / PluginLoadError / missing files."""
+    messages = getattr(exc, "messages", None)
+    if messages:
+        return [str(m) for m in messages]
+    if isinstance(exc, SpecError):
+        return [f"{format_loc(i.loc)}: {i.message}" for i in exc.issues]
+    if isinstance(exc, FileNotFoundError) and exc.filename:
+        return [f"{exc.filename}: no such file"]
+    return [str(exc)]
+
+
+def _input_error_types() -> tuple[type[BaseException], ...]:
+    types: list[type[BaseException]] = [SpecError, PluginLoadError, FileNotFoundError]
+    try:
+        from .experiment import InputError
+    except ImportError:
+        pass
+    else:
+        types.append(InputError)
+    return tuple(types)
+
+
+def bad_input_exits(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn bad input into its messages on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except _input_error_types() as exc:
+            _, err = consoles()
+            for line in input_messages(exc):
+                err.print(escape(line), soft_wrap=True)
+            sys.exit(EXIT_INPUT)
+
+    return wrapper
+
+
+plugin_option = click.option(
+    "--plugin", "plugins", multiple=True, metavar="MODULE_OR_FILE.py",
+    help="Extra plugin module (import name or .py file); repeatable.",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="variantlab")
+def main() -> None:
+    """variantlab: build transformer variants from plugins, measure them, compare them."""
+
+
+# -- run ---------------------------------------------------------------------------------
+@main.command()
+@click.argument("experiment", type=click.Path(dir_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), default="runs", show_default=True,
+              help="Folder of run folders; results go to OUT/<experiment name>/.")
+@click.option("--only", multiple=True, metavar="VARIANT",
+              help="Run only this variant (repeatable); stored results of others are kept.")
+@click.option("--device", default=None, help="Override every probe's device (cpu, cuda, ...).")
+@click.option("--fail-fast", is_flag=True, help="Stop at the first unit that fails.")
+@click.option("--no-report", is_flag=True, help="Do not write the report at the end.")
+@plugin_option
+@bad_input_exits
+def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail_fast: bool,
+        no_report: bool, plugins: Sequence[str]) -> None:
+    """Run every unit of EXPERIMENT not stored yet; write the report."""
+    from .experiment import load_experiment
+    from .runner import plan_units, run_experiment, select_variants
+
+    stdout, err = consoles()
+    exp = load_experiment(experiment, extra_plugins=plugins)
+    if device is not None and not _valid_device(device):
+        raise SpecError.at(("--device",), f"{device!r} is not a device; use cpu, cuda, cuda:N, "
+                                          "mps or auto")
+    try:
+        selected = select_variants(exp, only)
+    except ValueError as exc:
+        raise SpecError.at(("--only",), str(exc).removeprefix("--only: ")) from None
+    for v in exp.variants:
+        for w in v.warnings:
+            err.print(f"warning: {escape(v.name)}: {escape(w)}", soft_wrap=True)
+    n_units = sum(u.variant.name in selected for u in plan_units(exp, device))
+    stdout.print(f"{escape(exp.name)}: {len(selected)} variant(s), {len(exp.seeds)} seed(s), "
+                 f"{n_units} unit(s)")
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` stops as cleanly as Ctrl-C
+    try:
+        with _progress_reporter(stdout) as report_progress:
+            summary = run_experiment(exp, out, only=only, device=device, fail_fast=fail_fast,
+                                     progress=report_progress)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    _print_summary(stdout, err, summary)
+    code = summary.exit_code
+    if not no_report and not summary.interrupted:
+        code = max(code, _write_report(stdout, err, [summary.run_dir], summary.run_dir / "report",
+                                       None))
+    sys.exit(code)
+
+
+def _valid_device(device: str) -> bool:
+    import re
+
+    return re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", device) is not None
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+class _progress_reporter:
+    """A rich progress bar on a terminal, one plain line per unit otherwise."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.progress = None
+        self.task = None
+
+    def __enter__(self) -> Callable[[Any], None]:
+        if self.console.is_terminal:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                       TimeElapsedColumn)
+
+            self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                     MofNCompleteColumn(), TimeElapsedColumn(),
+                                     console=self.console)
+            self.progress.start()
+        return self.on_event
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def on_event(self, event: Any) -> None:
+        title = escape(event.unit.title)
+        if self.progress is not None:
+            if self.task is None:
+                self.task = self.progress.add_task("", total=event.total)
+            if event.kind == "start":
+                self.progress.update(self.task, description=title)
+            else:
+                self.progress.advance(self.task)
+            if event.kind == "failed":
+                self.progress.console.print(f"[red]failed[/] {title}: {escape(event.error or '')}")
+            return
+        if event.kind == "start":
+            return
+        where = f"[{event.index + 1}/{event.total}]"
+        if event.kind == "skipped":
+            self.console.print(f"{where} {title}: stored already")
+        elif event.kind == "ok":
+            self.console.print(f"{where} {title}: ok ({event.duration_s:.2f}s)")
+        else:
+            self.console.print(f"{where} {title}: FAILED {escape(event.error or '')}",
+                               soft_wrap=True)
+
+
+def _print_summary(stdout: Console, err: Console, summary: Any) -> None:
+    parts = [f"{summary.done} computed", f"{summary.skipped} stored already",
+             f"{len(summary.failed)} failed"]
+    if summary.not_run:
+        parts.append(f"{summary.not_run} not run")
+    stdout.print(f"{summary.total} unit(s): " + ", ".join(parts))
+    for unit, error in summary.failed:
+        err.print(f"failed: {escape(unit.title)}: {escape(error)}", soft_wrap=True)
+    if summary.failed:
+        err.print("Tracebacks are in the store (units.traceback); rerun to retry failed units.")
+    if summary.interrupted:
+        err.print("interrupted: finished units are stored; run again to continue.")
+    stdout.print(f"results: {summary.store}")
+
+
+def _write_report(stdout: Console, err: Console, runs: Sequence[Path], out_dir: Path,
+                  baseline: str | None) -> int:
+    try:
+        from .report import write_report
+    except ImportError:
+        err.print("note: the report module is not available; no report written")
+        return EXIT_OK
+    try:
+        files = write_report(list(runs), Path(out_dir), baseline=baseline)
+    except Exception as exc:  # the run is stored; say why the report is missing
+        err.print(f"report failed: {type(exc).__name__}: {escape(str(exc))}", soft_wrap=True)
+        return EXIT_FAILED
+    for attr in ("markdown", "html", "csv"):
+        path = getattr(files, attr, None)
+        if path is not None:
+            stdout.print(f"report: {path}")
+    return EXIT_OK
+
+
+# -- validate ----------------------------------------------------------------------------
+@main.command()
+@click.argument("experiment", type=click.Path(dir_okay=False))
+@plugin_option
+@bad_input_exits
+def validate(experiment: str, plugins: Sequence[str]) -> None:
+    """Check EXPERIMENT and print its expanded variants (nothing is computed)."""
+    from .experiment import load_experiment
+
+    stdout, _ = consoles()
+    exp = load_experiment(experiment, extra_plugins=plugins)
+    table = Table(title=f"{exp.name}: {len(exp.variants)} variant(s)", title_justify="left")
+    for col in ("#", "variant", "label", "family", "warnings"):
+        table.add_column(col, overflow="fold")
+    for i, v in enumerate(exp.variants):
+        name = v.name + (" (baseline)" if v.name == exp.baseline else "")
+        table.add_row(str(i), escape(name), escape(v.label), escape(v.spec.family),
+                      escape("; ".join(v.warnings)))
+    stdout.print(table)
+    probes = ", ".join(exp.measure.probes()) or "(none)"
+    n_units = len(exp.variants) * len(exp.seeds) * len(exp.measure.probes())
+    stdout.print(f"seeds: {list(exp.seeds)}  probes: {probes}  units: {n_units}")
+    stdout.print("ok")
+
+
+# -- describe ----------------------------------------------------------------------------
+@main.command()
+@click.argument("path", type=click.Path(dir_okay=False))
+@plugin_option
+@bad_input_exits
+def describe(path: str, plugins: Sequence[str]) -> None:
+    """Print each variant's module tree and parameter breakdown (EXPERIMENT or bare model)."""
+    import warnings
+
+    import torch
+
+    from .build import build_model
+
+    stdout, _ = consoles()
+    variants, registry = _variants_and_registry(path, plugins)
+    for v in variants:
+        stdout.rule(escape(f"{v.name} ({v.label})"), align="left")
+        for w in v.warnings:
+            stdout.print(f"warning: {escape(w)}", soft_wrap=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.manual_seed(0)
+            model = build_model(v.spec, registry)
+        stdout.print(_module_tree(model))
+        stdout.print(_param_table(_param_rows(v.spec, model, registry)))
+
+
+def _unique_count(module: Any) -> int:
+    return sum(p.numel() for p in {id(p): p for p in module.parameters()}.values())
+
+
+def _module_tree(model: Any) -> Any:
+    """Modules with their slot tags and parameter counts; identical siblings folded."""
+    from rich.tree import Tree
+
+    def text(name: str, m: Any, n: int) -> str:
+        slot, kind = getattr(m, "variantlab_slot", None), getattr(m, "variantlab_kind", None)
+        tag = f" [{slot}={kind}]" if slot and kind else (f" [{slot}]" if slot else "")
+        times = f"{n} x " if n > 1 else ""
+        each = " each" if n > 1 else ""
+        return escape(f"{name}: {times}{type(m).__name__}{tag}  {_unique_count(m):,} params{each}")
+
+    def add(node: Any, module: Any) -> None:
+        children = list(module.named_children())
+        i = 0
+        while i < len(children):
+            name, child = children[i]
+            sig, j = repr(child), i + 1
+            while j < len(children) and repr(children[j][1]) == sig:
+                j += 1
+            shown = name if j - i == 1 else f"{name}-{children[j - 1][0]}"
+            add(node.add(text(shown, child, j - i)), child)
+            i = j
+
+    root = Tree(text("model", model, 1))
+    add(root, model)
+    return root
+
+
+def _param_rows(spec: Any, model: Any, registry: Any) -> list[dict]:
+    """The params probe's rows (the library's count: tied weights once)."""
+    from .probes import run_probe
+    from .settings import ParamsSettings, SyntheticData
+
+    return run_probe("params", spec, ParamsSettings(), seed=0, data=SyntheticData(),
+                     base_dir=Path.cwd(), registry=registry)
+
+
+def _param_table(rows: Sequence[dict]) -> Table:
+    table = Table(title="parameters", title_justify="left")
+    for col in ("scope", "what", "count"):
+        table.add_column(col, justify="right" if col == "count" else "left")
+    for r in rows:
+        if r["scope"] == "model":
+            what = r["metric"]
+        elif r["scope"] == "layer":
+            what = f"layer {r['layer']}" + (f" {r['name']}" if r.get("name") else "")
+        else:
+            what = r.get("name") or r["metric"]
+        table.add_row(escape(r["scope"]), escape(str(what)), f"{int(r['value']):,}")
+    return table
+
+
+def _variants_and_registry(path: str, plugins: Sequence[str]) -> tuple[list[Any], Any]:
+    """An experiment's variants with its registry, or a bare model mapping's one variant."""
+    from .experiment import load_experiment, load_model_file
+    from .registry import build_registry
+
+    if _looks_like_experiment(Path(path)):
+        exp = load_experiment(path, extra_plugins=plugins)
+        return list(exp.variants), exp.registry
+    variants = load_model_file(path, extra_plugins=plugins)
+    registry = build_registry(extra=plugins, base_dir=Path(path).resolve().parent)
+    return list(variants), registry
+
+
+def _looks_like_experiment(path: Path) -> bool:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return False  # let the loader report it with file:line:col
+    return isinstance(data, dict) and "model" in data
+
+
+# -- report ------------------------------------------------------------------------------
+@main.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Where to write the report (default: RUN/report for the first RUN).")
+@click.option("--baseline", default=None, help="Variant the report compares against.")
+@plugin_option
+@bad_input_exits
+def report(runs: Sequence[str], out: str | None, baseline: str | None,
+           plugins: Sequence[str]) -> None:
+    """Write report.md, report.html and CSV tables from one or more run folders."""
+    from .store import store_path
+
+    stdout, err = consoles()
+    if plugins:
+        from .registry import build_registry
+
+        build_registry(extra=plugins, base_dir=Path.cwd())
+    paths = [Path(r) for r in runs]
+    missing = [p for p in paths if not store_path(p).is_file()]
+    if missing:
+        raise SpecError.at(("RUN",), "no results store in "
+                           + ", ".join(str(p) for p in missing) + "; run the experiment first")
+    first = paths[0] if paths[0].is_dir() else paths[0].parent
+    out_dir = Path(out) if out else first / "report"
+    sys.exit(_write_report(stdout, err, paths, out_dir, baseline))
+
+
+# -- plugins -----------------------------------------------------------------------------
+@main.command("plugins")
+@click.option("--slot", type=click.Choice(["norm", "activation", "feedforward", "attention",
+                                           "residual", "positional", "model"]), default=None)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@plugin_option
+@bad_input_exits
+def plugins_cmd(slot: str | None, as_json: bool, plugins: Sequence[str]) -> None:
+    """List registered components with their parameters, and plugins that failed to load."""
+    from .plugininfo import failure_rows, plugin_rows
+    from .registry import build_registry
+
+    stdout, _ = consoles()
+    registry = build_registry(extra=plugins, base_dir=Path.cwd())
+    rows, failures = plugin_rows(registry, slot), failure_rows(registry)
+    if as_json:
+        click.echo(json.dumps({"components": rows, "failures": failures}, indent=2,
+                              default=str))
+        return
+    table = Table(title="components", title_justify="left")
+    for col in ("slot", "kind", "params", "plugin"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        params = ", ".join(
+            f"{p['name']}: {p.get('type', '')}" + (f" = {p['default']!r}"
+                                                   if p.get("default") is not None else "")
+            for p in r.get("params", [])
+        )
+        table.add_row(escape(r["slot"]), escape(r["kind"]), escape(params), escape(r["plugin"]))
+    stdout.print(table)
+    if failures:
+        stdout.print("[bold]plugins that failed to load[/]")
+        for f in failures:
+            stdout.print(f"{escape(f['plugin'])} ({escape(f['source'])}): {escape(f['error'])}",
+                         soft_wrap=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
