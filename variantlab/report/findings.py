@@ -1,0 +1,140 @@
+"""The reading at the top of a report: short sentences computed from the numbers."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from .frame import ReportData
+from .tables import PASS_NAMES, depth_ratios, fmt
+
+MAX_LISTED = 4  # with many variants, name the extremes only
+
+
+def _means(summary: pd.DataFrame, metric: str) -> pd.DataFrame:
+    part = summary[(summary["metric"] == metric) & summary["mean"].notna()]
+    return part.set_index("variant")
+
+
+def _listing(pairs: list[tuple[str, str]]) -> str:
+    if len(pairs) > MAX_LISTED:
+        pairs = pairs[:2] + [("…", "")] + pairs[-2:]
+    return "; ".join(f"{v}: {t}" if t else v for v, t in pairs)
+
+
+def gradient_growth(data: ReportData) -> str | None:
+    """How the gradient norm changes from the first to the last layer, per variant."""
+    ratios = depth_ratios(data.rows)
+    if not len(ratios):
+        return None
+    names = set(ratios["name"])
+    name = "feedforward" if "feedforward" in names else "all" if "all" in names else min(names)
+    part = ratios[ratios["name"] == name]
+    agg = part.groupby("variant", sort=False).agg(value=("value", "mean"),
+                                                   first=("first_layer", "min"),
+                                                   last=("last_layer", "max"))
+    agg = agg.sort_values("value", ascending=False)
+    what = {"all": "gradient norm", "feedforward": "FFN gradient norm"}.get(name,
+                                                                          f"{name} gradient norm")
+    pairs = []
+    for i, (variant, rec) in enumerate(agg.iterrows()):
+        verb = "rises" if rec["value"] >= 1 else "falls"
+        factor = rec["value"] if rec["value"] >= 1 else 1 / rec["value"]
+        text = f"{factor:.1f}x" if i else (f"{what} {verb} {factor:.1f}x from layer "
+                                           f"{int(rec['first'])} to layer {int(rec['last'])}")
+        if i and verb == "falls":
+            text = f"falls {factor:.1f}x"
+        pairs.append((variant, text))
+    return _listing(pairs) + "."
+
+
+def timing_speed(data: ReportData, summary: pd.DataFrame) -> str | None:
+    """The fastest and slowest variant against the baseline on the slowest-measured pass."""
+    for key in ("backward", "step", "forward"):
+        means = _means(summary, f"{key}_median_s")
+        if len(means) < 2 or data.baseline not in means.index:
+            continue
+        base = means.loc[data.baseline, "mean"]
+        others = means.drop(index=data.baseline)["mean"]
+        parts = []
+        for variant in dict.fromkeys([others.idxmin(), others.idxmax()]):
+            ratio = base / others[variant]
+            if math.isclose(ratio, 1.0, rel_tol=0.02):
+                parts.append(f"{variant} is as fast as {data.baseline} (within 2%)")
+            elif ratio > 1:
+                parts.append(f"{variant} is {ratio:.1f}x faster than {data.baseline}")
+            else:
+                parts.append(f"{variant} is {1 / ratio:.1f}x slower than {data.baseline}")
+        return f"{PASS_NAMES[key]}: " + "; ".join(parts) + "."
+    return None
+
+
+def loss_gap(data: ReportData, summary: pd.DataFrame) -> str | None:
+    """Final training loss of the best and worst variant against the baseline."""
+    means = _means(summary, "final_loss")
+    if len(means) < 2 or data.baseline not in means.index:
+        return None
+    base = means.loc[data.baseline]
+    others = means.drop(index=data.baseline)
+    parts = []
+    for variant in dict.fromkeys([others["mean"].idxmin(), others["mean"].idxmax()]):
+        rec = others.loc[variant]
+        gap = rec["mean"] - base["mean"]
+        where = "above" if gap > 0 else "below"
+        spread = max(_nan0(rec["spread"]), _nan0(base["spread"]))
+        sure = ""
+        if rec["n"] > 1:
+            sure = (f" (within the seed spread, n={int(rec['n'])})" if abs(gap) <= spread
+                    else f" (seed std {fmt(spread)}, n={int(rec['n'])})")
+        parts.append(f"{variant}'s final loss is {fmt(abs(gap))} {where} "
+                     f"{data.baseline}'s{sure}")
+    return "; ".join(parts) + "."
+
+
+def _nan0(x: float) -> float:
+    return 0.0 if x is None or math.isnan(x) else float(x)
+
+
+def param_ratio(data: ReportData, summary: pd.DataFrame) -> str | None:
+    means = _means(summary, "total")
+    if len(means) < 2 or data.baseline not in means.index:
+        return None
+    ratio = (means["mean"] / means.loc[data.baseline, "mean"]).drop(index=data.baseline)
+    if (ratio - 1).abs().max() < 1e-9:
+        return f"All variants have {fmt(means.loc[data.baseline, 'mean'], 'count')} parameters."
+    base = means.loc[data.baseline, "mean"]
+    parts = []
+    for v in dict.fromkeys([ratio.idxmax(), ratio.idxmin()]):
+        if math.isclose(ratio[v], 1.0):
+            continue
+        if abs(ratio[v] - 1) < 0.05:
+            diff = means.loc[v, "mean"] - base
+            parts.append(f"{v} has {fmt(abs(diff), 'count')} {'more' if diff > 0 else 'fewer'}"
+                         f" parameters than {data.baseline} ({abs(ratio[v] - 1):.2%})")
+        else:
+            parts.append(f"{v} has {ratio[v]:.2f}x the parameters of {data.baseline}")
+    return "; ".join(parts) + "." if parts else None
+
+
+def problems(data: ReportData, summary: pd.DataFrame) -> list[str]:
+    out = []
+    div = summary[(summary["metric"] == "diverged") & (summary["mean"] > 0)]
+    if len(div):
+        out.append("Training diverged for " + ", ".join(div["variant"]) + ".")
+    failed = data.units[data.units.get("status", pd.Series(dtype=str)) == "failed"] \
+        if "status" in data.units.columns else data.units.iloc[0:0]
+    if len(failed):
+        out.append(f"{len(failed)} unit(s) failed: see Failed units.")
+    warned = [v for v, w in zip(data.variants["variant"], data.variants["warnings"]) if w]
+    if warned:
+        out.append("Spec warnings for " + ", ".join(warned) + ": see Warnings.")
+    return out
+
+
+def reading(data: ReportData, summary: pd.DataFrame) -> list[str]:
+    """The report's opening sentences, in order of what readers look at first."""
+    lines = [gradient_growth(data), timing_speed(data, summary), loss_gap(data, summary),
+             param_ratio(data, summary)]
+    out = [line for line in lines if line] + problems(data, summary)
+    return out or ["No probe produced comparable numbers; see the tables below."]

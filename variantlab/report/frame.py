@@ -1,0 +1,169 @@
+"""Gather one or more stored runs into one frame of variants, units and rows for a report."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+ROW_FIELDS = ("experiment", "variant", "label", "seed", "probe", "metric", "scope", "name",
+              "layer", "step", "value", "unit", "unit_key", "status", "error")
+
+
+@dataclass
+class ReportData:
+    """Everything a report shows, with one display name per variant (``variant`` column)."""
+
+    runs: list[dict[str, Any]]  # parsed meta of each run, in the order given
+    variants: pd.DataFrame  # experiment, variant, stored_name, label, position, spec, overrides, warnings
+    units: pd.DataFrame  # experiment, variant, seed, probe, status, error, device, ...
+    rows: pd.DataFrame  # ok rows only; ``variant`` is the display name
+    baseline: str
+    order: list[str] = field(default_factory=list)  # display names in report order
+
+    @property
+    def seeds(self) -> list[int]:
+        return sorted({int(s) for s in self.rows["seed"].dropna()}) if len(self.rows) else []
+
+
+def _json(value: Any, default: Any) -> Any:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return default
+    if isinstance(value, (bytes, str)):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def parse_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """Meta as stored (strings, JSON strings) -> plain Python values."""
+    out = dict(meta)
+    for key in ("seeds", "data", "measure"):
+        if key in out:
+            out[key] = _json(out[key], None)
+    return out
+
+
+def _load(run: Any) -> Any:
+    if hasattr(run, "rows") and hasattr(run, "meta"):
+        return run
+    from ..store import load_run  # the runner engineer's store; imported late
+
+    return load_run(Path(run))
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested spec mapping -> ``{"norm.kind": "layer", ...}``; lists become JSON text."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, path + "."))
+        elif isinstance(value, (list, tuple)):
+            flat[path] = json.dumps(list(value))
+        else:
+            flat[path] = value
+    return flat
+
+
+def _variants_frame(run: Any, experiment: str) -> pd.DataFrame:
+    frame = run.variants.copy() if run.variants is not None else pd.DataFrame()
+    if "name" not in frame.columns:  # no variants table: fall back to the rows
+        names = list(dict.fromkeys(run.rows.get("variant", pd.Series(dtype=str))))
+        labels = dict(zip(run.rows.get("variant", []), run.rows.get("label", [])))
+        frame = pd.DataFrame({"name": names, "label": [labels.get(n, n) for n in names]})
+    if "position" in frame.columns:
+        frame = frame.sort_values("position", kind="stable")
+    out = pd.DataFrame({
+        "experiment": experiment,
+        "stored_name": frame["name"].astype(str).tolist(),
+        "label": [str(x) for x in frame.get("label", frame["name"])],
+        "spec": [_json(x, {}) for x in frame.get("spec_json", [None] * len(frame))],
+        "overrides": [_json(x, {}) for x in frame.get("overrides_json", [None] * len(frame))],
+        "warnings": [_json(x, []) for x in frame.get("warnings_json", [None] * len(frame))],
+    })
+    return out
+
+
+def _empty_rows() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in ROW_FIELDS})
+
+
+def gather(runs: Sequence[Any], baseline: str | None = None) -> ReportData:
+    """Load every run and give each variant a display name (``experiment/name`` on a clash)."""
+    if not runs:
+        raise ValueError("no runs given: pass at least one results store or its folder")
+    loaded = [_load(r) for r in runs]
+    metas = [parse_meta(r.meta) for r in loaded]
+    frames, unit_frames, row_frames = [], [], []
+    for i, (run, meta) in enumerate(zip(loaded, metas)):
+        experiment = str(meta.get("experiment") or f"run{i + 1}")
+        meta["experiment"] = experiment
+        frames.append(_variants_frame(run, experiment))
+        rows = run.rows.copy() if run.rows is not None and len(run.rows) else _empty_rows()
+        rows["experiment"] = experiment
+        row_frames.append(rows)
+        units = run.units.copy() if run.units is not None else pd.DataFrame()
+        if "current" in units.columns:  # units of an older version of the YAML stay out
+            units = units[units["current"].astype(bool)]
+        units["experiment"] = experiment
+        unit_frames.append(units)
+    variants = pd.concat(frames, ignore_index=True)
+    clash = variants["stored_name"].duplicated(keep=False)
+    variants["variant"] = [
+        f"{e}/{n}" if c else n
+        for e, n, c in zip(variants["experiment"], variants["stored_name"], clash)
+    ]
+    names = {(e, n): d for e, n, d in zip(variants["experiment"], variants["stored_name"],
+                                          variants["variant"])}
+
+    def rename(frame: pd.DataFrame, column: str) -> pd.DataFrame:
+        if column in frame.columns and len(frame):
+            frame["variant"] = [names.get((e, str(n)), f"{e}/{n}")
+                                for e, n in zip(frame["experiment"], frame[column])]
+        return frame
+
+    units = pd.concat([rename(u, "variant") for u in unit_frames], ignore_index=True)
+    rows = pd.concat([rename(r, "variant") for r in row_frames], ignore_index=True)
+    if "status" in rows.columns:
+        rows = rows[rows["status"].fillna("ok") == "ok"]
+    rows = rows[rows["metric"] != "error"].reset_index(drop=True)
+    rows["value"] = pd.to_numeric(rows["value"], errors="coerce")
+    order = list(variants["variant"])
+    chosen = _baseline(baseline, metas, variants, order)
+    return ReportData(runs=metas, variants=variants.reset_index(drop=True), units=units,
+                      rows=rows, baseline=chosen, order=order)
+
+
+def _baseline(given: str | None, metas: list[dict], variants: pd.DataFrame,
+              order: list[str]) -> str:
+    if given is not None:
+        if given in order:
+            return given
+        hits = variants.loc[variants["stored_name"] == given, "variant"].tolist()
+        if len(hits) == 1:
+            return hits[0]
+        raise ValueError(f"--baseline {given!r}: no such variant; choose one of: "
+                         + ", ".join(order))
+    stored = metas[0].get("baseline")
+    first = variants[variants["experiment"] == metas[0]["experiment"]]
+    hits = first.loc[first["stored_name"] == stored, "variant"].tolist()
+    return hits[0] if hits else order[0]
+
+
+def differing_axes(data: ReportData) -> list[str]:
+    """Dotted spec paths whose values are not the same for every variant."""
+    flats = [flatten(s) if isinstance(s, Mapping) else {} for s in data.variants["spec"]]
+    if not any(flats):
+        flats = [dict(o) if isinstance(o, Mapping) else {} for o in data.variants["overrides"]]
+    keys: list[str] = []
+    for flat in flats:
+        keys.extend(k for k in flat if k not in keys)
+    return [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flats}) > 1]

@@ -1,0 +1,233 @@
+"""Matplotlib figures (Agg backend) and their deterministic SVG text."""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from dataclasses import dataclass
+from itertools import cycle, islice
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from .frame import ReportData  # noqa: E402
+from .tables import PASS_NAMES, SLOT_ORDER  # noqa: E402
+
+RC = {"svg.hashsalt": "variantlab", "svg.fonttype": "none", "font.size": 9,
+      "axes.titlesize": 10, "figure.dpi": 100}
+LINESTYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+@dataclass
+class Plot:
+    """A figure, or the reason it was skipped."""
+
+    key: str
+    title: str
+    caption: str
+    figure: Figure | None = None
+    skipped: str = ""
+
+
+def styles(n: int) -> list[dict]:
+    """Distinct line styles for n variants: colour cycle, then dashes and markers beyond it."""
+    colors = plt.get_cmap("tab10" if n <= 10 else "tab20").colors
+    out = []
+    for i in range(n):
+        out.append({"color": colors[i % len(colors)],
+                    "linestyle": LINESTYLES[(i // len(colors)) % len(LINESTYLES)],
+                    "marker": MARKERS[i % len(MARKERS)] if n > 10 else "o"})
+    return out
+
+
+def _legend(fig: Figure, ax, n: int) -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    ncol = max(1, math.ceil(n / 14))
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), ncol=ncol,
+               fontsize=8 if n <= 10 else 7, frameon=False, title="variant")
+
+
+def _mean_by(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    return frame.groupby(by, sort=False)["value"].mean().reset_index()
+
+
+def _new(rows: int = 1, cols: int = 1, height: float = 3.6, width: float = 6.4):
+    with plt.rc_context(RC):
+        fig, axes = plt.subplots(rows, cols, figsize=(width, height), squeeze=False)
+    plt.close(fig)  # keep pyplot's registry empty; the figure object stays usable
+    return fig, list(axes.flat)
+
+
+def gradient_plot(data: ReportData) -> Plot:
+    title = "Gradient norm by layer"
+    caption = ("L2 norm of each layer's parameter gradients (mean over batches and seeds) at "
+               "initialisation, log scale: a line rising to the right means gradients grow "
+               "with depth.")
+    rows = data.rows
+    part = rows[(rows["probe"] == "gradients") & (rows["scope"] == "layer")
+                & (rows["metric"] == "grad_norm") & rows["layer"].notna()]
+    if not len(part):
+        return Plot("gradients", title, caption, skipped="no per-layer gradient rows (the "
+                    "gradients probe did not run)")
+    names = [n for n in ("all", "attention", "feedforward") if n in set(part["name"])]
+    names = names or sorted(set(part["name"]))[:3]
+    fig, axes = _new(1, len(names), width=3.4 * len(names) + 1)
+    st = dict(zip(data.order, styles(len(data.order))))
+    for ax, name in zip(axes, names):
+        mean = _mean_by(part[part["name"] == name], ["variant", "layer"])
+        for variant in data.order:
+            line = mean[mean["variant"] == variant].sort_values("layer")
+            if len(line):
+                ax.plot(line["layer"].astype(int), line["value"], label=variant,
+                        markersize=3, **st[variant])
+        ax.set_yscale("log")
+        ax.set_title(f"{title}: {'all slots' if name == 'all' else name}")
+        ax.set_xlabel("layer index")
+        ax.set_ylabel("gradient L2 norm (log scale)")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    _legend(fig, axes[0], len(data.order))
+    fig.suptitle(title)
+    return Plot("gradients", title, caption, fig)
+
+
+def residual_plot(data: ReportData) -> Plot:
+    title = "Residual-stream RMS by layer"
+    caption = ("Root mean square of the residual stream after each layer (mean over batches "
+               "and seeds): how the activations' scale grows with depth.")
+    rows = data.rows
+    part = rows[(rows["metric"] == "residual_rms") & rows["layer"].notna()]
+    if not len(part):
+        return Plot("residual", title, caption, skipped="no residual_rms rows")
+    fig, (ax,) = _new()
+    mean = _mean_by(part, ["variant", "layer"])
+    for variant, style in zip(data.order, styles(len(data.order))):
+        line = mean[mean["variant"] == variant].sort_values("layer")
+        if len(line):
+            ax.plot(line["layer"].astype(int), line["value"], label=variant, markersize=3,
+                    **style)
+    ax.set_title(title)
+    ax.set_xlabel("layer index")
+    ax.set_ylabel("residual RMS (activation units)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    _legend(fig, ax, len(data.order))
+    return Plot("residual", title, caption, fig)
+
+
+def timing_plot(data: ReportData) -> Plot:
+    title = "Time per pass"
+    caption = ("Median wall time per pass over repeats (mean over seeds); whiskers span the "
+               "interquartile range.")
+    rows = data.rows[data.rows["probe"] == "timing"]
+    passes = [p for p in PASS_NAMES if (rows["metric"] == f"{p}_median_s").any()]
+    if not passes:
+        return Plot("timing", title, caption, skipped="no timing rows (the timing probe did "
+                    "not run)")
+    variants = [v for v in data.order if v in set(rows["variant"])]
+    fig, axes = _new(1, len(passes), height=1.2 + 0.28 * len(variants),
+                     width=2.6 * len(passes) + 2.4)
+    colors = styles(len(variants))
+    for ax, key in zip(axes, passes):
+        med = _mean_by(rows[rows["metric"] == f"{key}_median_s"], ["variant"]).set_index("variant")
+        iqr = _mean_by(rows[rows["metric"] == f"{key}_iqr_s"], ["variant"]).set_index("variant")
+        vals = [med["value"].get(v, float("nan")) * 1e3 for v in variants]
+        errs = [iqr["value"].get(v, 0.0) * 1e3 / 2 for v in variants]
+        ax.barh(range(len(variants)), vals, xerr=errs, capsize=2,
+                color=[c["color"] for c in colors])
+        ax.set_yticks(range(len(variants)), variants if ax is axes[0] else [""] * len(variants))
+        ax.invert_yaxis()
+        ax.set_title(PASS_NAMES[key])
+        ax.set_xlabel("median time (ms)")
+        ax.set_ylabel("variant")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return Plot("timing", title, caption, fig)
+
+
+def loss_plot(data: ReportData) -> Plot:
+    title = "Training loss"
+    caption = "Training loss per step (mean over seeds) of the short AdamW run."
+    rows = data.rows
+    part = rows[(rows["probe"] == "training") & (rows["metric"] == "loss") & rows["step"].notna()]
+    if not len(part):
+        return Plot("training", title, caption, skipped="no training curves (the training "
+                    "probe did not run)")
+    fig, (ax,) = _new()
+    mean = _mean_by(part, ["variant", "step"])
+    for variant, style in zip(data.order, styles(len(data.order))):
+        line = mean[mean["variant"] == variant].sort_values("step")
+        if len(line):
+            style = dict(style, marker=None)
+            ax.plot(line["step"].astype(int), line["value"], label=variant, **style)
+    ax.set_title(title)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("loss (nats per token)" if _is_lm(data) else "loss")
+    _legend(fig, ax, len(data.order))
+    return Plot("training", title, caption, fig)
+
+
+def _is_lm(data: ReportData) -> bool:
+    families = {s.get("family") for s in data.variants["spec"] if isinstance(s, dict)}
+    return bool(families) and families <= {"gpt", "decoder", "encoder_decoder", "encoder"}
+
+
+def params_plot(data: ReportData) -> Plot:
+    title = "Parameters by slot"
+    caption = "Parameter count of each slot, stacked per variant (tied weights counted once)."
+    rows = data.rows
+    part = rows[(rows["probe"] == "params") & (rows["scope"] == "slot")]
+    if not len(part):
+        return Plot("params", title, caption, skipped="no per-slot parameter rows")
+    mean = _mean_by(part, ["variant", "name"])
+    variants = [v for v in data.order if v in set(mean["variant"])]
+    slots = sorted(set(mean["name"]), key=lambda s: (SLOT_ORDER.index(s) if s in SLOT_ORDER
+                                                     else 99, s))
+    fig, (ax,) = _new(height=1.4 + 0.28 * len(variants))
+    table = mean.pivot(index="variant", columns="name", values="value").reindex(variants)
+    left = [0.0] * len(variants)
+    colors = plt.get_cmap("tab10").colors
+    for slot, color in zip(slots, islice(cycle(colors), len(slots))):
+        vals = table[slot].fillna(0).tolist()
+        ax.barh(range(len(variants)), vals, left=left, label=slot, color=color)
+        left = [a + b for a, b in zip(left, vals)]
+    ax.set_yticks(range(len(variants)), variants)
+    ax.invert_yaxis()
+    ax.set_title(title)
+    ax.set_xlabel("parameters (count)")
+    ax.set_ylabel("variant")
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, title="slot",
+              fontsize=8)
+    return Plot("params", title, caption, fig)
+
+
+def build_plots(data: ReportData) -> list[Plot]:
+    """Every plot of a report, in order; absent data gives a skipped plot with its reason."""
+    with plt.rc_context(RC):
+        return [gradient_plot(data), residual_plot(data), timing_plot(data), loss_plot(data),
+                params_plot(data)]
+
+
+def to_svg(fig: Figure) -> str:
+    """Deterministic SVG text: fixed hash salt, no date in the metadata."""
+    buf = io.StringIO()
+    with plt.rc_context(RC):
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    return buf.getvalue()
+
+
+def inline_svg(svg: str, prefix: str) -> str:
+    """SVG for embedding in HTML: no prolog, metadata or namespace URLs; ids made unique."""
+    svg = svg[svg.index("<svg"):]
+    svg = re.sub(r"<metadata>.*?</metadata>", "", svg, flags=re.S)
+    svg = re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", svg)
+    svg = re.sub(r'\bid="([^"]+)"', lambda m: f'id="{prefix}-{m.group(1)}"', svg)
+    svg = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{prefix}-{m.group(1)})", svg)
+    svg = re.sub(r'href="#([^"]+)"', lambda m: f'href="#{prefix}-{m.group(1)}"', svg)
+    return svg

@@ -1,0 +1,117 @@
+"""Markdown and self-contained HTML from the report's tables, reading and plots."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from .frame import ReportData
+from .tables import Table
+
+TEMPLATES = Path(__file__).parent / "templates"
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|#~])")
+
+
+def md_escape(value: Any) -> str:
+    """Text safe in a Markdown table cell: HTML entities, escaped markup, one line."""
+    text = str(value)
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    return " ".join(text.split())
+
+
+def md_table(table: Table) -> str:
+    """A GitHub-flavoured Markdown table; every cell escaped."""
+    if not table.rows:
+        return ""
+    head = "| " + " | ".join(md_escape(c) for c in table.columns) + " |"
+    rule = "|" + "|".join("---" if i == 0 else "---:" if _numeric(table, i) else "---"
+                          for i in range(len(table.columns))) + "|"
+    body = ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in table.rows]
+    return "\n".join([head, rule, *body])
+
+
+def _numeric(table: Table, i: int) -> bool:
+    return all(re.match(r"^[-\d.,NaN—]", r[i] or "") for r in table.rows) and i > 0
+
+
+@dataclass
+class Header:
+    experiment: str
+    description: str
+    date: str
+    variantlab_version: str
+    torch_version: str
+    device: str
+    dtype: str
+    seeds: str
+
+
+def headers(data: ReportData) -> list[Header]:
+    """One header per run: what was measured, when, on what."""
+    out = []
+    for meta in data.runs:
+        rows = data.rows[data.rows["experiment"] == meta["experiment"]]
+        info = rows[rows["scope"] == "info"]
+
+        def text(metric: str) -> str:
+            vals = list(dict.fromkeys(info.loc[info["metric"] == metric, "name"].astype(str)))
+            return ", ".join(vals)
+
+        device = text("device")
+        units = data.units
+        if not device and "device" in units.columns:
+            mine = units[units["experiment"] == meta["experiment"]]
+            device = ", ".join(dict.fromkeys(str(d) for d in mine["device"].dropna()))
+        seeds = meta.get("seeds") or sorted({int(s) for s in rows["seed"].dropna()})
+        out.append(Header(
+            experiment=str(meta.get("experiment", "")),
+            description=str(meta.get("description") or ""),
+            date=str(meta.get("created") or "unknown"),
+            variantlab_version=str(meta.get("variantlab_version") or "unknown"),
+            torch_version=str(meta.get("torch_version") or text("torch_version") or "unknown"),
+            device=device or "unknown",
+            dtype=text("dtype") or _settings_dtype(meta) or "float32",
+            seeds=", ".join(str(s) for s in seeds) if isinstance(seeds, list) else str(seeds),
+        ))
+    return out
+
+
+def _settings_dtype(meta: dict) -> str:
+    measure = meta.get("measure") or {}
+    if isinstance(measure, dict):
+        for probe in ("timing", "training"):
+            settings = measure.get(probe) or {}
+            if isinstance(settings, dict) and settings.get("dtype"):
+                return str(settings["dtype"])
+    return ""
+
+
+def _env(autoescape: bool) -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
+                             autoescape=autoescape, undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    env.filters["md"] = md_escape
+    env.filters["md_table"] = md_table
+    return env
+
+
+def render_markdown(context: dict[str, Any]) -> str:
+    """report.md; plots are linked as SVG files beside it."""
+    return _env(False).get_template("report.md.j2").render(**context)
+
+
+def render_html(context: dict[str, Any], svgs: dict[str, str]) -> str:
+    """report.html: one file, inline CSS and SVG, no scripts, no external references."""
+    inline = {k: Markup(v) for k, v in svgs.items()}  # matplotlib escapes the text it writes
+    return _env(True).get_template("report.html.j2").render(**context, svgs=inline)
+
+
+def title_of(data: ReportData) -> str:
+    names = list(dict.fromkeys(m["experiment"] for m in data.runs))
+    return "variantlab report: " + " + ".join(names)

@@ -1,0 +1,245 @@
+"""Summary tables: per-seed metrics, aggregated over seeds, with ratios to the baseline."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .frame import ReportData, differing_axes, flatten
+
+PASS_NAMES = {"forward": "forward", "backward": "forward+backward", "step": "train step"}
+SLOT_ORDER = ("embedding", "positional", "attention", "feedforward", "norm", "residual",
+              "activation", "head")
+SUMMARY_COLUMNS = ("variant", "section", "metric", "label", "unit", "mean", "spread", "min",
+                   "max", "n", "nan", "iqr", "baseline_mean", "ratio")
+
+
+@dataclass
+class Table:
+    """A rendered table: header and string cells, ready for Markdown or HTML."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    note: str = ""
+
+
+def _select(rows: pd.DataFrame, probe: str, metric: str, scope: str = "model") -> pd.DataFrame:
+    return rows[(rows["probe"] == probe) & (rows["metric"] == metric) & (rows["scope"] == scope)]
+
+
+def seed_metrics(data: ReportData) -> pd.DataFrame:
+    """One value per (variant, seed, metric): the numbers the summary aggregates."""
+    rows = data.rows
+    out: list[pd.DataFrame] = []
+
+    def add(frame: pd.DataFrame, section: str, metric: str, label: str, unit: str,
+            scale: float = 1.0, iqr: pd.DataFrame | None = None) -> None:
+        if not len(frame):
+            return
+        part = frame[["variant", "seed", "value"]].copy()
+        part["value"] = part["value"] * scale
+        part["iqr"] = np.nan
+        if iqr is not None and len(iqr):
+            spread = iqr.set_index(["variant", "seed"])["value"] * scale
+            part["iqr"] = [spread.get((v, s), np.nan) for v, s in zip(part["variant"], part["seed"])]
+        part[["section", "metric", "label", "unit"]] = [section, metric, label, unit]
+        out.append(part)
+
+    for metric, label in (("total", "total"), ("trainable", "trainable"),
+                          ("non_embedding", "non-embedding")):
+        add(_select(rows, "params", metric), "params", metric, label, "count")
+    slots = rows[(rows["probe"] == "params") & (rows["scope"] == "slot")]
+    present = list(dict.fromkeys(slots["name"]))
+    for slot in sorted(present, key=lambda s: (SLOT_ORDER.index(s) if s in SLOT_ORDER else 99, s)):
+        add(slots[slots["name"] == slot], "params", f"params.{slot}", slot, "count")
+    for key, label in PASS_NAMES.items():
+        add(_select(rows, "timing", f"{key}_median_s"), "timing", f"{key}_median_s",
+            f"{label} median", "ms", 1e3, iqr=_select(rows, "timing", f"{key}_iqr_s"))
+        add(_select(rows, "timing", f"{key}_tokens_per_s"), "timing", f"{key}_tokens_per_s",
+            f"{label} throughput", "tokens/s")
+        add(_select(rows, "timing", f"{key}_mfu"), "timing", f"{key}_mfu", f"{label} MFU", "%", 100)
+    add(_select(rows, "timing", "peak_memory_bytes"), "timing", "peak_memory_bytes",
+        "peak memory", "MiB", 1 / 2**20)
+    for metric, label in (("final_loss", "final loss"), ("best_loss", "best loss"),
+                          ("diverged", "diverged")):
+        add(_select(rows, "training", metric), "training", metric, label, "")
+    add(_select(rows, "gradients", "loss"), "gradients", "loss", "loss at init", "")
+    ratios = depth_ratios(rows)
+    for name in sorted(set(ratios["name"]), key=lambda n: (n != "all", n)):
+        label = "last/first layer grad norm" + ("" if name == "all" else f" ({name})")
+        add(ratios[ratios["name"] == name], "gradients", f"grad_norm_ratio.{name}", label, "x")
+    if not out:
+        return pd.DataFrame(columns=["variant", "seed", "value", "iqr", "section", "metric",
+                                     "label", "unit"])
+    return pd.concat(out, ignore_index=True)
+
+
+def depth_ratios(rows: pd.DataFrame, metric: str = "grad_norm") -> pd.DataFrame:
+    """Per (variant, seed, slot name): last-layer over first-layer value of a layer metric."""
+    layer = rows[(rows["probe"] == "gradients") & (rows["scope"] == "layer")
+                 & (rows["metric"] == metric) & rows["layer"].notna()]
+    records = []
+    for (variant, seed, name), group in layer.groupby(["variant", "seed", "name"], sort=False):
+        group = group.sort_values("layer")
+        first, last = group["value"].iloc[0], group["value"].iloc[-1]
+        if len(group) > 1 and first > 0:
+            records.append({"variant": variant, "seed": seed, "name": name, "value": last / first,
+                            "first_layer": int(group["layer"].iloc[0]),
+                            "last_layer": int(group["layer"].iloc[-1])})
+    cols = ["variant", "seed", "name", "value", "first_layer", "last_layer"]
+    return pd.DataFrame(records, columns=cols)
+
+
+def summarize(data: ReportData) -> pd.DataFrame:
+    """Mean, spread (sample std), min, max and n over seeds; ratio of means to the baseline."""
+    per_seed = seed_metrics(data)
+    if not len(per_seed):
+        return pd.DataFrame(columns=list(SUMMARY_COLUMNS))
+    keys = ["variant", "section", "metric", "label", "unit"]
+    grouped = per_seed.groupby(keys, sort=False)
+    summary = grouped["value"].agg(mean="mean", spread="std", min="min", max="max",
+                                   n="count").reset_index()
+    summary["iqr"] = grouped["iqr"].mean().to_numpy()
+    summary["nan"] = grouped["value"].agg(lambda v: int(v.isna().sum())).to_numpy()
+    base = summary[summary["variant"] == data.baseline].set_index("metric")["mean"]
+    summary["baseline_mean"] = summary["metric"].map(base)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        summary["ratio"] = summary["mean"] / summary["baseline_mean"]
+    summary.loc[summary["metric"] == "diverged", "ratio"] = np.nan
+    rank = {v: i for i, v in enumerate(data.order)}
+    summary["_rank"] = summary["variant"].map(rank)
+    summary = summary.sort_values(["_rank"], kind="stable").drop(columns="_rank")
+    return summary[list(SUMMARY_COLUMNS)].reset_index(drop=True)
+
+
+# -- formatting ----------------------------------------------------------------------------
+def fmt(value: float, unit: str = "") -> str:
+    """Four significant digits; counts with thousands separators; NaN as 'NaN'."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "NaN"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if unit == "count" or abs(value) >= 1e3:
+        return f"{value:,.0f}"
+    if value == 0:
+        return "0"
+    if abs(value) < 1e-3:
+        return f"{value:.3e}"
+    return f"{value:.4g}"
+
+
+def cell(rec: pd.Series) -> str:
+    """``mean ± spread (×ratio)``; timing shows its IQR, a single seed shows no spread."""
+    text = fmt(rec["mean"], rec["unit"])
+    if rec["metric"] == "diverged":
+        return f"{int(rec['mean'] * rec['n'] + 0.5)}/{rec['n']}" if rec["n"] else "NaN"
+    if rec["section"] == "timing" and not math.isnan(rec["iqr"]):
+        text += f" ± {fmt(rec['iqr'])} IQR"
+    elif rec["n"] > 1 and not math.isnan(rec["spread"]) and rec["spread"] > 0:
+        text += f" ± {fmt(rec['spread'])}"
+    if not math.isnan(rec["ratio"]):
+        r = rec["ratio"]
+        text += f" (×{r:.3f})" if r != 1 and abs(r - 1) < 0.01 else f" (×{r:.2f})"
+    if rec["nan"]:
+        text += f" [{int(rec['nan'])} NaN]"
+    return text
+
+
+SECTIONS = (
+    ("params", "Parameters", "count; per-slot columns are the parameters in each slot"),
+    ("timing", "Timing", "median per pass over repeats ± its interquartile range"),
+    ("training", "Training", "final and best training loss, mean ± std over seeds"),
+    ("gradients", "Gradients", "loss at initialisation and the last/first-layer gradient-norm "
+     "ratio, mean ± std over seeds"),
+)
+
+
+def section_tables(data: ReportData, summary: pd.DataFrame) -> list[Table]:
+    """One table per probe section: variants down, metrics across, ratio to the baseline."""
+    tables = []
+    for section, title, note in SECTIONS:
+        part = summary[summary["section"] == section]
+        if not len(part):
+            continue
+        metrics = list(dict.fromkeys(zip(part["metric"], part["label"], part["unit"])))
+        columns = ["variant", "n"] + [f"{label} ({unit})" if unit not in ("", "x", "count")
+                                      else label
+                                      for _, label, unit in metrics]
+        body = []
+        for variant in data.order:
+            mine = part[part["variant"] == variant].set_index("metric", drop=False)
+            if not len(mine):
+                continue
+            cells = [variant, str(int(mine["n"].max()))]
+            cells += [cell(mine.loc[m]) if m in mine.index else "—" for m, _, _ in metrics]
+            body.append(cells)
+        tables.append(Table(title, columns, body,
+                            f"{note}; (×r) is the ratio to the baseline {data.baseline}."))
+    return tables
+
+
+def variant_table(data: ReportData) -> Table:
+    """The variants with only the axes that differ between them."""
+    axes = differing_axes(data)
+    multi = data.variants["experiment"].nunique() > 1
+    columns = ["variant"] + (["experiment"] if multi else []) + axes
+    body = []
+    for _, rec in data.variants.iterrows():
+        flat = flatten(rec["spec"]) if isinstance(rec["spec"], dict) and rec["spec"] else \
+            dict(rec["overrides"] or {})
+        name = rec["variant"] + (" (baseline)" if rec["variant"] == data.baseline else "")
+        cells = [name] + ([rec["experiment"]] if multi else [])
+        cells += [_text(flat.get(axis, "")) for axis in axes]
+        body.append(cells)
+    note = "" if axes else "All variants share one model spec."
+    return Table("Variants", columns, body, note)
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return fmt(value)
+    return "" if value is None else str(value)
+
+
+def warning_table(data: ReportData, summary: pd.DataFrame) -> Table:
+    """Variant warnings, diverged training runs and NaN values."""
+    body: list[list[str]] = []
+    for _, rec in data.variants.iterrows():
+        for text in rec["warnings"] or []:
+            body.append([rec["variant"], "spec", str(text)])
+    div = data.rows[(data.rows["probe"] == "training") & (data.rows["metric"] == "diverged")
+                    & (data.rows["value"] > 0)]
+    for _, rec in div.iterrows():
+        body.append([rec["variant"], "training", f"seed {int(rec['seed'])}: training diverged"])
+    nan = data.rows[data.rows["value"].isna() & (data.rows["scope"] != "info")]
+    for (variant, seed, probe), group in nan.groupby(["variant", "seed", "probe"], sort=False):
+        metrics = ", ".join(dict.fromkeys(group["metric"]))
+        body.append([variant, probe, f"seed {int(seed)}: NaN in {metrics}"])
+    rank = {v: i for i, v in enumerate(data.order)}
+    body.sort(key=lambda r: rank.get(r[0], len(rank)))
+    return Table("Warnings", ["variant", "source", "warning"], body)
+
+
+def failure_table(data: ReportData) -> Table:
+    """Units that failed, with their error messages."""
+    units = data.units
+    body = []
+    if "status" in units.columns and len(units):
+        failed = units[units["status"] == "failed"]
+        for _, rec in failed.iterrows():
+            seed = rec.get("seed")
+            body.append([str(rec.get("variant", "")), str(rec.get("probe", "")),
+                         "" if seed is None or pd.isna(seed) else str(int(seed)),
+                         str(rec.get("error", "") or "")])
+    return Table("Failed units", ["variant", "probe", "seed", "error"], body)
+
+
+def summary_csv(summary: pd.DataFrame) -> str:
+    """The long summary as CSV text (one line per variant and metric)."""
+    return summary.to_csv(index=False, float_format="%.6g", lineterminator="\n")
