@@ -1,0 +1,2 @@
+"""A plugin that fails while being imported."""
+raise RuntimeError("raises_on_import: this plugin is broken on purpose")
