@@ -1,0 +1,432 @@
+"""Experiments: read the YAML, expand the grid and named variants, validate everything.
+
+Nothing is computed here. Every problem in the file, in every variant, is collected and
+raised as one :class:`InputError` whose messages read ``FILE:LINE:COL: key.path: message``.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import PluginLoadError, SpecError, format_loc, pydantic_issues
+from .registry import SLOTS, Registry, build_registry
+from .settings import DataSpec, MeasureSpec, ParamsSettings, SyntheticData
+from .specs import DEFAULT_COMPONENTS, ModelSpec, parse_model_spec
+from .yamlio import YamlDoc, YamlError, load_yaml
+
+SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+class InputError(Exception):
+    """Bad input (exit code 2 in the CLI); each message is ``FILE:LINE:COL: key.path: ...``."""
+
+    def __init__(self, messages: Sequence[str]):
+        self.messages = list(dict.fromkeys(messages))
+        super().__init__("\n".join(self.messages))
+
+
+class NamedVariant(BaseModel):
+    """``{name: ..., set: {dotted.path: value}}``: overrides applied to the base model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(min_length=1)
+    set: dict[str, Any] = Field(default_factory=dict)
+
+
+class ExperimentSpec(BaseModel):
+    """The experiment file's top level."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    description: str = ""
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    model: dict[str, Any]
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    variants: list[NamedVariant] = Field(default_factory=list)
+    baseline: str | None = None
+    plugins: list[str] = Field(default_factory=list)
+    data: DataSpec = Field(default_factory=SyntheticData)
+    measure: MeasureSpec = Field(default_factory=lambda: MeasureSpec(params=ParamsSettings()))
+
+    @field_validator("name")
+    @classmethod
+    def _folder_safe(cls, name: str) -> str:
+        import re
+
+        if not re.match(SAFE_NAME, name) or name in (".", ".."):
+            raise ValueError(
+                f"{name!r} cannot name a results folder; use letters, digits, '.', '_' and '-' "
+                "(e.g. 'pre-vs-post-norm')"
+            )
+        return name
+
+    @field_validator("grid")
+    @classmethod
+    def _grid_lists_not_empty(cls, grid: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        empty = [k for k, v in grid.items() if not v]
+        if empty:
+            raise ValueError(f"grid axis {empty[0]!r} has no values; give at least one")
+        return grid
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One fully validated model of the experiment."""
+
+    name: str
+    label: str
+    overrides: dict[str, Any]
+    spec: ModelSpec
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Experiment:
+    spec: ExperimentSpec
+    path: Path | None
+    base_dir: Path
+    source_text: str
+    registry: Registry
+    variants: list[Variant]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def description(self) -> str:
+        return self.spec.description
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(self.spec.seeds)
+
+    @property
+    def measure(self) -> MeasureSpec:
+        return self.spec.measure
+
+    @property
+    def data(self) -> Any:
+        return self.spec.data
+
+    @property
+    def baseline(self) -> str:
+        return self.spec.baseline or self.variants[0].name
+
+    def variant(self, name: str) -> Variant:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise KeyError(name)
+
+
+# -- dotted paths -----------------------------------------------------------------------
+def component_of(model: Mapping[str, Any], slot: str) -> dict[str, Any]:
+    """The slot's component as a mapping, with the default when the model omits it."""
+    value = model.get(slot, DEFAULT_COMPONENTS[slot])
+    return {"kind": value} if isinstance(value, str) else dict(value) if isinstance(value, Mapping) else {}
+
+
+def valid_paths(model: Mapping[str, Any], registry: Registry) -> list[str] | None:
+    """Every dotted path an override may name for this model (None: unknown family)."""
+    try:
+        fam = registry.get("model", model.get("family", "gpt"))
+    except SpecError:
+        return None
+    paths = []
+    for name in fam.spec_cls.model_fields:
+        paths.append(name)
+        if name in SLOTS:
+            kind = component_of(model, name).get("kind")
+            try:
+                fields = registry.get(name, kind).spec_cls.model_fields
+            except SpecError:
+                fields = {"kind": None}
+            paths += [f"{name}.{f}" for f in fields]
+    return paths
+
+
+def apply_overrides(
+    base: Mapping[str, Any], overrides: Mapping[str, Any], registry: Registry
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The model mapping of a variant, and a message for each path that names no field.
+
+    Setting ``slot.kind`` to a new kind replaces the component with ``{kind: NEW}`` plus the
+    variant's other ``slot.*`` overrides (the old kind's parameters do not carry over).
+    """
+    model = copy.deepcopy(dict(base))
+    for path, value in overrides.items():  # whole-field overrides first: family, sizes
+        if "." not in path:
+            model[path] = copy.deepcopy(value)
+    for slot in SLOTS:
+        sub = {p.split(".", 1)[1]: v for p, v in overrides.items() if p.startswith(slot + ".")}
+        if not sub:
+            continue
+        comp = component_of(model, slot)
+        if "kind" in sub and sub["kind"] != comp.get("kind"):
+            comp = {"kind": sub["kind"]}
+        comp.update(copy.deepcopy(sub))
+        model[slot] = comp
+    bad: dict[str, str] = {}
+    paths = valid_paths(model, registry)
+    if paths is not None:
+        for path in overrides:
+            if path not in paths:
+                close = difflib.get_close_matches(path, paths, n=1, cutoff=0.6)
+                hint = f"did you mean {close[0]!r}?" if close else "check the spelling."
+                head = path.split(".", 1)[0]
+                if head in SLOTS and path.count(".") == 1:
+                    kind = component_of(model, head).get("kind")
+                    fields = [p for p in paths if p.startswith(head + ".")]
+                    hint += f" {head} {kind!r} has: {', '.join(fields)}"
+                bad[path] = f"{path!r} names no field of the model; {hint}"
+    return model, bad
+
+
+def lookup(model: Mapping[str, Any], path: str) -> Any:
+    node: Any = model
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def show(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+# -- loading ----------------------------------------------------------------------------
+class _Collector:
+    """Messages gathered from every part of the file before one InputError is raised."""
+
+    def __init__(self, doc: YamlDoc):
+        self.doc, self.messages = doc, []
+
+    def add(self, loc: Sequence[object], message: str, at: str = "auto") -> None:
+        self.messages.append(self.doc.message(tuple(loc), message, at))
+
+    def add_pydantic(self, exc: ValidationError, prefix: Sequence[object], known: Sequence[str]) -> None:
+        for issue in pydantic_issues(exc, prefix, known):
+            at = "key" if issue.message.startswith("unknown key") else "auto"
+            self.add(self.doc.clean(issue.loc), issue.message, at)
+
+
+def _parse_spec(doc: YamlDoc, out: _Collector) -> ExperimentSpec | None:
+    data = doc.data
+    if not isinstance(data, Mapping):
+        got = "an empty file" if data is None else f"a {type(data).__name__}"
+        out.add((), f"expected a mapping with at least 'name' and 'model', got {got}")
+        return None
+    known = list(ExperimentSpec.model_fields)
+    try:
+        return ExperimentSpec.model_validate(data)
+    except ValidationError as exc:
+        out.add_pydantic(exc, (), known)
+        bad = {e["loc"][0] for e in exc.errors() if e["loc"]}
+    # go on with what is valid, so that variant errors are reported in the same pass
+    lenient = {k: v for k, v in data.items() if k not in bad and k in known}
+    if "model" not in lenient:
+        return None
+    lenient.setdefault("name", "unnamed")
+    try:
+        return ExperimentSpec.model_validate(lenient)
+    except ValidationError:
+        return None
+
+
+def _registry(spec: ExperimentSpec, base_dir: Path, extra: Sequence[str], out: _Collector) -> Registry | None:
+    registry = build_registry(base_dir=base_dir)
+    ok = True
+    wanted = [(("plugins", i), p, base_dir) for i, p in enumerate(spec.plugins)]
+    wanted += [(None, p, Path.cwd()) for p in extra]
+    for loc, target, where in wanted:
+        try:
+            registry.load_guarded(target, "module", lambda t=target, w=where: registry.load(t, "module", w), True)
+        except PluginLoadError as exc:
+            ok = False
+            cause = exc.__cause__ or exc
+            msg = f"plugin {target!r} could not be loaded: {type(cause).__name__}: {cause}"
+            if loc is None:
+                out.messages.append(f"--plugin {target}: {msg}")
+            else:
+                out.add(loc, msg + "; check the module name or file path (relative to the experiment file)")
+    return registry if ok else None
+
+
+def _expansions(spec: ExperimentSpec) -> list[tuple[int | None, dict[str, Any], dict[str, tuple]]]:
+    """(index in ``variants:`` or None for grid combos, overrides, path -> YAML key path of
+    its value), in variant order: grid combos (or the base alone), then named variants."""
+    out: list[tuple[int | None, dict[str, Any], dict[str, tuple]]] = []
+    axes = list(spec.grid.items())
+    for combo in itertools.product(*(range(len(vals)) for _, vals in axes)):
+        overrides = {path: vals[i] for (path, vals), i in zip(axes, combo)}
+        where = {path: ("grid", path, i) for (path, _), i in zip(axes, combo)}
+        out.append((None, overrides, where))
+    for n, named in enumerate(spec.variants):
+        out.append((n, dict(named.set), {p: ("variants", n, "set", p) for p in named.set}))
+    return out
+
+
+def _variants(
+    spec: ExperimentSpec, registry: Registry, out: _Collector, root: tuple
+) -> tuple[list[Variant], dict[str, int]]:
+    base = spec.model
+    try:
+        base_data = parse_model_spec(base, registry).to_data()
+    except SpecError:
+        base_data = {**base, **{slot: component_of(base, slot) for slot in SLOTS}}
+    variants: list[Variant] = []
+    seen: dict[str, int] = {}  # name -> context_length
+    model_issues: dict[tuple, list[str]] = {}  # (loc, message) -> variants where it arises
+    for named, overrides, where in _expansions(spec):
+        model, bad = apply_overrides(base, overrides, registry)
+        for path, msg in bad.items():
+            out.add(where[path][:-1] if named is None else where[path], msg, at="key")
+        if bad:  # validate the rest of the variant all the same
+            good = {p: v for p, v in overrides.items() if p not in bad}
+            model, _ = apply_overrides(base, good, registry)
+        differing = [f"{p}={show(v)}" for p, v in overrides.items() if lookup(base_data, p) != v]
+        label = ",".join(differing) or "base"
+        name = label if named is None else spec.variants[named].name
+        if name in seen:
+            loc = ("variants", named, "name") if named is not None else next(iter(where.values()))
+            out.add(loc, f"variant name {name!r} is used twice; names must be unique"
+                    + ("" if named is not None else " (repeated grid value?)"))
+        ctx = model.get("context_length")
+        seen[name] = ctx if isinstance(ctx, int) else ModelSpec.model_fields["context_length"].default
+        try:
+            model_spec = parse_model_spec(model, registry)
+        except SpecError as exc:
+            for issue in exc.issues:
+                src = _source(issue.loc, where)
+                if src is not None:
+                    out.add(src, issue.message)
+                else:
+                    names = model_issues.setdefault((issue.loc, issue.message), [])
+                    names += [] if name in names else [name]
+            continue
+        if bad:
+            continue
+        variants.append(Variant(name, label if named is None else name, dict(overrides),
+                                model_spec, model_spec.warnings()))
+    for (loc, msg), names in model_issues.items():
+        if len(names) < len(seen):  # the base is fine; some variants' overrides break it
+            msg += f" (in variant{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))})"
+        out.add(root + loc, msg)
+    return variants, seen
+
+
+def _source(loc: tuple, where: Mapping[str, tuple]) -> tuple | None:
+    """The YAML key path of the override that an issue at model ``loc`` comes from."""
+    for path, yaml_loc in where.items():
+        parts = tuple(path.split("."))
+        if loc[: len(parts)] == parts:
+            return yaml_loc
+    for path, yaml_loc in where.items():
+        parts = tuple(path.split("."))
+        if loc and parts[: len(loc)] == loc:
+            return yaml_loc
+    return None
+
+
+def _cross_checks(
+    spec: ExperimentSpec, contexts: dict[str, int], doc: YamlDoc, out: _Collector
+) -> None:
+    """seq_len of every probe against every variant's context_length; the baseline."""
+    for probe, settings in spec.measure.probes().items():
+        seq_len = getattr(settings, "seq_len", None)
+        if seq_len is None:
+            continue
+        short = {n: c for n, c in contexts.items() if seq_len > c}
+        if short:
+            ctx = min(short.values())
+            names = ("every variant" if len(short) == len(contexts) > 1 else
+                     "variant(s) " + ", ".join(map(repr, short)))
+            given = doc.get(("measure", probe, "seq_len")) is not None
+            what = "seq_len" if given else f"seq_len (default {seq_len})"
+            out.add(("measure", probe, "seq_len"),
+                    f"{what} is above context_length={ctx} of {names}; "
+                    f"use seq_len <= {ctx} or raise context_length")
+    names = list(contexts)
+    if spec.baseline is not None and names and spec.baseline not in names:
+        close = difflib.get_close_matches(spec.baseline, names, n=1, cutoff=0.5)
+        hint = f"did you mean {close[0]!r}?" if close else "choose one of the variants."
+        out.add(("baseline",), f"{spec.baseline!r} names no variant; {hint} Variants: {', '.join(names)}")
+
+
+def experiment_from_text(
+    text: str, path: str | Path = "<string>", *, base_dir: str | Path | None = None,
+    extra_plugins: Sequence[str] = (),
+) -> Experiment:
+    """Parse, expand and validate an experiment; raises :class:`InputError` listing all problems."""
+    real = None if str(path).startswith("<") else Path(path)
+    base = Path(base_dir) if base_dir is not None else (real.parent if real else Path.cwd())
+    try:
+        doc = load_yaml(text, str(path))
+    except YamlError as exc:
+        raise InputError(exc.messages) from None
+    out = _Collector(doc)
+    spec = _parse_spec(doc, out)
+    if spec is None:
+        raise InputError(out.messages)
+    registry = _registry(spec, base, extra_plugins, out)
+    variants, contexts = _variants(spec, registry, out, ("model",)) if registry else ([], {})
+    _cross_checks(spec, contexts, doc, out)
+    if out.messages:
+        raise InputError(out.messages)
+    return Experiment(spec, real, base, text, registry, variants)
+
+
+def _read(path: str | Path) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError([f"{path}: no such file; check the path"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError([f"{path}: cannot read it: {exc}"]) from None
+
+
+def load_experiment(path: str | Path, *, extra_plugins: Sequence[str] = ()) -> Experiment:
+    """Load ``path`` (an experiment YAML); raises :class:`InputError`."""
+    return experiment_from_text(_read(path), path, extra_plugins=extra_plugins)
+
+
+def load_model_file(path: str | Path, *, extra_plugins: Sequence[str] = ()) -> list[Variant]:
+    """Variants of an experiment YAML, or the single model of a bare model mapping
+    (optionally with a ``plugins:`` list), for ``variantlab describe``."""
+    text = _read(path)
+    try:
+        doc = load_yaml(text, str(path))
+    except YamlError as exc:
+        raise InputError(exc.messages) from None
+    if isinstance(doc.data, Mapping) and isinstance(doc.data.get("model"), Mapping):
+        return experiment_from_text(text, path, extra_plugins=extra_plugins).variants
+    out = _Collector(doc)
+    if not isinstance(doc.data, Mapping):
+        out.add((), "expected a model mapping (family, emb_dim, ...) or an experiment")
+        raise InputError(out.messages)
+    model = dict(doc.data)
+    plugins = model.pop("plugins", [])
+    if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
+        out.add(("plugins",), "expected a list of plugin module names or .py files")
+        raise InputError(out.messages)
+    shell = ExperimentSpec(name="model", model=model, plugins=plugins)
+    registry = _registry(shell, Path(path).parent, extra_plugins, out)
+    variants = _variants(shell, registry, out, ())[0] if registry is not None else []
+    if out.messages:
+        raise InputError(out.messages)
+    return variants
