@@ -237,7 +237,8 @@ def validate(experiment: str, plugins: Sequence[str]) -> None:
 
     stdout, _ = consoles()
     exp = load_experiment(experiment, extra_plugins=plugins)
-    table = Table(title=f"{exp.name}: {len(exp.variants)} variant(s)", title_justify="left")
+    stdout.print(f"{escape(exp.name)}: {len(exp.variants)} variant(s)")
+    table = Table()
     for col in ("#", "variant", "label", "family", "warnings"):
         table.add_column(col, overflow="fold")
     for i, v in enumerate(exp.variants):
@@ -320,7 +321,7 @@ def _param_rows(spec: Any, model: Any, registry: Any) -> list[dict]:
 
 
 def _param_table(rows: Sequence[dict]) -> Table:
-    table = Table(title="parameters", title_justify="left")
+    table = Table()
     for col in ("scope", "what", "count"):
         table.add_column(col, justify="right" if col == "count" else "left")
     for r in rows:
@@ -335,26 +336,26 @@ def _param_table(rows: Sequence[dict]) -> Table:
 
 
 def _variants_and_registry(path: str, plugins: Sequence[str]) -> tuple[list[Any], Any]:
-    """An experiment's variants with its registry, or a bare model mapping's one variant."""
+    """An experiment's variants with its registry, or a bare model mapping's one variant
+    with a registry holding the model's own ``plugins:`` and the ``--plugin`` ones."""
+    import yaml
+
     from .experiment import load_experiment, load_model_file
     from .registry import build_registry
 
-    if _looks_like_experiment(Path(path)):
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        data = None  # the loaders below report it with file:line:col
+    if isinstance(data, dict) and "model" in data:
         exp = load_experiment(path, extra_plugins=plugins)
         return list(exp.variants), exp.registry
     variants = load_model_file(path, extra_plugins=plugins)
-    registry = build_registry(extra=plugins, base_dir=Path(path).resolve().parent)
+    own = data.get("plugins", []) if isinstance(data, dict) else []
+    registry = build_registry(extra=own, base_dir=Path(path).resolve().parent)
+    for target in plugins:
+        registry.load(target, "module", Path.cwd())
     return list(variants), registry
-
-
-def _looks_like_experiment(path: Path) -> bool:
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        return False  # let the loader report it with file:line:col
-    return isinstance(data, dict) and "model" in data
 
 
 # -- report ------------------------------------------------------------------------------
@@ -404,7 +405,7 @@ def plugins_cmd(slot: str | None, as_json: bool, plugins: Sequence[str]) -> None
         click.echo(json.dumps({"components": rows, "failures": failures}, indent=2,
                               default=str))
         return
-    table = Table(title="components", title_justify="left")
+    table = Table()
     for col in ("slot", "kind", "params", "plugin"):
         table.add_column(col, overflow="fold")
     for r in rows:

@@ -1,0 +1,236 @@
+"""The variantlab command end to end: exit codes, messages, resume, SIGKILL, examples."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from variantlab.cli import main
+
+pytest.importorskip("variantlab.experiment")
+try:
+    from variantlab.probes import run_probe  # noqa: F401
+except ImportError:
+    needs_probes = pytest.mark.skip(reason="variantlab.probes.run_probe not written yet")
+else:
+    needs_probes = pytest.mark.usefixtures()
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = ROOT / "experiments"
+VARIANTLAB = [sys.executable, "-m", "variantlab.cli"]
+
+TINY_MODEL = ("{family: gpt, vocab_size: 64, context_length: 32, emb_dim: 32, n_heads: 4, "
+              "n_layers: 2, drop_rate: 0.0}")
+
+BROKEN_PLUGIN = '''
+from typing import Literal
+
+import torch
+from torch import nn
+
+import variantlab
+
+
+class BrokenSpec(variantlab.ComponentSpec):
+    kind: Literal["broken"] = "broken"
+
+
+class Broken(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        raise RuntimeError("broken norm: forward is not implemented")
+
+
+@variantlab.hookimpl
+def register_norms(register):
+    register("broken", BrokenSpec, lambda spec, dim: Broken(dim))
+'''
+
+
+def write_exp(tmp_path: Path, name="clitest", seeds="[0, 1]", grid=None, extra="",
+              gradients="{batch_size: 2, seq_len: 16, batches: 1}") -> Path:
+    grid = grid or "  norm.kind: [layer, rms]\n  residual.kind: [pre_norm, post_norm]\n"
+    text = (f"name: {name}\nseeds: {seeds}\nmodel: {TINY_MODEL}\ngrid:\n{grid}{extra}"
+            f"measure:\n  params: {{}}\n  gradients: {gradients}\n")
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def invoke(*args: str):
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def sorted_rows(run_dir: Path) -> pd.DataFrame:
+    df = pd.read_sql_query(
+        "SELECT r.*, u.variant, u.seed FROM rows r JOIN units u ON u.key = r.unit_key",
+        sqlite3.connect(run_dir / "results.sqlite"))
+    cols = ["variant", "seed", "probe", "metric", "scope", "name", "layer", "step"]
+    return df.sort_values(cols, na_position="first").reset_index(drop=True)
+
+
+# -- validate ----------------------------------------------------------------------------
+def test_validate_prints_variant_table(tmp_path):
+    result = invoke("validate", write_exp(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "clitest: 4 variant(s)" in result.output
+    assert "norm.kind=rms,residual.kind=post_norm" in result.output.replace(" ", "") or \
+        "residual.kind=post_norm,norm.kind=rms" in result.output.replace(" ", "")
+    assert "units: 16" in result.output
+
+
+def test_validate_bad_input_exit_2_with_location(tmp_path):
+    path = write_exp(tmp_path, grid="  norm.kind: [layer, rmss]\n")
+    result = invoke("validate", path)
+    assert result.exit_code == 2
+    assert f"{path}:" in result.output and "did you mean 'rms'" in result.output
+    assert "Traceback" not in result.output
+    line = next(x for x in result.output.splitlines() if "rmss" in x)
+    file, lineno, col = line.split(":")[:3]
+    assert file == str(path) and lineno.isdigit() and col.isdigit()
+
+
+def test_missing_file_and_bad_plugin_exit_2(tmp_path):
+    result = invoke("validate", tmp_path / "nope.yaml")
+    assert result.exit_code == 2 and "nope.yaml" in result.output
+    result = invoke("validate", write_exp(tmp_path), "--plugin", tmp_path / "absent.py")
+    assert result.exit_code == 2 and "absent.py" in result.output
+    assert "Traceback" not in result.output
+
+
+# -- run ---------------------------------------------------------------------------------
+@needs_probes
+def test_run_then_rerun_computes_nothing(tmp_path):
+    exp = write_exp(tmp_path, seeds="[0]")
+    out = tmp_path / "runs"
+    result = invoke("run", exp, "--out", out, "--no-report")
+    assert result.exit_code == 0, result.output
+    assert "8 unit(s): 8 computed, 0 stored already, 0 failed" in result.output
+    rows = sorted_rows(out / "clitest")
+    assert set(rows.probe) == {"params", "gradients"}
+    total = rows[(rows.metric == "total") & (rows.variant == rows.variant.iloc[0])]
+    assert total["value"].iloc[0] > 0
+    result = invoke("run", exp, "--out", out, "--no-report")
+    assert result.exit_code == 0
+    assert "8 unit(s): 0 computed, 8 stored already, 0 failed" in result.output
+    pd.testing.assert_frame_equal(sorted_rows(out / "clitest"), rows)
+
+
+@needs_probes
+def test_failing_component_fails_only_its_variant(tmp_path):
+    (tmp_path / "broken_norm.py").write_text(BROKEN_PLUGIN)
+    exp = write_exp(tmp_path, grid="  norm.kind: [layer, broken]\n")
+    out = tmp_path / "runs"
+    result = invoke("run", exp, "--out", out, "--no-report", "--plugin", tmp_path / "broken_norm.py")
+    assert result.exit_code == 1, result.output
+    assert "8 unit(s): 6 computed, 0 stored already, 2 failed" in result.output
+    assert "broken norm: forward is not implemented" in result.output
+    import variantlab
+
+    df = variantlab.results(out / "clitest")
+    failed = df[df.status == "failed"]
+    assert len(failed) == 2 and set(failed.probe) == {"gradients"}
+    assert all("broken" in v for v in failed.variant)
+    ok = df[df.status == "ok"]
+    assert set(ok.variant) == set(df.variant)  # params of the broken variant stored too
+    assert len(ok[(ok.probe == "gradients")].drop_duplicates(["variant", "seed"])) == 2
+
+
+@needs_probes
+def test_fail_fast_and_unknown_only(tmp_path):
+    (tmp_path / "broken_norm.py").write_text(BROKEN_PLUGIN)
+    exp = write_exp(tmp_path, grid="  norm.kind: [broken, layer]\n")
+    out = tmp_path / "runs"
+    result = invoke("run", exp, "--out", out, "--no-report", "--fail-fast",
+                    "--plugin", tmp_path / "broken_norm.py")
+    assert result.exit_code == 1
+    assert "1 computed, 0 stored already, 1 failed, 6 not run" in result.output
+    result = invoke("run", exp, "--out", out, "--only", "nope", "--plugin", tmp_path / "broken_norm.py")
+    assert result.exit_code == 2 and "--only: no variant named 'nope'" in result.output
+
+
+@needs_probes
+def test_sigkill_midway_then_rerun_equals_clean_run(tmp_path):
+    exp = write_exp(tmp_path, seeds="[0, 1, 2, 3, 4, 5]",
+                    gradients="{batch_size: 4, seq_len: 32, batches: 2}")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+    proc = subprocess.Popen([*VARIANTLAB, "run", str(exp), "--out", str(killed), "--no-report"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    db = killed / "clitest" / "results.sqlite"
+    deadline = time.monotonic() + 120
+    stored = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        if db.exists():
+            try:
+                stored = sqlite3.connect(db).execute("SELECT COUNT(*) FROM units").fetchone()[0]
+            except sqlite3.OperationalError:
+                stored = 0
+            if stored >= 5:
+                break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run finished before it could be killed; make it longer"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    partial = sqlite3.connect(db).execute("SELECT COUNT(*) FROM units").fetchone()[0]
+    assert 5 <= partial < 48
+    resumed = subprocess.run([*VARIANTLAB, "run", str(exp), "--out", str(killed), "--no-report"],
+                             capture_output=True, text=True, env=env)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"{48 - partial} computed, {partial} stored already" in resumed.stdout
+    fresh = subprocess.run([*VARIANTLAB, "run", str(exp), "--out", str(clean), "--no-report"],
+                           capture_output=True, text=True, env=env)
+    assert fresh.returncode == 0, fresh.stdout + fresh.stderr
+    a, b = sorted_rows(killed / "clitest"), sorted_rows(clean / "clitest")
+    assert len(a) == len(b) and not a.duplicated().any()
+    pd.testing.assert_frame_equal(a, b)
+
+
+# -- describe, plugins, report -----------------------------------------------------------
+@needs_probes
+def test_describe_model_file(tmp_path):
+    path = tmp_path / "model.yaml"
+    path.write_text("family: gpt\nvocab_size: 64\ncontext_length: 32\nemb_dim: 32\n"
+                    "n_heads: 4\nn_layers: 2\ndrop_rate: 0.0\ntie_weights: true\n")
+    result = invoke("describe", path)
+    assert result.exit_code == 0, result.output
+    assert "GPTModel" in result.output and "2 x TransformerBlock" in result.output
+    # tied head: embedding 64*32 + positions 32*32 + 2 blocks + final norm
+    per_block = 2 * 64 + 4 * 32 * 32 + 32 + (32 * 128 + 128 + 128 * 32 + 32)
+    total = 64 * 32 + 32 * 32 + 2 * per_block + 64
+    line = next(x for x in result.output.splitlines() if " total " in f" {x} ")
+    assert f"{total:,}" in line
+
+
+def test_plugins_lists_and_json(tmp_path):
+    pytest.importorskip("variantlab.plugininfo")
+    result = invoke("plugins", "--slot", "norm")
+    assert result.exit_code == 0 and "rms" in result.output and "attention" not in result.output
+    data = json.loads(invoke("plugins", "--json").output)
+    kinds = {(r["slot"], r["kind"]) for r in data["components"]}
+    assert ("norm", "layer") in kinds and ("model", "gpt") in kinds
+    (tmp_path / "broken_norm.py").write_text(BROKEN_PLUGIN)
+    result = invoke("plugins", "--slot", "norm", "--plugin", tmp_path / "broken_norm.py")
+    assert "broken" in result.output
+    result = invoke("plugins", "--plugin", "no_such_module_xyz")
+    assert result.exit_code == 2 and "no_such_module_xyz" in result.output
+
+
+def test_report_without_store_exit_2(tmp_path):
+    result = invoke("report", tmp_path / "nothing")
+    assert result.exit_code == 2 and "no results store" in result.output
