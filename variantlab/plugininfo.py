@@ -1,0 +1,123 @@
+"""What the registry holds, as plain rows for ``variantlab plugins`` (table or ``--json``)."""
+
+from __future__ import annotations
+
+import enum
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined, to_jsonable_python
+
+from .registry import ALL_SLOTS, Registry
+from .specs import DEFAULT_COMPONENTS
+
+__all__ = ["failure_rows", "plugin_rows", "type_name"]
+
+_BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "len >=",
+           "max_length": "len <=", "multiple_of": "multiple of"}
+
+
+def type_name(annotation: Any) -> str:
+    """A short readable type: ``'naive' | 'sdpa'``, ``float``, ``list[int] | None``."""
+    if annotation is None or annotation is type(None):
+        return "None"
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " | ".join(repr(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(type_name(a) for a in args)
+    if origin is typing.Annotated:
+        return type_name(args[0])
+    if origin is not None:
+        inner = ", ".join(type_name(a) for a in args)
+        name = getattr(origin, "__name__", str(origin))
+        return f"{name}[{inner}]" if inner else name
+    if isinstance(annotation, type):
+        if issubclass(annotation, enum.Enum):
+            return " | ".join(repr(m.value) for m in annotation)
+        if issubclass(annotation, BaseModel):
+            return "component" if "kind" in annotation.model_fields else annotation.__name__
+        return annotation.__name__
+    return str(annotation).replace("typing.", "")
+
+
+def _constraints(info: FieldInfo) -> str:
+    parts = []
+    for meta in info.metadata:
+        for attr, sign in _BOUNDS.items():
+            value = getattr(meta, attr, None)
+            if value is not None:
+                parts.append(f"{sign} {value}")
+    return ", ".join(parts)
+
+
+def _default(name: str, info: FieldInfo) -> Any:
+    if info.default is not PydanticUndefined:
+        return to_jsonable_python(info.default, fallback=repr)
+    if info.default_factory is not None:
+        try:
+            return to_jsonable_python(info.default_factory(), fallback=repr)
+        except TypeError:  # a factory that wants the validated data
+            return None
+    if name in DEFAULT_COMPONENTS:  # a model's slot: filled from the defaults
+        return DEFAULT_COMPONENTS[name]
+    return "required"
+
+
+def param_rows(spec_cls: type[BaseModel], skip: tuple[str, ...] = ("kind", "family")) -> list[dict]:
+    """One row per pydantic field: name, type (with bounds), default, description."""
+    rows = []
+    for name, info in spec_cls.model_fields.items():
+        if name in skip:
+            continue
+        type_text = type_name(info.annotation)
+        bounds = _constraints(info)
+        rows.append({
+            "name": name,
+            "type": f"{type_text} ({bounds})" if bounds else type_text,
+            "default": _default(name, info),
+            "description": info.description or "",
+        })
+    return rows
+
+
+def _doc(spec_cls: type) -> str:
+    doc = spec_cls.__dict__.get("__doc__") or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def plugin_rows(registry: Registry, slot: str | None = None) -> list[dict]:
+    """Every registered kind (of ``slot``, or all slots in order) with its parameters.
+
+    Each row: ``slot``, ``kind``, ``plugin`` (where it came from), ``source`` (builtin,
+    entry point or module), ``doc`` (the spec's first docstring line) and ``params``:
+    ``[{name, type, default, description}]`` from the spec's pydantic fields.
+    """
+    if slot is not None and slot not in ALL_SLOTS:
+        raise ValueError(f"unknown slot {slot!r}; choose one of {', '.join(ALL_SLOTS)}")
+    sources = dict(registry.plugins)
+    rows = []
+    for s in ([slot] if slot else ALL_SLOTS):
+        for comp in registry.components(s):
+            rows.append({
+                "slot": comp.slot,
+                "kind": comp.kind,
+                "plugin": comp.plugin,
+                "source": sources.get(comp.plugin, ""),
+                "doc": _doc(comp.spec_cls),
+                "params": param_rows(comp.spec_cls),
+            })
+    return rows
+
+
+def failure_rows(registry: Registry) -> list[dict]:
+    """Plugins that failed to load and were skipped: ``plugin``, ``source``, ``error``
+    (plus the ``traceback`` for ``--json``)."""
+    return [
+        {"plugin": f.plugin, "source": f.source, "error": f.error, "traceback": f.traceback}
+        for f in registry.failures
+    ]
