@@ -268,7 +268,11 @@ def describe(path: str, plugins: Sequence[str]) -> None:
     stdout, _ = consoles()
     variants, registry = _variants_and_registry(path, plugins)
     for v in variants:
-        stdout.rule(escape(f"{v.name} ({v.label})"), align="left")
+        title = escape(f"{v.name} ({v.label})")
+        if stdout.is_terminal:
+            stdout.rule(title, align="left")
+        else:
+            stdout.print(f"== {title} ==")
         for w in v.warnings:
             stdout.print(f"warning: {escape(w)}", soft_wrap=True)
         with warnings.catch_warnings():
@@ -313,6 +317,12 @@ def _module_tree(model: Any) -> Any:
 
 def _param_rows(spec: Any, model: Any, registry: Any) -> list[dict]:
     """The params probe's rows (the library's count: tied weights once)."""
+    try:
+        from .probes.params import count_rows
+    except ImportError:
+        pass
+    else:
+        return count_rows(model)
     from .probes import run_probe
     from .settings import ParamsSettings, SyntheticData
 
