@@ -1,0 +1,230 @@
+"""Reports from a fixed synthetic run: golden tables, numbers, escaping, plots, stores."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from variantlab.report import build_context, gather, write_report
+from variantlab.report.plots import build_plots, styles, to_svg
+from variantlab.report.render import md_escape
+from variantlab.report.sample import sample_run
+from variantlab.report.tables import summarize
+from variantlab.store import Store, UnitRecord
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("VARIANTLAB_UPDATE_GOLDEN") == "1"
+EVIL = "<img src=x onerror=alert(1)>"
+
+
+def _golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if UPDATE:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"{path} missing: run with VARIANTLAB_UPDATE_GOLDEN=1 once"
+    assert text == path.read_text(encoding="utf-8"), f"{name} differs from its golden file"
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    return write_report([sample_run()], out)
+
+
+def _summary(**kw) -> tuple[pd.DataFrame, object]:
+    data = gather([sample_run(**kw)])
+    return summarize(data), data
+
+
+def _value(summary: pd.DataFrame, variant: str, metric: str, col: str = "mean") -> float:
+    hit = summary[(summary["variant"] == variant) & (summary["metric"] == metric)]
+    assert len(hit) == 1, (variant, metric)
+    return float(hit[col].iloc[0])
+
+
+def test_markdown_and_csv_match_golden(report):
+    _golden("sample_report.md", report.markdown.read_text(encoding="utf-8"))
+    _golden("sample_summary.csv", report.csv.read_text(encoding="utf-8"))
+
+
+def test_summary_numbers_follow_the_sample_formulas():
+    summary, _ = _summary()
+    assert _value(summary, "pre_norm", "total") == 43200
+    assert _value(summary, "post_norm", "total", "ratio") == pytest.approx(43232 / 43200)
+    assert _value(summary, "post_norm", "params.feedforward") == 24992
+    # gradient norm grows 2x per layer for post_norm: layer 2 / layer 0 = 4
+    assert _value(summary, "post_norm", "grad_norm_ratio.feedforward") == pytest.approx(4.0)
+    assert _value(summary, "pre_norm", "grad_norm_ratio.all") == pytest.approx(1.05 ** 2)
+    # forward median: 10 ms + 0.2 ms * seed, mean over seeds 0 and 1
+    assert _value(summary, "pre_norm", "forward_median_s") == pytest.approx(10.1)
+    assert _value(summary, "pre_norm", "forward_median_s", "iqr") == pytest.approx(1.0)
+    assert _value(summary, "post_norm", "forward_median_s", "ratio") == pytest.approx(15.1 / 10.1)
+    assert _value(summary, "pre_norm", "final_loss") == pytest.approx(3.305)
+    assert _value(summary, "pre_norm", "final_loss", "spread") == pytest.approx(math.sqrt(5e-5))
+    # batch seed 1 diverged (NaN final loss) and its timing unit failed
+    assert _value(summary, "batch", "final_loss", "n") == 1
+    assert _value(summary, "batch", "final_loss", "nan") == 1
+    assert _value(summary, "batch", "diverged") == 0.5
+    assert _value(summary, "batch", "forward_median_s", "n") == 1
+
+
+def test_reading_is_computed_from_the_numbers():
+    data = gather([sample_run()])
+    context, _ = build_context(data)
+    text = "\n".join(context["reading"])
+    assert "post_norm: FFN gradient norm rises 4.0x from layer 0 to layer 2" in text
+    assert "pre_norm: 1.1x" in text
+    assert "post_norm is 1.5x slower than pre_norm" in text
+    assert "post_norm's final loss is 0.09 above pre_norm's" in text
+    assert "Training diverged for batch" in text
+    # change the numbers, the reading changes with them
+    faster = sample_run((("naive", {}, 1.0), ("sdpa", {"norm.kind": "rms"}, 1.0)),
+                        fail=None, diverge=None)
+    # sdpa (index 1) runs 15 ms per forward; a third of that is 2.0x faster than 10 ms
+    faster.rows.loc[(faster.rows["variant"] == "sdpa")
+                    & faster.rows["metric"].str.endswith("_median_s"), "value"] /= 3
+    context, _ = build_context(gather([faster]))
+    assert any("forward+backward: sdpa is 2.0x faster than naive" in line for line in context["reading"])
+
+
+def test_variant_table_shows_only_differing_axes(report):
+    md = report.markdown.read_text(encoding="utf-8")
+    assert "| variant | norm.kind | residual.kind |" in md
+    assert "emb\\_dim" not in md.split("## Variants")[1].split("## Summary")[0]
+
+
+def test_warnings_and_failures_listed(report):
+    md = report.markdown.read_text(encoding="utf-8")
+    assert "BatchNorm in a causal model" in md
+    assert "seed 1: training diverged" in md
+    assert "RuntimeError: out of memory \\| &lt;b&gt;bad&lt;/b&gt;" in md
+    html = report.html.read_text(encoding="utf-8")
+    assert "out of memory | &lt;b&gt;bad&lt;/b&gt;" in html and "<b>bad" not in html
+
+
+def test_markdown_escape():
+    assert md_escape("a|b") == "a\\|b"
+    assert md_escape(EVIL) == "&lt;img src=x onerror=alert(1)&gt;"
+    assert md_escape("*x* _y_ `z`\nnext") == "\\*x\\* \\_y\\_ \\`z\\` next"
+
+
+def test_hostile_variant_name_is_escaped_everywhere(tmp_path):
+    run = sample_run(((EVIL, {}, 1.0), ("b|c", {"norm.kind": "rms"}, 2.0)), fail=None,
+                     diverge=None)
+    files = write_report([run], tmp_path)
+    html = files.html.read_text(encoding="utf-8")
+    assert EVIL not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    md = files.markdown.read_text(encoding="utf-8")
+    assert EVIL not in md and "b\\|c" in md
+    for svg in files.plots:
+        assert "<img" not in svg.read_text(encoding="utf-8")
+
+
+def test_html_is_self_contained(report):
+    html = report.html.read_text(encoding="utf-8")
+    assert html.count("<svg") == 5 and "<style>" in html
+    for bad in ("<script", "http://", "https://", "<link", "src=", "@import", "xlink:href=\"http"):
+        assert bad not in html, bad
+    ids = re.findall(r'\bid="([^"]+)"', html)
+    assert len(ids) == len(set(ids)), "duplicate ids across inline SVGs"
+
+
+def test_svg_output_is_deterministic(tmp_path):
+    a = write_report([sample_run()], tmp_path / "a")
+    b = write_report([sample_run()], tmp_path / "b")
+    for pa, pb in zip(a.plots, b.plots):
+        assert pa.read_bytes() == pb.read_bytes(), pa.name
+    assert a.html.read_bytes() == b.html.read_bytes()
+    assert "<dc:date>" not in a.plots[0].read_text(encoding="utf-8")
+
+
+def test_every_plot_has_title_and_labelled_axes():
+    plots = build_plots(gather([sample_run()]))
+    assert [p.key for p in plots] == ["gradients", "residual", "timing", "training", "params"]
+    for plot in plots:
+        assert plot.figure is not None, plot.key
+        for ax in plot.figure.axes:
+            assert ax.get_title(), plot.key
+            assert ax.get_xlabel() and ax.get_ylabel(), (plot.key, ax.get_title())
+        units = " ".join(ax.get_xlabel() + ax.get_ylabel() for ax in plot.figure.axes)
+        assert "(" in units, f"{plot.key}: an axis label names its unit"
+    grad = plots[0].figure.axes[0]
+    assert grad.get_yscale() == "log"
+
+
+def test_plot_without_data_is_skipped_with_a_reason(tmp_path):
+    run = sample_run(fail=None, diverge=None)
+    run.rows = run.rows[run.rows["probe"] != "training"]
+    files = write_report([run], tmp_path)
+    md = files.markdown.read_text(encoding="utf-8")
+    assert "Skipped: no training curves" in md
+    assert not (tmp_path / "training.svg").exists()
+    assert "### Training\n" not in md
+
+
+def test_many_variants_stay_readable():
+    variants = [(f"v{i:02d}", {"emb_dim": 32 + 4 * i}, 1.0 + i / 10) for i in range(24)]
+    data = gather([sample_run(variants, seeds=(0,), fail=None, diverge=None)])
+    pairs = {(s["color"], s["linestyle"], s["marker"]) for s in styles(24)}
+    assert len(pairs) == 24
+    plots = build_plots(data)
+    legend = plots[0].figure.legends[0]
+    assert len(legend.get_texts()) == 24 and legend._ncols >= 2
+    assert plots[2].figure.get_figheight() > 6  # timing bars grow with the variant count
+    assert len(to_svg(plots[0].figure)) > 0
+
+
+def test_baseline_choice_and_unknown_baseline(tmp_path):
+    summary = summarize(gather([sample_run()], baseline="post_norm"))
+    assert _value(summary, "post_norm", "total", "ratio") == 1.0
+    assert _value(summary, "pre_norm", "forward_median_s", "ratio") == pytest.approx(10.1 / 15.1)
+    with pytest.raises(ValueError, match="no such variant; choose one of: pre_norm"):
+        write_report([sample_run()], tmp_path, baseline="nope")
+
+
+def test_several_runs_prefix_clashing_names(tmp_path):
+    a = sample_run(experiment="exp-a", fail=None, diverge=None)
+    b = sample_run((("pre_norm", {}, 1.0), ("rms", {"norm.kind": "rms"}, 1.0)),
+                   experiment="exp-b", fail=None, diverge=None)
+    data = gather([a, b])
+    assert data.order == ["exp-a/pre_norm", "post_norm", "batch", "exp-b/pre_norm", "rms"]
+    assert data.baseline == "exp-a/pre_norm"
+    files = write_report([a, b], tmp_path)
+    md = files.markdown.read_text(encoding="utf-8")
+    assert "## Run: exp-a" in md and "## Run: exp-b" in md
+    assert "| variant | experiment |" in md
+
+
+def _store_sample(path: Path) -> Path:
+    run = sample_run()
+    with Store(path) as store:
+        variants = [{"name": r["name"], "label": r["label"], "spec": json.loads(r["spec_json"]),
+                     "overrides": json.loads(r["overrides_json"]),
+                     "warnings": json.loads(r["warnings_json"])}
+                    for _, r in run.variants.iterrows()]
+        plan = [(u["key"], u["variant"], int(u["seed"]), u["probe"])
+                for _, u in run.units.iterrows()]
+        store.write_experiment(run.meta, variants, plan)
+        for _, u in run.units.iterrows():
+            rows = run.rows[(run.rows["unit_key"] == u["key"]) & (run.rows["status"] == "ok")]
+            records = [{k: (None if pd.isna(v) else v) if k in ("layer", "step") else v
+                        for k, v in r.items()} for r in rows.to_dict("records")]
+            store.save_unit(UnitRecord(key=u["key"], variant=u["variant"], seed=int(u["seed"]),
+                                       probe=u["probe"], settings_json="{}", status=u["status"],
+                                       error=u["error"], device="cpu"), records)
+    return path
+
+
+def test_report_from_a_real_store_matches_the_in_memory_one(tmp_path):
+    store = _store_sample(tmp_path / "sample")
+    from_store = write_report([store], tmp_path / "out")
+    direct = write_report([sample_run()], tmp_path / "direct")
+    assert from_store.csv.read_text() == direct.csv.read_text()
+    assert from_store.markdown.read_text() == direct.markdown.read_text()
