@@ -1,0 +1,240 @@
+"""Wall-clock timing of forward, forward+backward and a full AdamW step.
+
+Each pass is a closure timed with ``torch.utils.benchmark.Timer`` (its timer synchronises
+the accelerator before reading the clock, so CUDA work is waited for). After ``warmup``
+untimed calls, ``repeats`` blocks of ``number`` calls are timed, ``number`` chosen so a
+block lasts about ``BLOCK_S`` (tiny models would otherwise measure the timer); the median
+and IQR come from the blocks' per-call times (a ``Measurement``). ``forward`` runs under
+``torch.no_grad()`` (inference cost); ``backward`` is forward+backward of the family's loss;
+``step`` adds ``AdamW.step()`` and zeroing the gradients.
+
+Peak memory: the CUDA allocator's peak on GPU; on CPU the growth of the process's peak
+resident set (Linux VmHWM, reset through /proc/self/clear_refs; else ru_maxrss growth,
+which reads 0 when an earlier peak was higher).
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import resource
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch.utils import benchmark
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.overrides import TorchFunctionMode
+
+from .. import data as datalib
+from ..registry import Registry
+from ..rows import Row, row
+from ..settings import TimingSettings
+from ..specs import Batch, ModelSpec
+from . import flops as flopslib
+from .common import autocast, make_model, resolve_device
+from .params import non_embedding_params
+
+BLOCK_S = 0.05  # target duration of one timed block
+
+
+def pass_fns(model: torch.nn.Module, spec: ModelSpec, batch: Batch, dtype: str,
+             device: torch.device, passes: list[str]) -> dict[str, Callable[[], None]]:
+    """A zero-argument closure per pass; ``step`` owns an AdamW optimizer."""
+    inputs = batch.inputs
+
+    def forward() -> None:
+        with torch.no_grad(), autocast(dtype, device):
+            model(**inputs)
+
+    def backward() -> None:
+        model.zero_grad(set_to_none=True)
+        with autocast(dtype, device):
+            loss = spec.loss(model(**inputs), batch)
+        loss.backward()
+
+    fns: dict[str, Callable[[], None]] = {}
+    for name in passes:
+        if name == "forward":
+            fns[name] = forward
+        elif name == "backward":
+            fns[name] = backward
+        elif name == "step":
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+            def step(opt: torch.optim.Optimizer = opt) -> None:
+                backward()
+                opt.step()
+
+            fns[name] = step
+        else:
+            raise ValueError(f"timing: unknown pass {name!r}; use forward, backward or step")
+    return fns
+
+
+def time_fn(fn: Callable[[], None], warmup: int, repeats: int, label: str = "",
+            block_s: float = BLOCK_S) -> benchmark.Measurement:
+    """Median/IQR-ready measurement of ``fn``: warm-up, then ``repeats`` timed blocks."""
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, label=label,
+                            num_threads=torch.get_num_threads())
+    for _ in range(warmup):
+        fn()
+    estimate = timer.timeit(1).mean  # one more untimed-in-results call, sizes the blocks
+    number = max(1, math.ceil(block_s / max(estimate, 1e-9))) if estimate < block_s else 1
+    raw = [timer.timeit(number).raw_times[0] for _ in range(repeats)]  # block totals
+    return benchmark.Measurement(number, raw, timer._task_spec)
+
+
+class _SDPAWatch(TorchFunctionMode):
+    """Counts calls of F.scaled_dot_product_attention."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is F.scaled_dot_product_attention:
+            self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+class _KernelWatch(TorchDispatchMode):
+    """Records which fused SDPA kernels ran (below autograd, after backend selection)."""
+
+    BACKENDS = {"flash": "flash", "efficient": "efficient", "cudnn": "cudnn"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fused: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name.startswith("_scaled_dot_product_"):
+            for key, backend in self.BACKENDS.items():
+                if key in name:
+                    self.fused.append(backend)
+        return func(*args, **(kwargs or {}))
+
+
+def sdpa_backend(model: torch.nn.Module, batch: Batch, dtype: str, device: torch.device) -> str:
+    """The SDPA backend(s) one forward actually used: flash / efficient / cudnn / math;
+    ``n/a`` when the model never calls scaled_dot_product_attention (naive attention)."""
+    with torch.no_grad(), autocast(dtype, device), _SDPAWatch() as calls, _KernelWatch() as k:
+        model(**batch.inputs)
+    if calls.calls == 0:
+        return "n/a"
+    used = set(k.fused)
+    if len(k.fused) < calls.calls:
+        used.add("math")
+    return "+".join(sorted(used))
+
+
+def _vm_kb(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+class PeakMemory:
+    """Peak memory over a region: CUDA allocator peak, or CPU resident-set growth."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def __enter__(self) -> "PeakMemory":
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.base = 0
+            return self
+        self.hwm = False
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # resets VmHWM to the current RSS
+            self.hwm = _vm_kb("VmHWM") is not None
+        except OSError:
+            pass
+        self.base = (_vm_kb("VmRSS") if self.hwm else None) or \
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.bytes = float(torch.cuda.max_memory_allocated(self.device))
+        else:
+            peak = _vm_kb("VmHWM") if self.hwm else None
+            peak = peak or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            self.bytes = float(max(0, peak - self.base) * 1024)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "cpu":
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith("model name"):
+                        return f"cpu: {line.split(':', 1)[1].strip()}"
+        except OSError:
+            pass
+        return f"cpu: {platform.processor() or platform.machine()}"
+    return str(device)
+
+
+def run(
+    spec: ModelSpec, settings: TimingSettings, *, seed: int, data: Any = None,
+    base_dir: Path | str = ".", device: str | None = None, registry: Registry | None = None,
+) -> list[Row]:
+    dev = resolve_device(device or settings.device)
+    model = make_model(spec, seed, registry, dev)
+    model.train()
+    batch = datalib.batches(data, spec, settings.batch_size, settings.seq_len, 1, seed=seed,
+                            base_dir=base_dir)[0].to(dev)
+    fns = pass_fns(model, spec, batch, settings.dtype, dev, list(settings.passes))
+    backend = sdpa_backend(model, batch, settings.dtype, dev)
+    name = device_name(dev)
+
+    # attention layers (self- and cross-), each 12*H*Q*T FLOPs per token; none in mlp
+    n_attn = sum(getattr(m, "variantlab_slot", None) == "attention" for m in model.modules())
+    train_flops = flopslib.flops_per_token(
+        non_embedding_params(model), n_attn, spec.n_heads, spec.emb_dim // spec.n_heads,
+        settings.seq_len,
+    )
+    peak = settings.peak_flops
+    if peak is None and dev.type == "cuda":
+        peak = flopslib.peak_flops(name, settings.dtype)
+
+    rows: list[Row] = []
+    with PeakMemory(dev) as mem:
+        for pass_name, fn in fns.items():
+            m = time_fn(fn, settings.warmup, settings.repeats, label=pass_name)
+            tok_s = batch.n_tokens / m.median
+            rows += [
+                row("timing", f"{pass_name}_median_s", m.median, unit="s"),
+                row("timing", f"{pass_name}_iqr_s", m.iqr, unit="s"),
+                row("timing", f"{pass_name}_tokens_per_s", tok_s, unit="tokens/s"),
+            ]
+            if dev.type == "cuda":
+                achieved = tok_s * flopslib.pass_flops_per_token(train_flops, pass_name)
+                rows.append(row("timing", f"{pass_name}_flops_per_s", achieved, unit="FLOP/s"))
+                if peak:
+                    rows.append(row("timing", f"{pass_name}_mfu", achieved / peak, unit="ratio"))
+    rows.append(row("timing", "peak_memory_bytes", mem.bytes, unit="bytes"))
+    rows.append(row("timing", "flops_per_token", train_flops, unit="FLOP"))
+    if peak:
+        rows.append(row("timing", "peak_flops", peak, unit="FLOP/s"))
+    info = {
+        "device": name, "dtype": settings.dtype, "torch_version": torch.__version__,
+        "sdpa_backend": backend, "flop_formula": flopslib.FLOP_FORMULA,
+    }
+    rows += [row("timing", k, math.nan, scope="info", name=v) for k, v in info.items()]
+    model.zero_grad(set_to_none=True)
+    return rows
