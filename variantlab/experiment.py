@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -50,7 +50,7 @@ class ExperimentSpec(BaseModel):
     description: str = ""
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     model: dict[str, Any]
-    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    grid: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(default_factory=dict)
     variants: list[NamedVariant] = Field(default_factory=list)
     baseline: str | None = None
     plugins: list[str] = Field(default_factory=list)
@@ -68,14 +68,6 @@ class ExperimentSpec(BaseModel):
                 "(e.g. 'pre-vs-post-norm')"
             )
         return name
-
-    @field_validator("grid")
-    @classmethod
-    def _grid_lists_not_empty(cls, grid: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        empty = [k for k, v in grid.items() if not v]
-        if empty:
-            raise ValueError(f"grid axis {empty[0]!r} has no values; give at least one")
-        return grid
 
 
 @dataclass(frozen=True)
@@ -326,7 +318,7 @@ def _variants(
     for (loc, msg), names in model_issues.items():
         if len(names) < len(seen):  # the base is fine; some variants' overrides break it
             msg += f" (in variant{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))})"
-        out.add(root + loc, msg)
+        out.add(root + loc, msg, at="key" if msg.startswith("unknown key") else "auto")
     return variants, seen
 
 
