@@ -51,7 +51,7 @@ def _legend(fig: Figure, ax, n: int) -> None:
     if not handles:
         return
     ncol = max(1, math.ceil(n / 14))
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), ncol=ncol,
+    fig.legend(handles, labels, loc="outside right center", ncol=ncol,
                fontsize=8 if n <= 10 else 7, frameon=False, title="variant")
 
 
@@ -61,7 +61,8 @@ def _mean_by(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 def _new(rows: int = 1, cols: int = 1, height: float = 3.6, width: float = 6.4):
     with plt.rc_context(RC):
-        fig, axes = plt.subplots(rows, cols, figsize=(width, height), squeeze=False)
+        fig, axes = plt.subplots(rows, cols, figsize=(width, height), squeeze=False,
+                                 layout="constrained")
     plt.close(fig)  # keep pyplot's registry empty; the figure object stays usable
     return fig, list(axes.flat)
 
@@ -89,7 +90,7 @@ def gradient_plot(data: ReportData) -> Plot:
                 ax.plot(line["layer"].astype(int), line["value"], label=variant,
                         markersize=3, **st[variant])
         ax.set_yscale("log")
-        ax.set_title(f"{title}: {'all slots' if name == 'all' else name}")
+        ax.set_title("all slots" if name == "all" else name)
         ax.set_xlabel("layer index")
         ax.set_ylabel("gradient L2 norm (log scale)")
         ax.xaxis.get_major_locator().set_params(integer=True)
@@ -147,7 +148,6 @@ def timing_plot(data: ReportData) -> Plot:
         ax.set_xlabel("median time (ms)")
         ax.set_ylabel("variant")
     fig.suptitle(title)
-    fig.tight_layout()
     return Plot("timing", title, caption, fig)
 
 
