@@ -1,0 +1,61 @@
+"""params probe: totals, per slot, per layer, tied weights once."""
+
+import pytest
+
+import variantlab as vl
+from variantlab.probes import PROBES, run_probe
+
+
+def by(rows, metric, scope="model"):
+    return {(r["name"], r["layer"]): r["value"] for r in rows
+            if r["metric"] == metric and r["scope"] == scope}
+
+
+def test_probe_names():
+    assert PROBES == ("params", "gradients", "timing", "training")
+    with pytest.raises(ValueError, match="unknown probe 'flops'"):
+        run_probe("flops", {"family": "gpt"}, None, seed=0)
+
+
+def test_totals_match_unique_parameters(tiny):
+    rows = run_probe("params", tiny, None, seed=0)
+    assert all(r["probe"] == "params" and r["unit"] == "count" for r in rows)
+    model = vl.build_model(tiny)
+    total = sum(p.numel() for p in model.parameters())
+    assert by(rows, "total")[("", None)] == total == 30_400
+    assert by(rows, "trainable")[("", None)] == total
+    # token embedding 64*32 and learned positions 32*32 are excluded
+    assert by(rows, "non_embedding")[("", None)] == total - 64 * 32 - 32 * 32
+    slots = by(rows, "params", "slot")
+    assert sum(slots.values()) == total
+    assert slots[("embedding", None)] == 64 * 32
+    assert slots[("positional", None)] == 32 * 32
+    assert slots[("head", None)] == 64 * 32
+    assert slots[("norm", None)] == (2 * 2 + 1) * 2 * 32  # 2 per block + final, scale+shift
+    layers = by(rows, "params", "layer")
+    assert sorted(k[1] for k in layers) == [0, 1]
+    per_block = 4 * 32 * 32 + 32 + (32 * 128 + 128 + 128 * 32 + 32) + 2 * 2 * 32
+    assert all(v == per_block for v in layers.values())
+
+
+def test_tied_weights_counted_once(tiny):
+    untied = by(run_probe("params", tiny, None, seed=0), "total")[("", None)]
+    tied_rows = run_probe("params", {**tiny, "tie_weights": True}, None, seed=0)
+    assert by(tied_rows, "total")[("", None)] == untied - 64 * 32
+    assert ("head", None) not in by(tied_rows, "params", "slot")
+    assert sum(by(tied_rows, "params", "slot").values()) == untied - 64 * 32
+
+
+def test_gpt2_124m_seed_counts():
+    spec = {"family": "gpt", "n_layers": 12, "emb_dim": 768, "n_heads": 12}
+    rows = run_probe("params", spec, None, seed=0)
+    assert by(rows, "total")[("", None)] == 163_009_536
+    assert by(rows, "non_embedding")[("", None)] == 163_009_536 - 50257 * 768 - 1024 * 768
+
+
+def test_untagged_parameters_fall_under_other():
+    rows = run_probe("params", {"family": "mlp", "norm": "none"}, None, seed=0)
+    slots = by(rows, "params", "slot")
+    # each Linear sits in a residual wrapper, the innermost tagged module
+    assert set(k[0] for k in slots) == {"residual"}
+    assert slots[("residual", None)] == 4 * (9 + 3) + (3 + 1)
