@@ -6,8 +6,8 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import textwrap
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pandas as pd
@@ -17,12 +17,6 @@ from click.testing import CliRunner
 from variantlab.cli import main
 
 pytest.importorskip("variantlab.experiment")
-try:
-    from variantlab.probes import run_probe  # noqa: F401
-except ImportError:
-    needs_probes = pytest.mark.skip(reason="variantlab.probes.run_probe not written yet")
-else:
-    needs_probes = pytest.mark.usefixtures()
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
@@ -77,11 +71,16 @@ def invoke(*args: str):
 
 
 def sorted_rows(run_dir: Path) -> pd.DataFrame:
-    df = pd.read_sql_query(
-        "SELECT r.*, u.variant, u.seed FROM rows r JOIN units u ON u.key = r.unit_key",
-        sqlite3.connect(run_dir / "results.sqlite"))
+    with closing(sqlite3.connect(run_dir / "results.sqlite")) as conn:
+        df = pd.read_sql_query(
+            "SELECT r.*, u.variant, u.seed FROM rows r JOIN units u ON u.key = r.unit_key", conn)
     cols = ["variant", "seed", "probe", "metric", "scope", "name", "layer", "step"]
     return df.sort_values(cols, na_position="first").reset_index(drop=True)
+
+
+def count_units(db: Path) -> int:
+    with closing(sqlite3.connect(db)) as conn:
+        return conn.execute("SELECT COUNT(*) FROM units").fetchone()[0]
 
 
 # -- validate ----------------------------------------------------------------------------
@@ -114,7 +113,6 @@ def test_missing_file_and_bad_plugin_exit_2(tmp_path):
 
 
 # -- run ---------------------------------------------------------------------------------
-@needs_probes
 def test_run_then_rerun_computes_nothing(tmp_path):
     exp = write_exp(tmp_path, seeds="[0]")
     out = tmp_path / "runs"
@@ -131,7 +129,6 @@ def test_run_then_rerun_computes_nothing(tmp_path):
     pd.testing.assert_frame_equal(sorted_rows(out / "clitest"), rows)
 
 
-@needs_probes
 def test_failing_component_fails_only_its_variant(tmp_path):
     (tmp_path / "broken_norm.py").write_text(BROKEN_PLUGIN)
     exp = write_exp(tmp_path, grid="  norm.kind: [layer, broken]\n")
@@ -151,7 +148,6 @@ def test_failing_component_fails_only_its_variant(tmp_path):
     assert len(ok[(ok.probe == "gradients")].drop_duplicates(["variant", "seed"])) == 2
 
 
-@needs_probes
 def test_fail_fast_and_unknown_only(tmp_path):
     (tmp_path / "broken_norm.py").write_text(BROKEN_PLUGIN)
     exp = write_exp(tmp_path, grid="  norm.kind: [broken, layer]\n")
@@ -164,21 +160,21 @@ def test_fail_fast_and_unknown_only(tmp_path):
     assert result.exit_code == 2 and "--only: no variant named 'nope'" in result.output
 
 
-@needs_probes
+@pytest.mark.slow
 def test_sigkill_midway_then_rerun_equals_clean_run(tmp_path):
-    exp = write_exp(tmp_path, seeds="[0, 1, 2, 3, 4, 5]",
+    exp = write_exp(tmp_path, seeds="[0, 1, 2, 3]",
                     gradients="{batch_size: 4, seq_len: 32, batches: 2}")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     killed, clean = tmp_path / "killed", tmp_path / "clean"
     proc = subprocess.Popen([*VARIANTLAB, "run", str(exp), "--out", str(killed), "--no-report"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     db = killed / "clitest" / "results.sqlite"
     deadline = time.monotonic() + 120
     stored = 0
     while time.monotonic() < deadline and proc.poll() is None:
         if db.exists():
             try:
-                stored = sqlite3.connect(db).execute("SELECT COUNT(*) FROM units").fetchone()[0]
+                stored = count_units(db)
             except sqlite3.OperationalError:
                 stored = 0
             if stored >= 5:
@@ -187,12 +183,12 @@ def test_sigkill_midway_then_rerun_equals_clean_run(tmp_path):
     assert proc.poll() is None, "the run finished before it could be killed; make it longer"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    partial = sqlite3.connect(db).execute("SELECT COUNT(*) FROM units").fetchone()[0]
-    assert 5 <= partial < 48
+    partial = count_units(db)
+    assert 5 <= partial < 32
     resumed = subprocess.run([*VARIANTLAB, "run", str(exp), "--out", str(killed), "--no-report"],
                              capture_output=True, text=True, env=env)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert f"{48 - partial} computed, {partial} stored already" in resumed.stdout
+    assert f"{32 - partial} computed, {partial} stored already" in resumed.stdout
     fresh = subprocess.run([*VARIANTLAB, "run", str(exp), "--out", str(clean), "--no-report"],
                            capture_output=True, text=True, env=env)
     assert fresh.returncode == 0, fresh.stdout + fresh.stderr
@@ -202,11 +198,11 @@ def test_sigkill_midway_then_rerun_equals_clean_run(tmp_path):
 
 
 # -- describe, plugins, report -----------------------------------------------------------
-@needs_probes
 def test_describe_model_file(tmp_path):
     path = tmp_path / "model.yaml"
     path.write_text("family: gpt\nvocab_size: 64\ncontext_length: 32\nemb_dim: 32\n"
                     "n_heads: 4\nn_layers: 2\ndrop_rate: 0.0\ntie_weights: true\n")
+    pytest.importorskip("variantlab.probes.params")
     result = invoke("describe", path)
     assert result.exit_code == 0, result.output
     assert "GPTModel" in result.output and "2 x TransformerBlock" in result.output

@@ -119,6 +119,11 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     n_units = sum(u.variant.name in selected for u in plan_units(exp, device))
     stdout.print(f"{escape(exp.name)}: {len(selected)} variant(s), {len(exp.seeds)} seed(s), "
                  f"{n_units} unit(s)")
+    import warnings
+
+    from .build import VariantWarning
+
+    warnings.filterwarnings("ignore", category=VariantWarning)  # printed above, once
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` stops as cleanly as Ctrl-C
     try:
@@ -130,8 +135,8 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     _print_summary(stdout, err, summary)
     code = summary.exit_code
     if not no_report and not summary.interrupted:
-        code = max(code, _write_report(stdout, err, [summary.run_dir], summary.run_dir / "report",
-                                       None))
+        reported = _write_report(stdout, err, [summary.run_dir], summary.run_dir / "report", None)
+        code = max(code, min(reported, EXIT_FAILED))
     sys.exit(code)
 
 
@@ -216,6 +221,9 @@ def _write_report(stdout: Console, err: Console, runs: Sequence[Path], out_dir: 
         return EXIT_OK
     try:
         files = write_report(list(runs), Path(out_dir), baseline=baseline)
+    except ValueError as exc:  # e.g. an unknown --baseline: bad input
+        err.print(f"report: {escape(str(exc))}", soft_wrap=True)
+        return EXIT_INPUT
     except Exception as exc:  # the run is stored; say why the report is missing
         err.print(f"report failed: {type(exc).__name__}: {escape(str(exc))}", soft_wrap=True)
         return EXIT_FAILED
