@@ -123,10 +123,17 @@ def test_run_then_rerun_computes_nothing(tmp_path):
     assert set(rows.probe) == {"params", "gradients"}
     total = rows[(rows.metric == "total") & (rows.variant == rows.variant.iloc[0])]
     assert total["value"].iloc[0] > 0
-    result = invoke("run", exp, "--out", out, "--no-report")
+    assert "[1/8] base seed=0 params: ok" in result.output  # plain lines, not a terminal
+    result = invoke("run", exp, "--out", out)
     assert result.exit_code == 0
     assert "8 unit(s): 0 computed, 8 stored already, 0 failed" in result.output
     pd.testing.assert_frame_equal(sorted_rows(out / "clitest"), rows)
+    report_dir = out / "clitest" / "report"
+    assert (report_dir / "report.html").is_file() and (report_dir / "report.md").is_file()
+    result = invoke("report", out / "clitest", "--out", tmp_path / "r2")
+    assert result.exit_code == 0 and (tmp_path / "r2" / "report.html").is_file()
+    result = invoke("report", out / "clitest", "--baseline", "nope")
+    assert result.exit_code == 2 and "nope" in result.output
 
 
 def test_failing_component_fails_only_its_variant(tmp_path):
