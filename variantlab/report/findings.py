@@ -39,13 +39,19 @@ def gradient_growth(data: ReportData) -> str | None:
                                                                           f"{name} gradient norm")
     pairs = []
     for i, (variant, rec) in enumerate(agg.iterrows()):
-        verb = "rises" if rec["value"] >= 1 else "falls"
-        factor = rec["value"] if rec["value"] >= 1 else 1 / rec["value"]
-        text = f"{factor:.1f}x" if i else (f"{what} {verb} {factor:.1f}x from layer "
-                                           f"{int(rec['first'])} to layer {int(rec['last'])}")
-        if i and verb == "falls":
-            text = f"falls {factor:.1f}x"
-        pairs.append((variant, text))
+        value = rec["value"]
+        if abs(value - 1) < 0.05:
+            change = f"stays within 5% ({value:.2f}x)"
+        elif value > 1:
+            change = f"rises {value:.1f}x"
+        else:
+            change = f"falls {1 / value:.1f}x"
+        if i == 0:
+            change = (f"{what} {change} from layer {int(rec['first'])} "
+                      f"to layer {int(rec['last'])}")
+        elif value > 1 and abs(value - 1) >= 0.05:
+            change = f"{value:.1f}x"
+        pairs.append((variant, change))
     return _listing(pairs) + "."
 
 
@@ -60,12 +66,15 @@ def timing_speed(data: ReportData, summary: pd.DataFrame) -> str | None:
         parts = []
         for variant in dict.fromkeys([others.idxmin(), others.idxmax()]):
             ratio = base / others[variant]
+            iqr = max(_nan0(means.loc[variant, "iqr"]), _nan0(means.loc[data.baseline, "iqr"]))
+            noisy = " (within the timing IQR: not a clear difference)" \
+                if abs(base - others[variant]) <= iqr else ""
             if math.isclose(ratio, 1.0, rel_tol=0.02):
                 parts.append(f"{variant} is as fast as {data.baseline} (within 2%)")
             elif ratio > 1:
-                parts.append(f"{variant} is {ratio:.1f}x faster than {data.baseline}")
+                parts.append(f"{variant} is {ratio:.1f}x faster than {data.baseline}{noisy}")
             else:
-                parts.append(f"{variant} is {1 / ratio:.1f}x slower than {data.baseline}")
+                parts.append(f"{variant} is {1 / ratio:.1f}x slower than {data.baseline}{noisy}")
         return f"{PASS_NAMES[key]}: " + "; ".join(parts) + "."
     return None
 
