@@ -80,7 +80,8 @@ def time_fn(fn: Callable[[], None], warmup: int, repeats: int, label: str = "",
                             num_threads=torch.get_num_threads())
     for _ in range(warmup):
         fn()
-    estimate = timer.timeit(1).mean  # one more untimed-in-results call, sizes the blocks
+    # a few single calls, not kept in the results, size the blocks (min: the least noisy)
+    estimate = min(timer.timeit(1).mean for _ in range(3))
     number = max(1, math.ceil(block_s / max(estimate, 1e-9))) if estimate < block_s else 1
     raw = [timer.timeit(number).raw_times[0] for _ in range(repeats)]  # block totals
     return benchmark.Measurement(number, raw, timer._task_spec)
