@@ -175,3 +175,17 @@ def test_changed_spec_is_a_new_unit(tiny, tmp_path):
     summary = run_experiment(wider, tmp_path, probe_fn=probe)
     assert summary.done == 6 and summary.skipped == 0
     assert len(results(summary.run_dir)) == 12  # the old spec's units are not shown
+
+
+def test_identical_specs_share_units_but_both_show(tiny, tmp_path):
+    exp = make_experiment(tiny, seeds=(0,))
+    twin = FakeVariant("twin", "twin", {}, exp.variants[0].spec)
+    exp.variants.append(twin)
+    probe = Recorder()
+    summary = run_experiment(exp, tmp_path, probe_fn=probe)
+    assert len(probe.calls) == 6 and summary.done == 6 and summary.skipped == 2
+    df = results(summary.run_dir)
+    assert df["variant"].unique().tolist() == ["base", "rms", "relu", "twin"]
+    base, twin_rows = df[df.variant == "base"], df[df.variant == "twin"]
+    assert base["value"].tolist() == twin_rows["value"].tolist() and len(base) == 4
+    assert twin_rows["label"].unique().tolist() == ["twin"]

@@ -229,6 +229,7 @@ def run_experiment(
                 notify(UnitEvent("start", unit, index, len(todo)))
                 record, rows = _run_unit(unit, experiment, probe_fn)
                 store.save_unit(record, rows)  # one transaction: rolled back if interrupted
+                statuses[unit.key] = record.status  # a variant with the same spec reuses it
                 if record.status == "ok":
                     summary.done += 1
                     notify(UnitEvent("ok", unit, index, len(todo), record.duration_s))

@@ -38,7 +38,9 @@ CREATE TABLE IF NOT EXISTS rows (
     name TEXT, layer INTEGER, step INTEGER, value REAL, unit TEXT);
 CREATE INDEX IF NOT EXISTS rows_by_unit ON rows(unit_key);
 CREATE TABLE IF NOT EXISTS plan (
-    key TEXT PRIMARY KEY, variant TEXT, seed INTEGER, probe TEXT, position INTEGER);
+    key TEXT NOT NULL, variant TEXT, seed INTEGER, probe TEXT, position INTEGER,
+    PRIMARY KEY (variant, seed, probe));
+CREATE INDEX IF NOT EXISTS plan_by_key ON plan(key);
 """
 
 RESULT_COLUMNS = (
@@ -204,38 +206,40 @@ def _frames(path: str | Path) -> RunData:
         conn = store.conn
         variants = pd.read_sql_query("SELECT * FROM variants ORDER BY position", conn)
         has_plan = conn.execute("SELECT COUNT(*) FROM plan").fetchone()[0] > 0
+        # a planned unit is shown under each (variant, seed) that plans it: two variants with
+        # the same resolved spec share one computed unit
         current = "p.key IS NOT NULL" if has_plan else "1"
         units = pd.read_sql_query(
-            f"SELECT u.*, {current} AS current FROM units u LEFT JOIN plan p ON p.key = u.key "
-            "LEFT JOIN variants v ON v.name = u.variant "
-            "ORDER BY COALESCE(p.position, 1e18), v.position, u.seed, u.probe",
+            "SELECT u.*, (SELECT MIN(position) FROM plan p WHERE p.key = u.key) AS _pos "
+            "FROM units u ORDER BY COALESCE(_pos, 1e18), u.rowid",
             conn,
         )
         rows = pd.read_sql_query(
             f"""
-            SELECT u.variant, v.label, u.seed, r.probe, r.metric, r.scope, r.name, r.layer,
-                   r.step, r.value, r.unit, u.key AS unit_key, u.status, u.error
+            SELECT COALESCE(p.variant, u.variant) AS variant, COALESCE(p.seed, u.seed) AS seed,
+                   r.probe, r.metric, r.scope, r.name, r.layer, r.step, r.value, r.unit,
+                   u.key AS unit_key, u.status, u.error,
+                   COALESCE(p.position, 1e18) AS _pos, r.rowid AS _rid
             FROM units u
             JOIN rows r ON r.unit_key = u.key
             LEFT JOIN plan p ON p.key = u.key
-            LEFT JOIN variants v ON v.name = u.variant
             WHERE u.status = 'ok' AND {current}
             UNION ALL
-            SELECT u.variant, v.label, u.seed, u.probe, 'error', 'model', '', NULL, NULL, NULL,
-                   '', u.key, u.status, u.error
+            SELECT COALESCE(p.variant, u.variant), COALESCE(p.seed, u.seed), u.probe, 'error',
+                   'model', '', NULL, NULL, NULL, '', u.key, u.status, u.error,
+                   COALESCE(p.position, 1e18), 0
             FROM units u
             LEFT JOIN plan p ON p.key = u.key
-            LEFT JOIN variants v ON v.name = u.variant
             WHERE u.status = 'failed' AND {current}
+            ORDER BY _pos, _rid
             """,
             conn,
         )
-    units["current"] = units["current"].astype(bool)
-    order = {k: i for i, k in enumerate(units["key"])}
-    rows["_order"] = rows["unit_key"].map(order)
-    rows = rows.sort_values("_order", kind="stable").drop(columns="_order")
+    units["current"] = units["_pos"].notna() if has_plan else True
+    units = units.drop(columns="_pos")
+    labels = dict(zip(variants["name"], variants["label"]))
+    rows["label"] = rows["variant"].map(labels).fillna(rows["variant"])
     rows.insert(0, "experiment", meta.get("experiment", ""))
-    rows["label"] = rows["label"].fillna(rows["variant"])
     for col in ("seed", "layer", "step"):
         rows[col] = rows[col].astype("Int64")
     rows["value"] = rows["value"].astype(float)  # NULL -> NaN
