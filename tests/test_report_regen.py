@@ -1,0 +1,82 @@
+"""Regenerate a committed report from its experiment; its tables must come out the same.
+
+Timing is machine-dependent, so the experiment is rerun without its timing probe and the
+timing rows and tables are left out of the comparison. Candidates: the tiny experiment in
+tests/golden/ (always), and the smallest ``experiments/NAME.yaml`` with a committed
+``reports/NAME/``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from variantlab.report import write_report
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).parent / "golden"
+COMPARED = ("Variants", "Parameters", "Training", "Gradients")
+
+
+def _candidates() -> list[tuple[Path, Path]]:
+    pairs = [(GOLDEN / "tiny-norms.yaml", GOLDEN / "tiny-norms")]
+    committed = []
+    for report in sorted((ROOT / "reports").glob("*/summary.csv")):
+        exp = ROOT / "experiments" / f"{report.parent.name}.yaml"
+        if exp.exists():
+            variants = len(pd.read_csv(report)["variant"].unique())
+            committed.append((variants, exp, report.parent))
+    if committed:
+        _, exp, folder = min(committed, key=lambda t: (t[0], t[1].name))
+        pairs.append((exp, folder))
+    return pairs
+
+
+def _tables(markdown: str) -> dict[str, str]:
+    """Markdown table text under each heading, by heading title."""
+    out = {}
+    for block in re.split(r"^#{2,3} ", markdown, flags=re.M)[1:]:
+        title, _, body = block.partition("\n")
+        table = "\n".join(line for line in body.splitlines() if line.startswith("|"))
+        if table:
+            out[title.strip()] = table
+    return out
+
+
+def _rerun(experiment: Path, out: Path) -> Path:
+    from variantlab.experiment import experiment_from_text
+    from variantlab.runner import run_experiment
+
+    data = yaml.safe_load(experiment.read_text(encoding="utf-8"))
+    data.get("measure", {}).pop("timing", None)
+    exp = experiment_from_text(yaml.safe_dump(data, sort_keys=False), str(experiment),
+                               base_dir=experiment.parent)
+    summary = run_experiment(exp, out / "runs")
+    return summary.run_dir
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("experiment, committed", _candidates(),
+                         ids=lambda p: p.name if isinstance(p, Path) else str(p))
+def test_committed_report_regenerates(experiment: Path, committed: Path, tmp_path):
+    run_dir = _rerun(experiment, tmp_path)
+    files = write_report([run_dir], tmp_path / "report")
+
+    old = pd.read_csv(committed / "summary.csv")
+    new = pd.read_csv(files.csv)
+    old, new = (f[f["section"] != "timing"].reset_index(drop=True) for f in (old, new))
+    assert list(new["variant"] + ":" + new["metric"]) == list(old["variant"] + ":" + old["metric"])
+    for col in ("mean", "spread", "min", "max", "ratio"):
+        for metric, a, b in zip(new["metric"], new[col], old[col]):
+            if not (math.isnan(a) and math.isnan(b)):
+                assert a == pytest.approx(b, rel=1e-4, abs=1e-9), (metric, col)
+
+    old_md = _tables((committed / "report.md").read_text(encoding="utf-8"))
+    new_md = _tables(files.markdown.read_text(encoding="utf-8"))
+    for title in COMPARED:
+        assert new_md.get(title) == old_md.get(title), f"table {title} differs"
