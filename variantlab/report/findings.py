@@ -55,6 +55,24 @@ def gradient_growth(data: ReportData) -> str | None:
     return _listing(pairs) + "."
 
 
+def first_layer_gradient(data: ReportData, summary: pd.DataFrame) -> str | None:
+    """The first layer's mean |grad| against the baseline's, when it differs by 2x or more."""
+    means = _means(summary, "first_layer_mean_abs_grad")
+    if len(means) < 2 or data.baseline not in means.index:
+        return None
+    base = means.loc[data.baseline, "mean"]
+    if not base > 0:
+        return None
+    ratio = (means["mean"] / base).drop(index=data.baseline)
+    pairs = [(v, f"{fmt(means.loc[v, 'mean'])} ({r:,.0f}x)" if r >= 100 else
+              f"{fmt(means.loc[v, 'mean'])} ({r:.3g}x)") for v, r in ratio.items()
+             if r >= 2 or r <= 0.5]
+    if not pairs:
+        return None
+    pairs.sort(key=lambda p: -ratio[p[0]])
+    return (f"First-layer mean |grad|: {data.baseline} {fmt(base)}; " + _listing(pairs) + ".")
+
+
 def timing_speed(data: ReportData, summary: pd.DataFrame) -> str | None:
     """The fastest and slowest variant against the baseline on the slowest-measured pass."""
     for key in ("backward", "step", "forward"):
@@ -143,7 +161,7 @@ def problems(data: ReportData, summary: pd.DataFrame) -> list[str]:
 
 def reading(data: ReportData, summary: pd.DataFrame) -> list[str]:
     """The report's opening sentences, in order of what readers look at first."""
-    lines = [gradient_growth(data), timing_speed(data, summary), loss_gap(data, summary),
+    lines = [gradient_growth(data), first_layer_gradient(data, summary), timing_speed(data, summary), loss_gap(data, summary),
              param_ratio(data, summary)]
     out = [line for line in lines if line] + problems(data, summary)
     return out or ["No probe produced comparable numbers; see the tables below."]

@@ -68,6 +68,8 @@ def seed_metrics(data: ReportData) -> pd.DataFrame:
                           ("diverged", "diverged")):
         add(_select(rows, "training", metric), "training", metric, label, "")
     add(_select(rows, "gradients", "loss"), "gradients", "loss", "loss at init", "")
+    first = first_layer(rows, "mean_abs_grad")
+    add(first, "gradients", "first_layer_mean_abs_grad", "first-layer mean |grad|", "")
     ratios = depth_ratios(rows)
     for name in sorted(set(ratios["name"]), key=lambda n: (n != "all", n)):
         label = "last/first layer grad norm" + ("" if name == "all" else f" ({name})")
@@ -76,6 +78,16 @@ def seed_metrics(data: ReportData) -> pd.DataFrame:
         return pd.DataFrame(columns=["variant", "seed", "value", "iqr", "section", "metric",
                                      "label", "unit"])
     return pd.concat(out, ignore_index=True)
+
+
+def first_layer(rows: pd.DataFrame, metric: str, name: str = "all") -> pd.DataFrame:
+    """Per (variant, seed): a layer metric of the lowest-numbered layer (slot ``name``)."""
+    layer = rows[(rows["probe"] == "gradients") & (rows["scope"] == "layer")
+                 & (rows["metric"] == metric) & (rows["name"] == name) & rows["layer"].notna()]
+    if not len(layer):
+        return layer
+    low = layer.groupby(["variant", "seed"])["layer"].transform("min")
+    return layer[layer["layer"] == low]
 
 
 def depth_ratios(rows: pd.DataFrame, metric: str = "grad_norm") -> pd.DataFrame:
