@@ -285,6 +285,27 @@ def _causality(make: Callable[[], nn.Module], what: str, causal: bool = True) ->
     return check
 
 
+def _dropout_off(make: Callable[[], nn.Module]) -> Callable:
+    def check() -> list[str]:
+        """dropout in eval mode"""
+        torch.manual_seed(0)
+        module, x = make(), _x(B, T, D)
+        return [] if torch.equal(_eval(module, x), _eval(module, x)) else [
+            "with drop_rate=0.5, eval-mode outputs still vary (dropout not switched off)"]
+
+    return check
+
+
+def _shape_kept(make: Callable[[], nn.Module], shape: tuple[int, ...], what: str) -> Callable:
+    def check() -> list[str]:
+        """other input shapes"""
+        out = _eval(make(), _x(*shape))
+        return [] if tuple(out.shape) == shape else [
+            f"{what} {shape} gave output shape {tuple(out.shape)}"]
+
+    return check
+
+
 def _attention_case(spec: ComponentSpec, registry: Registry) -> Case:
     sizes = dict(emb_dim=D, n_heads=HEADS, context_length=CTX, qkv_bias=True)
     make = _maker(registry, "attention", spec, **sizes)
@@ -306,19 +327,12 @@ def _attention_case(spec: ComponentSpec, registry: Registry) -> Case:
             found.append("padded keys (key_padding_mask True) still influence the output")
         return found
 
-    def dropout_off_in_eval() -> list[str]:
-        """dropout in eval mode"""
-        torch.manual_seed(0)
-        module, x = make(drop_rate=0.5, causal=True), _x(B, T, D)
-        return [] if torch.equal(_eval(module, x), _eval(module, x)) else [
-            "with drop_rate=0.5, eval-mode outputs still vary (dropout not switched off)"]
-
     return Case(
         "attention (standalone, causal)", lambda: make(drop_rate=0.0, causal=True), (_x(B, T, D),),
         expect=(B, T, D), extra=[
             _causality(lambda: make(drop_rate=0.0, causal=True), "causal=True"),
             _causality(lambda: make(drop_rate=0.0, causal=False), "attention", causal=False),
-            cross_and_padding, dropout_off_in_eval,
+            cross_and_padding, _dropout_off(lambda: make(drop_rate=0.5, causal=True)),
         ])
 
 
@@ -352,15 +366,8 @@ def _residual_case(spec: ComponentSpec, registry: Registry) -> Case:
             return ["forward(x, gain=0.5) did not pass gain=0.5 to the sublayer"]
         return []
 
-    def dropout_off_in_eval() -> list[str]:
-        """dropout in eval mode"""
-        torch.manual_seed(0)
-        module, x = make(0.5), _x(B, T, D)
-        return [] if torch.equal(_eval(module, x), _eval(module, x)) else [
-            "with drop_rate=0.5, eval-mode outputs still vary (dropout not switched off)"]
-
     return Case("residual (standalone)", make, (_x(B, T, D),), expect=(B, T, D),
-                extra=[passes_arguments, dropout_off_in_eval])
+                extra=[passes_arguments, _dropout_off(lambda: make(0.5))])
 
 
 def _standalone_case(slot: str, spec: ComponentSpec, registry: Registry) -> Case:
@@ -371,14 +378,8 @@ def _standalone_case(slot: str, spec: ComponentSpec, registry: Registry) -> Case
         return _residual_case(spec, registry)
     if slot == "norm":
         make = _maker(registry, slot, spec, dim=D)
-
-        def any_leading_dims() -> list[str]:
-            """(..., dim) inputs"""
-            out = _eval(make(), _x(5, D))
-            return [] if tuple(out.shape) == (5, D) else [
-                f"input (5, {D}) gave output shape {tuple(out.shape)}"]
-
-        return Case("norm (standalone)", make, x, expect=(B, T, D), extra=[any_leading_dims])
+        return Case("norm (standalone)", make, x, expect=(B, T, D),
+                    extra=[_shape_kept(make, (5, D), "input")])
     if slot == "activation":
         make = _maker(registry, slot, spec)
 
@@ -398,14 +399,8 @@ def _standalone_case(slot: str, spec: ComponentSpec, registry: Registry) -> Case
                     extra=[_causality(make, "feedforward")])
     if slot == "positional":
         make = _maker(registry, slot, spec, emb_dim=D, context_length=CTX)
-
-        def full_context() -> list[str]:
-            """sequence as long as context_length"""
-            out = _eval(make(), _x(B, CTX, D))
-            return [] if tuple(out.shape) == (B, CTX, D) else [
-                f"input (B, context_length={CTX}, D) gave output shape {tuple(out.shape)}"]
-
-        return Case("positional (standalone)", make, x, expect=(B, T, D), extra=[full_context])
+        return Case("positional (standalone)", make, x, expect=(B, T, D),
+                    extra=[_shape_kept(make, (B, CTX, D), "input as long as context_length")])
     raise ValueError(f"unknown slot {slot!r}; choose one of {', '.join(SLOTS + ('model',))}")
 
 
