@@ -1,0 +1,79 @@
+"""Every shipped experiment validates, and each seed lesson is written as the seed has it."""
+
+from pathlib import Path
+
+import pytest
+
+from variantlab.experiment import load_experiment
+
+EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
+FILES = sorted(EXPERIMENTS.glob("*.yaml"))
+LESSONS = {
+    "layernorm-vs-batchnorm", "gelu-vs-relu", "pre-vs-post-norm", "naive-vs-sdpa",
+    "seed-shortcut", "gpt2-124m", "xiong-fig3",
+}
+
+
+def test_every_lesson_has_a_file():
+    assert LESSONS <= {p.stem for p in FILES}
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_experiment_validates(path):
+    exp = load_experiment(path)
+    assert exp.name == path.stem
+    assert len(exp.description) > 40, "say what the experiment shows"
+    assert len(exp.variants) >= 2
+    assert exp.baseline in {v.name for v in exp.variants}
+    for v in exp.variants:
+        for settings in exp.measure.probes().values():
+            assert getattr(settings, "seq_len", 0) <= v.spec.context_length
+
+
+def test_shortcut_experiment_is_the_seeds():
+    exp = load_experiment(EXPERIMENTS / "seed-shortcut.yaml")
+    assert exp.seeds == [123]
+    assert [v.spec.residual.shortcut for v in exp.variants] == [False, True]
+    spec = exp.variants[0].spec
+    assert (spec.family, spec.layer_sizes, spec.inputs) == ("mlp", [3, 3, 3, 3, 3, 1], [[1, 0, -1]])
+    assert (spec.norm.kind, spec.activation.kind, spec.activation.approximate) == ("none", "gelu", "tanh")
+    assert exp.measure.gradients.batches == 1
+
+
+def test_gpt2_experiment_is_the_seed_config():
+    exp = load_experiment(EXPERIMENTS / "gpt2-124m.yaml")
+    spec = exp.variants[0].spec
+    assert (spec.vocab_size, spec.context_length, spec.emb_dim) == (50257, 1024, 768)
+    assert (spec.n_heads, spec.n_layers, spec.drop_rate, spec.qkv_bias) == (12, 12, 0.1, False)
+    assert spec.tie_weights is False and exp.variants[1].spec.tie_weights is True
+    assert exp.measure.timing.passes == ["forward"] and exp.measure.timing.batch_size <= 2
+
+
+def test_xiong_compares_post_and_pre_norm_at_initialisation():
+    exp = load_experiment(EXPERIMENTS / "xiong-fig3.yaml")
+    kinds = sorted(v.spec.residual.kind for v in exp.variants)
+    assert kinds == ["post_norm", "pre_norm"]
+    assert all(v.spec.n_layers >= 6 and v.spec.drop_rate == 0 for v in exp.variants)
+    assert exp.measure.gradients.batches >= 4 and exp.measure.training is None
+
+
+def test_axes_of_the_comparisons():
+    def values(name, path):
+        exp = load_experiment(EXPERIMENTS / f"{name}.yaml")
+        out = []
+        for v in exp.variants:
+            node = v.spec
+            for part in path.split("."):
+                node = getattr(node, part)
+            out.append(node)
+        return out
+
+    assert values("layernorm-vs-batchnorm", "norm.kind")[:2] == ["layer", "batch"]
+    assert values("gelu-vs-relu", "activation.kind") == ["gelu", "relu", "silu"]
+    assert values("gelu-vs-relu", "feedforward.kind") == ["mlp", "mlp", "glu"]
+    assert values("naive-vs-sdpa", "attention.impl") == ["naive", "sdpa"]
+    pre_post = list(zip(values("pre-vs-post-norm", "residual.kind"),
+                        values("pre-vs-post-norm", "residual.shortcut")))
+    assert sorted(pre_post) == sorted(
+        [(k, s) for k in ("pre_norm", "post_norm") for s in (True, False)]
+    )
