@@ -10,6 +10,7 @@ import copy
 import difflib
 import itertools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,8 +61,6 @@ class ExperimentSpec(BaseModel):
     @field_validator("name")
     @classmethod
     def _folder_safe(cls, name: str) -> str:
-        import re
-
         if not re.match(SAFE_NAME, name) or name in (".", ".."):
             raise ValueError(
                 f"{name!r} cannot name a results folder; use letters, digits, '.', '_' and '-' "
@@ -125,7 +124,9 @@ class Experiment:
 def component_of(model: Mapping[str, Any], slot: str) -> dict[str, Any]:
     """The slot's component as a mapping, with the default when the model omits it."""
     value = model.get(slot, DEFAULT_COMPONENTS[slot])
-    return {"kind": value} if isinstance(value, str) else dict(value) if isinstance(value, Mapping) else {}
+    if isinstance(value, str):
+        return {"kind": value}
+    return dict(value) if isinstance(value, Mapping) else {}
 
 
 def valid_paths(model: Mapping[str, Any], registry: Registry) -> list[str] | None:
