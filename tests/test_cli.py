@@ -298,8 +298,8 @@ def test_gpt2_124m_stores_the_seed_parameter_count(tmp_path):
         assert total == [124_412_160.0]
 
 
-# seconds on this 2-core CPU: seed-shortcut 0.03, xiong-fig3 2; the others train for minutes
-# (layernorm-vs-batchnorm 91, pre-vs-post-norm 152, naive-vs-sdpa 211, gelu-vs-relu 428)
+# seed-shortcut and xiong-fig3 take seconds; the others train and time, so they are marked
+# slow (deselect with -m "not slow")
 SMALL_EXAMPLES = {"seed-shortcut", "xiong-fig3"}
 
 
