@@ -13,6 +13,7 @@ EXPECTED = {
     "attention": {"mha"},
     "residual": {"pre_norm", "post_norm"},
     "positional": {"learned", "sinusoidal", "none"},
+    "init": {"default", "xavier", "normal"},
     "model": {"block", "gpt", "encoder", "decoder", "encoder_decoder", "mlp"},
 }
 

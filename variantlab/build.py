@@ -88,6 +88,8 @@ def build_model(spec: ModelSpec | Mapping[str, Any], registry: Registry | None =
     spec = resolve_spec(spec, registry)
     fam = registry.get("model", spec.family, ("family",))
     model = fam.build(spec, Parts(spec, registry))
+    init = registry.get("init", spec.init.kind, ("init", "kind"))
+    init.build(spec.init)(model)
     model.variantlab_spec = spec
     model.variantlab_warnings = spec.warnings()
     for message in model.variantlab_warnings:

@@ -50,6 +50,13 @@ def register_positionals(register):
 
 
 @hookspec
+def register_inits(register):
+    """Weight initialisation schemes. ``build(spec) -> apply``; ``apply(model)`` runs once on the
+    assembled model and re-initialises its parameters in place (modules carry a
+    ``variantlab_slot`` tag naming their slot). It must not add, remove or reshape parameters."""
+
+
+@hookspec
 def register_models(register):
     """Model families. ``spec_cls`` subclasses :class:`variantlab.ModelSpec` with a ``family``
     literal; ``build(spec, parts) -> nn.Module`` assembles the model from ``parts``

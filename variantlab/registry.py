@@ -25,11 +25,12 @@ import pluggy
 from . import hookspecs
 from .errors import DuplicateKindError, PluginLoadError, SpecError, unknown_name_message
 
-SLOTS = ("norm", "activation", "feedforward", "attention", "residual", "positional")
+SLOTS = ("norm", "activation", "feedforward", "attention", "residual", "positional", "init")
 ALL_SLOTS = SLOTS + ("model",)
 HOOKS = {slot: f"register_{slot}s" for slot in ALL_SLOTS}
 BUILTIN_MODULES = (
-    "norms", "activations", "feedforwards", "attentions", "residuals", "positionals", "models",
+    "norms", "activations", "feedforwards", "attentions", "residuals", "positionals", "inits",
+    "models",
 )
 ENTRY_POINT_GROUP = "variantlab"
 

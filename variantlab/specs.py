@@ -42,6 +42,7 @@ DEFAULT_COMPONENTS: dict[str, dict[str, Any]] = {
     "attention": {"kind": "mha", "impl": "naive"},
     "residual": {"kind": "pre_norm", "shortcut": True},
     "positional": {"kind": "learned"},
+    "init": {"kind": "default"},
 }
 
 
@@ -104,6 +105,7 @@ class ModelSpec(BaseModel):
     attention: SerializeAsAny[ComponentSpec]
     residual: SerializeAsAny[ComponentSpec]
     positional: SerializeAsAny[ComponentSpec]
+    init: SerializeAsAny[ComponentSpec]
 
     @model_validator(mode="before")
     @classmethod

@@ -370,6 +370,33 @@ def _residual_case(spec: ComponentSpec, registry: Registry) -> Case:
                 extra=[passes_arguments, _dropout_off(lambda: make(0.5))])
 
 
+def _init_case(spec: ComponentSpec, registry: Registry) -> Case:
+    """An init scheme applied to a tiny ``block`` model: values change, layout does not."""
+    comp = registry.get("init", spec.kind)
+    base = parse_model_spec({**TINY_MODEL, "family": "block"}, registry)
+
+    def make() -> nn.Module:
+        model = build_model(base, registry)
+        comp.build(spec)(model)
+        return model
+
+    def keeps_layout() -> list[str]:
+        """keeps the parameter layout"""
+        torch.manual_seed(0)
+        model = build_model(base, registry)
+        before = {n: (p.shape, p.dtype, p.requires_grad) for n, p in model.named_parameters()}
+        comp.build(spec)(model)
+        after = {n: (p.shape, p.dtype, p.requires_grad) for n, p in model.named_parameters()}
+        bad = [n for n in before.keys() | after.keys() if before.get(n) != after.get(n)]
+        nonfinite = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
+        return ([f"added, removed or changed parameters: {', '.join(sorted(bad)[:4])}"] * bool(bad)
+                + [f"non-finite values in {', '.join(nonfinite[:4])}"] * bool(nonfinite))
+
+    x = (_x(B, T, D),)
+    return Case("init (on a block)", make, x, expect=(B, T, D), zero_grad_is_bug=False,
+                extra=[keeps_layout])
+
+
 def _standalone_case(slot: str, spec: ComponentSpec, registry: Registry) -> Case:
     x = (_x(B, T, D),)
     if slot == "attention":
@@ -397,6 +424,8 @@ def _standalone_case(slot: str, spec: ComponentSpec, registry: Registry) -> Case
         make = _maker(registry, slot, spec, emb_dim=D, make_activation=act)
         return Case("feedforward (standalone)", make, x, expect=(B, T, D),
                     extra=[_causality(make, "feedforward")])
+    if slot == "init":
+        return _init_case(spec, registry)
     if slot == "positional":
         make = _maker(registry, slot, spec, emb_dim=D, context_length=CTX)
         return Case("positional (standalone)", make, x, expect=(B, T, D),
@@ -417,6 +446,8 @@ def _model_case(spec: ModelSpec, registry: Registry) -> Case:
 
 
 def _uses(model: nn.Module, slot: str, kind: str) -> bool:
+    if slot == "init":  # build_model applies the init scheme to every family
+        return True
     return any(getattr(m, "variantlab_slot", None) == slot and getattr(m, "variantlab_kind", None)
                == kind for m in model.modules())
 

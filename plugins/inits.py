@@ -1,0 +1,89 @@
+"""Weight initialisation schemes, applied once to the assembled model.
+
+``default`` keeps each module's own PyTorch initialisation (what the seeds use, so their
+numbers hold). The others re-initialise the weights in place, after the family built them.
+"""
+
+import math
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import Field, PositiveFloat
+from torch import nn
+
+from variantlab import ComponentSpec, hookimpl
+
+
+class DefaultInitSpec(ComponentSpec):
+    kind: Literal["default"] = "default"
+
+
+class XavierInitSpec(ComponentSpec):
+    kind: Literal["xavier"] = "xavier"
+    distribution: Literal["uniform", "normal"] = Field(
+        "uniform", description="xavier_uniform_ or xavier_normal_")
+    gain: PositiveFloat = Field(1.0, description="scales the Glorot bound / std")
+
+
+class NormalInitSpec(ComponentSpec):
+    kind: Literal["normal"] = "normal"
+    std: PositiveFloat = Field(0.02, description="std of every Linear and Embedding weight")
+    scale_residual: bool = Field(
+        True, description="divide the std of each sublayer's output projection by sqrt(N), "
+        "N = number of residual connections")
+
+
+def keep_default(model: nn.Module) -> None:
+    """PyTorch's per-module initialisation, untouched."""
+
+
+def xavier(spec: XavierInitSpec) -> Callable[[nn.Module], None]:
+    """Glorot & Bengio 2010 on every Linear weight, biases zero: the Transformer init of
+    Vaswani et al. 2017 as Xiong et al. 2020 use it. Embeddings and norms keep theirs."""
+    fill = nn.init.xavier_uniform_ if spec.distribution == "uniform" else nn.init.xavier_normal_
+
+    def apply(model: nn.Module) -> None:
+        for module in model.modules():
+            if isinstance(module, nn.Linear):
+                fill(module.weight, gain=spec.gain)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+
+    return apply
+
+
+def output_projections(model: nn.Module) -> set[nn.Linear]:
+    """The last Linear of each attention and feed-forward sublayer: what writes to the
+    residual stream."""
+    found = set()
+    for module in model.modules():
+        if getattr(module, "variantlab_slot", None) in ("attention", "feedforward"):
+            linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
+            found.update(linears[-1:])
+    return found
+
+
+def normal(spec: NormalInitSpec) -> Callable[[nn.Module], None]:
+    """GPT-2's init (Radford et al. 2019): N(0, std) weights, zero biases, and output
+    projections scaled by 1/sqrt(N) for N residual connections (as nanoGPT does)."""
+
+    def apply(model: nn.Module) -> None:
+        n_res = sum(getattr(m, "variantlab_slot", None) == "residual" for m in model.modules())
+        scaled = output_projections(model) if spec.scale_residual and n_res else set()
+        for module in model.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                std = spec.std / math.sqrt(n_res) if module in scaled else spec.std
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+                if getattr(module, "padding_idx", None) is not None:
+                    nn.init.zeros_(module.weight[module.padding_idx])
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    return apply
+
+
+@hookimpl
+def register_inits(register):
+    register("default", DefaultInitSpec, lambda spec: keep_default)
+    register("xavier", XavierInitSpec, xavier)
+    register("normal", NormalInitSpec, normal)
