@@ -21,6 +21,7 @@ from rich.table import Table
 
 from . import __version__
 from .errors import PluginLoadError, SpecError, format_loc
+from .registry import ALL_SLOTS
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -406,8 +407,7 @@ def report(runs: Sequence[str], out: str | None, baseline: str | None,
 
 # -- plugins -----------------------------------------------------------------------------
 @main.command("plugins")
-@click.option("--slot", type=click.Choice(["norm", "activation", "feedforward", "attention",
-                                           "residual", "positional", "model"]), default=None)
+@click.option("--slot", type=click.Choice(ALL_SLOTS), default=None)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @plugin_option
 @bad_input_exits
