@@ -268,6 +268,12 @@ def test_seed_shortcut_experiment_stores_the_seed_gradients(tmp_path):
         for seed, got in grads[grads.variant == variant].groupby("seed"):
             values = got.sort_values("layer")["value"].tolist()
             assert values == pytest.approx(expected, rel=1e-4), (variant, seed)
+    # each layer's "weights" row (what the report's first-layer column reads) is the same
+    weights = df[(df.probe == "gradients") & (df.metric == "mean_abs_grad")
+                 & (df.scope == "layer") & (df.name == "weights")]
+    for variant, s in shortcut.items():
+        values = weights[weights.variant == variant].sort_values("layer")["value"].tolist()
+        assert values == pytest.approx(SEED_SHORTCUT if s else SEED_NO_SHORTCUT, rel=1e-4)
 
 
 def test_gpt2_124m_stores_the_seed_parameter_count(tmp_path):

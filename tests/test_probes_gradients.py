@@ -65,6 +65,9 @@ def test_norms_equal_a_hand_computation(tiny):
     ff = [v for k, v in g.items() if k.startswith("trf_blocks.1.ff.sublayer.")]
     expected_ff = math.sqrt(sum(float(v.double().pow(2).sum()) for v in ff))
     assert pick(rows, "grad_norm", "layer")[("feedforward", 1)] == pytest.approx(expected_ff, rel=1e-5)
+    mats = [v for k, v in g.items() if k.startswith("trf_blocks.1.") and v.ndim >= 2]
+    expected_w = sum(float(v.abs().sum()) for v in mats) / sum(v.numel() for v in mats)
+    assert pick(rows, "mean_abs_grad", "layer")[("weights", 1)] == pytest.approx(expected_w, rel=1e-5)
 
 
 def test_gradients_are_averaged_over_batches_before_the_norm(tiny):
@@ -87,7 +90,7 @@ def test_row_schema_and_residual_rms(tiny):
     loss = pick(rows, "loss", "model")[("", None)]
     assert 3.0 < loss < 6.0  # about ln(64) = 4.16 at initialisation
     slots = {name for name, _ in pick(rows, "grad_norm", "layer")}
-    assert slots == {"attention", "feedforward", "norm", "all"}
+    assert slots == {"attention", "feedforward", "norm", "all", "weights"}
 
 
 def test_residual_rms_matches_the_layer_output(tiny):

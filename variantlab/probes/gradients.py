@@ -10,6 +10,9 @@ taking norms). Statistics per parameter and per (layer, slot):
 - ``grad_norm``: L2 norm sqrt(sum g^2),
 - ``max_abs_grad``: max |g|.
 
+Layer rows are named by slot, plus ``all`` (every parameter of the layer) and ``weights``
+(its weight matrices only, the seeds' measure).
+
 ``residual_rms`` is sqrt(mean(h^2)) of each layer's output h, averaged over the batches.
 """
 
@@ -33,6 +36,9 @@ from .common import (
 )
 
 METRICS = ("mean_abs_grad", "grad_norm", "max_abs_grad")
+#: Layer rows beside the per-slot ones: every parameter of the layer, and its weight
+#: matrices only (the seeds print mean |grad| of weights, biases and norm gains left out).
+AGGREGATES = ("all", "weights")
 
 
 def grad_stats(grads: list[torch.Tensor]) -> dict[str, float]:
@@ -98,8 +104,10 @@ def run(
         if info.layer is not None:
             per_layer[info.layer][info.slot].append(g)
             per_layer[info.layer]["all"].append(g)
+            if info.param.ndim >= 2 and info.name.endswith("weight"):
+                per_layer[info.layer]["weights"].append(g)
     for layer in sorted(per_layer):
-        for slot in sorted(per_layer[layer], key=lambda s: (s == "all", s)):
+        for slot in sorted(per_layer[layer], key=lambda s: (s in AGGREGATES, s)):
             for metric, value in grad_stats(per_layer[layer][slot]).items():
                 rows.append(row("gradients", metric, value, scope="layer", name=slot,
                                 layer=layer))

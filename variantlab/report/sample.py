@@ -55,7 +55,8 @@ def _variant_rows(i: int, seed: int, growth: float, diverge: bool) -> dict[str, 
                for k, v in slots.items()]
     grads = [r("gradients", "loss", 4.16 + 0.01 * seed)]
     for layer in range(3):
-        for name, scale in (("all", 1.0), ("attention", 0.5), ("feedforward", 0.8)):
+        for name, scale in (("all", 1.0), ("weights", 0.9), ("attention", 0.5),
+                            ("feedforward", 0.8)):
             value = 0.1 * scale * growth ** layer * (1 + 0.02 * seed)
             grads.append(r("gradients", "grad_norm", value, scope="layer", name=name,
                            layer=layer))

@@ -80,10 +80,14 @@ def seed_metrics(data: ReportData) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True)
 
 
-def first_layer(rows: pd.DataFrame, metric: str, name: str = "all") -> pd.DataFrame:
-    """Per (variant, seed): a layer metric of the lowest-numbered layer (slot ``name``)."""
+def first_layer(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per (variant, seed): a layer metric of the lowest-numbered layer, over its weight
+    matrices (the seeds' measure) where the rows have them, else over all its parameters."""
     layer = rows[(rows["probe"] == "gradients") & (rows["scope"] == "layer")
-                 & (rows["metric"] == metric) & (rows["name"] == name) & rows["layer"].notna()]
+                 & (rows["metric"] == metric) & rows["layer"].notna()]
+    weights = layer[layer["name"] == "weights"]
+    has_weights = layer["variant"].isin(set(weights["variant"]))
+    layer = pd.concat([weights, layer[~has_weights & (layer["name"] == "all")]])
     if not len(layer):
         return layer
     low = layer.groupby(["variant", "seed"])["layer"].transform("min")
@@ -93,7 +97,8 @@ def first_layer(rows: pd.DataFrame, metric: str, name: str = "all") -> pd.DataFr
 def depth_ratios(rows: pd.DataFrame, metric: str = "grad_norm") -> pd.DataFrame:
     """Per (variant, seed, slot name): last-layer over first-layer value of a layer metric."""
     layer = rows[(rows["probe"] == "gradients") & (rows["scope"] == "layer")
-                 & (rows["metric"] == metric) & rows["layer"].notna()]
+                 & (rows["metric"] == metric) & rows["layer"].notna()
+                 & (rows["name"] != "weights")]
     records = []
     for (variant, seed, name), group in layer.groupby(["variant", "seed", "name"], sort=False):
         group = group.sort_values("layer")
@@ -165,8 +170,9 @@ SECTIONS = (
     ("params", "Parameters", "count; per-slot columns are the parameters in each slot"),
     ("timing", "Timing", "median per pass over repeats ± its interquartile range"),
     ("training", "Training", "final and best training loss, mean ± std over seeds"),
-    ("gradients", "Gradients", "loss at initialisation and the last/first-layer gradient-norm "
-     "ratio, mean ± std over seeds"),
+    ("gradients", "Gradients", "loss at initialisation, the first layer's mean |grad| over its "
+     "weight matrices (the seeds' measure), and the last/first-layer gradient-norm ratio, "
+     "mean ± std over seeds"),
 )
 
 
