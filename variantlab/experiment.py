@@ -6,10 +6,7 @@ raised as one :class:`InputError` whose messages read ``FILE:LINE:COL: key.path:
 
 from __future__ import annotations
 
-import copy
 import difflib
-import itertools
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,9 +16,12 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import PluginLoadError, SpecError, format_loc, pydantic_issues
+from .overrides import (  # also re-exported: callers import the path helpers from here
+    apply_overrides, component_of, expansions, lookup, override_source, show, valid_paths,
+)
 from .registry import SLOTS, Registry, build_registry
 from .settings import DataSpec, MeasureSpec, ParamsSettings, SyntheticData
-from .specs import DEFAULT_COMPONENTS, ModelSpec, parse_model_spec
+from .specs import ModelSpec, parse_model_spec
 from .yamlio import YamlDoc, YamlError, load_yaml
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -120,88 +120,6 @@ class Experiment:
         raise KeyError(name)
 
 
-# -- dotted paths -----------------------------------------------------------------------
-def component_of(model: Mapping[str, Any], slot: str) -> dict[str, Any]:
-    """The slot's component as a mapping, with the default when the model omits it."""
-    value = model.get(slot, DEFAULT_COMPONENTS[slot])
-    if isinstance(value, str):
-        return {"kind": value}
-    return dict(value) if isinstance(value, Mapping) else {}
-
-
-def valid_paths(model: Mapping[str, Any], registry: Registry) -> list[str] | None:
-    """Every dotted path an override may name for this model (None: unknown family)."""
-    try:
-        fam = registry.get("model", model.get("family", "gpt"))
-    except SpecError:
-        return None
-    paths = []
-    for name in fam.spec_cls.model_fields:
-        paths.append(name)
-        if name in SLOTS:
-            kind = component_of(model, name).get("kind")
-            try:
-                fields = registry.get(name, kind).spec_cls.model_fields
-            except SpecError:
-                fields = {"kind": None}
-            paths += [f"{name}.{f}" for f in fields]
-    return paths
-
-
-def apply_overrides(
-    base: Mapping[str, Any], overrides: Mapping[str, Any], registry: Registry
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """The model mapping of a variant, and a message for each path that names no field.
-
-    Setting ``slot.kind`` to a new kind replaces the component with ``{kind: NEW}`` plus the
-    variant's other ``slot.*`` overrides (the old kind's parameters do not carry over).
-    """
-    model = copy.deepcopy(dict(base))
-    for path, value in overrides.items():  # whole-field overrides first: family, sizes
-        if "." not in path:
-            model[path] = copy.deepcopy(value)
-    for slot in SLOTS:
-        sub = {p.split(".", 1)[1]: v for p, v in overrides.items() if p.startswith(slot + ".")}
-        if not sub:
-            continue
-        comp = component_of(model, slot)
-        if "kind" in sub and sub["kind"] != comp.get("kind"):
-            comp = {"kind": sub["kind"]}
-        comp.update(copy.deepcopy(sub))
-        model[slot] = comp
-    bad: dict[str, str] = {}
-    paths = valid_paths(model, registry)
-    if paths is not None:
-        for path in overrides:
-            if path not in paths:
-                close = difflib.get_close_matches(path, paths, n=1, cutoff=0.6)
-                hint = f"did you mean {close[0]!r}?" if close else "check the spelling."
-                head = path.split(".", 1)[0]
-                if head in SLOTS and path.count(".") == 1:
-                    kind = component_of(model, head).get("kind")
-                    fields = [p for p in paths if p.startswith(head + ".")]
-                    hint += f" {head} {kind!r} has: {', '.join(fields)}"
-                bad[path] = f"{path!r} names no field of the model; {hint}"
-    return model, bad
-
-
-def lookup(model: Mapping[str, Any], path: str) -> Any:
-    node: Any = model
-    for part in path.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def show(value: Any) -> str:
-    if isinstance(value, bool) or value is None:
-        return json.dumps(value)
-    if isinstance(value, (str, int, float)):
-        return str(value)
-    return json.dumps(value, separators=(",", ":"), default=str)
-
-
 # -- loading ----------------------------------------------------------------------------
 class _Collector:
     """Messages gathered from every part of the file before one InputError is raised."""
@@ -260,20 +178,6 @@ def _registry(spec: ExperimentSpec, base_dir: Path, extra: Sequence[str], out: _
     return registry if ok else None
 
 
-def _expansions(spec: ExperimentSpec) -> list[tuple[int | None, dict[str, Any], dict[str, tuple]]]:
-    """(index in ``variants:`` or None for grid combos, overrides, path -> YAML key path of
-    its value), in variant order: grid combos (or the base alone), then named variants."""
-    out: list[tuple[int | None, dict[str, Any], dict[str, tuple]]] = []
-    axes = list(spec.grid.items())
-    for combo in itertools.product(*(range(len(vals)) for _, vals in axes)):
-        overrides = {path: vals[i] for (path, vals), i in zip(axes, combo)}
-        where = {path: ("grid", path, i) for (path, _), i in zip(axes, combo)}
-        out.append((None, overrides, where))
-    for n, named in enumerate(spec.variants):
-        out.append((n, dict(named.set), {p: ("variants", n, "set", p) for p in named.set}))
-    return out
-
-
 def _variants(
     spec: ExperimentSpec, registry: Registry, out: _Collector, root: tuple
 ) -> tuple[list[Variant], dict[str, int]]:
@@ -285,7 +189,7 @@ def _variants(
     variants: list[Variant] = []
     seen: dict[str, int] = {}  # name -> context_length
     model_issues: dict[tuple, list[str]] = {}  # (loc, message) -> variants where it arises
-    for named, overrides, where in _expansions(spec):
+    for named, overrides, where in expansions(spec.grid, [v.set for v in spec.variants]):
         model, bad = apply_overrides(base, overrides, registry)
         for path, msg in bad.items():
             out.add(where[path][:-1] if named is None else where[path], msg, at="key")
@@ -305,7 +209,7 @@ def _variants(
             model_spec = parse_model_spec(model, registry)
         except SpecError as exc:
             for issue in exc.issues:
-                src = _source(issue.loc, where)
+                src = override_source(issue.loc, where)
                 if src is not None:
                     out.add(src, issue.message)
                 else:
@@ -321,19 +225,6 @@ def _variants(
             msg += f" (in variant{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))})"
         out.add(root + loc, msg, at="key" if msg.startswith("unknown key") else "auto")
     return variants, seen
-
-
-def _source(loc: tuple, where: Mapping[str, tuple]) -> tuple | None:
-    """The YAML key path of the override that an issue at model ``loc`` comes from."""
-    for path, yaml_loc in where.items():
-        parts = tuple(path.split("."))
-        if loc[: len(parts)] == parts:
-            return yaml_loc
-    for path, yaml_loc in where.items():
-        parts = tuple(path.split("."))
-        if loc and parts[: len(loc)] == loc:
-            return yaml_loc
-    return None
 
 
 def _cross_checks(

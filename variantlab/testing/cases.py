@@ -1,0 +1,200 @@
+"""Standalone cases per slot: the component built alone with small explicit sizes, with the
+slot's own contract (causality, cross-attention, padding masks, elementwise activations,
+argument pass-through in residuals, init schemes that keep the parameter layout)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..build import build_model, tag
+from ..registry import SLOTS, Registry
+from ..specs import DEFAULT_COMPONENTS, ComponentSpec, parse_model_spec, resolve_component
+from .checker import CTX, HEADS, SEED, TINY_MODEL, B, Case, D, T, close, gen
+
+
+def _default(slot: str, registry: Registry) -> ComponentSpec:
+    return resolve_component(slot, DEFAULT_COMPONENTS[slot], registry)
+
+
+def _maker(registry: Registry, slot: str, spec: ComponentSpec, **sizes: Any) -> Callable:
+    comp = registry.get(slot, spec.kind)
+    return lambda **more: tag(comp.build(spec, **{**sizes, **more}), slot, spec.kind)
+
+
+def _x(*shape: int, seed: int = SEED) -> torch.Tensor:
+    return torch.randn(*shape, generator=gen(seed))
+
+
+def _eval(module: nn.Module, *args: Any, **kwargs: Any) -> torch.Tensor:
+    module.eval()
+    with torch.no_grad():
+        return module(*args, **kwargs)
+
+
+def _causality(make: Callable[[], nn.Module], what: str, causal: bool = True) -> Callable:
+    def check() -> list[str]:
+        """causality"""
+        torch.manual_seed(0)
+        module, x = make(), _x(B, T, D)
+        y = x.clone()
+        y[:, T // 2:] += _x(B, T - T // 2, D, seed=99)  # change only later positions
+        same = close(_eval(module, x)[:, : T // 2], _eval(module, y)[:, : T // 2], 1e-5)
+        if causal and not same:
+            return [f"{what}: outputs at earlier positions change when later positions change"]
+        if not causal and same:
+            return [f"{what} with causal=False ignores later positions"]
+        return []
+
+    return check
+
+
+def _dropout_off(make: Callable[[], nn.Module]) -> Callable:
+    def check() -> list[str]:
+        """dropout in eval mode"""
+        torch.manual_seed(0)
+        module, x = make(), _x(B, T, D)
+        return [] if torch.equal(_eval(module, x), _eval(module, x)) else [
+            "with drop_rate=0.5, eval-mode outputs still vary (dropout not switched off)"]
+
+    return check
+
+
+def _shape_kept(make: Callable[[], nn.Module], shape: tuple[int, ...], what: str) -> Callable:
+    def check() -> list[str]:
+        """other input shapes"""
+        out = _eval(make(), _x(*shape))
+        return [] if tuple(out.shape) == shape else [
+            f"{what} {shape} gave output shape {tuple(out.shape)}"]
+
+    return check
+
+
+def _attention_case(spec: ComponentSpec, registry: Registry) -> Case:
+    sizes = dict(emb_dim=D, n_heads=HEADS, context_length=CTX, qkv_bias=True)
+    make = _maker(registry, "attention", spec, **sizes)
+
+    def cross_and_padding() -> list[str]:
+        """cross-attention and key padding mask"""
+        torch.manual_seed(0)
+        module, x, memory = make(drop_rate=0.0, causal=False), _x(B, T, D), _x(B, 5, D, seed=3)
+        out = _eval(module, x, memory=memory)
+        found = [] if tuple(out.shape) == (B, T, D) else [
+            f"memory (B, S=5, D) gave output shape {tuple(out.shape)}, expected {(B, T, D)}"]
+        pad = torch.zeros(B, 5, dtype=torch.bool)
+        pad[:, 3:] = True
+        changed = memory.clone()
+        changed[:, 3:] += 10.0
+        a = _eval(module, x, memory=memory, key_padding_mask=pad)
+        b = _eval(module, x, memory=changed, key_padding_mask=pad)
+        if not close(a, b, 1e-5):
+            found.append("padded keys (key_padding_mask True) still influence the output")
+        return found
+
+    return Case(
+        "attention (standalone, causal)", lambda: make(drop_rate=0.0, causal=True), (_x(B, T, D),),
+        expect=(B, T, D), extra=[
+            _causality(lambda: make(drop_rate=0.0, causal=True), "causal=True"),
+            _causality(lambda: make(drop_rate=0.0, causal=False), "attention", causal=False),
+            cross_and_padding, _dropout_off(lambda: make(drop_rate=0.5, causal=True)),
+        ])
+
+
+class _Sublayer(nn.Module):
+    """A stand-in sublayer that records the extra arguments it receives."""
+
+    def __init__(self, d_in: int, d_out: int):
+        super().__init__()
+        self.proj = nn.Linear(d_in, d_out)
+        self.seen: list[dict] = []
+
+    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        self.seen.append(dict(kwargs, _args=args))
+        return self.proj(x) * kwargs.get("gain", 1.0)
+
+
+def _residual_case(spec: ComponentSpec, registry: Registry) -> Case:
+    norm = _default("norm", registry)
+    make_norm = _maker(registry, "norm", norm)
+
+    def make(drop_rate: float = 0.0) -> nn.Module:
+        build = _maker(registry, "residual", spec, in_dim=D, out_dim=D, drop_rate=drop_rate)
+        return build(sublayer=_Sublayer(D, D), make_norm=lambda dim: make_norm(dim=dim))
+
+    def passes_arguments() -> list[str]:
+        """extra arguments reach the sublayer"""
+        module = make()
+        _eval(module, _x(B, T, D), gain=0.5)
+        sub = [m for m in module.modules() if isinstance(m, _Sublayer)]
+        if not sub or not any(s.get("gain") == 0.5 for s in sub[0].seen):
+            return ["forward(x, gain=0.5) did not pass gain=0.5 to the sublayer"]
+        return []
+
+    return Case("residual (standalone)", make, (_x(B, T, D),), expect=(B, T, D),
+                extra=[passes_arguments, _dropout_off(lambda: make(0.5))])
+
+
+def _init_case(spec: ComponentSpec, registry: Registry) -> Case:
+    """An init scheme applied to a tiny ``block`` model: values change, layout does not."""
+    comp = registry.get("init", spec.kind)
+    base = parse_model_spec({**TINY_MODEL, "family": "block"}, registry)
+
+    def make() -> nn.Module:
+        model = build_model(base, registry)
+        comp.build(spec)(model)
+        return model
+
+    def keeps_layout() -> list[str]:
+        """keeps the parameter layout"""
+        torch.manual_seed(0)
+        model = build_model(base, registry)
+        before = {n: (p.shape, p.dtype, p.requires_grad) for n, p in model.named_parameters()}
+        comp.build(spec)(model)
+        after = {n: (p.shape, p.dtype, p.requires_grad) for n, p in model.named_parameters()}
+        bad = [n for n in before.keys() | after.keys() if before.get(n) != after.get(n)]
+        nonfinite = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
+        return ([f"added, removed or changed parameters: {', '.join(sorted(bad)[:4])}"] * bool(bad)
+                + [f"non-finite values in {', '.join(nonfinite[:4])}"] * bool(nonfinite))
+
+    x = (_x(B, T, D),)
+    return Case("init (on a block)", make, x, expect=(B, T, D), zero_grad_is_bug=False,
+                extra=[keeps_layout])
+
+
+def standalone_case(slot: str, spec: ComponentSpec, registry: Registry) -> Case:
+    x = (_x(B, T, D),)
+    if slot == "attention":
+        return _attention_case(spec, registry)
+    if slot == "residual":
+        return _residual_case(spec, registry)
+    if slot == "norm":
+        make = _maker(registry, slot, spec, dim=D)
+        return Case("norm (standalone)", make, x, expect=(B, T, D),
+                    extra=[_shape_kept(make, (5, D), "input")])
+    if slot == "activation":
+        make = _maker(registry, slot, spec)
+
+        def elementwise() -> list[str]:
+            """elementwise"""
+            module, v = make(), x[0]
+            full = _eval(module, v)
+            ok = close(_eval(module, v.flip(-1)), full.flip(-1)) and close(
+                _eval(module, v[:1, :3]), full[:1, :3])
+            return [] if ok else ["output at a position depends on other positions"]
+
+        return Case("activation (standalone)", make, x, expect=(B, T, D), extra=[elementwise])
+    if slot == "feedforward":
+        act = _maker(registry, "activation", _default("activation", registry))
+        make = _maker(registry, slot, spec, emb_dim=D, make_activation=act)
+        return Case("feedforward (standalone)", make, x, expect=(B, T, D),
+                    extra=[_causality(make, "feedforward")])
+    if slot == "init":
+        return _init_case(spec, registry)
+    if slot == "positional":
+        make = _maker(registry, slot, spec, emb_dim=D, context_length=CTX)
+        return Case("positional (standalone)", make, x, expect=(B, T, D),
+                    extra=[_shape_kept(make, (B, CTX, D), "input as long as context_length")])
+    raise ValueError(f"unknown slot {slot!r}; choose one of {', '.join(SLOTS + ('model',))}")
