@@ -12,9 +12,13 @@ from variantlab import ComponentSpec, hookimpl
 
 
 class GELUSpec(ComponentSpec):
+    """GELU (Hendrycks & Gimpel 2016): x * Phi(x), exact or with the tanh approximation."""
+
     kind: Literal["gelu"] = "gelu"
-    approximate: Literal["tanh", "none"] = Field("tanh", description="tanh: the seeds' form")
-    impl: Literal["naive", "fused"] = Field("naive", description="naive: the explicit formula")
+    approximate: Literal["tanh", "none"] = Field(
+        "tanh", description="tanh: the approximation the seeds (and GPT-2) use; none: exact erf")
+    impl: Literal["naive", "fused"] = Field(
+        "naive", description="naive: the explicit formula; fused: F.gelu")
 
 
 class GELU(nn.Module):
@@ -35,10 +39,14 @@ class GELU(nn.Module):
 
 
 class ReLUSpec(ComponentSpec):
+    """ReLU (Nair & Hinton 2010): max(0, x)."""
+
     kind: Literal["relu"] = "relu"
 
 
 class SiLUSpec(ComponentSpec):
+    """SiLU (Elfwing et al. 2017), a.k.a. Swish (Ramachandran et al. 2017): x * sigmoid(x)."""
+
     kind: Literal["silu"] = "silu"
 
 

@@ -12,6 +12,8 @@ from variantlab import ComponentSpec, hookimpl
 
 
 class MHASpec(ComponentSpec):
+    """Multi-head scaled dot-product attention (Vaswani et al. 2017)."""
+
     kind: Literal["mha"] = "mha"
     impl: Literal["naive", "sdpa"] = Field(
         "naive", description="naive: explicit softmax(QK^T/sqrt(d))V; sdpa: torch's fused kernel"

@@ -9,9 +9,12 @@ from variantlab import ComponentSpec, hookimpl
 
 
 class MLPSpec(ComponentSpec):
+    """Position-wise MLP (Vaswani et al. 2017, sec. 3.3): Linear -> activation -> Linear."""
+
     kind: Literal["mlp"] = "mlp"
-    hidden_mult: PositiveFloat = Field(4, description="hidden = hidden_mult * emb_dim")
-    hidden_dim: PositiveInt | None = Field(None, description="overrides hidden_mult")
+    hidden_mult: PositiveFloat = Field(4, description="hidden width = hidden_mult * emb_dim")
+    hidden_dim: PositiveInt | None = Field(
+        None, description="hidden width; overrides hidden_mult when set")
 
 
 class MLP(nn.Module):
@@ -28,9 +31,14 @@ class MLP(nn.Module):
 
 
 class GLUSpec(ComponentSpec):
+    """Gated feed-forward (Shazeer 2020): W_down(act(W_gate x) * W_up x); SwiGLU with silu."""
+
     kind: Literal["glu"] = "glu"
-    hidden_mult: PositiveFloat = Field(8 / 3, description="8/3 keeps the mlp's parameter count")
-    hidden_dim: PositiveInt | None = Field(None, description="overrides hidden_mult")
+    hidden_mult: PositiveFloat = Field(
+        8 / 3, description="hidden width = hidden_mult * emb_dim; 8/3 keeps the mlp's "
+        "parameter count")
+    hidden_dim: PositiveInt | None = Field(
+        None, description="hidden width; overrides hidden_mult when set")
 
 
 class GLU(nn.Module):

@@ -15,10 +15,14 @@ from variantlab import ComponentSpec, hookimpl
 
 
 class DefaultInitSpec(ComponentSpec):
+    """PyTorch's own per-module initialisation, untouched (what the seeds use)."""
+
     kind: Literal["default"] = "default"
 
 
 class XavierInitSpec(ComponentSpec):
+    """Xavier/Glorot init (Glorot & Bengio 2010) of every Linear weight, biases zero."""
+
     kind: Literal["xavier"] = "xavier"
     distribution: Literal["uniform", "normal"] = Field(
         "uniform", description="xavier_uniform_ or xavier_normal_")
@@ -26,6 +30,8 @@ class XavierInitSpec(ComponentSpec):
 
 
 class NormalInitSpec(ComponentSpec):
+    """GPT-2's init (Radford et al. 2019): N(0, std) weights, zero biases, scaled projections."""
+
     kind: Literal["normal"] = "normal"
     std: PositiveFloat = Field(0.02, description="std of every Linear and Embedding weight")
     scale_residual: bool = Field(

@@ -32,8 +32,11 @@ class FloatInputSpec(ModelSpec):
 
 
 class BlockSpec(FloatInputSpec):
+    """One transformer block on float input (B, T, emb_dim), as seed 000 runs it."""
+
     family: Literal["block"] = "block"
-    causal_attention: bool = Field(True, description="the seed's block masks future positions")
+    causal_attention: bool = Field(
+        True, description="mask future positions in the block's attention (the seed's block does)")
 
     @property
     def causal(self) -> bool:
@@ -41,9 +44,14 @@ class BlockSpec(FloatInputSpec):
 
 
 class MLPFamilySpec(FloatInputSpec):
+    """Deep MLP of seed 004's shortcut experiment: Linear -> activation per layer, in residuals."""
+
     family: Literal["mlp"] = "mlp"
-    layer_sizes: list[PositiveInt] = Field([3, 3, 3, 3, 3, 1], min_length=2)
-    drop_rate: float = Field(0.0, ge=0.0, lt=1.0)
+    layer_sizes: list[PositiveInt] = Field(
+        [3, 3, 3, 3, 3, 1], min_length=2, description="widths from input to output: one layer "
+        "per consecutive pair; a width change turns that layer's shortcut off")
+    drop_rate: float = Field(
+        0.0, ge=0.0, lt=1.0, description="dropout on each layer's output in its residual wrapper")
     inputs: list[list[float]] | None = Field(
         None, description="fixed input rows (the seed feeds [[1, 0, -1]]); random if unset"
     )
@@ -84,14 +92,21 @@ class MLPFamilySpec(FloatInputSpec):
 
 
 class GPTSpec(ModelSpec):
+    """Decoder-only language model (GPT-2, Radford et al. 2019; seed 004's GPTModel)."""
+
     family: Literal["gpt"] = "gpt"
 
 
 class EncoderSpec(ModelSpec):
-    """Bidirectional: scored by masked-token prediction (15% of positions, BERT-style)."""
+    """Bidirectional encoder scored by masked-token prediction (BERT-style, Devlin et al. 2019).
+
+    Masked positions get token ``vocab_size - 1``; only they are scored.
+    """
 
     family: Literal["encoder"] = "encoder"
-    mask_prob: float = Field(0.15, gt=0.0, lt=1.0)
+    mask_prob: float = Field(
+        0.15, gt=0.0, lt=1.0, description="fraction of positions masked and scored (position 0 "
+        "always is)")
 
     @property
     def causal(self) -> bool:
@@ -108,7 +123,10 @@ class EncoderSpec(ModelSpec):
 
 
 class DecoderSpec(ModelSpec):
-    """Seed 001's decoder stack over a memory (B, S, D) given as input (random here)."""
+    """Seed 001's decoder stack (self- and cross-attention) over a given memory (B, S, D).
+
+    The memory is an input of the forward; random here.
+    """
 
     family: Literal["decoder"] = "decoder"
 
@@ -119,7 +137,10 @@ class DecoderSpec(ModelSpec):
 
 
 class EncoderDecoderSpec(ModelSpec):
-    """Scored on reversing the source sequence, a task that needs cross-attention."""
+    """Encoder-decoder Transformer (Vaswani et al. 2017; seed 001), trained to reverse its input.
+
+    Reversing the source sequence is a task that needs cross-attention.
+    """
 
     family: Literal["encoder_decoder"] = "encoder_decoder"
 

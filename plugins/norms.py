@@ -11,9 +11,13 @@ from variantlab import ComponentSpec, ModelSpec, hookimpl
 
 
 class LayerNormSpec(ComponentSpec):
+    """LayerNorm (Ba et al. 2016): centre and scale over the last dim, learned scale and shift."""
+
     kind: Literal["layer"] = "layer"
-    eps: PositiveFloat = 1e-5
-    impl: Literal["naive", "fused"] = Field("naive", description="naive: the seeds' formula")
+    eps: PositiveFloat = Field(1e-5, description="added to the variance before the square root")
+    impl: Literal["naive", "fused"] = Field(
+        "naive", description="naive: the seeds' explicit formula; fused: F.layer_norm, same "
+        "parameters")
 
 
 class LayerNorm(nn.Module):
@@ -35,9 +39,13 @@ class LayerNorm(nn.Module):
 
 
 class BatchNormSpec(ComponentSpec):
+    """BatchNorm (Ioffe & Szegedy 2015): per-channel statistics over batch and positions."""
+
     kind: Literal["batch"] = "batch"
-    eps: PositiveFloat = 1e-5
-    momentum: float = Field(0.1, gt=0.0, le=1.0)
+    eps: PositiveFloat = Field(1e-5, description="added to the variance before the square root")
+    momentum: float = Field(
+        0.1, gt=0.0, le=1.0, description="weight of each batch in the running mean and variance "
+        "used in eval mode")
 
     def warnings(self, model: ModelSpec) -> list[str]:
         if not model.causal:
@@ -62,8 +70,10 @@ class BatchNorm(nn.Module):
 
 
 class RMSNormSpec(ComponentSpec):
+    """RMSNorm (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps) * scale, no centring."""
+
     kind: Literal["rms"] = "rms"
-    eps: PositiveFloat = 1e-5
+    eps: PositiveFloat = Field(1e-5, description="added to mean(x^2) before the square root")
 
 
 class RMSNorm(nn.Module):
@@ -80,6 +90,8 @@ class RMSNorm(nn.Module):
 
 
 class NoNormSpec(ComponentSpec):
+    """No normalisation: the identity, for ablations."""
+
     kind: Literal["none"] = "none"
 
 

@@ -11,6 +11,8 @@ from variantlab import ComponentSpec, hookimpl
 
 
 class LearnedSpec(ComponentSpec):
+    """Learned absolute position embeddings, one per position (GPT-2, Radford et al. 2019)."""
+
     kind: Literal["learned"] = "learned"
 
 
@@ -28,6 +30,8 @@ class LearnedPositions(nn.Module):
 
 
 class SinusoidalSpec(ComponentSpec):
+    """Fixed sinusoidal position encodings (Vaswani et al. 2017, sec. 3.5)."""
+
     kind: Literal["sinusoidal"] = "sinusoidal"
     scale_embeddings: bool = Field(True, description="multiply token embeddings by sqrt(emb_dim)")
 
@@ -51,6 +55,8 @@ class SinusoidalPositions(nn.Module):
 
 
 class NoPositionsSpec(ComponentSpec):
+    """No position information (NoPE, Kazemnejad et al. 2023): embeddings pass unchanged."""
+
     kind: Literal["none"] = "none"
 
 

@@ -9,10 +9,14 @@ from variantlab import ComponentSpec, hookimpl
 
 
 class ResidualSpec(ComponentSpec):
+    """Options shared by the residual kinds."""
+
     shortcut: bool = Field(True, description="add the sublayer's input back to its output")
 
 
 class PreNormSpec(ResidualSpec):
+    """Pre-LN residual (GPT-2; Xiong et al. 2020): x + drop(f(norm(x)))."""
+
     kind: Literal["pre_norm"] = "pre_norm"
 
 
@@ -40,6 +44,8 @@ class PreNorm(nn.Module):
 
 
 class PostNormSpec(ResidualSpec):
+    """Post-LN residual (Vaswani et al. 2017): norm(x + drop(f(x)))."""
+
     kind: Literal["post_norm"] = "post_norm"
 
 

@@ -412,7 +412,11 @@ def report(runs: Sequence[str], out: str | None, baseline: str | None,
 @plugin_option
 @bad_input_exits
 def plugins_cmd(slot: str | None, as_json: bool, plugins: Sequence[str]) -> None:
-    """List registered components with their parameters, and plugins that failed to load."""
+    """List registered components with their parameters, and plugins that failed to load.
+
+    Each kind shows what it is (its spec's docstring) and one line per parameter:
+    ``name: type = default — description``.
+    """
     from .plugininfo import failure_rows, plugin_rows
     from .registry import build_registry
 
@@ -423,16 +427,25 @@ def plugins_cmd(slot: str | None, as_json: bool, plugins: Sequence[str]) -> None
         click.echo(json.dumps({"components": rows, "failures": failures}, indent=2,
                               default=str))
         return
-    table = Table()
-    for col in ("slot", "kind", "params", "plugin"):
-        table.add_column(col, overflow="fold")
+
+    def param_line(p: dict) -> str:
+        line = f"{p['name']}: {p.get('type', '')}"
+        if p.get("default") is not None:
+            line += f" = {p['default']!r}"
+        if p.get("description"):
+            line += f" \N{EM DASH} {p['description']}"
+        return line
+
+    table = Table(show_lines=True)
+    table.add_column("slot", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("description", overflow="fold", ratio=2)
+    table.add_column("parameters", overflow="fold", ratio=3)
+    table.add_column("plugin", overflow="fold")
     for r in rows:
-        params = ", ".join(
-            f"{p['name']}: {p.get('type', '')}" + (f" = {p['default']!r}"
-                                                   if p.get("default") is not None else "")
-            for p in r.get("params", [])
-        )
-        table.add_row(escape(r["slot"]), escape(r["kind"]), escape(params), escape(r["plugin"]))
+        params = "\n".join(param_line(p) for p in r.get("params", []))
+        table.add_row(escape(r["slot"]), escape(r["kind"]), escape(r.get("doc", "")),
+                      escape(params), escape(r["plugin"]))
     stdout.print(table)
     if failures:
         stdout.print("[bold]plugins that failed to load[/]")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import inspect
 import types
 import typing
 from typing import Any
@@ -12,12 +13,27 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined, to_jsonable_python
 
 from .registry import ALL_SLOTS, Registry
-from .specs import DEFAULT_COMPONENTS
+from .specs import DEFAULT_COMPONENTS, ModelSpec
 
-__all__ = ["failure_rows", "plugin_rows", "type_name"]
+__all__ = ["MODEL_FIELD_DESCRIPTIONS", "failure_rows", "param_rows", "plugin_rows", "type_name"]
 
 _BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "len >=",
            "max_length": "len <=", "multiple_of": "multiple of"}
+
+# What the keys every model family inherits from ModelSpec mean; used where the field itself
+# carries no description (a ``Field(description=...)`` in the spec takes precedence).
+MODEL_FIELD_DESCRIPTIONS = {
+    "vocab_size": "number of token ids: embedding rows and output logits",
+    "context_length": "longest sequence the model takes (positional table, causal mask)",
+    "emb_dim": "model width D: embedding and residual stream size",
+    "n_heads": "attention heads; must divide emb_dim",
+    "n_layers": "number of transformer blocks (per stack)",
+    "drop_rate": "dropout rate on embeddings, attention weights and residual branches",
+    "qkv_bias": "bias in the query, key and value projections",
+    "tie_weights": "share the token embedding matrix with the output projection",
+    **{slot: f"the {slot}: {{kind: NAME, ...}}; kinds: `variantlab plugins --slot {slot}`"
+       for slot in DEFAULT_COMPONENTS},
+}
 
 
 def type_name(annotation: Any) -> str:
@@ -69,33 +85,60 @@ def _default(name: str, info: FieldInfo) -> Any:
 
 
 def param_rows(spec_cls: type[BaseModel], skip: tuple[str, ...] = ("kind", "family")) -> list[dict]:
-    """One row per pydantic field: name, type (with bounds), default, description."""
+    """One row per pydantic field: name, type (with bounds), default, description.
+
+    A model family's inherited keys (``emb_dim``, ``norm``, ...) without a description of
+    their own get the one in :data:`MODEL_FIELD_DESCRIPTIONS`.
+    """
+    is_model = isinstance(spec_cls, type) and issubclass(spec_cls, ModelSpec)
     rows = []
     for name, info in spec_cls.model_fields.items():
         if name in skip:
             continue
+        description = info.description or ""
+        if not description and is_model:
+            description = MODEL_FIELD_DESCRIPTIONS.get(name, "")
         type_text = type_name(info.annotation)
         bounds = _constraints(info)
         rows.append({
             "name": name,
             "type": f"{type_text} ({bounds})" if bounds else type_text,
             "default": _default(name, info),
-            "description": info.description or "",
+            "description": description,
         })
     return rows
 
 
-def _doc(spec_cls: type) -> str:
-    doc = spec_cls.__dict__.get("__doc__") or ""
-    return doc.strip().splitlines()[0] if doc.strip() else ""
+def _summary(obj: Any) -> str:
+    """The first paragraph of ``obj``'s own docstring on one line ('' without one).
+
+    Classes: only a docstring written on the class itself (not a base class's); other
+    objects: only functions and methods (a ``functools.partial`` would give partial's doc).
+    """
+    if inspect.isclass(obj):
+        doc = obj.__dict__.get("__doc__")
+    elif inspect.isroutine(obj):
+        doc = getattr(obj, "__doc__", None)
+    else:
+        doc = None
+    if not isinstance(doc, str) or not doc.strip():
+        return ""
+    first = inspect.cleandoc(doc).split("\n\n", 1)[0]
+    return " ".join(first.split())
+
+
+def _doc(spec_cls: type, build: Any = None) -> str:
+    """What the kind is: the spec's docstring summary, else the build's (a class or function)."""
+    return _summary(spec_cls) or _summary(build)
 
 
 def plugin_rows(registry: Registry, slot: str | None = None) -> list[dict]:
     """Every registered kind (of ``slot``, or all slots in order) with its parameters.
 
     Each row: ``slot``, ``kind``, ``plugin`` (where it came from), ``source`` (builtin,
-    entry point or module), ``doc`` (the spec's first docstring line) and ``params``:
-    ``[{name, type, default, description}]`` from the spec's pydantic fields.
+    entry point or module), ``doc`` (the first paragraph of the spec's docstring, on one line;
+    else the build's) and ``params``: ``[{name, type, default, description}]`` from the spec's
+    pydantic fields and their ``Field(description=...)``.
     """
     if slot is not None and slot not in ALL_SLOTS:
         raise ValueError(f"unknown slot {slot!r}; choose one of {', '.join(ALL_SLOTS)}")
@@ -108,7 +151,7 @@ def plugin_rows(registry: Registry, slot: str | None = None) -> list[dict]:
                 "kind": comp.kind,
                 "plugin": comp.plugin,
                 "source": sources.get(comp.plugin, ""),
-                "doc": _doc(comp.spec_cls),
+                "doc": _doc(comp.spec_cls, comp.build),
                 "params": param_rows(comp.spec_cls),
             })
     return rows
