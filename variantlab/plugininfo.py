@@ -13,28 +13,12 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined, to_jsonable_python
 
 from .registry import ALL_SLOTS, Registry
-from .specs import DEFAULT_COMPONENTS, ModelSpec
+from .specs import DEFAULT_COMPONENTS
 
-__all__ = ["MODEL_FIELD_DESCRIPTIONS", "failure_rows", "param_rows", "plugin_rows", "type_name"]
+__all__ = ["failure_rows", "param_rows", "plugin_rows", "type_name"]
 
 _BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "len >=",
            "max_length": "len <=", "multiple_of": "multiple of"}
-
-# What the keys every model family inherits from ModelSpec mean; used where the field itself
-# carries no description (a ``Field(description=...)`` in the spec takes precedence).
-MODEL_FIELD_DESCRIPTIONS = {
-    "vocab_size": "number of token ids: embedding rows and output logits",
-    "context_length": "longest sequence the model takes (positional table, causal mask)",
-    "emb_dim": "model width D: embedding and residual stream size",
-    "n_heads": "attention heads; must divide emb_dim",
-    "n_layers": "number of transformer blocks (per stack)",
-    "drop_rate": "dropout rate on embeddings, attention weights and residual branches",
-    "qkv_bias": "bias in the query, key and value projections",
-    "tie_weights": "share the token embedding matrix with the output projection",
-    **{slot: f"the {slot}: {{kind: NAME, ...}}; kinds: `variantlab plugins --slot {slot}`"
-       for slot in DEFAULT_COMPONENTS},
-}
-
 
 def type_name(annotation: Any) -> str:
     """A short readable type: ``'naive' | 'sdpa'``, ``float``, ``list[int] | None``."""
@@ -85,19 +69,12 @@ def _default(name: str, info: FieldInfo) -> Any:
 
 
 def param_rows(spec_cls: type[BaseModel], skip: tuple[str, ...] = ("kind", "family")) -> list[dict]:
-    """One row per pydantic field: name, type (with bounds), default, description.
-
-    A model family's inherited keys (``emb_dim``, ``norm``, ...) without a description of
-    their own get the one in :data:`MODEL_FIELD_DESCRIPTIONS`.
-    """
-    is_model = isinstance(spec_cls, type) and issubclass(spec_cls, ModelSpec)
+    """One row per pydantic field: name, type (with bounds), default, description."""
     rows = []
     for name, info in spec_cls.model_fields.items():
         if name in skip:
             continue
         description = info.description or ""
-        if not description and is_model:
-            description = MODEL_FIELD_DESCRIPTIONS.get(name, "")
         type_text = type_name(info.annotation)
         bounds = _constraints(info)
         rows.append({

@@ -80,6 +80,10 @@ class Batch:
         return Batch(moved, self.target.to(device), self.n_tokens, self.extra)
 
 
+def _slot_help(slot: str) -> str:
+    return f"the {slot}: {{kind: NAME, ...}}; kinds: `variantlab plugins --slot {slot}`"
+
+
 class ModelSpec(BaseModel):
     """A model: the seeds' GPT_CONFIG_124M keys, a family, and one component per slot.
 
@@ -90,22 +94,26 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     input_kind: ClassVar[str] = "tokens"
 
-    family: str = "gpt"
-    vocab_size: PositiveInt = 50257
-    context_length: PositiveInt = 1024
-    emb_dim: PositiveInt = 768
-    n_heads: PositiveInt = 12
-    n_layers: PositiveInt = 12
-    drop_rate: float = Field(0.1, ge=0.0, lt=1.0)
-    qkv_bias: bool = False
-    tie_weights: bool = False
-    norm: SerializeAsAny[ComponentSpec]
-    activation: SerializeAsAny[ComponentSpec]
-    feedforward: SerializeAsAny[ComponentSpec]
-    attention: SerializeAsAny[ComponentSpec]
-    residual: SerializeAsAny[ComponentSpec]
-    positional: SerializeAsAny[ComponentSpec]
-    init: SerializeAsAny[ComponentSpec]
+    family: str = Field("gpt", description="the model family (`variantlab plugins --slot model`)")
+    vocab_size: PositiveInt = Field(50257, description="number of token ids: embedding rows and output logits")
+    context_length: PositiveInt = Field(
+        1024, description="longest sequence the model takes (positional table, causal mask)")
+    emb_dim: PositiveInt = Field(768, description="model width D: embedding and residual stream size")
+    n_heads: PositiveInt = Field(12, description="attention heads; must divide emb_dim")
+    n_layers: PositiveInt = Field(12, description="number of transformer blocks (per stack)")
+    drop_rate: float = Field(
+        0.1, ge=0.0, lt=1.0,
+        description="dropout rate on embeddings, attention weights and residual branches")
+    qkv_bias: bool = Field(False, description="bias in the query, key and value projections")
+    tie_weights: bool = Field(
+        False, description="share the token embedding matrix with the output projection")
+    norm: SerializeAsAny[ComponentSpec] = Field(description=_slot_help("norm"))
+    activation: SerializeAsAny[ComponentSpec] = Field(description=_slot_help("activation"))
+    feedforward: SerializeAsAny[ComponentSpec] = Field(description=_slot_help("feedforward"))
+    attention: SerializeAsAny[ComponentSpec] = Field(description=_slot_help("attention"))
+    residual: SerializeAsAny[ComponentSpec] = Field(description=_slot_help("residual"))
+    positional: SerializeAsAny[ComponentSpec] = Field(description=_slot_help("positional"))
+    init: SerializeAsAny[ComponentSpec] = Field(description=_slot_help("init"))
 
     @model_validator(mode="before")
     @classmethod
