@@ -15,25 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
+from .clifmt import (
+    ProgressReporter, consoles, module_tree, param_table, plugins_table, print_summary,
+)
 from .errors import PluginLoadError, SpecError, format_loc
 from .registry import ALL_SLOTS
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
-
-
-def consoles() -> tuple[Console, Console]:
-    """stdout and stderr consoles; wide and plain when not writing to a terminal."""
-    out = Console(highlight=False)
-    err = Console(stderr=True, highlight=False)
-    for c in (out, err):
-        if not c.is_terminal:
-            c.width = 200
-    return out, err
 
 
 def input_messages(exc: BaseException) -> list[str]:
@@ -49,14 +41,9 @@ def input_messages(exc: BaseException) -> list[str]:
 
 
 def _input_error_types() -> tuple[type[BaseException], ...]:
-    types: list[type[BaseException]] = [SpecError, PluginLoadError, FileNotFoundError]
-    try:
-        from .experiment import InputError
-    except ImportError:
-        pass
-    else:
-        types.append(InputError)
-    return tuple(types)
+    from .experiment import InputError
+
+    return (SpecError, PluginLoadError, FileNotFoundError, InputError)
 
 
 def bad_input_exits(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -128,12 +115,12 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` stops as cleanly as Ctrl-C
     try:
-        with _progress_reporter(stdout) as report_progress:
+        with ProgressReporter(stdout) as report_progress:
             summary = run_experiment(exp, out, only=only, device=device, fail_fast=fail_fast,
                                      progress=report_progress)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    _print_summary(stdout, err, summary)
+    print_summary(stdout, err, summary)
     code = summary.exit_code
     if not no_report and not summary.interrupted:
         reported = _write_report(stdout, err, [summary.run_dir], summary.run_dir / "report", None)
@@ -151,75 +138,10 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-class _progress_reporter:
-    """A rich progress bar on a terminal, one plain line per unit otherwise."""
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
-        self.progress = None
-        self.task = None
-
-    def __enter__(self) -> Callable[[Any], None]:
-        if self.console.is_terminal:
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                       TimeElapsedColumn)
-
-            self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                     MofNCompleteColumn(), TimeElapsedColumn(),
-                                     console=self.console)
-            self.progress.start()
-        return self.on_event
-
-    def __exit__(self, *exc: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-    def on_event(self, event: Any) -> None:
-        title = escape(event.unit.title)
-        if self.progress is not None:
-            if self.task is None:
-                self.task = self.progress.add_task("", total=event.total)
-            if event.kind == "start":
-                self.progress.update(self.task, description=title)
-            else:
-                self.progress.advance(self.task)
-            if event.kind == "failed":
-                self.progress.console.print(f"[red]failed[/] {title}: {escape(event.error or '')}")
-            return
-        if event.kind == "start":
-            return
-        where = f"[{event.index + 1}/{event.total}]"
-        if event.kind == "skipped":
-            self.console.print(f"{where} {title}: stored already")
-        elif event.kind == "ok":
-            self.console.print(f"{where} {title}: ok ({event.duration_s:.2f}s)")
-        else:
-            self.console.print(f"{where} {title}: FAILED {escape(event.error or '')}",
-                               soft_wrap=True)
-
-
-def _print_summary(stdout: Console, err: Console, summary: Any) -> None:
-    parts = [f"{summary.done} computed", f"{summary.skipped} stored already",
-             f"{len(summary.failed)} failed"]
-    if summary.not_run:
-        parts.append(f"{summary.not_run} not run")
-    stdout.print(f"{summary.total} unit(s): " + ", ".join(parts))
-    for unit, error in summary.failed:
-        err.print(f"failed: {escape(unit.title)}: {escape(error)}", soft_wrap=True)
-    if summary.failed:
-        err.print("Tracebacks are in the store (units.traceback); rerun to retry failed units.")
-    if summary.interrupted:
-        err.print("interrupted: finished units are stored; run again to continue.")
-    stdout.print(f"results: {summary.store}")
-
-
-def _write_report(stdout: Console, err: Console, runs: Sequence[Path], out_dir: Path,
+def _write_report(stdout: Any, err: Any, runs: Sequence[Path], out_dir: Path,
                   baseline: str | None) -> int:
-    try:
-        from .report import write_report
-    except ImportError:
-        err.print("note: the report module is not available; no report written")
-        return EXIT_OK
+    from .report import write_report
+
     try:
         files = write_report(list(runs), Path(out_dir), baseline=baseline)
     except ValueError as exc:  # e.g. an unknown --baseline: bad input
@@ -273,9 +195,11 @@ def describe(path: str, plugins: Sequence[str]) -> None:
     import torch
 
     from .build import build_model
+    from .experiment import load_variants
+    from .probes.params import count_rows
 
     stdout, _ = consoles()
-    variants, registry = _variants_and_registry(path, plugins)
+    variants, registry = load_variants(path, extra_plugins=plugins)
     for v in variants:
         title = escape(f"{v.name} ({v.label})")
         if stdout.is_terminal:
@@ -288,93 +212,8 @@ def describe(path: str, plugins: Sequence[str]) -> None:
             warnings.simplefilter("ignore")
             torch.manual_seed(0)
             model = build_model(v.spec, registry)
-        stdout.print(_module_tree(model))
-        stdout.print(_param_table(_param_rows(v.spec, model, registry)))
-
-
-def _unique_count(module: Any) -> int:
-    return sum(p.numel() for p in {id(p): p for p in module.parameters()}.values())
-
-
-def _module_tree(model: Any) -> Any:
-    """Modules with their slot tags and parameter counts; identical siblings folded."""
-    from rich.tree import Tree
-
-    def text(name: str, m: Any, n: int) -> str:
-        slot, kind = getattr(m, "variantlab_slot", None), getattr(m, "variantlab_kind", None)
-        tag = f" [{slot}={kind}]" if slot and kind else (f" [{slot}]" if slot else "")
-        times = f"{n} x " if n > 1 else ""
-        each = " each" if n > 1 else ""
-        return escape(f"{name}: {times}{type(m).__name__}{tag}  {_unique_count(m):,} params{each}")
-
-    def add(node: Any, module: Any) -> None:
-        children = list(module.named_children())
-        i = 0
-        while i < len(children):
-            name, child = children[i]
-            sig, j = repr(child), i + 1
-            while j < len(children) and repr(children[j][1]) == sig:
-                j += 1
-            shown = name if j - i == 1 else f"{name}-{children[j - 1][0]}"
-            add(node.add(text(shown, child, j - i)), child)
-            i = j
-
-    root = Tree(text("model", model, 1))
-    add(root, model)
-    return root
-
-
-def _param_rows(spec: Any, model: Any, registry: Any) -> list[dict]:
-    """The params probe's rows (the library's count: tied weights once)."""
-    try:
-        from .probes.params import count_rows
-    except ImportError:
-        pass
-    else:
-        return count_rows(model)
-    from .probes import run_probe
-    from .settings import ParamsSettings, SyntheticData
-
-    return run_probe("params", spec, ParamsSettings(), seed=0, data=SyntheticData(),
-                     base_dir=Path.cwd(), registry=registry)
-
-
-def _param_table(rows: Sequence[dict]) -> Table:
-    table = Table()
-    for col in ("scope", "what", "count"):
-        table.add_column(col, justify="right" if col == "count" else "left")
-    for r in rows:
-        if r["scope"] == "model":
-            what = r["metric"]
-        elif r["scope"] == "layer":
-            what = f"layer {r['layer']}" + (f" {r['name']}" if r.get("name") else "")
-        else:
-            what = r.get("name") or r["metric"]
-        table.add_row(escape(r["scope"]), escape(str(what)), f"{int(r['value']):,}")
-    return table
-
-
-def _variants_and_registry(path: str, plugins: Sequence[str]) -> tuple[list[Any], Any]:
-    """An experiment's variants with its registry, or a bare model mapping's one variant
-    with a registry holding the model's own ``plugins:`` and the ``--plugin`` ones."""
-    import yaml
-
-    from .experiment import load_experiment, load_model_file
-    from .registry import build_registry
-
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        data = None  # the loaders below report it with file:line:col
-    if isinstance(data, dict) and "model" in data:
-        exp = load_experiment(path, extra_plugins=plugins)
-        return list(exp.variants), exp.registry
-    variants = load_model_file(path, extra_plugins=plugins)
-    own = data.get("plugins", []) if isinstance(data, dict) else []
-    registry = build_registry(extra=own, base_dir=Path(path).resolve().parent)
-    for target in plugins:
-        registry.load(target, "module", Path.cwd())
-    return list(variants), registry
+        stdout.print(module_tree(model))
+        stdout.print(param_table(count_rows(model)))
 
 
 # -- report ------------------------------------------------------------------------------
@@ -428,25 +267,7 @@ def plugins_cmd(slot: str | None, as_json: bool, plugins: Sequence[str]) -> None
                               default=str))
         return
 
-    def param_line(p: dict) -> str:
-        line = f"{p['name']}: {p.get('type', '')}"
-        if p.get("default") is not None:
-            line += f" = {p['default']!r}"
-        if p.get("description"):
-            line += f" \N{EM DASH} {p['description']}"
-        return line
-
-    table = Table(show_lines=True)
-    table.add_column("slot", no_wrap=True)
-    table.add_column("kind", no_wrap=True)
-    table.add_column("description", overflow="fold", ratio=2)
-    table.add_column("parameters", overflow="fold", ratio=3)
-    table.add_column("plugin", overflow="fold")
-    for r in rows:
-        params = "\n".join(param_line(p) for p in r.get("params", []))
-        table.add_row(escape(r["slot"]), escape(r["kind"]), escape(r.get("doc", "")),
-                      escape(params), escape(r["plugin"]))
-    stdout.print(table)
+    stdout.print(plugins_table(rows))
     if failures:
         stdout.print("[bold]plugins that failed to load[/]")
         for f in failures:

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import PluginLoadError, SpecError, format_loc, pydantic_issues
+from .errors import PluginLoadError, SpecError, pydantic_issues
 from .overrides import (  # also re-exported: callers import the path helpers from here
     apply_overrides, component_of, expansions, lookup, override_source, show, valid_paths,
 )
@@ -292,13 +292,21 @@ def load_experiment(path: str | Path, *, extra_plugins: Sequence[str] = ()) -> E
 def load_model_file(path: str | Path, *, extra_plugins: Sequence[str] = ()) -> list[Variant]:
     """Variants of an experiment YAML, or the single model of a bare model mapping
     (optionally with a ``plugins:`` list), for ``variantlab describe``."""
+    return load_variants(path, extra_plugins=extra_plugins)[0]
+
+
+def load_variants(
+    path: str | Path, *, extra_plugins: Sequence[str] = ()
+) -> tuple[list[Variant], Registry]:
+    """:func:`load_model_file`'s variants with the registry that builds them."""
     text = _read(path)
     try:
         doc = load_yaml(text, str(path))
     except YamlError as exc:
         raise InputError(exc.messages) from None
     if isinstance(doc.data, Mapping) and isinstance(doc.data.get("model"), Mapping):
-        return experiment_from_text(text, path, extra_plugins=extra_plugins).variants
+        exp = experiment_from_text(text, path, extra_plugins=extra_plugins)
+        return exp.variants, exp.registry
     out = _Collector(doc)
     if not isinstance(doc.data, Mapping):
         out.add((), "expected a model mapping (family, emb_dim, ...) or an experiment")
@@ -313,4 +321,4 @@ def load_model_file(path: str | Path, *, extra_plugins: Sequence[str] = ()) -> l
     variants = _variants(shell, registry, out, ())[0] if registry is not None else []
     if out.messages:
         raise InputError(out.messages)
-    return variants
+    return variants, registry
