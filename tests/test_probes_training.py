@@ -27,9 +27,10 @@ def test_loss_decreases_on_a_tiny_model(tiny):
     assert [r["step"] for r in rows if r["metric"] == "loss"] == list(range(30))
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.2
     m = model_rows(rows)
-    assert m["final_loss"] == losses[-1]
+    assert m["final_loss"] == pytest.approx(sum(losses[-3:]) / 3)  # the last tenth of 30
     assert m["best_loss"] == min(losses)
     assert m["diverged"] == 0.0
+    assert m["eval_loss"] < losses[0] - 0.2  # what it learned holds on fresh batches
 
 
 def test_same_seed_same_curve(tiny):
@@ -46,7 +47,37 @@ def test_huge_learning_rate_is_flagged(tiny):
     m = model_rows(rows)
     assert m["diverged"] == 1.0
     losses = curve(rows)
-    assert not math.isfinite(losses[-1]) or losses[-1] > losses[0]
+    assert not math.isfinite(m["final_loss"]) or m["final_loss"] > losses[0]
+
+
+@pytest.mark.filterwarnings("ignore::variantlab.build.VariantWarning")  # BatchNorm, on purpose
+def test_eval_loss_is_the_eval_mode_loss_on_fresh_batches(tiny):
+    import torch
+
+    from variantlab import data as datalib
+    from variantlab.build import resolve_spec
+    from variantlab.probes.common import make_model
+
+    settings = TrainingSettings(steps=3, lr=1e-3, batch_size=4, seq_len=16, device="cpu",
+                                eval_batches=2)
+    spec = resolve_spec({**tiny, "norm": {"kind": "batch"}, "drop_rate": 0.2})
+    rows = training.run(spec, settings, seed=1, data=RECALL)
+    # redo it by hand: same init, same steps, then eval mode on batches of another seed
+    model = make_model(spec, 1, None, torch.device("cpu"))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+    for batch in datalib.batches(RECALL, spec, 4, 16, 3, seed=1):
+        opt.zero_grad()
+        spec.loss(model(**batch.inputs), batch).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    model.eval()
+    held = datalib.batches(RECALL, spec, 4, 16, 2, seed=1 + training.EVAL_SEED_OFFSET)
+    with torch.no_grad():
+        want = sum(float(spec.loss(model(**b.inputs), b)) for b in held) / 2
+    assert model_rows(rows)["eval_loss"] == pytest.approx(want, rel=1e-5)
+    none = training.run(spec, settings.model_copy(update={"eval_batches": 0}), seed=1,
+                        data=RECALL)
+    assert "eval_loss" not in model_rows(none)
 
 
 def test_linear_warmup():

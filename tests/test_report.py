@@ -82,7 +82,7 @@ def test_reading_is_computed_from_the_numbers():
     assert "post_norm: FFN gradient norm rises 4.0x from layer 0 to layer 2" in text
     assert "pre_norm: 1.1x" in text
     assert "post_norm is 1.5x slower than pre_norm" in text
-    assert "post_norm's final loss is 0.09 above pre_norm's" in text
+    assert "post_norm's eval loss is 0.09 above pre_norm's" in text
     assert "Training diverged for batch" in text
     # change the numbers, the reading changes with them
     faster = sample_run((("naive", {}, 1.0), ("sdpa", {"norm.kind": "rms"}, 1.0)),
@@ -228,3 +228,23 @@ def test_report_from_a_real_store_matches_the_in_memory_one(tmp_path):
     direct = write_report([sample_run()], tmp_path / "direct")
     assert from_store.csv.read_text() == direct.csv.read_text()
     assert from_store.markdown.read_text() == direct.markdown.read_text()
+
+
+def test_loss_gap_is_judged_seed_by_seed():
+    """Seeds share data, so a gap that holds on every seed is clear even when the seeds'
+    own spread is larger than the gap; a gap whose sign flips between seeds is not."""
+    import pandas as pd
+
+    from variantlab.report.findings import _sureness, paired_gaps
+
+    rows = pd.DataFrame([
+        {"probe": "training", "metric": "eval_loss", "scope": "model", "variant": v,
+         "seed": s, "value": base + gap}
+        for s, base in ((0, 3.0), (1, 3.5), (2, 4.0))  # seed spread 0.5
+        for v, gap in (("a", 0.0), ("b", 0.1), ("c", 0.1 if s else -0.1))
+    ])
+    gaps = paired_gaps(rows, "training", "eval_loss", "a")
+    assert gaps["b"] == pytest.approx([0.1, 0.1, 0.1])
+    assert "on every seed (n=3" in _sureness(gaps["b"])
+    assert "on 2 of 3 seeds" in _sureness(gaps["c"]) and "not a clear" in _sureness(gaps["c"])
+    assert _sureness([0.2]) == ""

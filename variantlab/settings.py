@@ -53,6 +53,8 @@ class TrainingSettings(Strict):
     warmup_steps: Annotated[int, Field(ge=0)] = 0
     grad_clip: PositiveFloat | None = 1.0
     weight_decay: Annotated[float, Field(ge=0)] = 0.1
+    eval_batches: int = Field(
+        4, ge=0, description="fresh batches scored in eval mode after training (0: none)")
     dtype: DType = "float32"
     device: Device = "auto"
 

@@ -98,25 +98,47 @@ def timing_speed(data: ReportData, summary: pd.DataFrame) -> str | None:
 
 
 def loss_gap(data: ReportData, summary: pd.DataFrame) -> str | None:
-    """Final training loss of the best and worst variant against the baseline."""
-    means = _means(summary, "final_loss")
+    """Eval loss (else final training loss) of the best and worst variant against the
+    baseline's, with how sure: seeds are paired (same data per seed), so the gap is judged
+    by its per-seed values, not by the spread of either variant alone."""
+    metric = "eval_loss" if (summary["metric"] == "eval_loss").any() else "final_loss"
+    what = "eval loss" if metric == "eval_loss" else "final loss"
+    means = _means(summary, metric)
     if len(means) < 2 or data.baseline not in means.index:
         return None
     base = means.loc[data.baseline]
     others = means.drop(index=data.baseline)
+    per_seed = paired_gaps(data.rows, "training", metric, data.baseline)
     parts = []
     for variant in dict.fromkeys([others["mean"].idxmin(), others["mean"].idxmax()]):
-        rec = others.loc[variant]
-        gap = rec["mean"] - base["mean"]
+        gap = others.loc[variant, "mean"] - base["mean"]
         where = "above" if gap > 0 else "below"
-        spread = max(_nan0(rec["spread"]), _nan0(base["spread"]))
-        sure = ""
-        if rec["n"] > 1:
-            sure = (f" (within the seed spread, n={int(rec['n'])})" if abs(gap) <= spread
-                    else f" (seed std {fmt(spread)}, n={int(rec['n'])})")
-        parts.append(f"{variant}'s final loss is {fmt(abs(gap))} {where} "
-                     f"{data.baseline}'s{sure}")
+        parts.append(f"{variant}'s {what} is {fmt(abs(gap))} {where} "
+                     f"{data.baseline}'s{_sureness(per_seed.get(variant, []))}")
     return "; ".join(parts) + "."
+
+
+def paired_gaps(rows: pd.DataFrame, probe: str, metric: str, baseline: str) -> dict[str, list]:
+    """Per variant: value minus the baseline's value, seed by seed (seeds both have)."""
+    part = rows[(rows["probe"] == probe) & (rows["metric"] == metric)
+                & (rows["scope"] == "model") & rows["value"].notna()]
+    table = part.pivot_table(index="seed", columns="variant", values="value", aggfunc="mean")
+    if baseline not in table:
+        return {}
+    diffs = table.sub(table[baseline], axis=0).drop(columns=baseline)
+    return {v: diffs[v].dropna().tolist() for v in diffs}
+
+
+def _sureness(gaps: list[float]) -> str:
+    """``(every seed, n=3)``, ``(2 of 3 seeds)`` or nothing for one seed."""
+    if len(gaps) < 2:
+        return ""
+    sign = 1 if sum(gaps) > 0 else -1
+    agree = sum(1 for g in gaps if g * sign > 0)
+    span = f"per-seed gap {fmt(min(gaps))} to {fmt(max(gaps))}"
+    if agree == len(gaps):
+        return f" on every seed (n={len(gaps)}, {span})"
+    return f" on {agree} of {len(gaps)} seeds ({span}): not a clear difference"
 
 
 def _nan0(x: float) -> float:

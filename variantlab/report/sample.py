@@ -82,6 +82,8 @@ def _variant_rows(i: int, seed: int, growth: float, diverge: bool) -> dict[str, 
     training = [r("training", "loss", v, step=step) for step, v in enumerate(losses)]
     training += [r("training", "final_loss", losses[-1]), r("training", "best_loss", min(finite)),
                  r("training", "diverged", float(diverge))]
+    if not diverge:
+        training.append(r("training", "eval_loss", losses[-1] + 0.05))
     return {"params": params, "gradients": grads, "timing": timing, "training": training}
 
 

@@ -65,7 +65,7 @@ def seed_metrics(data: ReportData) -> pd.DataFrame:
     add(_select(rows, "timing", "peak_memory_bytes"), "timing", "peak_memory_bytes",
         "peak memory", "MiB", 1 / 2**20)
     for metric, label in (("final_loss", "final loss"), ("best_loss", "best loss"),
-                          ("diverged", "diverged")):
+                          ("eval_loss", "eval loss"), ("diverged", "diverged")):
         add(_select(rows, "training", metric), "training", metric, label, "")
     add(_select(rows, "gradients", "loss"), "gradients", "loss", "loss at init", "")
     first = first_layer(rows, "mean_abs_grad")
@@ -169,7 +169,8 @@ def cell(rec: pd.Series) -> str:
 SECTIONS = (
     ("params", "Parameters", "count; per-slot columns are the parameters in each slot"),
     ("timing", "Timing", "median per pass over repeats ± its interquartile range"),
-    ("training", "Training", "final and best training loss, mean ± std over seeds"),
+    ("training", "Training", "final training loss (mean of the last tenth of the steps), best "
+     "step loss, and eval loss (eval mode, fresh batches), mean ± std over seeds"),
     ("gradients", "Gradients", "loss at initialisation, the first layer's mean |grad| over its "
      "weight matrices (the seeds' measure), and the last/first-layer gradient-norm ratio, "
      "mean ± std over seeds"),
