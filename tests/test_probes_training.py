@@ -50,20 +50,21 @@ def test_huge_learning_rate_is_flagged(tiny):
     assert not math.isfinite(m["final_loss"]) or m["final_loss"] > losses[0]
 
 
-@pytest.mark.filterwarnings("ignore::variantlab.build.VariantWarning")  # BatchNorm, on purpose
 def test_eval_loss_is_the_eval_mode_loss_on_fresh_batches(tiny):
     import torch
 
     from variantlab import data as datalib
-    from variantlab.build import resolve_spec
+    from variantlab.build import VariantWarning, resolve_spec
     from variantlab.probes.common import make_model
 
     settings = TrainingSettings(steps=3, lr=1e-3, batch_size=4, seq_len=16, device="cpu",
                                 eval_batches=2)
     spec = resolve_spec({**tiny, "norm": {"kind": "batch"}, "drop_rate": 0.2})
-    rows = training.run(spec, settings, seed=1, data=RECALL)
+    with pytest.warns(VariantWarning, match="future positions"):  # BatchNorm, on purpose
+        rows = training.run(spec, settings, seed=1, data=RECALL)
     # redo it by hand: same init, same steps, then eval mode on batches of another seed
-    model = make_model(spec, 1, None, torch.device("cpu"))
+    with pytest.warns(VariantWarning):
+        model = make_model(spec, 1, None, torch.device("cpu"))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
     for batch in datalib.batches(RECALL, spec, 4, 16, 3, seed=1):
         opt.zero_grad()
@@ -75,8 +76,9 @@ def test_eval_loss_is_the_eval_mode_loss_on_fresh_batches(tiny):
     with torch.no_grad():
         want = sum(float(spec.loss(model(**b.inputs), b)) for b in held) / 2
     assert model_rows(rows)["eval_loss"] == pytest.approx(want, rel=1e-5)
-    none = training.run(spec, settings.model_copy(update={"eval_batches": 0}), seed=1,
-                        data=RECALL)
+    with pytest.warns(VariantWarning):
+        none = training.run(spec, settings.model_copy(update={"eval_batches": 0}), seed=1,
+                            data=RECALL)
     assert "eval_loss" not in model_rows(none)
 
 
