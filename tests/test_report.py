@@ -249,3 +249,22 @@ def test_loss_gap_is_judged_seed_by_seed():
     assert "on every seed (n=3" in _sureness(gaps["b"])
     assert "on 2 of 3 seeds" in _sureness(gaps["c"]) and "not a clear" in _sureness(gaps["c"])
     assert _sureness([0.2]) == ""
+
+
+def test_speed_up_is_judged_seed_by_seed():
+    from variantlab.report.findings import _speed_sureness, paired_ratios
+
+    rows = pd.DataFrame([
+        {"probe": "timing", "metric": "backward_median_s", "scope": "model", "variant": v,
+         "seed": s, "value": t}
+        for s, drift in ((0, 1.0), (1, 1.6), (2, 0.7))  # the machine drifts between seeds
+        for v, t in (("naive", 0.02 * drift), ("sdpa", 0.01 * drift),
+                     ("noisy", 0.02 * drift * (0.9 if s else 1.2)))
+    ])
+    ratios = paired_ratios(rows, "timing", "backward_median_s", "naive")
+    assert ratios["sdpa"] == pytest.approx([2.0, 2.0, 2.0])
+    assert _speed_sureness(ratios["sdpa"], faster=True).startswith(" on every seed (n=3")
+    assert "on 2 of 3 seeds" in _speed_sureness(ratios["noisy"], faster=True)
+    # a slow-down is said as one: baseline/variant ratios 0.5 and 0.8 are 2x and 1.25x slower
+    assert _speed_sureness([0.5, 0.8], faster=False) == (
+        " on every seed (n=2, per-seed 1.25x to 2.00x)")
