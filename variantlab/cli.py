@@ -84,15 +84,27 @@ def main() -> None:
 @click.option("--device", default=None, help="Override every probe's device (cpu, cuda, ...).")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first unit that fails.")
 @click.option("--no-report", is_flag=True, help="Do not write the report at the end.")
+@click.option("--workers", type=int, default=1, show_default=True, metavar="N",
+              help="Processes that compute the units. 1: all in this process. N > 1: params, "
+                   "gradients and training units run in N spawned worker processes with "
+                   "cpu_count/N torch threads each; timing units still run in this process, "
+                   "one at a time, after the pool has finished (concurrent work would "
+                   "distort timings). Results are the same either way.")
 @plugin_option
 @bad_input_exits
 def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail_fast: bool,
-        no_report: bool, plugins: Sequence[str]) -> None:
-    """Run every unit of EXPERIMENT not stored yet; write the report."""
+        no_report: bool, workers: int, plugins: Sequence[str]) -> None:
+    """Run every unit of EXPERIMENT not stored yet; write the report.
+
+    Only this process writes the store, one transaction per unit, whatever --workers says.
+    """
     from .experiment import load_experiment
     from .runner import plan_units, run_experiment, select_variants
 
     stdout, err = consoles()
+    if workers < 1:
+        raise SpecError.at(("--workers",), f"{workers} is not a number of processes; use 1 "
+                                           "(everything in this process, the default) or more")
     exp = load_experiment(experiment, extra_plugins=plugins)
     if device is not None and not _valid_device(device):
         raise SpecError.at(("--device",), f"{device!r} is not a device; use cpu, cuda, cuda:N, "
@@ -105,8 +117,9 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
         for w in v.warnings:
             err.print(f"warning: {escape(v.name)}: {escape(w)}", soft_wrap=True)
     n_units = sum(u.variant.name in selected for u in plan_units(exp, device))
+    pool = f", {workers} worker processes" if workers > 1 else ""
     stdout.print(f"{escape(exp.name)}: {len(selected)} variant(s), {len(exp.seeds)} seed(s), "
-                 f"{n_units} unit(s)")
+                 f"{n_units} unit(s){pool}")
     import warnings
 
     from .build import VariantWarning
@@ -117,7 +130,8 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     try:
         with ProgressReporter(stdout) as report_progress:
             summary = run_experiment(exp, out, only=only, device=device, fail_fast=fail_fast,
-                                     progress=report_progress)
+                                     progress=report_progress, workers=workers,
+                                     extra_plugins=plugins)
     finally:
         signal.signal(signal.SIGTERM, previous)
     print_summary(stdout, err, summary)

@@ -4,7 +4,9 @@ A unit is one (variant, seed, probe). Its key is the sha256 of canonical JSON of
 that decides its numbers: the variant's resolved spec, the probe and its settings, the
 effective device, the data spec, the seed and the variantlab version. A rerun skips units
 stored ``ok``, retries ``failed`` ones and computes new ones. Only this (driver) process
-writes the store, one transaction per unit, so SIGKILL loses at most the unit in progress.
+writes the store, one transaction per unit, so SIGKILL loses at most the units in progress.
+Units run here one after another (:func:`run_in_process`) or, with ``workers > 1``, in a
+pool of worker processes (:mod:`variantlab.executors`); both report to one :class:`ResultSink`.
 """
 
 from __future__ import annotations
@@ -190,6 +192,61 @@ def _free_memory() -> None:
         torch.cuda.empty_cache()
 
 
+class ResultSink:
+    """The driver's end of a run, whichever executor computes the units: it alone writes
+    the store (one transaction per unit), keeps the summary and emits the progress events."""
+
+    def __init__(self, store: Store, summary: RunSummary, notify: Callable[[UnitEvent], None]):
+        self.store, self.summary, self.notify = store, summary, notify
+        self.statuses = store.statuses()
+        self.in_flight: dict[int, Unit] = {}  # index -> unit started and not stored yet
+
+    def stored_ok(self, unit: Unit) -> bool:
+        return self.statuses.get(unit.key) == "ok"
+
+    def skip(self, index: int, unit: Unit) -> None:
+        self.summary.skipped += 1
+        self.notify(UnitEvent("skipped", unit, index, self.summary.total))
+
+    def start(self, index: int, unit: Unit) -> None:
+        self.in_flight[index] = unit
+        self.notify(UnitEvent("start", unit, index, self.summary.total))
+
+    def save(self, index: int, unit: Unit, record: UnitRecord, rows: Sequence[Any]) -> bool:
+        """Store one unit and report it; ``True`` when it is ``ok``."""
+        self.store.save_unit(record, rows)  # one transaction: rolled back if interrupted
+        self.in_flight.pop(index, None)
+        self.statuses[unit.key] = record.status  # a variant with the same spec reuses it
+        total = self.summary.total
+        if record.status == "ok":
+            self.summary.done += 1
+            self.notify(UnitEvent("ok", unit, index, total, record.duration_s))
+            return True
+        self.summary.failed.append((unit, record.error or ""))
+        self.notify(UnitEvent("failed", unit, index, total, record.duration_s, record.error))
+        return False
+
+
+def run_in_process(
+    sink: ResultSink,
+    units: Sequence[tuple[int, Unit]],
+    experiment: Any,
+    probe_fn: Callable[..., list] = default_probe_fn,
+    fail_fast: bool = False,
+) -> bool:
+    """The in-process executor: ``(index, unit)`` pairs one after another in this process.
+    Returns ``False`` when ``fail_fast`` stopped it; KeyboardInterrupt propagates."""
+    for index, unit in units:
+        if sink.stored_ok(unit):
+            sink.skip(index, unit)
+            continue
+        sink.start(index, unit)
+        record, rows = _run_unit(unit, experiment, probe_fn)
+        if not sink.save(index, unit, record, rows) and fail_fast:
+            return False
+    return True
+
+
 def run_experiment(
     experiment: Any,
     out: str | Path = "runs",
@@ -199,55 +256,53 @@ def run_experiment(
     fail_fast: bool = False,
     probe_fn: Callable[..., list] = default_probe_fn,
     progress: Callable[[UnitEvent], None] | None = None,
+    workers: int = 1,
+    extra_plugins: Sequence[str] = (),
 ) -> RunSummary:
     """Run every unit not yet stored ok; store each with its rows or its error.
 
     ``only`` restricts the run to some variants (the store keeps the others' results);
     ``device`` overrides the probes' device settings. Ctrl-C stops after storing the
     finished units; the summary says ``interrupted``.
+
+    ``workers=1`` computes every unit in this process. ``workers=N > 1`` computes all but
+    the timing units in N spawned worker processes (:mod:`variantlab.executors`), which
+    rebuild the experiment from its YAML text with ``extra_plugins`` (the ``--plugin``
+    modules; ``probe_fn`` must be picklable); timing units then run here, one at a time,
+    after the pool has finished. Either way only this process writes the store.
     """
+    if workers < 1:
+        raise ValueError(f"workers must be 1 or more, got {workers}")
     selected = select_variants(experiment, only)
     run_dir = run_dir_for(experiment, out)
     plan = plan_units(experiment, device)
-    todo = [u for u in plan if u.variant.name in selected]
+    todo = [(i, u) for i, u in enumerate(u for u in plan if u.variant.name in selected)]
     summary = RunSummary(run_dir=run_dir, store=run_dir / STORE_FILE, total=len(todo))
-    notify = progress or (lambda event: None)
     with Store(run_dir / STORE_FILE) as store:
         store.write_experiment(
             experiment_meta(experiment),
             _variant_rows(experiment.variants),
             [(u.key, u.variant.name, u.seed, u.probe) for u in plan],
         )
-        statuses = store.statuses()
-        index = 0
+        sink = ResultSink(store, summary, progress or (lambda event: None))
         try:
-            for index, unit in enumerate(todo):
-                if statuses.get(unit.key) == "ok":
-                    summary.skipped += 1
-                    notify(UnitEvent("skipped", unit, index, len(todo)))
-                    continue
-                notify(UnitEvent("start", unit, index, len(todo)))
-                record, rows = _run_unit(unit, experiment, probe_fn)
-                store.save_unit(record, rows)  # one transaction: rolled back if interrupted
-                statuses[unit.key] = record.status  # a variant with the same spec reuses it
-                if record.status == "ok":
-                    summary.done += 1
-                    notify(UnitEvent("ok", unit, index, len(todo), record.duration_s))
-                    continue
-                summary.failed.append((unit, record.error or ""))
-                notify(UnitEvent("failed", unit, index, len(todo), record.duration_s,
-                                 record.error))
-                if fail_fast:
-                    break
+            if workers == 1:
+                run_in_process(sink, todo, experiment, probe_fn, fail_fast)
+            else:
+                from .executors import run_with_pool
+
+                run_with_pool(sink, todo, experiment, workers=workers, device=device,
+                              fail_fast=fail_fast, probe_fn=probe_fn,
+                              extra_plugins=extra_plugins)
         except KeyboardInterrupt:
             summary.interrupted = True
-            summary.interrupted_unit = todo[index] if todo else None
+            summary.interrupted_unit = next(iter(sink.in_flight.values()), None)
     return summary
 
 
 def _run_unit(unit: Unit, experiment: Any, probe_fn: Callable[..., list]) -> tuple[UnitRecord, list]:
     """Run one probe; an exception becomes a failed record (KeyboardInterrupt propagates)."""
-    started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    started = now_iso()
     t0 = time.perf_counter()
     rows: list = []
     error = tb = None
@@ -262,15 +317,24 @@ def _run_unit(unit: Unit, experiment: Any, probe_fn: Callable[..., list]) -> tup
         tb = traceback.format_exc()
         rows = []
         _free_memory()
-    finished = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-    record = UnitRecord(
+    return unit_record(unit, started, time.perf_counter() - t0, error, tb), rows
+
+
+def now_iso() -> str:
+    """UTC time to the millisecond, as stored in ``started_at`` / ``finished_at``."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def unit_record(unit: Unit, started: str, duration_s: float, error: str | None = None,
+                tb: str | None = None) -> UnitRecord:
+    """The stored record of a unit that finished now: ``ok`` unless ``error`` is given."""
+    return UnitRecord(
         key=unit.key, variant=unit.variant.name, seed=unit.seed, probe=unit.probe,
         settings_json=canonical_json(_plain(unit.settings)),
         status="failed" if error else "ok", error=error, traceback=tb,
-        started_at=started, finished_at=finished, duration_s=time.perf_counter() - t0,
+        started_at=started, finished_at=now_iso(), duration_s=duration_s,
         version=__version__, device=unit.device,
     )
-    return record, rows
 
 
 def _check_rows(rows: list, probe: str) -> None:

@@ -1,0 +1,276 @@
+"""The process-pool executor behind ``variantlab run --workers N``.
+
+Units other than ``timing`` are computed in ``N`` worker processes
+(:class:`concurrent.futures.ProcessPoolExecutor`, ``spawn`` start method: a forked child of
+a process that holds CUDA or torch's thread pools can hang or crash). Nothing built from
+plugins crosses the process boundary: each worker rebuilds the experiment from its YAML text
+and path (the same ``--plugin`` modules; plugin files are loaded from disk again), looks the
+unit up by its key in its own :func:`~variantlab.runner.plan_units` and sends back plain
+data, the :class:`~variantlab.store.UnitRecord` and the rows. Each worker uses
+``cpu_count // N`` torch threads (at least 1; ``N`` is the pool's size, no more processes
+than units to compute). Every unit seeds torch itself, so on CPU the rows are the
+in-process ones bit for bit (``tests/test_executors.py``).
+
+The driver alone writes the store, one transaction per unit as results arrive, and emits
+the same progress events as the in-process executor (``start`` when a unit is handed to a
+worker; at most ``N`` units are in flight, so it is running). Resume, ``--only``, failure
+isolation and ``--fail-fast`` behave as in process; with ``--fail-fast`` the units already
+running finish and are stored, nothing new starts.
+
+``timing`` units never run concurrently with anything: concurrent work would distort the
+timings. The driver runs them itself, one at a time, after the pool has finished.
+
+A worker that dies (killed, out of memory, a crash in native code: ``BrokenProcessPool``)
+stops the run: the units in flight at that moment are stored ``failed`` with
+``worker process died: ...``, units finished earlier stay stored, the rest are not run (a
+rerun retries the failed ones and computes the rest). The pool is not restarted, so a
+variant that crashes its process cannot take down a sweep over and over. Ctrl-C or SIGTERM
+cancels the pending units, terminates the workers (their units in progress are lost, as
+the in-process unit would be) and keeps every finished unit. A worker exits by itself when
+the driver dies.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import signal
+import threading
+import time
+import traceback
+import warnings
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .runner import (
+    ResultSink, Unit, _run_unit, default_probe_fn, now_iso, plan_units, run_in_process,
+    unit_record,
+)
+from .store import UnitRecord
+
+# probes that run in the driver, one at a time, after the pool: concurrency distorts them
+SERIAL_PROBES = frozenset({"timing"})
+
+
+@dataclass(frozen=True)
+class ExperimentSource:
+    """What a worker needs to rebuild the experiment: plain strings only."""
+
+    text: str
+    path: str
+    base_dir: str
+    extra_plugins: tuple[str, ...] = ()
+    device: str | None = None
+
+    @classmethod
+    def of(cls, experiment: Any, extra_plugins: Sequence[str] = (),
+           device: str | None = None) -> "ExperimentSource":
+        path = getattr(experiment, "path", None)
+        return cls(experiment.source_text, str(path) if path else "<string>",
+                   str(experiment.base_dir), tuple(extra_plugins), device)
+
+    def load(self) -> tuple[Any, dict[str, Unit]]:
+        """The experiment and its units by key, as :func:`plan_units` gives them."""
+        from .experiment import experiment_from_text
+
+        exp = experiment_from_text(self.text, self.path, base_dir=self.base_dir,
+                                   extra_plugins=self.extra_plugins)
+        return exp, {u.key: u for u in plan_units(exp, self.device)}
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on (the affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def threads_per_worker(workers: int) -> int:
+    """Torch threads for each of ``workers`` processes: the CPUs shared out, at least 1."""
+    return max(1, cpu_count() // workers)
+
+
+# -- the worker side ---------------------------------------------------------------------
+_STATE: dict[str, Any] = {}
+
+
+def _init_worker(source: ExperimentSource, threads: int, probe_fn: Callable[..., list]) -> None:
+    import torch
+
+    from .build import VariantWarning
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    torch.set_num_threads(threads)
+    warnings.filterwarnings("ignore", category=VariantWarning)  # the driver reports them once
+    parent = multiprocessing.parent_process()
+    if parent is not None:  # never outlive a driver that was killed
+        threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+    _STATE.update(source=source, probe_fn=probe_fn)
+
+
+def _exit_with(parent: Any) -> None:
+    parent.join()
+    os._exit(1)
+
+
+def _compute(key: str) -> tuple[UnitRecord, list]:
+    """Run the unit ``key`` in this worker (loading the experiment on first use)."""
+    if "units" not in _STATE:
+        try:
+            _STATE["experiment"], _STATE["units"] = _STATE["source"].load()
+        except Exception as exc:
+            messages = getattr(exc, "messages", None) or [str(exc)]
+            raise RuntimeError("the worker could not rebuild the experiment: "
+                               + "; ".join(map(str, messages))) from None
+    unit = _STATE["units"].get(key)
+    if unit is None:
+        raise LookupError(f"unit {key[:12]} is not in the experiment as the worker rebuilt it "
+                          "(did the YAML or a plugin change during the run?)")
+    return _run_unit(unit, _STATE["experiment"], _STATE["probe_fn"])
+
+
+# -- the driver side ---------------------------------------------------------------------
+def run_with_pool(
+    sink: ResultSink,
+    units: Sequence[tuple[int, Unit]],
+    experiment: Any,
+    *,
+    workers: int,
+    device: str | None = None,
+    fail_fast: bool = False,
+    probe_fn: Callable[..., list] = default_probe_fn,
+    extra_plugins: Sequence[str] = (),
+) -> bool:
+    """Compute ``(index, unit)`` pairs in ``workers`` processes, then the timing units here.
+
+    Returns ``False`` when the run stopped early (``fail_fast`` or a worker that died);
+    KeyboardInterrupt propagates once the pool is shut down.
+    """
+    leaders: list[tuple[int, Unit]] = []  # one unit per key goes to the pool
+    twins: dict[str, list[tuple[int, Unit]]] = {}  # same spec, same key: reuse the result
+    serial: list[tuple[int, Unit]] = []
+    for index, unit in units:
+        if sink.stored_ok(unit):
+            sink.skip(index, unit)
+        elif unit.probe in SERIAL_PROBES:
+            serial.append((index, unit))
+        elif unit.key in twins:
+            twins[unit.key].append((index, unit))
+        else:
+            twins[unit.key] = []
+            leaders.append((index, unit))
+    if leaders:
+        try:
+            pickle.dumps(probe_fn)
+        except Exception as exc:
+            raise TypeError(f"workers > 1 sends probe_fn to the workers; it must be picklable "
+                            f"(a module-level function): {exc}") from None
+        source = ExperimentSource.of(experiment, extra_plugins, device)
+        if not _pool(sink, leaders, twins, source, workers, fail_fast, probe_fn):
+            return False
+    return run_in_process(sink, serial, experiment, probe_fn, fail_fast)
+
+
+def _pool(sink: ResultSink, leaders: list[tuple[int, Unit]],
+          twins: dict[str, list[tuple[int, Unit]]], source: ExperimentSource, workers: int,
+          fail_fast: bool, probe_fn: Callable[..., list]) -> bool:
+    n = min(workers, len(leaders))
+    pool = ProcessPoolExecutor(
+        max_workers=n, mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker, initargs=(source, threads_per_worker(n), probe_fn),
+    )
+    queue = deque(leaders)
+    in_flight: dict[Future, tuple[int, Unit, str, float]] = {}
+    processes: dict[int, Any] = {}  # pid -> Process, to say which one died
+    stopped = False
+    try:
+        while queue or in_flight:
+            while queue and not stopped and len(in_flight) < n:
+                index, unit = queue.popleft()
+                sink.start(index, unit)
+                in_flight[pool.submit(_compute, unit.key)] = (index, unit, now_iso(),
+                                                              time.perf_counter())
+            processes.update(getattr(pool, "_processes", None) or {})
+            if not in_flight:
+                break
+            done, _ = wait(list(in_flight), timeout=1.0, return_when=FIRST_COMPLETED)
+            for future in sorted(done, key=lambda f: in_flight[f][0]):
+                index, unit, started, t0 = in_flight.pop(future)
+                record, rows, broken = _outcome(future, unit, started, t0, processes)
+                ok = sink.save(index, unit, record, rows)
+                stopped = stopped or broken or (fail_fast and not ok)
+                if ok or not fail_fast:
+                    for twin_index, twin in twins.pop(unit.key, []):
+                        _reuse(sink, twin_index, twin, record)
+    except KeyboardInterrupt:
+        _terminate(pool)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return not stopped
+
+
+def _outcome(future: Future, unit: Unit, started: str, t0: float,
+             processes: dict[int, Any]) -> tuple[UnitRecord, list, bool]:
+    """``(record, rows, pool_broken)`` of a finished future."""
+    try:
+        record, rows = future.result()
+        return record, rows, False
+    except BrokenProcessPool as exc:
+        error = f"worker process died ({_dead(processes)}): {exc}"
+        tb = (f"{error}\nThe run stopped; units finished before are stored. "
+              "Run again to retry this unit and compute the rest.\n")
+        return unit_record(unit, started, time.perf_counter() - t0, error, tb), [], True
+    except Exception as exc:  # raised in the worker outside the probe (rebuilding, lookup)
+        remote = getattr(exc.__cause__, "tb", None)
+        tb = remote or "".join(traceback.format_exception(exc))
+        error = f"{type(exc).__name__}: {exc}"
+        return unit_record(unit, started, time.perf_counter() - t0, error, tb), [], False
+
+
+def _reuse(sink: ResultSink, index: int, unit: Unit, record: UnitRecord) -> None:
+    """A unit whose key another variant just computed: skipped when that was ok, failed
+    with the same error otherwise (as the in-process executor would find them)."""
+    if record.status == "ok":
+        sink.skip(index, unit)
+    else:
+        sink.start(index, unit)
+        sink.save(index, unit, replace(record, variant=unit.variant.name), [])
+
+
+def _dead(processes: dict[int, Any]) -> str:
+    """Which worker died and how, as far as the exit codes tell."""
+    deadline = time.monotonic() + 2.0  # its pipe closes a moment before it can be reaped
+    for process in processes.values():
+        process.join(timeout=max(0.0, deadline - time.monotonic()))
+    codes = {pid: p.exitcode for pid, p in processes.items() if p.exitcode not in (None, 0)}
+    culprits = {pid: c for pid, c in codes.items() if c != -signal.SIGTERM} or codes
+    if not culprits:
+        return "exit status unknown"
+    return ", ".join(f"pid {pid} {_exit_text(code)}" for pid, code in sorted(culprits.items()))
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and stop the workers now (Ctrl-C, SIGTERM)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=5)
