@@ -86,6 +86,16 @@ def test_plan_order_and_keys(tiny):
     assert moved[0].key == units[0].key and moved[1].key != units[1].key
 
 
+def test_timing_units_come_last_interleaved_across_variants(tiny):
+    exp = make_experiment(tiny, measure=MeasureSpec(
+        params={}, timing={"batch_size": 1, "seq_len": 8}, gradients={"seq_len": 8}))
+    order = [(u.variant.name, u.seed, u.probe) for u in plan_units(exp)]
+    assert order[:3] == [("base", 0, "params"), ("base", 0, "gradients"), ("base", 1, "params")]
+    assert [o for o in order if o[2] == "timing"] == order[-6:] == [
+        ("base", 0, "timing"), ("rms", 0, "timing"), ("relu", 0, "timing"),
+        ("base", 1, "timing"), ("rms", 1, "timing"), ("relu", 1, "timing")]
+
+
 def test_run_stores_everything_and_rerun_computes_nothing(tiny, tmp_path):
     exp = make_experiment(tiny)
     probe = Recorder()

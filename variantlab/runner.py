@@ -89,8 +89,14 @@ class Unit:
         return f"{self.variant.name} seed={self.seed} {self.probe}"
 
 
+#: Probes whose units run last, seed by seed across the variants: a variant's timings then
+#: sit next to the other variants' in time, so the machine's drift hits them alike.
+LAST_PROBES = ("timing",)
+
+
 def plan_units(experiment: Any, device: str | None = None) -> list[Unit]:
-    """Every unit of the experiment in a fixed order: variant, then seed, then probe."""
+    """Every unit of the experiment in a fixed order: variant, then seed, then probe; the
+    timing units last, interleaved (seed, then variant)."""
     data_data = _plain(experiment.data)
     probes = experiment.measure.probes()
     units = []
@@ -101,7 +107,12 @@ def plan_units(experiment: Any, device: str | None = None) -> list[Unit]:
                 dev = resolve_device(probe, settings, device)
                 key = unit_key(spec_data, probe, _plain(settings), dev, data_data, seed)
                 units.append(Unit(key, variant, seed, probe, settings, dev))
-    return units
+    order = {(v.name, s): i for i, (s, v) in enumerate(
+        (s, v) for s in experiment.seeds for v in experiment.variants)}
+    first = [u for u in units if u.probe not in LAST_PROBES]
+    last = sorted((u for u in units if u.probe in LAST_PROBES),
+                  key=lambda u: (order[(u.variant.name, u.seed)], u.probe))
+    return first + last
 
 
 @dataclass
