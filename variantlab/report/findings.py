@@ -110,13 +110,17 @@ def timing_speed(data: ReportData, summary: pd.DataFrame) -> str | None:
 
 def paired_ratios(rows: pd.DataFrame, probe: str, metric: str, baseline: str) -> dict[str, list]:
     """Per variant: the baseline's value over the variant's, seed by seed (a speed-up)."""
+    table = _by_seed(rows, probe, metric, baseline)
+    ratios = (1 / table).mul(table[baseline], axis=0).drop(columns=baseline)
+    return {v: ratios[v].dropna().tolist() for v in ratios}
+
+
+def _by_seed(rows: pd.DataFrame, probe: str, metric: str, baseline: str) -> pd.DataFrame:
+    """Model-scope values, seeds down and variants across (empty without the baseline)."""
     part = rows[(rows["probe"] == probe) & (rows["metric"] == metric)
                 & (rows["scope"] == "model") & rows["value"].notna()]
     table = part.pivot_table(index="seed", columns="variant", values="value", aggfunc="mean")
-    if baseline not in table:
-        return {}
-    ratios = (1 / table).mul(table[baseline], axis=0).drop(columns=baseline)
-    return {v: ratios[v].dropna().tolist() for v in ratios}
+    return table if baseline in table else pd.DataFrame({baseline: []})
 
 
 def _speed_sureness(ratios: list[float], faster: bool) -> str:
@@ -152,11 +156,7 @@ def loss_gap(data: ReportData, summary: pd.DataFrame) -> str | None:
 
 def paired_gaps(rows: pd.DataFrame, probe: str, metric: str, baseline: str) -> dict[str, list]:
     """Per variant: value minus the baseline's value, seed by seed (seeds both have)."""
-    part = rows[(rows["probe"] == probe) & (rows["metric"] == metric)
-                & (rows["scope"] == "model") & rows["value"].notna()]
-    table = part.pivot_table(index="seed", columns="variant", values="value", aggfunc="mean")
-    if baseline not in table:
-        return {}
+    table = _by_seed(rows, probe, metric, baseline)
     diffs = table.sub(table[baseline], axis=0).drop(columns=baseline)
     return {v: diffs[v].dropna().tolist() for v in diffs}
 
