@@ -67,7 +67,6 @@ def test_entry_point_is_found(site, tmp_path):
 
 
 def test_cli_plugins_lists_scale(site, tmp_path):
-    pytest.importorskip("variantlab.cli")
     result = run_with(site, ["-m", "variantlab.cli", "plugins", "--slot", "norm", "--json"],
                       tmp_path)
     assert result.returncode == 0, result.stderr
@@ -88,10 +87,7 @@ def test_without_install_scale_is_unknown(tmp_path):
 
 @pytest.mark.slow
 def test_experiment_with_scale_norm_runs_and_is_stored(site, tmp_path):
-    pytest.importorskip("variantlab.cli")
-    store = pytest.importorskip("variantlab.store")
-    if not hasattr(pytest.importorskip("variantlab.probes"), "run_probe"):
-        pytest.skip("variantlab.probes.run_probe does not exist yet")
+    from variantlab import store
     (tmp_path / "exp.yaml").write_text(EXPERIMENT)
     result = run_with(site, ["-m", "variantlab.cli", "run", "exp.yaml", "--out", "runs",
                              "--no-report"], tmp_path)

@@ -48,7 +48,7 @@ def test_module_name_beside_experiment_is_importable(tmp_path, tiny):
 
 
 def test_experiment_plugins_list_loads_the_file(tmp_path):
-    experiment = pytest.importorskip("variantlab.experiment")
+    from variantlab import experiment
     shutil.copy(FIXTURES / "local_norm.py", tmp_path / "local_norm.py")
     (tmp_path / "exp.yaml").write_text(textwrap.dedent("""\
         name: centre-vs-layer
@@ -180,13 +180,7 @@ def write_experiment(folder: Path, plugins: list[str], kinds: list[str]) -> Path
     return path
 
 
-@pytest.fixture
-def has_cli():
-    pytest.importorskip("variantlab.cli")
-    pytest.importorskip("variantlab.experiment")
-
-
-def test_cli_exit_2_names_a_plugin_that_raises_on_import(tmp_path, has_cli):
+def test_cli_exit_2_names_a_plugin_that_raises_on_import(tmp_path):
     shutil.copy(FIXTURES / "raises_on_import.py", tmp_path / "raises_on_import.py")
     write_experiment(tmp_path, ["raises_on_import.py"], ["layer"])
     result = cli("validate", "exp.yaml", cwd=tmp_path)
@@ -195,7 +189,7 @@ def test_cli_exit_2_names_a_plugin_that_raises_on_import(tmp_path, has_cli):
     assert "Traceback" not in result.stderr
 
 
-def test_cli_plugins_lists_a_plugin_file(tmp_path, has_cli):
+def test_cli_plugins_lists_a_plugin_file(tmp_path):
     shutil.copy(FIXTURES / "local_norm.py", tmp_path / "local_norm.py")
     result = cli("plugins", "--slot", "norm", "--json", "--plugin", "local_norm.py", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -205,10 +199,8 @@ def test_cli_plugins_lists_a_plugin_file(tmp_path, has_cli):
 
 
 @pytest.mark.slow
-def test_cli_forward_that_raises_fails_only_its_own_variants(tmp_path, has_cli):
-    store = pytest.importorskip("variantlab.store")
-    if not hasattr(pytest.importorskip("variantlab.probes"), "run_probe"):
-        pytest.skip("variantlab.probes.run_probe does not exist yet")
+def test_cli_forward_that_raises_fails_only_its_own_variants(tmp_path):
+    from variantlab import store
     shutil.copy(FIXTURES / "explodes.py", tmp_path / "explodes.py")
     write_experiment(tmp_path, ["explodes.py"], ["layer", "explodes"])
     result = cli("run", "exp.yaml", "--out", "runs", "--no-report", cwd=tmp_path)
