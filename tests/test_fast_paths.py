@@ -142,3 +142,21 @@ def test_fused_layernorm_equals_formula():
     fast.load_state_dict(ref.state_dict())
     x = (3 * torch.randn(4, 5, 32) + 1).requires_grad_()
     assert_same(run(ref, x), run(fast, x), atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype, atol", [(torch.float32, 1e-4), (torch.bfloat16, 3e-2)])
+def test_sdpa_equals_naive_on_cuda(dtype, atol):
+    """On a GPU, sdpa takes a fused kernel (flash / memory-efficient in bfloat16); the naive
+    path in float32 is the oracle."""
+    torch.manual_seed(0)
+    naive = attention("naive", True, emb_dim=64).eval().cuda()
+    sdpa = attention("sdpa", True, emb_dim=64).eval().cuda()
+    sdpa.load_state_dict(naive.state_dict())
+    x = torch.randn(2, 16, 64, device="cuda")
+    with torch.no_grad():
+        ref = naive(x)
+        with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
+            fast = sdpa(x)
+    torch.testing.assert_close(fast.float(), ref, atol=atol, rtol=atol)
