@@ -48,14 +48,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .runner import (
-    ResultSink, Unit, _run_unit, default_probe_fn, now_iso, plan_units, run_in_process,
+    SERIAL_PROBES, ResultSink, Unit, _run_unit, default_probe_fn, now_iso, plan_units, run_in_process,
     unit_record,
 )
 from .store import UnitRecord
-
-# probes that run in the driver, one at a time, after the pool: concurrency distorts them
-SERIAL_PROBES = frozenset({"timing"})
-
 
 @dataclass(frozen=True)
 class ExperimentSource:

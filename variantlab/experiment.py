@@ -16,8 +16,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import PluginLoadError, SpecError, pydantic_issues
-from .overrides import (  # also re-exported: callers import the path helpers from here
-    apply_overrides, component_of, expansions, lookup, override_source, show, valid_paths,
+from .overrides import (  # apply_overrides is also imported from here by callers
+    apply_overrides, component_of, expansions, lookup, override_source, show,
 )
 from .registry import SLOTS, Registry, build_registry
 from .settings import DataSpec, MeasureSpec, ParamsSettings, SyntheticData

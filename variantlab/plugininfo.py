@@ -20,6 +20,7 @@ __all__ = ["failure_rows", "param_rows", "plugin_rows", "type_name"]
 _BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "len >=",
            "max_length": "len <=", "multiple_of": "multiple of"}
 
+
 def type_name(annotation: Any) -> str:
     """A short readable type: ``'naive' | 'sdpa'``, ``float``, ``list[int] | None``."""
     if annotation is None or annotation is type(None):
@@ -74,14 +75,13 @@ def param_rows(spec_cls: type[BaseModel], skip: tuple[str, ...] = ("kind", "fami
     for name, info in spec_cls.model_fields.items():
         if name in skip:
             continue
-        description = info.description or ""
         type_text = type_name(info.annotation)
         bounds = _constraints(info)
         rows.append({
             "name": name,
             "type": f"{type_text} ({bounds})" if bounds else type_text,
             "default": _default(name, info),
-            "description": description,
+            "description": info.description or "",
         })
     return rows
 

@@ -89,9 +89,10 @@ class Unit:
         return f"{self.variant.name} seed={self.seed} {self.probe}"
 
 
-#: Probes whose units run last, seed by seed across the variants: a variant's timings then
-#: sit next to the other variants' in time, so the machine's drift hits them alike.
-LAST_PROBES = ("timing",)
+#: Probes whose units run last, one at a time and never beside other work, seed by seed
+#: across the variants: a variant's timings then sit next to the other variants' in time,
+#: so the machine's drift hits them alike (the process pool also keeps them out).
+SERIAL_PROBES = frozenset({"timing"})
 
 
 def plan_units(experiment: Any, device: str | None = None) -> list[Unit]:
@@ -107,11 +108,11 @@ def plan_units(experiment: Any, device: str | None = None) -> list[Unit]:
                 dev = resolve_device(probe, settings, device)
                 key = unit_key(spec_data, probe, _plain(settings), dev, data_data, seed)
                 units.append(Unit(key, variant, seed, probe, settings, dev))
-    order = {(v.name, s): i for i, (s, v) in enumerate(
-        (s, v) for s in experiment.seeds for v in experiment.variants)}
-    first = [u for u in units if u.probe not in LAST_PROBES]
-    last = sorted((u for u in units if u.probe in LAST_PROBES),
-                  key=lambda u: (order[(u.variant.name, u.seed)], u.probe))
+    seeds = list(experiment.seeds)
+    rank = {v.name: i for i, v in enumerate(experiment.variants)}
+    first = [u for u in units if u.probe not in SERIAL_PROBES]
+    last = sorted((u for u in units if u.probe in SERIAL_PROBES),
+                  key=lambda u: (seeds.index(u.seed), rank[u.variant.name], u.probe))
     return first + last
 
 

@@ -94,11 +94,14 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     input_kind: ClassVar[str] = "tokens"
 
-    family: str = Field("gpt", description="the model family (`variantlab plugins --slot model`)")
-    vocab_size: PositiveInt = Field(50257, description="number of token ids: embedding rows and output logits")
+    family: str = Field(
+        "gpt", description="the model family (`variantlab plugins --slot model`)")
+    vocab_size: PositiveInt = Field(
+        50257, description="number of token ids: embedding rows and output logits")
     context_length: PositiveInt = Field(
         1024, description="longest sequence the model takes (positional table, causal mask)")
-    emb_dim: PositiveInt = Field(768, description="model width D: embedding and residual stream size")
+    emb_dim: PositiveInt = Field(
+        768, description="model width D: embedding and residual stream size")
     n_heads: PositiveInt = Field(12, description="attention heads; must divide emb_dim")
     n_layers: PositiveInt = Field(12, description="number of transformer blocks (per stack)")
     drop_rate: float = Field(

@@ -26,6 +26,9 @@ from ..settings import TrainingSettings
 from ..specs import ModelSpec
 from .common import autocast, make_model, resolve_device
 
+#: Eval batches come from the data with this offset added to the unit's seed.
+EVAL_SEED_OFFSET = 1_000_003
+
 
 def lr_at(step: int, settings: TrainingSettings) -> float:
     """Linear warm-up, then constant."""
@@ -78,10 +81,6 @@ def run(
                                base_dir=base_dir)
         rows.append(row("training", "eval_loss", eval_loss(model, spec, held, dev, settings)))
     return rows
-
-
-#: Eval batches come from the data with this offset added to the unit's seed.
-EVAL_SEED_OFFSET = 1_000_003
 
 
 def eval_loss(model: torch.nn.Module, spec: ModelSpec, batches: list, dev: torch.device,

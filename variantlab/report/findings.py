@@ -127,10 +127,14 @@ def _speed_sureness(ratios: list[float], faster: bool) -> str:
     """Speed-ups seed by seed, said in the claim's direction (slow-downs as 1/r)."""
     agree = sum(1 for r in ratios if (r > 1) == faster)
     shown = sorted(r if faster else 1 / r for r in ratios)
-    span = f"per-seed {shown[0]:.2f}x to {shown[-1]:.2f}x"
-    if agree == len(ratios):
-        return f" on every seed (n={len(ratios)}, {span})"
-    return f" on {agree} of {len(ratios)} seeds ({span}): not a clear difference"
+    return _verdict(agree, len(ratios), f"per-seed {shown[0]:.2f}x to {shown[-1]:.2f}x")
+
+
+def _verdict(agree: int, n: int, span: str) -> str:
+    """Whether a difference held on every seed, with its per-seed span."""
+    if agree == n:
+        return f" on every seed (n={n}, {span})"
+    return f" on {agree} of {n} seeds ({span}): not a clear difference"
 
 
 def loss_gap(data: ReportData, summary: pd.DataFrame) -> str | None:
@@ -167,10 +171,7 @@ def _sureness(gaps: list[float]) -> str:
         return ""
     sign = 1 if sum(gaps) > 0 else -1
     agree = sum(1 for g in gaps if g * sign > 0)
-    span = f"per-seed gap {fmt(min(gaps))} to {fmt(max(gaps))}"
-    if agree == len(gaps):
-        return f" on every seed (n={len(gaps)}, {span})"
-    return f" on {agree} of {len(gaps)} seeds ({span}): not a clear difference"
+    return _verdict(agree, len(gaps), f"per-seed gap {fmt(min(gaps))} to {fmt(max(gaps))}")
 
 
 def _nan0(x: float) -> float:
