@@ -289,5 +289,32 @@ def plugins_cmd(slot: str | None, as_json: bool, plugins: Sequence[str]) -> None
                          soft_wrap=True)
 
 
+# -- schema ------------------------------------------------------------------------------
+@main.command("schema")
+@click.option("--out", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Write the schema to FILE instead of printing it.")
+@plugin_option
+@bad_input_exits
+def schema_cmd(out: str | None, plugins: Sequence[str]) -> None:
+    """Print the JSON Schema of the experiment file, registered kinds included.
+
+    Editors use it for completion and checks (yaml-language-server: see docs/experiments.md).
+    Kinds of --plugin modules are included; give the plugins the experiments name.
+    """
+    from .registry import build_registry
+    from .schema import schema_json, write_schema
+
+    registry = build_registry(extra=plugins, base_dir=Path.cwd())
+    if out is None:
+        click.echo(schema_json(registry), nl=False)
+        return
+    try:
+        path = write_schema(out, registry)
+    except OSError as exc:
+        raise SpecError.at(("--out",), f"cannot write {out}: {exc.strerror or exc}; "
+                                       "choose a writable file path") from None
+    consoles()[0].print(f"schema: {escape(str(path))}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
