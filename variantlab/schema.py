@@ -27,9 +27,10 @@ from pydantic.json_schema import models_json_schema
 
 from .registry import SLOTS, Registry, build_registry
 
-DIALECT = "https://json-schema.org/draft/2020-12/schema"
+DIALECT = "http://json-schema.org/draft-07/schema#"  # yaml-language-server: draft 7
 TITLE = "variantlab experiment"
-REF = "#/$defs/{model}"
+DEFS = "definitions"
+REF = "#/definitions/{model}"
 
 #: Descriptions for keys whose pydantic field has none (a Field description always wins).
 FALLBACK: dict[str, dict[str, str]] = {
@@ -94,7 +95,7 @@ def experiment_schema(registry: Registry | None = None) -> dict[str, Any]:
     classes = [ExperimentSpec, *(c.spec_cls for c in families), *(cls for _, _, cls in parts)]
     refs, top = models_json_schema([(cls, "validation") for cls in dict.fromkeys(classes)],
                                    ref_template=REF)
-    defs = top["$defs"]
+    defs = top.get("$defs", {})
     name_of = {cls: ref["$ref"].rsplit("/", 1)[1] for (cls, _), ref in refs.items()}
     for def_name, fields in FALLBACK.items():
         if def_name in defs:
@@ -115,9 +116,9 @@ def experiment_schema(registry: Registry | None = None) -> dict[str, Any]:
             props = defs[name].get("properties", {})
             if slot in props:
                 desc = props[slot].get("description", f"the {slot} component")
-                props[slot] = {"$ref": f"#/$defs/slot.{slot}", "description": desc}
+                props[slot] = {"allOf": [{"$ref": _ref(f"slot.{slot}")}], "description": desc}
         defs[name]["required"] = [k for k in defs[name].get("required", []) if k not in SLOTS]
-        family_refs.append({"$ref": f"#/$defs/{name}"})
+        family_refs.append({"$ref": _ref(name)})
 
     paths = _override_paths(defs, families, name_of, parts)
     root = copy.deepcopy(defs.pop(name_of[ExperimentSpec]))
@@ -135,7 +136,7 @@ def experiment_schema(registry: Registry | None = None) -> dict[str, Any]:
         source.setdefault("required", [])
         source["required"] = ["source", *[r for r in source["required"] if r != "source"]]
     root.pop("title", None)
-    schema = {"$schema": DIALECT, "title": TITLE, **root, "$defs": defs}
+    schema = {"$schema": DIALECT, "title": TITLE, **root, DEFS: defs}
     return _prune(schema)
 
 
@@ -184,12 +185,16 @@ def _claim(defs: dict, name: str, key: str, value: str, what: str, required: boo
     return name
 
 
+def _ref(name: str) -> str:
+    return REF.format(model=name)
+
+
 def _slot_schema(slot: str, kinds: list[str], refs: list[str]) -> dict[str, Any]:
     shorthand = {"type": "string", "enum": kinds,
                  "description": f"shorthand for {{kind: NAME}} with the kind's defaults"}
     return {
         "description": f"the {slot} component: {{kind: NAME, ...parameters}}",
-        "oneOf": [shorthand, *({"$ref": f"#/$defs/{r}"} for r in refs)],
+        "oneOf": [shorthand, *({"$ref": _ref(r)} for r in refs)],
     }
 
 
@@ -255,10 +260,10 @@ def _set_schema(description: str, paths: dict[str, dict]) -> dict[str, Any]:
 def _refs(node: Any) -> Iterator[str]:
     if isinstance(node, dict):
         ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/$defs/"):
-            yield ref[len("#/$defs/"):]
+        if isinstance(ref, str) and ref.startswith(_ref("")):
+            yield ref[len(_ref("")):]
         for key, value in node.items():
-            if key != "$defs":
+            if key != DEFS:
                 yield from _refs(value)
     elif isinstance(node, list):
         for value in node:
@@ -267,13 +272,13 @@ def _refs(node: Any) -> Iterator[str]:
 
 def _prune(schema: dict[str, Any]) -> dict[str, Any]:
     """Drop the defs nothing refers to (the generic ComponentSpec, say)."""
-    defs, keep, todo = schema["$defs"], set(), list(_refs(schema))
+    defs, keep, todo = schema[DEFS], set(), list(_refs(schema))
     while todo:
         name = todo.pop()
         if name not in keep and name in defs:
             keep.add(name)
             todo += list(_refs(defs[name]))
-    schema["$defs"] = {k: v for k, v in defs.items() if k in keep}
-    for node in schema["$defs"].values():
+    schema[DEFS] = {k: v for k, v in defs.items() if k in keep}
+    for node in schema[DEFS].values():
         node.pop("x-variantlab", None)
     return schema
