@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from .plugininfo import plugin_rows
 from .registry import SLOTS, Registry, build_registry
 
 DIALECT = "http://json-schema.org/draft-07/schema#"  # yaml-language-server: draft 7
@@ -101,9 +102,11 @@ def experiment_schema(registry: Registry | None = None) -> dict[str, Any]:
         if def_name in defs:
             _fill_descriptions(defs[def_name], fields)
 
+    docs = {(r["slot"], r["kind"]): r["doc"] for r in plugin_rows(registry)}
     slot_refs = {s: [] for s in SLOTS}
     for slot, kind, cls in parts:
-        slot_refs[slot].append(_claim(defs, name_of[cls], "kind", kind, f"{slot} {kind!r}"))
+        slot_refs[slot].append(_claim(defs, name_of[cls], "kind", kind, f"{slot} {kind!r}",
+                                      docs.get((slot, kind), "")))
     for slot in SLOTS:
         defs[f"slot.{slot}"] = _slot_schema(slot, registry.kinds(slot), slot_refs[slot])
 
@@ -111,7 +114,7 @@ def experiment_schema(registry: Registry | None = None) -> dict[str, Any]:
     family_refs = []
     for comp in families:
         name = _claim(defs, name_of[comp.spec_cls], "family", comp.kind, f"family {comp.kind!r}",
-                      required=comp.kind != default_family)
+                      docs.get(("model", comp.kind), ""), required=comp.kind != default_family)
         for slot in SLOTS:
             props = defs[name].get("properties", {})
             if slot in props:
@@ -166,17 +169,21 @@ def _fill_descriptions(node: dict[str, Any], fields: dict[str, str]) -> None:
             prop["description"] = text
 
 
-def _claim(defs: dict, name: str, key: str, value: str, what: str, required: bool = True) -> str:
-    """Pin ``key`` to ``value`` in the def ``name`` (a copy if another kind took it)."""
+def _claim(defs: dict, name: str, key: str, value: str, what: str, doc: str,
+           required: bool = True) -> str:
+    """Pin ``key`` to ``value`` in the def ``name`` (a copy if another kind took it); the
+    kind's one-line doc becomes its description (hover text in editors)."""
     node = defs[name]
     if node.get("x-variantlab") not in (None, what):
         name = f"{name}.{value}"
         node = defs[name] = copy.deepcopy(node)
     node["x-variantlab"] = what
+    node["title"] = what
+    node["description"] = doc or node.get("description", "")
     prop = node.setdefault("properties", {}).setdefault(key, {})
     default = prop.get("default")
     prop.clear()
-    prop.update({"const": value, "description": f"the {what}"})
+    prop.update({"const": value, "description": f"{what}: {doc}" if doc else what})
     if default is not None and not required:
         prop["default"] = default
     node["required"] = [k for k in node.get("required", []) if k != key]
@@ -281,4 +288,17 @@ def _prune(schema: dict[str, Any]) -> dict[str, Any]:
     schema[DEFS] = {k: v for k, v in defs.items() if k in keep}
     for node in schema[DEFS].values():
         node.pop("x-variantlab", None)
-    return schema
+    return _wrap_refs(schema)
+
+
+def _wrap_refs(node: Any) -> Any:
+    """``{"$ref": R, "description": D}`` -> ``{"allOf": [{"$ref": R}], "description": D}``:
+    draft 7 ignores the siblings of ``$ref``, editors would lose the description."""
+    if isinstance(node, list):
+        return [_wrap_refs(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _wrap_refs(v) for k, v in node.items()}
+    if "$ref" in out and len(out) > 1:
+        out = {"allOf": [{"$ref": out.pop("$ref")}], **out}
+    return out
