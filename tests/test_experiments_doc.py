@@ -15,6 +15,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from click.testing import CliRunner
+
+from variantlab.cli import main
 
 from variantlab.experiment import experiment_from_text
 from variantlab.registry import SLOTS, build_registry
@@ -212,3 +215,18 @@ def test_every_example_loads_and_fits_the_schema(schema, tmp_path, what, doc):
     assert [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(doc)] == []
     exp = experiment_from_text(yaml.safe_dump(doc, sort_keys=False), tmp_path / "exp.yaml")
     assert exp.variants
+
+
+def test_validate_says_what_base_is_when_variants_add_it(tmp_path):
+    doc = {**copy.deepcopy(BASE), "variants": [{"name": "rms", "set": {"norm.kind": "rms"}}]}
+    path = tmp_path / "named.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "2 variant(s)" in result.output
+    assert "base: the model under `model:` as written" in result.output
+    doc["grid"] = {"n_layers": [1, 2]}
+    path.write_text(yaml.safe_dump(doc))
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "3 variant(s)" in result.output and "base: the model" not in result.output

@@ -1,4 +1,4 @@
-"""The ``variantlab`` command: run, validate, describe, report, plugins.
+"""The ``variantlab`` command: run, validate, describe, report, plugins, schema.
 
 The library computes; this module only formats. Exit codes: 0 ok, 1 a unit failed,
 2 bad input (the messages are printed, never a traceback), 130 interrupted.
@@ -191,6 +191,9 @@ def validate(experiment: str, plugins: Sequence[str]) -> None:
         table.add_row(str(i), escape(name), escape(v.label), escape(v.spec.family),
                       escape("; ".join(v.warnings)))
     stdout.print(table)
+    if exp.spec.variants and not exp.spec.grid:
+        stdout.print("base: the model under `model:` as written, measured as the first variant "
+                     "(`variants:` without a `grid` adds it)", soft_wrap=True)
     probes = ", ".join(exp.measure.probes()) or "(none)"
     n_units = len(exp.variants) * len(exp.seeds) * len(exp.measure.probes())
     stdout.print(f"seeds: {list(exp.seeds)}  probes: {probes}  units: {n_units}")
