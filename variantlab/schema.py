@@ -88,7 +88,7 @@ FALLBACK: dict[str, dict[str, str]] = {
 def experiment_schema(registry: Registry | None = None) -> dict[str, Any]:
     """The JSON Schema of an experiment file for the kinds in ``registry`` (default: the
     built-ins and installed plugins)."""
-    from .experiment import SAFE_NAME, ExperimentSpec
+    from .experiment import ExperimentSpec
 
     registry = registry or build_registry()
     families = registry.components("model")
@@ -101,46 +101,12 @@ def experiment_schema(registry: Registry | None = None) -> dict[str, Any]:
     for def_name, fields in FALLBACK.items():
         if def_name in defs:
             _fill_descriptions(defs[def_name], fields)
-
     docs = {(r["slot"], r["kind"]): r["doc"] for r in plugin_rows(registry)}
-    slot_refs = {s: [] for s in SLOTS}
-    for slot, kind, cls in parts:
-        slot_refs[slot].append(_claim(defs, name_of[cls], "kind", kind, f"{slot} {kind!r}",
-                                      docs.get((slot, kind), "")))
-    for slot in SLOTS:
-        defs[f"slot.{slot}"] = _slot_schema(slot, registry.kinds(slot), slot_refs[slot])
-
-    default_family = _default_family()
-    family_refs = []
-    for comp in families:
-        name = _claim(defs, name_of[comp.spec_cls], "family", comp.kind, f"family {comp.kind!r}",
-                      docs.get(("model", comp.kind), ""), required=comp.kind != default_family)
-        for slot in SLOTS:
-            props = defs[name].get("properties", {})
-            if slot in props:
-                desc = props[slot].get("description", f"the {slot} component")
-                props[slot] = {"allOf": [{"$ref": _ref(f"slot.{slot}")}], "description": desc}
-        defs[name]["required"] = [k for k in defs[name].get("required", []) if k not in SLOTS]
-        family_refs.append({"$ref": _ref(name)})
-
+    _component_defs(defs, registry, parts, name_of, docs)
+    family_refs = _family_defs(defs, families, name_of, docs)
     paths = _override_paths(defs, families, name_of, parts)
-    root = copy.deepcopy(defs.pop(name_of[ExperimentSpec]))
-    props = root["properties"]
-    props["name"]["pattern"] = SAFE_NAME
-    props["model"] = {
-        "description": props["model"].get("description", ""),
-        "oneOf": family_refs or [{"type": "object"}],
-    }
-    props["grid"] = _grid_schema(props["grid"].get("description", ""), paths)
-    named = defs[props["variants"]["items"]["$ref"].rsplit("/", 1)[1]]
-    named["properties"]["set"] = _set_schema(named["properties"]["set"].get("description", ""),
-                                             paths)
-    for source in _data_defs(defs):
-        source.setdefault("required", [])
-        source["required"] = ["source", *[r for r in source["required"] if r != "source"]]
-    root.pop("title", None)
-    schema = {"$schema": DIALECT, "title": TITLE, **root, DEFS: defs}
-    return _prune(schema)
+    root = _root(defs, defs.pop(name_of[ExperimentSpec]), family_refs, paths)
+    return _prune({"$schema": DIALECT, "title": TITLE, **root, DEFS: defs})
 
 
 def schema_json(registry: Registry | None = None) -> str:
@@ -194,6 +160,56 @@ def _claim(defs: dict, name: str, key: str, value: str, what: str, doc: str,
 
 def _ref(name: str) -> str:
     return REF.format(model=name)
+
+
+def _component_defs(defs: dict, registry: Registry, parts: list[tuple[str, str, type]],
+                    name_of: dict, docs: dict) -> None:
+    """Each kind's def pinned to its ``kind``; one ``slot.<slot>`` def per slot choosing among
+    them (or the kind's name alone)."""
+    slot_refs: dict[str, list[str]] = {s: [] for s in SLOTS}
+    for slot, kind, cls in parts:
+        slot_refs[slot].append(_claim(defs, name_of[cls], "kind", kind, f"{slot} {kind!r}",
+                                      docs.get((slot, kind), "")))
+    for slot in SLOTS:
+        defs[f"slot.{slot}"] = _slot_schema(slot, registry.kinds(slot), slot_refs[slot])
+
+
+def _family_defs(defs: dict, families: list, name_of: dict, docs: dict) -> list[dict]:
+    """Each family's def pinned to its ``family`` (required but for the default family), its
+    slots pointing at the slot defs; the refs of the families."""
+    default_family = _default_family()
+    family_refs = []
+    for comp in families:
+        name = _claim(defs, name_of[comp.spec_cls], "family", comp.kind, f"family {comp.kind!r}",
+                      docs.get(("model", comp.kind), ""), required=comp.kind != default_family)
+        props = defs[name].setdefault("properties", {})
+        for slot in SLOTS:
+            if slot in props:
+                desc = props[slot].get("description", f"the {slot} component")
+                props[slot] = {"allOf": [{"$ref": _ref(f"slot.{slot}")}], "description": desc}
+        defs[name]["required"] = [k for k in defs[name].get("required", []) if k not in SLOTS]
+        family_refs.append({"$ref": _ref(name)})
+    return family_refs
+
+
+def _root(defs: dict, root: dict, family_refs: list[dict], paths: dict) -> dict[str, Any]:
+    """The top level: ``model`` a choice of families, ``grid`` and ``variants[].set`` over
+    the dotted paths, each data source with its ``source`` required."""
+    from .experiment import SAFE_NAME
+
+    root = copy.deepcopy(root)
+    root.pop("title", None)
+    props = root["properties"]
+    props["name"]["pattern"] = SAFE_NAME
+    props["model"] = {"description": props["model"].get("description", ""),
+                      "oneOf": family_refs or [{"type": "object"}]}
+    props["grid"] = _grid_schema(props["grid"].get("description", ""), paths)
+    named = defs[props["variants"]["items"]["$ref"].rsplit("/", 1)[1]]
+    named["properties"]["set"] = _set_schema(named["properties"]["set"].get("description", ""),
+                                             paths)
+    for source in _data_defs(defs):
+        source["required"] = ["source", *[r for r in source.get("required", []) if r != "source"]]
+    return root
 
 
 def _slot_schema(slot: str, kinds: list[str], refs: list[str]) -> dict[str, Any]:
