@@ -201,6 +201,7 @@ def _root(defs: dict, root: dict, family_refs: list[dict], paths: dict) -> dict[
     root.pop("title", None)
     props = root["properties"]
     props["name"]["pattern"] = SAFE_NAME
+    props["seeds"]["uniqueItems"] = True  # a repeated seed would measure the same unit twice
     props["model"] = {"description": props["model"].get("description", ""),
                       "oneOf": family_refs or [{"type": "object"}]}
     props["grid"] = _grid_schema(props["grid"].get("description", ""), paths)
