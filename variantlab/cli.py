@@ -302,7 +302,8 @@ def schema_cmd(out: str | None, plugins: Sequence[str]) -> None:
     """Print the JSON Schema of the experiment file, registered kinds included.
 
     Editors use it for completion and checks (yaml-language-server: see docs/experiments.md).
-    Kinds of --plugin modules are included; give the plugins the experiments name.
+    Installed plugins are included; pass those that experiments name in `plugins:` with
+    --plugin.
     """
     from .registry import build_registry
     from .schema import schema_json, write_schema
