@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from .plugininfo import plugin_rows
