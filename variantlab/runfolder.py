@@ -108,6 +108,9 @@ def check_owner(store: Store, experiment_file: str | None) -> None:
 def open_run(run_dir: Path, out: Path, experiment_file: str | None = None) -> Iterator[Store]:
     """The run folder's store, locked for this process while the block runs."""
     make_run_dir(run_dir, out)
+    if (run_dir / STORE_FILE).is_dir():
+        raise StoreError(f"{run_dir / STORE_FILE} is a folder, not a results store; move it "
+                         "away or use another --out")
     lock = RunLock(run_dir)
     lock.acquire()
     try:

@@ -116,9 +116,6 @@ class Store:
         self.path = store_path(path)
         if not create and not self.path.is_file():
             raise FileNotFoundError(f"no results store at {str(self.path)!r}; run the experiment first")
-        if self.path.is_dir():
-            raise StoreError(f"{self.path} is a folder, not a results store; move it away or "
-                             "use another --out")
         exists = self.path.exists()
         read_only = exists and not (writable(self.path) and writable(self.path.parent))
         if read_only and (create or writer):
@@ -129,9 +126,7 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.conn: sqlite3.Connection | None = None
         try:
-            self.conn = self._connect(read_only)
-            if writer:
-                self._check_integrity()
+            self.conn = self._connect(read_only, writer)
         except sqlite3.DatabaseError as exc:
             self.close()
             raise _not_a_store(self.path, exc) from None
@@ -139,7 +134,7 @@ class Store:
             self.close()
             raise
 
-    def _connect(self, read_only: bool) -> sqlite3.Connection:
+    def _connect(self, read_only: bool, check: bool) -> sqlite3.Connection:
         if read_only:
             uri = f"{self.path.resolve().as_uri()}?mode=ro"
             conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0)
@@ -152,6 +147,8 @@ class Store:
         if tables and "units" not in tables:
             raise StoreError(f"{self.path} is an SQLite database but not a variantlab results "
                              "store; move it away or use another --out")
+        if check:  # before anything is written to it
+            self._check_integrity()
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.executescript(SCHEMA)
