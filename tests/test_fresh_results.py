@@ -83,6 +83,7 @@ def gradient_values(run_dir: Path) -> pd.DataFrame:
         .reset_index(drop=True)
 
 
+@pytest.mark.slow
 def test_editing_a_plugin_recomputes_its_units_with_the_new_code(tmp_path):
     exp = write(tmp_path / "exp")
     out = tmp_path / "runs"
@@ -191,6 +192,7 @@ def test_module_digest_hashes_a_whole_package(tmp_path, monkeypatch):
     assert fingerprint.module_digest(module) != first
 
 
+@pytest.mark.slow
 def test_rerun_recomputes_all_or_one_probe(tmp_path):
     exp = write(tmp_path / "exp")
     out = tmp_path / "runs"

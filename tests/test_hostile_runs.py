@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from variantlab import store as store_mod
 from variantlab.cli import main
 from variantlab.runfolder import LOCK_FILE
-from variantlab.store import results
+from variantlab.store import load_run, results
 
 NAME = "hostile"
 
@@ -282,6 +282,9 @@ def test_hostile_run(case: Case, in_tmp: Path, monkeypatch):
             assert set(ok[ok.variant == "norm.kind=odd"].probe) == {"params"}
             assert set(failed.probe) == {"gradients"}
         assert failed.error.str.contains(re.escape(case.expect[0])).all()
+        units = load_run(tmp / out / NAME).units
+        for tb in units[units.status == "failed"].traceback:  # stored with its traceback
+            assert "Traceback (most recent call last)" in tb and "odd.py" in tb
 
 
 def test_read_only_store_can_still_be_read_and_reported(in_tmp, monkeypatch):
@@ -339,3 +342,21 @@ def test_lock_is_released_after_a_run_and_holds_the_pid_while_running(in_tmp):
     other = RunLock(folder)
     other.acquire()  # free again
     other.release()
+
+
+@pytest.mark.slow
+def test_system_exit_in_a_pool_worker_fails_only_that_unit(in_tmp):
+    tmp = in_tmp
+    (tmp / "exp.yaml").write_text(experiment().replace("seeds: [0]", "seeds: [0, 1]"))
+    (tmp / "odd.py").write_text(plugin(in_forward="sys.exit(0)"))
+    result = CliRunner().invoke(main, ["run", "exp.yaml", "--workers", "2", "--no-report"])
+    assert result.exit_code == 1, result.output
+    assert "Traceback (most recent call last)" not in result.output
+    assert "8 unit(s): 6 computed, 0 stored already, 2 failed" in result.output
+    frame = results(tmp / "runs" / NAME)
+    failed = frame[frame.status == "failed"]
+    assert set(failed.variant) == {"norm.kind=odd"} and set(failed.probe) == {"gradients"}
+    assert sorted(failed.seed) == [0, 1] and failed.error.str.contains("sys.exit").all()
+    ok = frame[frame.status == "ok"]
+    assert set(ok[ok.variant == "base"].seed) == {0, 1}
+    assert set(ok[ok.variant == "base"].probe) == {"params", "gradients"}
