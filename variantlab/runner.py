@@ -2,8 +2,10 @@
 
 A unit is one (variant, seed, probe). Its key is the sha256 of canonical JSON of everything
 that decides its numbers: the variant's resolved spec, the probe and its settings, the
-effective device, the data spec, the seed and the variantlab version. A rerun skips units
-stored ``ok``, retries ``failed`` ones and computes new ones. Only this (driver) process
+effective device, the data spec and what it reads, the seed, the variantlab and torch
+versions and the source code of the core, the built-in plugins and every other plugin the
+variant uses (:mod:`variantlab.fingerprint`). A rerun skips units stored ``ok`` (unless
+``rerun`` names them), retries ``failed`` ones and computes new ones. Only this (driver) process
 writes the store, one transaction per unit, so SIGKILL loses at most the units in progress.
 Units run here one after another (:func:`run_in_process`) or, with ``workers > 1``, in a
 pool of worker processes (:mod:`variantlab.executors`); both report to one :class:`ResultSink`.
