@@ -360,3 +360,20 @@ def test_system_exit_in_a_pool_worker_fails_only_that_unit(in_tmp):
     ok = frame[frame.status == "ok"]
     assert set(ok[ok.variant == "base"].seed) == {0, 1}
     assert set(ok[ok.variant == "base"].probe) == {"params", "gradients"}
+
+
+@pytest.mark.parametrize("setup", [_text_store, _corrupt_store, _foreign_db],
+                         ids=["text", "corrupt", "foreign-db"])
+def test_reading_a_bad_store_is_one_clear_error(setup, in_tmp, monkeypatch):
+    from variantlab.store import StoreError
+
+    setup(in_tmp, monkeypatch)
+    path = in_tmp / "runs" / NAME / "results.sqlite"
+    before = path.read_bytes()
+    result = CliRunner().invoke(main, ["report", f"runs/{NAME}", "--out", "rep"])
+    assert result.exit_code == 2, result.output
+    assert f"runs/{NAME}/results.sqlite" in result.output and "another --out" in result.output
+    assert "Traceback (most recent call last)" not in result.output
+    with pytest.raises(StoreError, match="results.sqlite is .*variantlab results store"):
+        results(path)
+    assert path.read_bytes() == before

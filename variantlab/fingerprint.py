@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from . import __version__
+from .errors import SpecError
 
 CORE_PACKAGES = ("variantlab", "variantlab_plugins")
 _SKIP_DIRS = {"__pycache__"}
@@ -113,8 +114,11 @@ def variant_code(spec_data: Mapping[str, Any], registry: Any) -> dict[str, str]:
     used = {("model", spec_data.get("family"))} | set(_used_components(spec_data))
     out: dict[str, str] = {}
     for slot, kind in sorted(used, key=str):
-        comp = registry._components.get(slot, {}).get(kind)
-        if comp is None or comp.plugin in out or comp.plugin.startswith("variantlab_plugins."):
+        try:
+            comp = registry.get(slot, kind)
+        except SpecError:  # not a registered kind: the spec would not have validated
+            continue
+        if comp.plugin in out or comp.plugin.startswith("variantlab_plugins."):
             continue
         module = registry.pm.get_plugin(comp.plugin)
         out[comp.plugin] = module_digest(module) or f"unhashable:{comp.plugin}"

@@ -40,8 +40,8 @@ def _first_file(path: Path) -> Path | None:
     return None
 
 
-def make_run_dir(run_dir: Path, out: Path) -> None:
-    """Create ``run_dir`` (``out/<name>``), or say in one sentence why it cannot be."""
+def make_run_dir(run_dir: Path) -> None:
+    """Create ``run_dir`` (``OUT/<name>``), or say in one sentence why it cannot be."""
     blocker = _first_file(run_dir)
     if blocker is not None:
         raise StoreError(f"{blocker} is a file, not a folder, so the run folder {run_dir} "
@@ -105,9 +105,9 @@ def check_owner(store: Store, experiment_file: str | None) -> None:
 
 
 @contextmanager
-def open_run(run_dir: Path, out: Path, experiment_file: str | None = None) -> Iterator[Store]:
+def open_run(run_dir: Path, experiment_file: str | None = None) -> Iterator[Store]:
     """The run folder's store, locked for this process while the block runs."""
-    make_run_dir(run_dir, out)
+    make_run_dir(run_dir)
     if (run_dir / STORE_FILE).is_dir():
         raise StoreError(f"{run_dir / STORE_FILE} is a folder, not a results store; move it "
                          "away or use another --out")

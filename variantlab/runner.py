@@ -317,7 +317,7 @@ def run_experiment(
     todo = [(i, u) for i, u in enumerate(u for u in plan if u.variant.name in selected)]
     again = {u.key for _, u in todo if rerun in ("all", u.probe)}
     summary = RunSummary(run_dir=run_dir, store=run_dir / STORE_FILE, total=len(todo))
-    with open_run(run_dir, Path(out), experiment_file(experiment)) as store:
+    with open_run(run_dir, experiment_file(experiment)) as store:
         store.write_experiment(
             experiment_meta(experiment),
             _variant_rows(experiment.variants),

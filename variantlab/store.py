@@ -85,7 +85,7 @@ class UnitRecord:
     device: str | None = None
 
 
-class StoreError(Exception):
+class StoreError(ValueError):
     """A results store or run folder that cannot be used: one sentence naming the file and
     what to do (exit code 2 in the CLI)."""
 
@@ -107,8 +107,8 @@ def _not_a_store(path: Path, exc: BaseException) -> StoreError:
 class Store:
     """A connection to one results file. Use as a context manager, or call :meth:`close`.
 
-    ``create=False`` opens an existing store to read it (read-only when this process may
-    not write it); ``writer=True`` refuses, with a :class:`StoreError`, a file that is
+    ``create=False`` opens an existing store read-only, to read it (beside a run writing
+    it: WAL mode); ``writer=True`` refuses, with a :class:`StoreError`, a file that is
     read-only, not an SQLite database, damaged, or a database of something else.
     """
 
@@ -118,7 +118,9 @@ class Store:
             raise FileNotFoundError(f"no results store at {str(self.path)!r}; run the experiment first")
         exists = self.path.exists()
         read_only = exists and not (writable(self.path) and writable(self.path.parent))
-        if read_only and (create or writer):
+        if not create and not writer:
+            read_only = True  # a reader never writes (the run may be writing it now)
+        elif read_only:
             raise StoreError(f"{self.path} is read-only; it can still be reported "
                              "(variantlab report RUN --out ELSEWHERE), but to run use another "
                              "--out or make it writable")
@@ -267,7 +269,7 @@ class RunData:
 def _frames(path: str | Path) -> RunData:
     try:
         return _read_frames(path)
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
         raise _not_a_store(store_path(path), exc) from None
 
 
