@@ -6,7 +6,9 @@ a process that holds CUDA or torch's thread pools can hang or crash). Nothing bu
 plugins crosses the process boundary: each worker rebuilds the experiment from its YAML text
 and path (the same ``--plugin`` modules; plugin files are loaded from disk again), looks the
 unit up by its key in its own :func:`~variantlab.runner.plan_units` and sends back plain
-data, the :class:`~variantlab.store.UnitRecord` and the rows. Each worker uses
+data, the :class:`~variantlab.store.UnitRecord` and the rows. A unit whose code raises
+``SystemExit`` (``sys.exit()`` in a plugin) or another ``BaseException`` fails alone, in a
+worker as in process; the worker and the pool go on. Each worker uses
 ``cpu_count // N`` torch threads (at least 1; ``N`` is the pool's size, no more processes
 than units to compute). Every unit seeds torch itself, so on CPU the rows are the
 in-process ones bit for bit (``tests/test_executors.py``).
