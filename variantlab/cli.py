@@ -93,7 +93,7 @@ def main() -> None:
                    "distort timings). Results are the same either way.")
 @click.option("--rerun", is_flag=False, flag_value="all", default=None, metavar="[PROBE]",
               help="Compute again units stored already: all of them, or only PROBE's "
-                   "(e.g. --rerun gradients).")
+                   "(e.g. --rerun gradients). Bare --rerun goes after EXPERIMENT.")
 @plugin_option
 @bad_input_exits
 def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail_fast: bool,
