@@ -42,8 +42,9 @@ def input_messages(exc: BaseException) -> list[str]:
 
 def _input_error_types() -> tuple[type[BaseException], ...]:
     from .experiment import InputError
+    from .store import StoreError
 
-    return (SpecError, PluginLoadError, FileNotFoundError, InputError)
+    return (SpecError, PluginLoadError, FileNotFoundError, InputError, StoreError)
 
 
 def bad_input_exits(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -77,7 +78,7 @@ def main() -> None:
 # -- run ---------------------------------------------------------------------------------
 @main.command()
 @click.argument("experiment", type=click.Path(dir_okay=False))
-@click.option("--out", type=click.Path(file_okay=False), default="runs", show_default=True,
+@click.option("--out", type=click.Path(), default="runs", show_default=True,
               help="Folder of run folders; results go to OUT/<experiment name>/.")
 @click.option("--only", multiple=True, metavar="VARIANT",
               help="Run only this variant (repeatable); stored results of others are kept.")
@@ -90,16 +91,20 @@ def main() -> None:
                    "cpu_count/N torch threads each; timing units still run in this process, "
                    "one at a time, after the pool has finished (concurrent work would "
                    "distort timings). Results are the same either way.")
+@click.option("--rerun", is_flag=False, flag_value="all", default=None, metavar="[PROBE]",
+              help="Compute again units stored already: all of them, or only PROBE's "
+                   "(e.g. --rerun gradients). Bare --rerun goes after EXPERIMENT.")
 @plugin_option
 @bad_input_exits
 def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail_fast: bool,
-        no_report: bool, workers: int, plugins: Sequence[str]) -> None:
+        no_report: bool, workers: int, rerun: str | None, plugins: Sequence[str]) -> None:
     """Run every unit of EXPERIMENT not stored yet; write the report.
 
-    Only this process writes the store, one transaction per unit, whatever --workers says.
+    Only this process writes the store, one transaction per unit, whatever --workers says;
+    a second run on the same run folder refuses to start while this one writes.
     """
     from .experiment import load_experiment
-    from .runner import plan_units, run_experiment, select_variants
+    from .runner import check_rerun, plan_units, run_experiment, select_variants
 
     stdout, err = consoles()
     if workers < 1:
@@ -113,6 +118,10 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
         selected = select_variants(exp, only)
     except ValueError as exc:
         raise SpecError.at(("--only",), str(exc).removeprefix("--only: ")) from None
+    try:
+        check_rerun(exp, rerun)
+    except ValueError as exc:
+        raise SpecError.at(("--rerun",), str(exc).removeprefix("--rerun: ")) from None
     for v in exp.variants:
         for w in v.warnings:
             err.print(f"warning: {escape(v.name)}: {escape(w)}", soft_wrap=True)
@@ -131,7 +140,7 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
         with ProgressReporter(stdout) as report_progress:
             summary = run_experiment(exp, out, only=only, device=device, fail_fast=fail_fast,
                                      progress=report_progress, workers=workers,
-                                     extra_plugins=plugins)
+                                     extra_plugins=plugins, rerun=rerun)
     finally:
         signal.signal(signal.SIGTERM, previous)
     print_summary(stdout, err, summary)

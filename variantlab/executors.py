@@ -6,7 +6,9 @@ a process that holds CUDA or torch's thread pools can hang or crash). Nothing bu
 plugins crosses the process boundary: each worker rebuilds the experiment from its YAML text
 and path (the same ``--plugin`` modules; plugin files are loaded from disk again), looks the
 unit up by its key in its own :func:`~variantlab.runner.plan_units` and sends back plain
-data, the :class:`~variantlab.store.UnitRecord` and the rows. Each worker uses
+data, the :class:`~variantlab.store.UnitRecord` and the rows. A unit whose code raises
+``SystemExit`` (``sys.exit()`` in a plugin) or another ``BaseException`` fails alone, in a
+worker as in process; the worker and the pool go on. Each worker uses
 ``cpu_count // N`` torch threads (at least 1; ``N`` is the pool's size, no more processes
 than units to compute). Every unit seeds torch itself, so on CPU the rows are the
 in-process ones bit for bit (``tests/test_executors.py``).
@@ -48,8 +50,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .runner import (
-    SERIAL_PROBES, ResultSink, Unit, _run_unit, default_probe_fn, now_iso, plan_units, run_in_process,
-    unit_record,
+    SERIAL_PROBES, ResultSink, Unit, _run_unit, default_probe_fn, error_text, now_iso, plan_units,
+    run_in_process, unit_record,
 )
 from .store import UnitRecord
 
@@ -120,7 +122,7 @@ def _compute(key: str) -> tuple[UnitRecord, list]:
     if "units" not in _STATE:
         try:
             _STATE["experiment"], _STATE["units"] = _STATE["source"].load()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a plugin that exits is an error here too
             messages = getattr(exc, "messages", None) or [str(exc)]
             raise RuntimeError("the worker could not rebuild the experiment: "
                                + "; ".join(map(str, messages))) from None
@@ -223,10 +225,13 @@ def _outcome(future: Future, unit: Unit, started: str, t0: float,
         tb = (f"{error}\nThe run stopped; units finished before are stored. "
               "Run again to retry this unit and compute the rest.\n")
         return unit_record(unit, started, time.perf_counter() - t0, error, tb), [], True
-    except Exception as exc:  # raised in the worker outside the probe (rebuilding, lookup)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # raised in the worker outside the probe (rebuilding,
+        # lookup), SystemExit included: it fails this unit, the pool goes on
         remote = getattr(exc.__cause__, "tb", None)
         tb = remote or "".join(traceback.format_exception(exc))
-        error = f"{type(exc).__name__}: {exc}"
+        error = error_text(exc)
         return unit_record(unit, started, time.perf_counter() - t0, error, tb), [], False
 
 

@@ -157,13 +157,25 @@ class Registry:
         """Run ``loader``; on failure raise (strict) or record and warn."""
         try:
             loader()
-        except Exception as exc:  # a plugin may raise anything
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # a plugin may raise anything, sys.exit() included
+            if isinstance(exc, SystemExit):
+                exc = PluginExitError(exc)
             if strict:
                 raise PluginLoadError(f"plugin {name!r} ({source}) failed to load: {exc}") from exc
             self.failures.append(
                 PluginFailure(name, source, f"{type(exc).__name__}: {exc}", traceback.format_exc())
             )
             warnings.warn(f"variantlab: skipped plugin {name!r} ({source}): {exc}", stacklevel=2)
+
+
+class PluginExitError(RuntimeError):
+    """A plugin that called ``sys.exit()`` (raised SystemExit) while it was imported."""
+
+    def __init__(self, exc: SystemExit) -> None:
+        super().__init__(f"it called sys.exit({exc.code!r}) (raised SystemExit) while being "
+                         "imported; a plugin must not exit")
 
 
 def import_target(target: str, base_dir: Path | None = None) -> object:

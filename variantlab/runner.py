@@ -2,8 +2,10 @@
 
 A unit is one (variant, seed, probe). Its key is the sha256 of canonical JSON of everything
 that decides its numbers: the variant's resolved spec, the probe and its settings, the
-effective device, the data spec, the seed and the variantlab version. A rerun skips units
-stored ``ok``, retries ``failed`` ones and computes new ones. Only this (driver) process
+effective device, the data spec and what it reads, the seed, the variantlab and torch
+versions and the source code of the core, the built-in plugins and every other plugin the
+variant uses (:mod:`variantlab.fingerprint`). A rerun skips units stored ``ok`` (unless
+``rerun`` names them), retries ``failed`` ones and computes new ones. Only this (driver) process
 writes the store, one transaction per unit, so SIGKILL loses at most the units in progress.
 Units run here one after another (:func:`run_in_process`) or, with ``workers > 1``, in a
 pool of worker processes (:mod:`variantlab.executors`); both report to one :class:`ResultSink`.
@@ -16,7 +18,7 @@ import hashlib
 import json
 import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,6 +27,7 @@ from typing import Any, Protocol
 import torch
 
 from . import __version__
+from .fingerprint import data_fingerprint, environment, variant_code
 from .store import STORE_FILE, Store, UnitRecord
 
 # probes whose numbers do not depend on the device they run on
@@ -66,11 +69,14 @@ def resolve_device(probe: str, settings: Any, override: str | None) -> str | Non
 
 
 def unit_key(spec_data: Any, probe: str, settings_data: Any, device: str | None,
-             data_data: Any, seed: int, version: str = __version__) -> str:
-    """Content hash of one unit."""
+             data_data: Any, seed: int, version: str = __version__,
+             code: Mapping[str, Any] | None = None) -> str:
+    """Content hash of one unit. ``code`` is what the numbers depend on besides the
+    arguments (:mod:`variantlab.fingerprint`); by default the core code and versions."""
     payload = {
         "spec": spec_data, "probe": probe, "settings": settings_data, "device": device,
         "data": data_data, "seed": seed, "version": version,
+        "code": dict(code) if code is not None else environment(),
     }
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
@@ -99,14 +105,21 @@ def plan_units(experiment: Any, device: str | None = None) -> list[Unit]:
     """Every unit of the experiment in a fixed order: variant, then seed, then probe; the
     timing units last, interleaved (seed, then variant)."""
     data_data = _plain(experiment.data)
+    content = data_fingerprint(experiment.data, experiment.base_dir)
+    if content is not None:
+        data_data = {**data_data, "content": content}
     probes = experiment.measure.probes()
+    registry = getattr(experiment, "registry", None)
     units = []
     for variant in experiment.variants:
         spec_data = variant.spec.to_data()
+        plugins = variant_code(spec_data, registry)
+        code = {**environment(), "plugins": plugins} if plugins else environment()
         for seed in experiment.seeds:
             for probe, settings in probes.items():
                 dev = resolve_device(probe, settings, device)
-                key = unit_key(spec_data, probe, _plain(settings), dev, data_data, seed)
+                key = unit_key(spec_data, probe, _plain(settings), dev, data_data, seed,
+                               code=code)
                 units.append(Unit(key, variant, seed, probe, settings, dev))
     seeds = list(experiment.seeds)
     rank = {v.name: i for i, v in enumerate(experiment.variants)}
@@ -167,6 +180,7 @@ def experiment_meta(experiment: Any) -> dict[str, Any]:
         "yaml": experiment.source_text or "",
         "created": now,
         "updated": now,
+        "experiment_file": experiment_file(experiment) or "",
         "variantlab_version": __version__,
         "torch_version": torch.__version__,
         "seeds": list(experiment.seeds),
@@ -208,13 +222,15 @@ class ResultSink:
     """The driver's end of a run, whichever executor computes the units: it alone writes
     the store (one transaction per unit), keeps the summary and emits the progress events."""
 
-    def __init__(self, store: Store, summary: RunSummary, notify: Callable[[UnitEvent], None]):
+    def __init__(self, store: Store, summary: RunSummary, notify: Callable[[UnitEvent], None],
+                 rerun: Iterable[str] = ()):
         self.store, self.summary, self.notify = store, summary, notify
         self.statuses = store.statuses()
         self.in_flight: dict[int, Unit] = {}  # index -> unit started and not stored yet
+        self.rerun = set(rerun)  # keys to compute again although stored ok
 
     def stored_ok(self, unit: Unit) -> bool:
-        return self.statuses.get(unit.key) == "ok"
+        return unit.key not in self.rerun and self.statuses.get(unit.key) == "ok"
 
     def skip(self, index: int, unit: Unit) -> None:
         self.summary.skipped += 1
@@ -228,7 +244,8 @@ class ResultSink:
         """Store one unit and report it; ``True`` when it is ``ok``."""
         self.store.save_unit(record, rows)  # one transaction: rolled back if interrupted
         self.in_flight.pop(index, None)
-        self.statuses[unit.key] = record.status  # a variant with the same spec reuses it
+        self.rerun.discard(unit.key)  # computed now: a variant with the same spec reuses it
+        self.statuses[unit.key] = record.status
         total = self.summary.total
         if record.status == "ok":
             self.summary.done += 1
@@ -270,12 +287,18 @@ def run_experiment(
     progress: Callable[[UnitEvent], None] | None = None,
     workers: int = 1,
     extra_plugins: Sequence[str] = (),
+    rerun: str | None = None,
 ) -> RunSummary:
     """Run every unit not yet stored ok; store each with its rows or its error.
 
     ``only`` restricts the run to some variants (the store keeps the others' results);
-    ``device`` overrides the probes' device settings. Ctrl-C stops after storing the
+    ``device`` overrides the probes' device settings; ``rerun`` (``"all"`` or a probe name)
+    computes those units again although they are stored. Ctrl-C stops after storing the
     finished units; the summary says ``interrupted``.
+
+    Before computing anything the run folder is made and locked for this process, and its
+    store opened (:func:`variantlab.runfolder.open_run`): a folder another run is writing,
+    an unusable ``out`` or store raise :class:`~variantlab.store.StoreError`.
 
     ``workers=1`` computes every unit in this process. ``workers=N > 1`` computes all but
     the timing units in N spawned worker processes (:mod:`variantlab.executors`), which
@@ -283,20 +306,24 @@ def run_experiment(
     modules; ``probe_fn`` must be picklable); timing units then run here, one at a time,
     after the pool has finished. Either way only this process writes the store.
     """
+    from .runfolder import open_run
+
     if workers < 1:
         raise ValueError(f"workers must be 1 or more, got {workers}")
     selected = select_variants(experiment, only)
+    check_rerun(experiment, rerun)
     run_dir = run_dir_for(experiment, out)
     plan = plan_units(experiment, device)
     todo = [(i, u) for i, u in enumerate(u for u in plan if u.variant.name in selected)]
+    again = {u.key for _, u in todo if rerun in ("all", u.probe)}
     summary = RunSummary(run_dir=run_dir, store=run_dir / STORE_FILE, total=len(todo))
-    with Store(run_dir / STORE_FILE) as store:
+    with open_run(run_dir, experiment_file(experiment)) as store:
         store.write_experiment(
             experiment_meta(experiment),
             _variant_rows(experiment.variants),
             [(u.key, u.variant.name, u.seed, u.probe) for u in plan],
         )
-        sink = ResultSink(store, summary, progress or (lambda event: None))
+        sink = ResultSink(store, summary, progress or (lambda event: None), again)
         try:
             if workers == 1:
                 run_in_process(sink, todo, experiment, probe_fn, fail_fast)
@@ -312,8 +339,24 @@ def run_experiment(
     return summary
 
 
+def check_rerun(experiment: Any, rerun: str | None) -> None:
+    """``ValueError`` naming the choices when ``rerun`` is neither ``all`` nor a probe of
+    the experiment."""
+    choices = ["all", *experiment.measure.probes()]
+    if rerun is not None and rerun not in choices:
+        raise ValueError(f"--rerun: {rerun!r} is not a probe of this experiment; "
+                         f"use one of: {', '.join(choices)} (or --rerun alone for all)")
+
+
+def experiment_file(experiment: Any) -> str | None:
+    """The experiment file's resolved path, or ``None`` for an experiment from a string."""
+    path = getattr(experiment, "path", None)
+    return str(Path(path).resolve()) if path else None
+
+
 def _run_unit(unit: Unit, experiment: Any, probe_fn: Callable[..., list]) -> tuple[UnitRecord, list]:
-    """Run one probe; an exception becomes a failed record (KeyboardInterrupt propagates)."""
+    """Run one probe; an exception, SystemExit included, becomes a failed record
+    (KeyboardInterrupt propagates)."""
     started = now_iso()
     t0 = time.perf_counter()
     rows: list = []
@@ -324,12 +367,23 @@ def _run_unit(unit: Unit, experiment: Any, probe_fn: Callable[..., list]) -> tup
             base_dir=Path(experiment.base_dir), device=unit.device, registry=experiment.registry,
         ))
         _check_rows(rows, unit.probe)
-    except Exception as exc:  # any failure of a component, a probe or the device
-        error = f"{type(exc).__name__}: {exc}"
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: stop the run (the unit is not stored)
+        raise
+    except BaseException as exc:  # any failure of a component, a probe or the device, and
+        # SystemExit or another BaseException from plugin code: that unit fails, no more
+        error = error_text(exc)
         tb = traceback.format_exc()
         rows = []
         _free_memory()
     return unit_record(unit, started, time.perf_counter() - t0, error, tb), rows
+
+
+def error_text(exc: BaseException) -> str:
+    """``Type: message``; a SystemExit says that code called ``sys.exit`` and with what."""
+    if isinstance(exc, SystemExit):
+        return (f"SystemExit: code called sys.exit({exc.code!r}) (or raised SystemExit) "
+                "while the unit ran; a component must raise an exception instead")
+    return f"{type(exc).__name__}: {exc}"
 
 
 def now_iso() -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import closing
@@ -84,19 +85,82 @@ class UnitRecord:
     device: str | None = None
 
 
-class Store:
-    """A connection to one results file. Use as a context manager, or call :meth:`close`."""
+class StoreError(ValueError):
+    """A results store or run folder that cannot be used: one sentence naming the file and
+    what to do (exit code 2 in the CLI)."""
 
-    def __init__(self, path: str | Path, *, create: bool = True) -> None:
+    def __init__(self, message: str):
+        self.messages = [message]
+        super().__init__(message)
+
+
+def writable(path: str | Path) -> bool:
+    """Whether this process may write ``path`` (a seam for tests: root may write anything)."""
+    return os.access(path, os.W_OK)
+
+
+def _not_a_store(path: Path, exc: BaseException) -> StoreError:
+    return StoreError(f"{path} is not a usable variantlab results store (sqlite: {exc}); "
+                      "move it away or use another --out")
+
+
+class Store:
+    """A connection to one results file. Use as a context manager, or call :meth:`close`.
+
+    ``create=False`` opens an existing store read-only, to read it (beside a run writing
+    it: WAL mode); ``writer=True`` refuses, with a :class:`StoreError`, a file that is
+    read-only, not an SQLite database, damaged, or a database of something else.
+    """
+
+    def __init__(self, path: str | Path, *, create: bool = True, writer: bool = False) -> None:
         self.path = store_path(path)
         if not create and not self.path.is_file():
             raise FileNotFoundError(f"no results store at {str(self.path)!r}; run the experiment first")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        exists = self.path.exists()
+        read_only = exists and not (writable(self.path) and writable(self.path.parent))
+        if not create and not writer:
+            read_only = True  # a reader never writes (the run may be writing it now)
+        elif read_only:
+            raise StoreError(f"{self.path} is read-only; it can still be reported "
+                             "(variantlab report RUN --out ELSEWHERE), but to run use another "
+                             "--out or make it writable")
+        if not exists:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn: sqlite3.Connection | None = None
+        try:
+            self.conn = self._connect(read_only, writer)
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise _not_a_store(self.path, exc) from None
+        except BaseException:
+            self.close()
+            raise
+
+    def _connect(self, read_only: bool, check: bool) -> sqlite3.Connection:
+        if read_only:
+            uri = f"{self.path.resolve().as_uri()}?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0)
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            return conn
         # autocommit mode: transactions are explicit (BEGIN IMMEDIATE ... COMMIT)
-        self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.executescript(SCHEMA)
+        conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+        self.conn = conn
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if tables and "units" not in tables:
+            raise StoreError(f"{self.path} is an SQLite database but not a variantlab results "
+                             "store; move it away or use another --out")
+        if check:  # before anything is written to it
+            self._check_integrity()
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.executescript(SCHEMA)
+        return conn
+
+    def _check_integrity(self) -> None:
+        problems = [r[0] for r in self.conn.execute("PRAGMA quick_check(3)")]
+        if problems != ["ok"]:
+            raise StoreError(f"{self.path} is damaged (sqlite: {'; '.join(problems)}); move it "
+                             "away (the run starts afresh) or use another --out")
 
     def __enter__(self) -> "Store":
         return self
@@ -105,7 +169,9 @@ class Store:
         self.close()
 
     def close(self) -> None:
-        self.conn.close()
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
     # -- writing ------------------------------------------------------------------------
     def _transaction(self, statements: Iterable[tuple[str, Sequence[Any], bool]]) -> None:
@@ -201,6 +267,13 @@ class RunData:
 
 
 def _frames(path: str | Path) -> RunData:
+    try:
+        return _read_frames(path)
+    except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
+        raise _not_a_store(store_path(path), exc) from None
+
+
+def _read_frames(path: str | Path) -> RunData:
     with closing(Store(path, create=False)) as store:
         meta = _decode_meta(store.meta())
         conn = store.conn
