@@ -284,7 +284,10 @@ def experiment_from_text(
     spec = _parse_spec(doc, out)
     if spec is None:
         raise InputError(out.messages)
-    out.messages += nonfinite(doc) + seed_problems(doc.get(("seeds",), []) or [], doc)
+    not_finite = nonfinite(doc)  # said once, instead of the range errors they also cause
+    heads = [m.partition(" is not a finite")[0].rsplit(": ", 1)[0] + ": " for m in not_finite]
+    out.messages = [m for m in out.messages if not any(map(m.startswith, heads))]
+    out.messages += not_finite + seed_problems(doc.get(("seeds",), []) or [], doc)
     n_named = len(spec.variants)
     if grid_size(spec.grid, n_named) > max_variants:
         raise InputError(out.messages + [grid_cap_message(doc, spec.grid, n_named, max_variants)])
