@@ -269,11 +269,12 @@ def _cross_checks(
 
 def experiment_from_text(
     text: str, path: str | Path = "<string>", *, base_dir: str | Path | None = None,
-    extra_plugins: Sequence[str] = (), max_variants: int = MAX_VARIANTS,
+    extra_plugins: Sequence[str] = (), max_variants: int | None = MAX_VARIANTS,
 ) -> Experiment:
     """Parse, expand and validate an experiment; raises :class:`InputError` listing all problems.
 
-    A grid of more than ``max_variants`` variants is refused before anything is expanded."""
+    A grid of more than ``max_variants`` variants is refused before anything is expanded
+    (None: no limit, for a worker process rebuilding an experiment its driver accepted)."""
     real = None if str(path).startswith("<") else Path(path)
     base = Path(base_dir) if base_dir is not None else (real.parent if real else Path.cwd())
     try:
@@ -289,7 +290,7 @@ def experiment_from_text(
     out.messages = [m for m in out.messages if not any(map(m.startswith, heads))]
     out.messages += not_finite + seed_problems(doc.get(("seeds",), []) or [], doc)
     n_named = len(spec.variants)
-    if grid_size(spec.grid, n_named) > max_variants:
+    if max_variants is not None and grid_size(spec.grid, n_named) > max_variants:
         raise InputError(out.messages + [grid_cap_message(doc, spec.grid, n_named, max_variants)])
     registry = _registry(spec, base, extra_plugins, out)
     variants, contexts = _variants(spec, registry, out, ("model",)) if registry else ([], {})
