@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import time
-import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -140,11 +139,20 @@ def experiment(tmp_path: Path, extra: str = "", **model: object) -> Path:
     return path
 
 
-def rss_kib() -> int:
+def status_kib(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1])
     return 0  # pragma: no cover
+
+
+def reset_peak_rss() -> str:
+    """Reset VmHWM (the peak RSS) where the kernel allows it; the field to read after."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return "VmHWM"
+    except OSError:  # pragma: no cover - then the RSS after the call is all we see
+        return "VmRSS"
 
 
 @pytest.mark.parametrize("command", ["validate", "run"])
@@ -154,16 +162,13 @@ def test_huge_models_are_refused_fast_without_allocating(tmp_path, command, mode
     path = experiment(tmp_path, **model)
     out = tmp_path / "runs"
     args = [command, str(path)] + (["--out", str(out)] if command == "run" else [])
-    rss = rss_kib()
-    tracemalloc.start()
+    rss, peak = status_kib("VmRSS"), reset_peak_rss()
     start = time.perf_counter()
     result = CliRunner().invoke(main, args)
     seconds = time.perf_counter() - start
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
     assert result.exit_code == 2, result.output
     assert seconds < 5, seconds
-    assert peak < 100 * 2**20 and rss_kib() - rss < 1024 * 1024  # nothing near the estimate
+    assert status_kib(peak) - rss < 256 * 1024  # < 256 MiB more: nothing near the estimate
     assert re.search(r"training needs about [\d.]+ [GT]iB \(parameters [\d.]+ GiB", result.output)
     assert f"the largest {fit} that fits is" in result.output
     assert "Traceback" not in result.output and not out.exists()
