@@ -122,6 +122,22 @@ def test_refusal_names_estimate_and_fit_and_is_none_when_memory_unknown():
     assert refusal(spec_of(), registry, "training", settings, "cpu", lambda d: 2**30) is None
 
 
+def test_no_estimate_no_refusal_when_meta_fails(monkeypatch):
+    import variantlab.sizeguard as sg
+    from variantlab.clifmt import memory_lines
+
+    def fails(*args):
+        raise RuntimeError("Tensor.item() cannot be called on meta tensors")
+
+    monkeypatch.setattr(sg, "_meta_cost_unguarded", fails)
+    monkeypatch.setattr(sg, "_CACHE", {})
+    spec, settings = spec_of(vocab_size=10**9), TrainingSettings(batch_size=2, seq_len=8)
+    assert refusal(spec, get_registry(), "training", settings, "cpu", lambda d: 2**30) is None
+    assert memory_lines(spec, get_registry(), None) == [
+        "memory: no estimate (cannot estimate on the meta device: RuntimeError: Tensor.item() "
+        "cannot be called on meta tensors)"]
+
+
 def test_available_bytes_reads_memavailable(tmp_path):
     info = tmp_path / "meminfo"
     info.write_text("MemTotal:  2048 kB\nMemFree:  100 kB\nMemAvailable:  1500 kB\n")

@@ -245,9 +245,6 @@ def describe(path: str, max_variants: int, plugins: Sequence[str]) -> None:
     (EXPERIMENT or bare model). Models are built on the meta device: nothing is allocated."""
     import warnings
 
-    import torch
-
-    from .build import build_model
     from .clifmt import memory_lines
     from .experiment import load_model_doc
     from .probes.params import count_rows
@@ -269,11 +266,25 @@ def describe(path: str, max_variants: int, plugins: Sequence[str]) -> None:
             stdout.print(f"(module tree left out: n_layers {v.spec.n_layers:,} > "
                          f"{MAX_TREE_LAYERS})")
             continue
-        with warnings.catch_warnings(), torch.device("meta"):
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            model = build_model(v.spec, registry)
+            model = _build_on_meta(v.spec, registry)
         stdout.print(module_tree(model))
         stdout.print(param_table(count_rows(model)))
+
+
+def _build_on_meta(spec: Any, registry: Any) -> Any:
+    """The model on the meta device (no memory); on CPU when a plugin cannot build on meta."""
+    import torch
+
+    from .build import build_model
+
+    try:
+        with torch.device("meta"):
+            return build_model(spec, registry)
+    except Exception:
+        torch.manual_seed(0)
+        return build_model(spec, registry)
 
 
 # -- report ------------------------------------------------------------------------------

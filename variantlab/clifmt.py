@@ -160,6 +160,15 @@ def plugins_table(rows: Sequence[dict]) -> Table:
 def memory_lines(spec: Any, registry: Any, measure: Any | None) -> list[str]:
     """``describe``'s estimate: parameters, then the memory each probe needs on its device
     (:mod:`variantlab.sizeguard`, nothing allocated)."""
+    from .sizeguard import EstimateError
+
+    try:
+        return _memory_lines(spec, registry, measure)
+    except EstimateError as exc:
+        return [f"memory: no estimate ({exc})"]
+
+
+def _memory_lines(spec: Any, registry: Any, measure: Any | None) -> list[str]:
     from .runner import resolve_device
     from .sizeguard import available_bytes, footprint, model_cost
 

@@ -91,6 +91,8 @@ def pydantic_issues(
             msg = f"unknown key {key!r}; {hint}"
             if valid:
                 msg += f" Valid keys: {', '.join(valid)}"
+        elif err["type"] == "string_pattern_mismatch":
+            msg += f", got {err.get('input')!r}"
         elif err["type"] in _COERCE_HINTS:
             msg += f", got {_yaml_repr(err.get('input'))}; {_COERCE_HINTS[err['type']]}"
         issues.append(SpecIssue(loc, msg))

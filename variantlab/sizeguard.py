@@ -34,6 +34,11 @@ from .specs import ModelSpec
 TRAINING_PROBES = {"training"}
 
 
+class EstimateError(RuntimeError):
+    """The model could not be built or run on the meta device (e.g. a plugin that reads
+    tensor values); no estimate, so no refusal."""
+
+
 @dataclass(frozen=True)
 class Cost:
     """Counts of one model build: parameters, and bytes of parameters, buffers, activations."""
@@ -93,6 +98,15 @@ def human(n_bytes: float) -> str:
 
 # -- counting on the meta device -------------------------------------------------------------
 def _meta_cost(spec: ModelSpec, registry: Registry, batch: tuple[int, int] | None) -> Cost:
+    try:
+        return _meta_cost_unguarded(spec, registry, batch)
+    except Exception as exc:  # plugin code on meta tensors: anything can go wrong
+        raise EstimateError(f"cannot estimate on the meta device: {type(exc).__name__}: "
+                            f"{exc}") from exc
+
+
+def _meta_cost_unguarded(spec: ModelSpec, registry: Registry,
+                         batch: tuple[int, int] | None) -> Cost:
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = build_model(spec, registry)
@@ -227,10 +241,13 @@ def refusal(spec: ModelSpec, registry: Registry, probe: str, settings: Any, devi
     free = available(device)
     if free is None:
         return None
-    fp = footprint(spec, registry, probe, settings, device)
-    if fp.total <= free:
+    try:
+        fp = footprint(spec, registry, probe, settings, device)
+        if fp.total <= free:
+            return None
+        fit = largest_fit(spec, registry, fp, free, settings)
+    except EstimateError:
         return None
-    fit = largest_fit(spec, registry, fp, free, settings)
     msg = (f"{probe} needs {fp.describe()} but {device} has {human(free)} available; ")
     if fit is None:
         return "n_layers", msg + "it does not fit even with 1 layer; make the model smaller"
