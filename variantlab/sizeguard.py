@@ -13,7 +13,9 @@ linear in ``n_layers``, so the model as written is extrapolated from those two b
 - ``training``: parameters, gradients, AdamW's two moments (float32) and activations.
 
 The activation count is an estimate (saved tensors plus the output and its gradient, at
-float32); allocator overhead and temporaries are not in it.
+float32); allocator overhead and backward's temporaries are not in it, so it reads low: for
+GPT models training on CPU the measured peak RSS was 1.4-1.6x the estimate. The guard thus
+refuses what cannot fit, not everything that will not.
 """
 
 from __future__ import annotations
