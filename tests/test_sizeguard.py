@@ -232,3 +232,17 @@ def test_binary_or_non_utf8_corpus_is_a_warning(tmp_path):
     assert result.exit_code == 0, result.output
     assert re.search(r"warning: data: \S*a\.txt is not UTF-8 \(byte 3", result.output)
     assert re.search(r"warning: data: \S*b\.txt looks binary", result.output)
+
+
+def test_refusal_points_at_the_grid_value_and_only_skips_it(tmp_path):
+    path = experiment(tmp_path, extra="grid:\n  n_layers: [1, 1000000]\n")
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 2, result.output
+    lines = [x for x in result.output.splitlines() if "that fits" in x]
+    assert lines and all(x.startswith(f"{path}:4:17: ") and "grid.n_layers[1]: variant "
+                         "'n_layers=1000000'" in x for x in lines), lines
+    out = tmp_path / "runs"
+    ran = CliRunner().invoke(main, ["run", str(path), "--out", str(out), "--no-report",
+                                    "--only", "n_layers=1"])
+    assert ran.exit_code == 0, ran.output
+    assert "2 unit(s): 2 computed" in ran.output

@@ -150,8 +150,10 @@ def data_problems(exp: Any, doc: YamlDoc) -> tuple[list[str], list[str]]:
 
 
 def size_problems(exp: Any, doc: YamlDoc, device: str | None,
-                  available: Callable[[str], int | None] | None = None) -> list[str]:
-    """The size guard for every variant and probe on the device it runs on."""
+                  available: Callable[[str], int | None] | None = None,
+                  only: set[str] | None = None) -> list[str]:
+    """The size guard for every variant (those in ``only`` when given) and probe on the
+    device it runs on."""
     from .runner import resolve_device
     from .sizeguard import available_bytes, refusal
 
@@ -159,6 +161,8 @@ def size_problems(exp: Any, doc: YamlDoc, device: str | None,
     for probe, settings in exp.measure.probes().items():
         dev = resolve_device(probe, settings, device) or "cpu"
         for v in exp.variants:
+            if only is not None and v.name not in only:
+                continue
             found = refusal(v.spec, exp.registry, probe, settings, dev,
                             available or available_bytes)
             if found is None:
@@ -184,9 +188,10 @@ def override_loc(exp: Any, variant: Any, field: str) -> tuple:
 
 
 def preflight(exp: Any, doc: YamlDoc, device: str | None = None,
-              available: Callable[[str], int | None] | None = None) -> list[str]:
-    """Devices, data and sizes; raises ``InputError`` listing every problem, returns the
-    warnings (e.g. a non-UTF-8 corpus)."""
+              available: Callable[[str], int | None] | None = None,
+              only: set[str] | None = None) -> list[str]:
+    """Devices, data and sizes (of the variants in ``only`` when given); raises
+    ``InputError`` listing every problem, returns the warnings (e.g. a non-UTF-8 corpus)."""
     from .experiment import InputError
 
     errors = []
@@ -198,7 +203,7 @@ def preflight(exp: Any, doc: YamlDoc, device: str | None = None,
     if errors:
         raise InputError(errors)
     data_errors, warns = data_problems(exp, doc)
-    errors = data_errors + size_problems(exp, doc, device, available)
+    errors = data_errors + size_problems(exp, doc, device, available, only)
     if errors:
         raise InputError(errors)
     return warns

@@ -117,7 +117,7 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
         selected = select_variants(exp, only)
     except ValueError as exc:
         raise SpecError.at(("--only",), str(exc).removeprefix("--only: ")) from None
-    _print_checks(err, exp, device)  # devices, data, sizes: before the run folder exists
+    _print_checks(err, exp, device, selected)  # before the run folder exists
     for v in exp.variants:
         for w in v.warnings:
             err.print(f"warning: {escape(v.name)}: {escape(w)}", soft_wrap=True)
@@ -167,11 +167,12 @@ def _check_device_option(device: str | None) -> None:
         raise SpecError.at(("--device",), problem)
 
 
-def _print_checks(err: Any, exp: Any, device: str | None) -> None:
+def _print_checks(err: Any, exp: Any, device: str | None,
+                  only: set[str] | None = None) -> None:
     """Devices, data and the size guard (:func:`variantlab.checks.preflight`); warnings."""
     from .checks import preflight
 
-    for line in preflight(exp, exp.doc, device):
+    for line in preflight(exp, exp.doc, device, only=only):
         err.print(f"warning: data: {escape(line)}", soft_wrap=True)
 
 
