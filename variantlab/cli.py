@@ -26,6 +26,7 @@ from .errors import PluginLoadError, SpecError, format_loc
 from .registry import ALL_SLOTS
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+MAX_TREE_LAYERS = 1000  # describe prints no module tree for deeper models
 
 
 def input_messages(exc: BaseException) -> list[str]:
@@ -63,6 +64,10 @@ def bad_input_exits(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+max_variants_option = click.option(
+    "--max-variants", type=click.IntRange(min=1), default=10_000, show_default=True,
+    metavar="N", help="Refuse a grid of more variants than N (counted before expanding).",
+)
 plugin_option = click.option(
     "--plugin", "plugins", multiple=True, metavar="MODULE_OR_FILE.py",
     help="Extra plugin module (import name or .py file); repeatable.",
@@ -94,10 +99,12 @@ def main() -> None:
 @click.option("--rerun", is_flag=False, flag_value="all", default=None, metavar="[PROBE]",
               help="Compute again units stored already: all of them, or only PROBE's "
                    "(e.g. --rerun gradients). Bare --rerun goes after EXPERIMENT.")
+@max_variants_option
 @plugin_option
 @bad_input_exits
 def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail_fast: bool,
-        no_report: bool, workers: int, rerun: str | None, plugins: Sequence[str]) -> None:
+        no_report: bool, workers: int, rerun: str | None, max_variants: int,
+        plugins: Sequence[str]) -> None:
     """Run every unit of EXPERIMENT not stored yet; write the report.
 
     Only this process writes the store, one transaction per unit, whatever --workers says;
@@ -110,10 +117,8 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     if workers < 1:
         raise SpecError.at(("--workers",), f"{workers} is not a number of processes; use 1 "
                                            "(everything in this process, the default) or more")
-    exp = load_experiment(experiment, extra_plugins=plugins)
-    if device is not None and not _valid_device(device):
-        raise SpecError.at(("--device",), f"{device!r} is not a device; use cpu, cuda, cuda:N, "
-                                          "mps or auto")
+    exp = load_experiment(experiment, extra_plugins=plugins, max_variants=max_variants)
+    _check_device_option(device)
     try:
         selected = select_variants(exp, only)
     except ValueError as exc:
@@ -122,6 +127,7 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
         check_rerun(exp, rerun)
     except ValueError as exc:
         raise SpecError.at(("--rerun",), str(exc).removeprefix("--rerun: ")) from None
+    _print_checks(err, exp, device, selected)  # before the run folder exists
     for v in exp.variants:
         for w in v.warnings:
             err.print(f"warning: {escape(v.name)}: {escape(w)}", soft_wrap=True)
@@ -157,6 +163,29 @@ def _valid_device(device: str) -> bool:
     return re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", device) is not None
 
 
+def _check_device_option(device: str | None) -> None:
+    """``--device``: a device name, and one this machine has."""
+    from .checks import device_problem
+
+    if device is None:
+        return
+    if not _valid_device(device):
+        raise SpecError.at(("--device",), f"{device!r} is not a device; use cpu, cuda, cuda:N, "
+                                          "mps or auto")
+    problem = device_problem(device)
+    if problem:
+        raise SpecError.at(("--device",), problem)
+
+
+def _print_checks(err: Any, exp: Any, device: str | None,
+                  only: set[str] | None = None) -> None:
+    """Devices, data and the size guard (:func:`variantlab.checks.preflight`); warnings."""
+    from .checks import preflight
+
+    for line in preflight(exp, exp.doc, device, only=only):
+        err.print(f"warning: data: {escape(line)}", soft_wrap=True)
+
+
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -183,14 +212,22 @@ def _write_report(stdout: Any, err: Any, runs: Sequence[Path], out_dir: Path,
 # -- validate ----------------------------------------------------------------------------
 @main.command()
 @click.argument("experiment", type=click.Path(dir_okay=False))
+@click.option("--device", default=None, help="Check as if run with this --device.")
+@max_variants_option
 @plugin_option
 @bad_input_exits
-def validate(experiment: str, plugins: Sequence[str]) -> None:
-    """Check EXPERIMENT and print its expanded variants (nothing is computed)."""
+def validate(experiment: str, device: str | None, max_variants: int,
+             plugins: Sequence[str]) -> None:
+    """Check EXPERIMENT and print its expanded variants (nothing is computed).
+
+    Checks everything `run` checks before computing: the file, every variant, the devices,
+    the data and whether each variant fits in the memory of its probes' devices."""
     from .experiment import load_experiment
 
-    stdout, _ = consoles()
-    exp = load_experiment(experiment, extra_plugins=plugins)
+    stdout, err = consoles()
+    exp = load_experiment(experiment, extra_plugins=plugins, max_variants=max_variants)
+    _check_device_option(device)
+    _print_checks(err, exp, device)
     stdout.print(f"{escape(exp.name)}: {len(exp.variants)} variant(s)")
     table = Table()
     for col in ("#", "variant", "label", "family", "warnings"):
@@ -206,26 +243,29 @@ def validate(experiment: str, plugins: Sequence[str]) -> None:
     probes = ", ".join(exp.measure.probes()) or "(none)"
     n_units = len(exp.variants) * len(exp.seeds) * len(exp.measure.probes())
     stdout.print(f"seeds: {list(exp.seeds)}  probes: {probes}  units: {n_units}")
+    if exp.base_note:
+        stdout.print(f"note: {escape(exp.base_note)}", soft_wrap=True)
     stdout.print("ok")
 
 
 # -- describe ----------------------------------------------------------------------------
 @main.command()
 @click.argument("path", type=click.Path(dir_okay=False))
+@max_variants_option
 @plugin_option
 @bad_input_exits
-def describe(path: str, plugins: Sequence[str]) -> None:
-    """Print each variant's module tree and parameter breakdown (EXPERIMENT or bare model)."""
+def describe(path: str, max_variants: int, plugins: Sequence[str]) -> None:
+    """Print each variant's memory estimate, module tree and parameter breakdown
+    (EXPERIMENT or bare model). Models are built on the meta device: nothing is allocated."""
     import warnings
 
-    import torch
-
-    from .build import build_model
-    from .experiment import load_variants
+    from .clifmt import memory_lines
+    from .experiment import load_model_doc
     from .probes.params import count_rows
 
     stdout, _ = consoles()
-    variants, registry = load_variants(path, extra_plugins=plugins)
+    variants, registry, exp = load_model_doc(path, extra_plugins=plugins,
+                                             max_variants=max_variants)
     for v in variants:
         title = escape(f"{v.name} ({v.label})")
         if stdout.is_terminal:
@@ -234,12 +274,31 @@ def describe(path: str, plugins: Sequence[str]) -> None:
             stdout.print(f"== {title} ==")
         for w in v.warnings:
             stdout.print(f"warning: {escape(w)}", soft_wrap=True)
+        for line in memory_lines(v.spec, registry, exp.measure if exp else None):
+            stdout.print(escape(line), soft_wrap=True)
+        if v.spec.n_layers > MAX_TREE_LAYERS:
+            stdout.print(f"(module tree left out: n_layers {v.spec.n_layers:,} > "
+                         f"{MAX_TREE_LAYERS})")
+            continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.manual_seed(0)
-            model = build_model(v.spec, registry)
+            model = _build_on_meta(v.spec, registry)
         stdout.print(module_tree(model))
         stdout.print(param_table(count_rows(model)))
+
+
+def _build_on_meta(spec: Any, registry: Any) -> Any:
+    """The model on the meta device (no memory); on CPU when a plugin cannot build on meta."""
+    import torch
+
+    from .build import build_model
+
+    try:
+        with torch.device("meta"):
+            return build_model(spec, registry)
+    except Exception:
+        torch.manual_seed(0)
+        return build_model(spec, registry)
 
 
 # -- report ------------------------------------------------------------------------------

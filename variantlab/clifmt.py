@@ -155,3 +155,36 @@ def plugins_table(rows: Sequence[dict]) -> Table:
         table.add_row(escape(r["slot"]), escape(r["kind"]), escape(r.get("doc", "")),
                       escape(params), escape(r["plugin"]))
     return table
+
+
+def memory_lines(spec: Any, registry: Any, measure: Any | None) -> list[str]:
+    """``describe``'s estimate: parameters, then the memory each probe needs on its device
+    (:mod:`variantlab.sizeguard`, nothing allocated)."""
+    from .sizeguard import EstimateError
+
+    try:
+        return _memory_lines(spec, registry, measure)
+    except EstimateError as exc:
+        return [f"memory: no estimate ({exc})"]
+
+
+def _memory_lines(spec: Any, registry: Any, measure: Any | None) -> list[str]:
+    from .runner import resolve_device
+    from .sizeguard import available_bytes, footprint, model_cost
+
+    cost = model_cost(spec, registry)
+    lines = [f"parameters: {cost.params:,} ({human_bytes(cost.param_bytes)})"]
+    for probe, settings in (measure.probes().items() if measure is not None else ()):
+        device = resolve_device(probe, settings, None) or "cpu"
+        fp = footprint(spec, registry, probe, settings, device)
+        free = available_bytes(device)
+        short = f"; does not fit: {device} has {human_bytes(free)} available" if (
+            free is not None and fp.total > free) else ""
+        lines.append(f"memory {probe} on {device}: {fp.describe()}{short}")
+    return lines
+
+
+def human_bytes(n: int) -> str:
+    from .sizeguard import human
+
+    return human(n)

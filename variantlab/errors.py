@@ -52,6 +52,28 @@ def unknown_name_message(what: str, name: object, choices: Sequence[str]) -> str
     return f"unknown {what} {name!r}{hint} Registered: {listed}"
 
 
+#: Strict specs refuse what pydantic would otherwise coerce; say what was written and how.
+_COERCE_HINTS = {
+    "int_type": "write a whole number without quotes or a decimal point (16, not \"16\", "
+                "16.0 or true)",
+    "float_type": "write a number without quotes (0.001 or 1.0e-3, not \"1e-3\" or true)",
+    "bool_type": "write true or false without quotes",
+    "string_type": "write text (quote it if it looks like a number or a date)",
+}
+
+
+def _yaml_repr(value: object) -> str:
+    """How a YAML value reads: true/false/null, quoted strings, numbers as written."""
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return f"{value!r} (a string)"
+    kind = type(value).__name__
+    return f"{value!r} (a {'number' if kind in ('int', 'float') else kind})"
+
+
 def pydantic_issues(
     exc, prefix: Sequence[object] = (), known: Sequence[str] = ()
 ) -> list[SpecIssue]:
@@ -69,6 +91,10 @@ def pydantic_issues(
             msg = f"unknown key {key!r}; {hint}"
             if valid:
                 msg += f" Valid keys: {', '.join(valid)}"
+        elif err["type"] == "string_pattern_mismatch":
+            msg += f", got {err.get('input')!r}"
+        elif err["type"] in _COERCE_HINTS:
+            msg += f", got {_yaml_repr(err.get('input'))}; {_COERCE_HINTS[err['type']]}"
         issues.append(SpecIssue(loc, msg))
     return issues
 

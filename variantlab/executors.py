@@ -77,7 +77,7 @@ class ExperimentSource:
         from .experiment import experiment_from_text
 
         exp = experiment_from_text(self.text, self.path, base_dir=self.base_dir,
-                                   extra_plugins=self.extra_plugins)
+                                   extra_plugins=self.extra_plugins, max_variants=None)
         return exp, {u.key: u for u in plan_units(exp, self.device)}
 
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .checks import MAX_VARIANTS, grid_cap_message, grid_size, nonfinite, seed_problems
 from .errors import PluginLoadError, SpecError, pydantic_issues
 from .overrides import (  # apply_overrides is also imported from here by callers
     apply_overrides, component_of, expansions, lookup, override_source, show,
@@ -22,9 +23,10 @@ from .overrides import (  # apply_overrides is also imported from here by caller
 from .registry import SLOTS, Registry, build_registry
 from .settings import DataSpec, MeasureSpec, ParamsSettings, SyntheticData
 from .specs import ModelSpec, parse_model_spec
-from .yamlio import YamlDoc, YamlError, load_yaml
+from .yamlio import YamlDoc, YamlError, load_yaml, read_text
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+MAX_NAME = 100  # characters (ASCII, so bytes): well under a folder name's 255
 
 
 class InputError(Exception):
@@ -38,7 +40,7 @@ class InputError(Exception):
 class NamedVariant(BaseModel):
     """``{name: ..., set: {dotted.path: value}}``: overrides applied to the base model."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     name: str = Field(min_length=1)
     set: dict[str, Any] = Field(default_factory=dict)
 
@@ -46,7 +48,7 @@ class NamedVariant(BaseModel):
 class ExperimentSpec(BaseModel):
     """The experiment file's top level."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     name: str
     description: str = ""
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
@@ -66,6 +68,9 @@ class ExperimentSpec(BaseModel):
                 f"{name!r} cannot name a results folder; use letters, digits, '.', '_' and '-' "
                 "(e.g. 'pre-vs-post-norm')"
             )
+        if len(name) > MAX_NAME:
+            raise ValueError(f"the name is {len(name)} characters long; results folders are "
+                             f"named after it: use at most {MAX_NAME}")
         return name
 
 
@@ -88,6 +93,16 @@ class Experiment:
     source_text: str
     registry: Registry
     variants: list[Variant]
+    doc: YamlDoc | None = None
+
+    @property
+    def base_note(self) -> str | None:
+        """Why a variant named ``base`` is in the list when the file has ``variants:`` and
+        no ``grid:`` (expansion adds the model as written, then the named variants)."""
+        if self.spec.grid or not self.spec.variants:
+            return None
+        return ("base: the model as written under `model:`, with no changes; added as the "
+                "first variant because `variants:` lists changes to it and there is no `grid:`")
 
     @property
     def name(self) -> str:
@@ -254,9 +269,12 @@ def _cross_checks(
 
 def experiment_from_text(
     text: str, path: str | Path = "<string>", *, base_dir: str | Path | None = None,
-    extra_plugins: Sequence[str] = (),
+    extra_plugins: Sequence[str] = (), max_variants: int | None = MAX_VARIANTS,
 ) -> Experiment:
-    """Parse, expand and validate an experiment; raises :class:`InputError` listing all problems."""
+    """Parse, expand and validate an experiment; raises :class:`InputError` listing all problems.
+
+    A grid of more than ``max_variants`` variants is refused before anything is expanded
+    (None: no limit, for a worker process rebuilding an experiment its driver accepted)."""
     real = None if str(path).startswith("<") else Path(path)
     base = Path(base_dir) if base_dir is not None else (real.parent if real else Path.cwd())
     try:
@@ -267,26 +285,33 @@ def experiment_from_text(
     spec = _parse_spec(doc, out)
     if spec is None:
         raise InputError(out.messages)
+    not_finite = nonfinite(doc)  # said once, instead of the range errors they also cause
+    heads = [m.partition(" is not a finite")[0].rsplit(": ", 1)[0] + ": " for m in not_finite]
+    out.messages = [m for m in out.messages if not any(map(m.startswith, heads))]
+    out.messages += not_finite + seed_problems(doc.get(("seeds",), []) or [], doc)
+    n_named = len(spec.variants)
+    if max_variants is not None and grid_size(spec.grid, n_named) > max_variants:
+        raise InputError(out.messages + [grid_cap_message(doc, spec.grid, n_named, max_variants)])
     registry = _registry(spec, base, extra_plugins, out)
     variants, contexts = _variants(spec, registry, out, ("model",)) if registry else ([], {})
     _cross_checks(spec, contexts, doc, out)
     if out.messages:
         raise InputError(out.messages)
-    return Experiment(spec, real, base, text, registry, variants)
+    return Experiment(spec, real, base, text, registry, variants, doc)
 
 
 def _read(path: str | Path) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError([f"{path}: no such file; check the path"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError([f"{path}: cannot read it: {exc}"]) from None
+        return read_text(path)
+    except YamlError as exc:
+        raise InputError(exc.messages) from None
 
 
-def load_experiment(path: str | Path, *, extra_plugins: Sequence[str] = ()) -> Experiment:
+def load_experiment(path: str | Path, *, extra_plugins: Sequence[str] = (),
+                    max_variants: int = MAX_VARIANTS) -> Experiment:
     """Load ``path`` (an experiment YAML); raises :class:`InputError`."""
-    return experiment_from_text(_read(path), path, extra_plugins=extra_plugins)
+    return experiment_from_text(_read(path), path, extra_plugins=extra_plugins,
+                                max_variants=max_variants)
 
 
 def load_model_file(path: str | Path, *, extra_plugins: Sequence[str] = ()) -> list[Variant]:
@@ -296,18 +321,29 @@ def load_model_file(path: str | Path, *, extra_plugins: Sequence[str] = ()) -> l
 
 
 def load_variants(
-    path: str | Path, *, extra_plugins: Sequence[str] = ()
+    path: str | Path, *, extra_plugins: Sequence[str] = (), max_variants: int = MAX_VARIANTS,
 ) -> tuple[list[Variant], Registry]:
     """:func:`load_model_file`'s variants with the registry that builds them."""
+    variants, registry, _ = load_model_doc(path, extra_plugins=extra_plugins,
+                                           max_variants=max_variants)
+    return variants, registry
+
+
+def load_model_doc(
+    path: str | Path, *, extra_plugins: Sequence[str] = (), max_variants: int = MAX_VARIANTS,
+) -> tuple[list[Variant], Registry, Experiment | None]:
+    """:func:`load_variants` plus the experiment (None for a bare model mapping)."""
     text = _read(path)
     try:
         doc = load_yaml(text, str(path))
     except YamlError as exc:
         raise InputError(exc.messages) from None
     if isinstance(doc.data, Mapping) and isinstance(doc.data.get("model"), Mapping):
-        exp = experiment_from_text(text, path, extra_plugins=extra_plugins)
-        return exp.variants, exp.registry
+        exp = experiment_from_text(text, path, extra_plugins=extra_plugins,
+                                   max_variants=max_variants)
+        return exp.variants, exp.registry, exp
     out = _Collector(doc)
+    out.messages += nonfinite(doc)
     if not isinstance(doc.data, Mapping):
         out.add((), "expected a model mapping (family, emb_dim, ...) or an experiment")
         raise InputError(out.messages)
@@ -321,4 +357,4 @@ def load_variants(
     variants = _variants(shell, registry, out, ())[0] if registry is not None else []
     if out.messages:
         raise InputError(out.messages)
-    return variants, registry
+    return variants, registry, None

@@ -11,7 +11,9 @@ DType = Literal["float32", "bfloat16", "float16"]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """No unknown keys; no coercion (``"16"``, ``true`` or ``2.0`` for an int are refused)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 # -- probes ------------------------------------------------------------------------------

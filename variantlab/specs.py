@@ -27,7 +27,7 @@ from .registry import SLOTS, Registry, get_registry
 class ComponentSpec(BaseModel):
     """Base of every component spec: ``kind`` plus the component's own parameters."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # no silent coercion
     kind: str
 
     def warnings(self, model: "ModelSpec") -> list[str]:
@@ -91,7 +91,7 @@ class ModelSpec(BaseModel):
     what the family's forward takes and :meth:`make_batch` builds such inputs.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # no silent coercion
     input_kind: ClassVar[str] = "tokens"
 
     family: str = Field(

@@ -25,6 +25,10 @@ _T = "tag:yaml.org,2002:"
 SCALAR_TAGS = {_T + t for t in ("null", "bool", "int", "float", "str", "timestamp")}
 MAP_TAG, SEQ_TAG, MERGE_TAG = _T + "map", _T + "seq", _T + "merge"
 MAX_NODES = 200_000  # guards against alias bombs ("billion laughs")
+MAX_BYTES = 1 << 20  # 1 MiB: larger files are refused before parsing
+MAX_DEPTH = 50  # nesting levels of mappings and lists
+#: Control characters other than tab, newline and carriage return (C0, DEL, C1).
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -231,18 +235,83 @@ def syntax_message(filename: str, exc: yaml.MarkedYAMLError) -> str:
     return f"{filename}:{line}:{col}: YAML syntax error: {what}"
 
 
+def size_message(filename: str, n_bytes: int) -> str:
+    """Why a file of ``n_bytes`` is refused before parsing."""
+    return (f"{filename}: {n_bytes / 2**20:.1f} MiB ({n_bytes} bytes) is too large for an "
+            f"experiment file (limit {MAX_BYTES // 2**20} MiB = {MAX_BYTES} bytes); "
+            "is this the right file?")
+
+
+def check_text(text: str, filename: str = "<string>") -> None:
+    """Refuse, before parsing, text too large for an experiment or with control characters."""
+    n_bytes = len(text.encode("utf-8", errors="surrogatepass"))
+    if n_bytes > MAX_BYTES:
+        raise YamlError([size_message(filename, n_bytes)])
+    found = CONTROL.search(text)
+    if found:
+        line = text.count("\n", 0, found.start()) + 1
+        col = found.start() - (text.rfind("\n", 0, found.start()) + 1) + 1
+        count = len(CONTROL.findall(text))
+        raise YamlError([
+            f"{filename}:{line}:{col}: control character U+{ord(found.group()):04X} "
+            f"({count} in the file); experiment files are plain text: only tab, newline and "
+            "carriage return are allowed; remove it (a binary file or a bad copy-paste?)"
+        ])
+
+
+def check_depth(text: str, filename: str = "<string>") -> None:
+    """Refuse mappings and lists nested deeper than :data:`MAX_DEPTH`, from the parser's
+    events (not recursive, unlike composing), at the first one too deep."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    pos = Position.of(event.start_mark)
+                    raise YamlError([f"{filename}:{pos.line}:{pos.col}: nested more than "
+                                     f"{MAX_DEPTH} levels deep; an experiment needs a few "
+                                     "levels: flatten it"])
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.MarkedYAMLError as exc:
+        raise YamlError([syntax_message(filename, exc)]) from None
+    except yaml.YAMLError as exc:
+        raise YamlError([f"{filename}:1:1: (top level): {exc}"]) from None
+
+
 def load_yaml(text: str, filename: str = "<string>") -> YamlDoc:
-    """Parse ``text`` into plain data with positions; raises :class:`YamlError`."""
+    """Parse ``text`` into plain data with positions; raises :class:`YamlError`.
+
+    Refused before composing: more than :data:`MAX_BYTES`, control characters, nesting
+    deeper than :data:`MAX_DEPTH`."""
+    check_text(text, filename)
+    check_depth(text, filename)
     return StrictLoader(text, filename).load_doc()
+
+
+def read_text(path: str | Path) -> str:
+    """A UTF-8 file's text, refused unread when larger than :data:`MAX_BYTES` (a pipe or
+    device is read only that far); a :class:`YamlError` when missing or unreadable."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+            if len(raw) > MAX_BYTES:
+                size = path.stat().st_size if path.is_file() else len(raw)
+                raise YamlError([size_message(str(path), size)])
+        return raw.decode("utf-8")
+    except FileNotFoundError:
+        raise YamlError([f"{path}: no such file; check the path"]) from None
+    except IsADirectoryError:
+        raise YamlError([f"{path}: is a folder; give the experiment's .yaml file"]) from None
+    except UnicodeDecodeError as exc:
+        raise YamlError([f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); "
+                         "save it as UTF-8"]) from None
+    except OSError as exc:
+        raise YamlError([f"{path}: cannot read it: {exc.strerror or exc}"]) from None
 
 
 def load_yaml_file(path: str | Path) -> YamlDoc:
     """Read and parse a UTF-8 file; a missing or unreadable file is a :class:`YamlError`."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise YamlError([f"{path}: no such file; check the path"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise YamlError([f"{path}: cannot read it: {exc}"]) from None
-    return load_yaml(text, str(path))
+    return load_yaml(read_text(path), str(path))

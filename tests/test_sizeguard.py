@@ -1,0 +1,248 @@
+"""Size guard (issue 10, item 6): memory estimated on the meta device, extrapolated in
+n_layers, refused before anything is allocated; and the pre-compute checks' CLI output."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from variantlab.build import build_model
+from variantlab.cli import main
+from variantlab.registry import get_registry
+from variantlab.settings import GradientsSettings, ParamsSettings, TimingSettings, TrainingSettings
+from variantlab.sizeguard import (
+    _meta_cost, available_bytes, footprint, largest_fit, model_cost, refusal,
+)
+from variantlab.specs import parse_model_spec
+
+from conftest import TINY
+
+SDPA = {"attention": {"kind": "mha", "impl": "sdpa"}, "positional": "sinusoidal"}
+
+
+def spec_of(**kw):
+    return parse_model_spec({**TINY, **kw}, get_registry())
+
+
+@pytest.mark.parametrize("family", ["gpt", "encoder", "decoder", "encoder_decoder", "block"])
+@pytest.mark.parametrize("extra", [{}, SDPA], ids=["naive", "sdpa"])
+def test_extrapolation_equals_a_full_meta_build(family, extra):
+    registry = get_registry()
+    for n in (3, 7):
+        spec = spec_of(family=family, n_layers=n, **extra)
+        assert model_cost(spec, registry, (2, 8)) == _meta_cost(spec, registry, (2, 8))
+
+
+def test_meta_counts_equal_a_real_build():
+    spec = spec_of(n_layers=3, **SDPA)
+    model = build_model(spec, get_registry())
+    cost = model_cost(spec, get_registry())
+    assert cost.params == sum(p.numel() for p in model.parameters()) == 41_984
+    assert cost.param_bytes == 4 * cost.params
+    assert cost.buffer_bytes == sum(b.numel() * b.element_size() for b in model.buffers())
+
+
+def test_activations_grow_with_the_batch_and_the_depth():
+    registry = get_registry()
+    a = model_cost(spec_of(), registry, (2, 8)).activation_bytes
+    double = model_cost(spec_of(), registry, (4, 8)).activation_bytes
+    assert 2 * a - 1024 < double <= 2 * a  # linear in batch_size, up to a few small tensors
+    one = model_cost(spec_of(n_layers=1), registry, (2, 8)).activation_bytes
+    four = model_cost(spec_of(n_layers=4), registry, (2, 8)).activation_bytes
+    assert 0 < one < a < four
+    assert four - a == 2 * (a - one)  # linear in n_layers
+
+
+def test_each_probe_counts_what_it_keeps():
+    spec, registry = spec_of(), get_registry()
+    p = model_cost(spec, registry)
+    params = footprint(spec, registry, "params", ParamsSettings(), "cpu")
+    assert params.total == p.param_bytes + p.buffer_bytes and params.activation_bytes == 0
+    train = footprint(spec, registry, "training", TrainingSettings(batch_size=2, seq_len=8), "cpu")
+    act = model_cost(spec, registry, (2, 8)).activation_bytes
+    assert train.total == 2 * p.param_bytes + 8 * p.params + p.buffer_bytes + act
+    grads = footprint(spec, registry, "gradients", GradientsSettings(batch_size=2, seq_len=8),
+                      "cpu")
+    assert grads.total == 2 * p.param_bytes + p.buffer_bytes + act
+    fwd = footprint(spec, registry, "timing",
+                    TimingSettings(batch_size=2, seq_len=8, passes=["forward"]), "cpu")
+    assert fwd.grad_bytes == fwd.optimizer_bytes == 0
+    step = footprint(spec, registry, "timing",
+                     TimingSettings(batch_size=2, seq_len=8, passes=["step"]), "cpu")
+    assert step.optimizer_bytes == 8 * p.params
+
+
+def fits(spec, settings, available):
+    return footprint(spec, get_registry(), "training", settings, "cpu").total <= available
+
+
+def test_largest_batch_size_that_fits_is_exact():
+    spec, registry = spec_of(), get_registry()
+    settings = TrainingSettings(batch_size=64, seq_len=8)
+    small = footprint(spec, registry, "training", settings.model_copy(update={"batch_size": 5}),
+                      "cpu").total
+    available = small + 100
+    fp = footprint(spec, registry, "training", settings, "cpu")
+    assert largest_fit(spec, registry, fp, available, settings) == ("batch_size", 5)
+    assert fits(spec, settings.model_copy(update={"batch_size": 5}), available)
+    assert not fits(spec, settings.model_copy(update={"batch_size": 6}), available)
+
+
+def test_largest_n_layers_then_vocab_size_that_fits():
+    registry = get_registry()
+    settings = TrainingSettings(batch_size=1, seq_len=8)
+    deep = spec_of(n_layers=100_000)
+    at = lambda s: footprint(s, registry, "training", settings, "cpu").total  # noqa: E731
+    available = at(deep.model_copy(update={"n_layers": 37})) + 10
+    field, n = largest_fit(deep, registry, footprint(deep, registry, "training", settings, "cpu"),
+                           available, settings)
+    assert (field, n) == ("n_layers", 37)
+    wide = spec_of(vocab_size=10**9, n_layers=1)
+    available = at(wide.model_copy(update={"vocab_size": 5000})) + 10
+    field, v = largest_fit(wide, registry, footprint(wide, registry, "training", settings, "cpu"),
+                           available, settings)
+    assert field == "vocab_size" and 4990 <= v <= 5000
+    assert at(wide.model_copy(update={"vocab_size": v})) <= available
+    assert at(wide.model_copy(update={"vocab_size": v + 20})) > available
+
+
+def test_refusal_names_estimate_and_fit_and_is_none_when_memory_unknown():
+    spec, registry = spec_of(vocab_size=10**9), get_registry()
+    settings = TrainingSettings(batch_size=2, seq_len=8)
+    field, message = refusal(spec, registry, "training", settings, "cpu", lambda d: 2**30)
+    assert field == "vocab_size"
+    assert "training needs about 1.1 TiB (parameters 238.4 GiB" in message
+    assert "cpu has 1.0 GiB available; the largest vocab_size that fits is" in message
+    assert refusal(spec, registry, "training", settings, "mps", lambda d: None) is None
+    assert refusal(spec_of(), registry, "training", settings, "cpu", lambda d: 2**30) is None
+
+
+def test_no_estimate_no_refusal_when_meta_fails(monkeypatch):
+    import variantlab.sizeguard as sg
+    from variantlab.clifmt import memory_lines
+
+    def fails(*args):
+        raise RuntimeError("Tensor.item() cannot be called on meta tensors")
+
+    monkeypatch.setattr(sg, "_meta_cost_unguarded", fails)
+    monkeypatch.setattr(sg, "_CACHE", {})
+    spec, settings = spec_of(vocab_size=10**9), TrainingSettings(batch_size=2, seq_len=8)
+    assert refusal(spec, get_registry(), "training", settings, "cpu", lambda d: 2**30) is None
+    assert memory_lines(spec, get_registry(), None) == [
+        "memory: no estimate (cannot estimate on the meta device: RuntimeError: Tensor.item() "
+        "cannot be called on meta tensors)"]
+
+
+def test_available_bytes_reads_memavailable(tmp_path):
+    info = tmp_path / "meminfo"
+    info.write_text("MemTotal:  2048 kB\nMemFree:  100 kB\nMemAvailable:  1500 kB\n")
+    assert available_bytes("cpu", info) == 1500 * 1024
+    assert available_bytes("cpu", tmp_path / "missing") is None
+    assert available_bytes("mps") is None
+
+
+# -- through the command -------------------------------------------------------------------
+def experiment(tmp_path: Path, extra: str = "", **model: object) -> Path:
+    path = tmp_path / "exp.yaml"
+    fields = ", ".join(f"{k}: {v}" for k, v in {**TINY, **model}.items())
+    path.write_text("name: big\nmodel: {" + fields + "}\n" + extra +
+                    "measure:\n  params: {}\n  training: {steps: 2, batch_size: 2, seq_len: 8}\n")
+    return path
+
+
+def status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0  # pragma: no cover
+
+
+def reset_peak_rss() -> str:
+    """Reset VmHWM (the peak RSS) where the kernel allows it; the field to read after."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return "VmHWM"
+    except OSError:  # pragma: no cover - then the RSS after the call is all we see
+        return "VmRSS"
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+@pytest.mark.parametrize("model, fit", [({"vocab_size": 10**9}, "vocab_size"),
+                                        ({"n_layers": 10**6}, "n_layers")])
+def test_huge_models_are_refused_fast_without_allocating(tmp_path, command, model, fit):
+    path = experiment(tmp_path, **model)
+    out = tmp_path / "runs"
+    args = [command, str(path)] + (["--out", str(out)] if command == "run" else [])
+    rss, peak = status_kib("VmRSS"), reset_peak_rss()
+    start = time.perf_counter()
+    result = CliRunner().invoke(main, args)
+    seconds = time.perf_counter() - start
+    assert result.exit_code == 2, result.output
+    assert seconds < 5, seconds
+    assert status_kib(peak) - rss < 256 * 1024  # < 256 MiB more: nothing near the estimate
+    assert re.search(r"training needs about [\d.]+ [GT]iB \(parameters [\d.]+ GiB", result.output)
+    assert f"the largest {fit} that fits is" in result.output
+    assert "Traceback" not in result.output and not out.exists()
+
+
+def test_describe_shows_params_and_memory_per_probe(tmp_path):
+    path = experiment(tmp_path, extra="grid:\n  n_layers: [2, 1000000]\n")
+    result = CliRunner().invoke(main, ["describe", str(path)])
+    assert result.exit_code == 0, result.output
+    real = sum(p.numel() for p in build_model(spec_of(), get_registry()).parameters())
+    assert f"parameters: {real:,} (" in result.output
+    assert "memory params on cpu: about" in result.output
+    assert "memory training on cpu: about" in result.output
+    assert "activations" in result.output and "at batch_size 2, seq_len 8" in result.output
+    assert "(module tree left out: n_layers 1,000,000 > 1000)" in result.output
+    per_layer = 12_608  # one TransformerBlock of the tiny model
+    assert f"parameters: {per_layer * 10**6 + real - 2 * per_layer:,} (" in result.output
+    assert re.search(r"training on cpu: about 256\.7 GiB .*; does not fit: cpu has [\d.]+ [GM]iB "
+                     "available", result.output)
+
+
+def test_max_variants_raises_the_cap(tmp_path):
+    path = experiment(tmp_path, extra="grid:\n  n_layers: [1, 2, 3]\n")
+    refused = CliRunner().invoke(main, ["validate", str(path), "--max-variants", "2"])
+    assert refused.exit_code == 2 and "3 variants (3 (n_layers))" in refused.output
+    ok = CliRunner().invoke(main, ["validate", str(path), "--max-variants", "3"])
+    assert ok.exit_code == 0, ok.output
+
+
+def test_validate_says_what_base_is(tmp_path):
+    path = experiment(tmp_path, extra="variants:\n  - {name: rms, set: {norm.kind: rms}}\n")
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "note: base: the model as written under `model:`" in result.output
+    assert "because `variants:` lists changes to it and there is no `grid:`" in result.output
+    grid = experiment(tmp_path, extra="grid:\n  norm.kind: [layer, rms]\n")
+    assert "note: base" not in CliRunner().invoke(main, ["validate", str(grid)]).output
+
+
+def test_binary_or_non_utf8_corpus_is_a_warning(tmp_path):
+    (tmp_path / "a.txt").write_bytes(b"caf\xe9 " * 200)
+    (tmp_path / "b.txt").write_bytes(b"text\0with nul " * 100)
+    path = experiment(tmp_path, extra="data: {source: text, path: '*.txt'}\n")
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert re.search(r"warning: data: \S*a\.txt is not UTF-8 \(byte 3", result.output)
+    assert re.search(r"warning: data: \S*b\.txt looks binary", result.output)
+
+
+def test_refusal_points_at_the_grid_value_and_only_skips_it(tmp_path):
+    path = experiment(tmp_path, extra="grid:\n  n_layers: [1, 1000000]\n")
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 2, result.output
+    lines = [x for x in result.output.splitlines() if "that fits" in x]
+    assert lines and all(x.startswith(f"{path}:4:17: ") and "grid.n_layers[1]: variant "
+                         "'n_layers=1000000'" in x for x in lines), lines
+    out = tmp_path / "runs"
+    ran = CliRunner().invoke(main, ["run", str(path), "--out", str(out), "--no-report",
+                                    "--only", "n_layers=1"])
+    assert ran.exit_code == 0, ran.output
+    assert "2 unit(s): 2 computed" in ran.output
