@@ -240,22 +240,23 @@ def describe(path: str, plugins: Sequence[str]) -> None:
 @bad_input_exits
 def report(runs: Sequence[str], out: str | None, baseline: str | None,
            plugins: Sequence[str]) -> None:
-    """Write report.md, report.html and CSV tables from one or more run folders."""
-    from .store import store_path
+    """Write report.md, report.html and CSV tables from one or more runs.
+
+    Each RUN is a run folder, its results.sqlite, or a folder of run folders (the --out of
+    `run`: every run in it). A run given twice counts once; variants of several runs that
+    share a name are told apart by their run (RUN/variant).
+    """
+    from .runs import find_runs
 
     stdout, err = consoles()
     if plugins:
         from .registry import build_registry
 
         build_registry(extra=plugins, base_dir=Path.cwd())
-    paths = [Path(r) for r in runs]
-    missing = [p for p in paths if not store_path(p).is_file()]
-    if missing:
-        raise SpecError.at(("RUN",), "no results store in "
-                           + ", ".join(str(p) for p in missing) + "; run the experiment first")
-    first = paths[0] if paths[0].is_dir() else paths[0].parent
-    out_dir = Path(out) if out else first / "report"
-    sys.exit(_write_report(stdout, err, paths, out_dir, baseline))
+    refs = find_runs(runs)  # every path checked before anything is written
+    first = Path(runs[0])
+    out_dir = Path(out) if out else (first.parent if first.is_file() else first) / "report"
+    sys.exit(_write_report(stdout, err, [r.store for r in refs], out_dir, baseline))
 
 
 # -- plugins -----------------------------------------------------------------------------

@@ -45,7 +45,7 @@ CREATE INDEX IF NOT EXISTS plan_by_key ON plan(key);
 
 RESULT_COLUMNS = (
     "experiment", "variant", "label", "seed", "probe", "metric", "scope", "name", "layer",
-    "step", "value", "unit", "unit_key", "status", "error",
+    "step", "value", "unit", "unit_key", "status", "error", "run",
 )
 
 
@@ -240,6 +240,7 @@ def _frames(path: str | Path) -> RunData:
     labels = dict(zip(variants["name"], variants["label"]))
     rows["label"] = rows["variant"].map(labels).fillna(rows["variant"])
     rows.insert(0, "experiment", meta.get("experiment", ""))
+    rows["run"] = store_path(path).resolve().parent.name  # runs.find_runs may lengthen it
     for col in ("seed", "layer", "step"):
         rows[col] = rows[col].astype("Int64")
     rows["value"] = rows["value"].astype(float)  # NULL -> NaN
@@ -253,7 +254,7 @@ def results(path: str | Path) -> pd.DataFrame:
     """Tidy frame of every stored row (``path`` = results.sqlite or its run folder).
 
     Columns: experiment, variant, label, seed, probe, metric, scope, name, layer, step,
-    value, unit, unit_key, status, error. A failed unit is one row with status
+    value, unit, unit_key, status, error, run (the run folder's name). A failed unit is one row with status
     ``failed``, metric ``error``, value NaN and its message in ``error``.
     """
     return _frames(path).rows

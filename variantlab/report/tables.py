@@ -204,14 +204,17 @@ def section_tables(data: ReportData, summary: pd.DataFrame) -> list[Table]:
 def variant_table(data: ReportData) -> Table:
     """The variants with only the axes that differ between them."""
     axes = differing_axes(data)
-    multi = data.variants["experiment"].nunique() > 1
-    columns = ["variant"] + (["experiment"] if multi else []) + axes
+    v = data.variants
+    multi = v["experiment"].nunique() > 1
+    runs = "run" in v.columns and v["run"].nunique() > 1 and (v["run"] != v["experiment"]).any()
+    extra = (["run"] if runs else []) + (["experiment"] if multi else [])
+    columns = ["variant"] + extra + axes
     body = []
-    for _, rec in data.variants.iterrows():
+    for _, rec in v.iterrows():
         flat = flatten(rec["spec"]) if isinstance(rec["spec"], dict) and rec["spec"] else \
             dict(rec["overrides"] or {})
         name = rec["variant"] + (" (baseline)" if rec["variant"] == data.baseline else "")
-        cells = [name] + ([rec["experiment"]] if multi else [])
+        cells = [name] + [str(rec[c]) for c in extra]
         cells += [_text(flat.get(axis, "")) for axis in axes]
         body.append(cells)
     note = "" if axes else "All variants share one model spec."
