@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -262,6 +263,32 @@ def failure_table(data: ReportData) -> Table:
     return Table("Failed units", ["variant", "probe", "seed", "error"], body)
 
 
+#: A text cell starting with one of these is a formula to a spreadsheet (CSV injection).
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def csv_text(value: object) -> object:
+    """A text cell safe to open in a spreadsheet: one that a spreadsheet would read as a
+    formula gets a leading single quote; numbers (negative ones too) and other text pass."""
+    if isinstance(value, str) and value.startswith(FORMULA_START) \
+            and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
+def csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every text cell passed through :func:`csv_text`; numeric columns
+    are left as they are."""
+    out = frame.copy()
+    for col in out.columns:
+        if not pd.api.types.is_numeric_dtype(out[col]):
+            out[col] = out[col].map(csv_text)
+    out.columns = [csv_text(c) for c in out.columns]
+    return out
+
+
 def summary_csv(summary: pd.DataFrame) -> str:
-    """The long summary as CSV text (one line per variant and metric)."""
-    return summary.to_csv(index=False, float_format="%.6g", lineterminator="\n")
+    """The long summary as CSV text (one line per variant and metric), safe to open in a
+    spreadsheet (see :func:`csv_safe`)."""
+    return csv_safe(summary).to_csv(index=False, float_format="%.6g", lineterminator="\n")
