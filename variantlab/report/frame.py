@@ -157,10 +157,26 @@ def gather(runs: Sequence[Any], baseline: str | None = None) -> ReportData:
         rows = rows[rows["status"].fillna("ok") == "ok"]
     rows = rows[rows["metric"] != "error"].reset_index(drop=True)
     rows["value"] = pd.to_numeric(rows["value"], errors="coerce")
+    rows["stack"], rows["name"] = split_stacks(rows)
     order = list(variants["variant"])
     chosen = _baseline(baseline, metas, variants, order)
     return ReportData(runs=metas, variants=variants.reset_index(drop=True), units=units,
                       rows=rows, baseline=chosen, order=order)
+
+
+def split_stacks(rows: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """Layer rows of a model of several stacks are named ``stack/slot`` (see
+    :func:`variantlab.probes.common.stacked`): their stack and their plain name."""
+    stacks, names = [], []
+    for scope, name in zip(rows.get("scope", []), rows.get("name", [])):
+        name = "" if name is None or (isinstance(name, float) and math.isnan(name)) else str(name)
+        if scope == "layer" and "/" in name:
+            stack, name = name.split("/", 1)
+        else:
+            stack = ""
+        stacks.append(stack)
+        names.append(name)
+    return stacks, names
 
 
 def _baseline(given: str | None, metas: list[dict], variants: pd.DataFrame,

@@ -70,45 +70,73 @@ def seed_metrics(data: ReportData) -> pd.DataFrame:
         add(_select(rows, "training", metric), "training", metric, label, "")
     add(_select(rows, "gradients", "loss"), "gradients", "loss", "loss at init", "")
     first = first_layer(rows, "mean_abs_grad")
-    add(first, "gradients", "first_layer_mean_abs_grad", "first-layer mean |grad|", "")
+    for stack in stacks_of(first):
+        add(first[first["stack"] == stack], "gradients", "first_layer_mean_abs_grad"
+            + (f".{stack}" if stack else ""), _of(stack) + "first-layer mean |grad|", "")
     ratios = depth_ratios(rows)
-    for name in sorted(set(ratios["name"]), key=lambda n: (n != "all", n)):
-        label = "last/first layer grad norm" + ("" if name == "all" else f" ({name})")
-        add(ratios[ratios["name"] == name], "gradients", f"grad_norm_ratio.{name}", label, "x")
+    for stack in stacks_of(ratios):
+        mine = ratios[ratios["stack"] == stack]
+        for name in sorted(set(mine["name"]), key=lambda n: (n != "all", n)):
+            label = "last/first layer grad norm" + ("" if name == "all" else f" ({name})")
+            metric = f"grad_norm_ratio.{stack + '.' if stack else ''}{name}"
+            add(mine[mine["name"] == name], "gradients", metric, _of(stack) + label, "x")
     if not out:
         return pd.DataFrame(columns=["variant", "seed", "value", "iqr", "section", "metric",
                                      "label", "unit"])
     return pd.concat(out, ignore_index=True)
 
 
+def stacks_of(frame: pd.DataFrame) -> list[str]:
+    """The stacks in a frame's ``stack`` column, in order of appearance ("" for a model of
+    one stack)."""
+    if "stack" not in frame.columns:
+        return [""] if len(frame) else []
+    return list(dict.fromkeys(frame["stack"].fillna("")))
+
+
+def _of(stack: str) -> str:
+    """A label's prefix naming the stack: ``"encoder "``, or nothing."""
+    return f"{stack} " if stack else ""
+
+
+def _with_stack(frame: pd.DataFrame) -> pd.DataFrame:
+    if "stack" not in frame.columns:
+        frame = frame.assign(stack="")
+    return frame.assign(stack=frame["stack"].fillna(""))
+
+
 def first_layer(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Per (variant, seed): a layer metric of the lowest-numbered layer, over its weight
-    matrices (the seeds' measure) where the rows have them, else over all its parameters."""
-    layer = rows[(rows["probe"] == "gradients") & (rows["scope"] == "layer")
-                 & (rows["metric"] == metric) & rows["layer"].notna()]
+    """Per (variant, seed, stack): a layer metric of the stack's lowest-numbered layer, over
+    its weight matrices (the seeds' measure) where the rows have them, else over all its
+    parameters. An encoder's first layer and a decoder's are two results, never one."""
+    layer = _with_stack(rows[(rows["probe"] == "gradients") & (rows["scope"] == "layer")
+                             & (rows["metric"] == metric) & rows["layer"].notna()])
     weights = layer[layer["name"] == "weights"]
     has_weights = layer["variant"].isin(set(weights["variant"]))
     layer = pd.concat([weights, layer[~has_weights & (layer["name"] == "all")]])
     if not len(layer):
         return layer
-    low = layer.groupby(["variant", "seed"])["layer"].transform("min")
+    low = layer.groupby(["variant", "seed", "stack"])["layer"].transform("min")
     return layer[layer["layer"] == low]
 
 
 def depth_ratios(rows: pd.DataFrame, metric: str = "grad_norm") -> pd.DataFrame:
-    """Per (variant, seed, slot name): last-layer over first-layer value of a layer metric."""
-    layer = rows[(rows["probe"] == "gradients") & (rows["scope"] == "layer")
-                 & (rows["metric"] == metric) & rows["layer"].notna()
-                 & (rows["name"] != "weights")]
+    """Per (variant, seed, stack, slot name): last-layer over first-layer value of a layer
+    metric, within one stack (an encoder's layers are never compared with a decoder's)."""
+    layer = _with_stack(rows[(rows["probe"] == "gradients") & (rows["scope"] == "layer")
+                             & (rows["metric"] == metric) & rows["layer"].notna()
+                             & (rows["name"] != "weights")])
     records = []
-    for (variant, seed, name), group in layer.groupby(["variant", "seed", "name"], sort=False):
+    for (variant, seed, stack, name), group in layer.groupby(["variant", "seed", "stack", "name"],
+                                                             sort=False):
         group = group.sort_values("layer")
         first, last = group["value"].iloc[0], group["value"].iloc[-1]
         if len(group) > 1 and first > 0:
-            records.append({"variant": variant, "seed": seed, "name": name, "value": last / first,
+            records.append({"variant": variant, "seed": seed, "stack": stack, "name": name,
+                            "value": last / first,
                             "first_layer": int(group["layer"].iloc[0]),
                             "last_layer": int(group["layer"].iloc[-1])})
-    cols = ["variant", "seed", "name", "value", "first_layer", "last_layer"]
+    cols = ["variant", "seed", "stack", "name", "value", "first_layer", "last_layer"]
     return pd.DataFrame(records, columns=cols)
 
 
@@ -197,6 +225,9 @@ def section_tables(data: ReportData, summary: pd.DataFrame) -> list[Table]:
             cells = [variant, str(int(mine["n"].max()))]
             cells += [cell(mine.loc[m]) if m in mine.index else "—" for m, _, _ in metrics]
             body.append(cells)
+        if section == "gradients" and any(stacks_of(data.rows)):
+            note += ("; a model of several stacks (encoder, decoder) has each stack's layers "
+                     "compared among themselves, named by stack")
         tables.append(Table(title, columns, body,
                             f"{note}; (×r) is the ratio to the baseline {data.baseline}."))
     return tables
