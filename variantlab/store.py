@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,8 @@ CREATE TABLE IF NOT EXISTS variants (
 CREATE TABLE IF NOT EXISTS units (
     key TEXT PRIMARY KEY, variant TEXT, seed INTEGER, probe TEXT, settings_json TEXT,
     status TEXT CHECK (status IN ('ok', 'failed')), error TEXT, traceback TEXT,
-    started_at TEXT, finished_at TEXT, duration_s REAL, version TEXT, device TEXT);
+    started_at TEXT, finished_at TEXT, duration_s REAL, version TEXT, device TEXT,
+    invocation TEXT);
 CREATE TABLE IF NOT EXISTS rows (
     unit_key TEXT NOT NULL REFERENCES units(key), probe TEXT, metric TEXT, scope TEXT,
     name TEXT, layer INTEGER, step INTEGER, value REAL, unit TEXT);
@@ -82,6 +85,24 @@ class UnitRecord:
     duration_s: float | None = None
     version: str | None = None
     device: str | None = None
+    invocation: str | None = None  # which opening of the store wrote it (Store.invocation)
+
+
+def new_invocation() -> str:
+    """An id for one process's session of writing a store: its start time (UTC) and pid."""
+    now = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return f"{now} pid {os.getpid()}"
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    """Migrate a store written before ``units.invocation`` existed (a read-only one is
+    left as it is; its units read back with no invocation)."""
+    have = {r[1] for r in conn.execute("PRAGMA table_info(units)")}
+    if "invocation" not in have:
+        try:
+            conn.execute("ALTER TABLE units ADD COLUMN invocation TEXT")
+        except sqlite3.OperationalError:
+            pass
 
 
 class Store:
@@ -97,6 +118,10 @@ class Store:
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.executescript(SCHEMA)
+        _add_missing_columns(self.conn)
+        #: written into every unit this Store saves without one: the units of one
+        #: ``variantlab run`` share it, so timings from different runs can be told apart
+        self.invocation = new_invocation()
 
     def __enter__(self) -> "Store":
         return self
@@ -157,10 +182,14 @@ class Store:
              r.get("layer"), r.get("step"), _value(r.get("value")), r.get("unit", ""))
             for r in rows
         ]
-        fields = [getattr(unit, f) for f in UnitRecord.__dataclass_fields__]
+        if unit.invocation is None:
+            unit = replace(unit, invocation=self.invocation)
+        names = list(UnitRecord.__dataclass_fields__)
+        fields = [getattr(unit, f) for f in names]
         self._transaction([
             ("DELETE FROM rows WHERE unit_key = ?", (unit.key,), False),
-            (f"INSERT OR REPLACE INTO units VALUES ({', '.join('?' * len(fields))})", fields, False),
+            (f"INSERT OR REPLACE INTO units ({', '.join(names)}) "
+             f"VALUES ({', '.join('?' * len(fields))})", fields, False),
             ("INSERT INTO rows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row_tuples, True),
         ])
 

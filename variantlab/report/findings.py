@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from .frame import ReportData
+from .frame import ReportData, split_seeds
 from .tables import PASS_NAMES, depth_ratios, fmt, stacks_of
 
 MAX_LISTED = 4  # with many variants, name the extremes only
@@ -122,9 +122,20 @@ def timing_speed(data: ReportData, summary: pd.DataFrame) -> str | None:
                 how = (" (within the timing IQR: not a clear difference)"
                        if abs(base - others[variant]) <= iqr else
                        " (one timing unit each; more seeds would show the run-to-run spread)")
-            parts.append(f"{variant} is {speed} than {data.baseline}{how}")
+            parts.append(f"{variant} is {speed} than {data.baseline}{how}"
+                         + _apart(data, metric, variant))
         return f"{PASS_NAMES[key]}: " + "; ".join(parts) + "."
     return None
+
+
+def _apart(data: ReportData, metric: str, variant: str) -> str:
+    """Says so when the compared timings were measured by different runs."""
+    seeds = split_seeds(data.rows, metric, data.baseline, variant)
+    if not seeds:
+        return ""
+    which = ", ".join(str(s) for s in seeds)
+    return (f" (but timed in different invocations of `variantlab run` on seed(s) {which}, "
+            "not side by side: rerun both together to compare)")
 
 
 def paired_ratios(rows: pd.DataFrame, probe: str, metric: str, baseline: str) -> dict[str, list]:

@@ -136,6 +136,7 @@ def gather(runs: Sequence[Any], baseline: str | None = None) -> ReportData:
             units = units[units["current"].astype(bool)]
         units["experiment"], units["run"] = experiment, label
         unit_frames.append(units)
+        rows["invocation"] = _invocations(rows, units)
     variants = pd.concat(frames, ignore_index=True)
     clash = variants["stored_name"].duplicated(keep=False)
     variants["variant"] = [
@@ -162,6 +163,36 @@ def gather(runs: Sequence[Any], baseline: str | None = None) -> ReportData:
     chosen = _baseline(baseline, metas, variants, order)
     return ReportData(runs=metas, variants=variants.reset_index(drop=True), units=units,
                       rows=rows, baseline=chosen, order=order)
+
+
+def _invocations(rows: pd.DataFrame, units: pd.DataFrame) -> list:
+    """Per row: the invocation of ``variantlab run`` that measured its unit (None if the
+    store predates the record)."""
+    if not {"key", "invocation"} <= set(units.columns) or "unit_key" not in rows.columns:
+        return [None] * len(rows)
+    known = dict(zip(units["key"], units["invocation"]))
+    return [known.get(k) if isinstance(known.get(k), str) else None for k in rows["unit_key"]]
+
+
+def invocation_numbers(rows: pd.DataFrame, probe: str = "timing") -> dict[str, int]:
+    """Invocation id -> 1, 2, ... in time order, for the ``probe``'s rows (ids start with
+    their UTC start time, so they sort in time order)."""
+    if "invocation" not in rows.columns:
+        return {}
+    ids = rows.loc[rows["probe"] == probe, "invocation"].dropna()
+    return {inv: i + 1 for i, inv in enumerate(sorted(set(ids)))}
+
+
+def split_seeds(rows: pd.DataFrame, metric: str, a: str, b: str) -> list[int]:
+    """Seeds on which variants ``a`` and ``b`` have ``metric`` timing rows measured by
+    different invocations of ``variantlab run`` (so not side by side)."""
+    if "invocation" not in rows.columns:
+        return []
+    part = rows[(rows["probe"] == "timing") & (rows["metric"] == metric)
+                & rows["invocation"].notna()]
+    inv = {(v, int(s)): i for v, s, i in zip(part["variant"], part["seed"], part["invocation"])}
+    seeds = sorted({s for v, s in inv if v == a} & {s for v, s in inv if v == b})
+    return [s for s in seeds if inv[(a, s)] != inv[(b, s)]]
 
 
 def split_stacks(rows: pd.DataFrame) -> tuple[list[str], list[str]]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .frame import ReportData, differing_axes, flatten
+from .frame import ReportData, differing_axes, flatten, invocation_numbers
 
 PASS_NAMES = {"forward": "forward", "backward": "forward+backward", "step": "train step"}
 SLOT_ORDER = ("embedding", "positional", "attention", "feedforward", "norm", "residual",
@@ -214,23 +214,36 @@ def section_tables(data: ReportData, summary: pd.DataFrame) -> list[Table]:
         if not len(part):
             continue
         metrics = list(dict.fromkeys(zip(part["metric"], part["label"], part["unit"])))
-        columns = ["variant", "n"] + [f"{label} ({unit})" if unit not in ("", "x", "count")
-                                      else label
-                                      for _, label, unit in metrics]
+        timed = invocation_numbers(data.rows) if section == "timing" else {}
+        columns = ["variant", "n"] + (["timed in run"] if len(timed) > 1 else []) + [
+            f"{label} ({unit})" if unit not in ("", "x", "count") else label
+            for _, label, unit in metrics]
         body = []
         for variant in data.order:
             mine = part[part["variant"] == variant].set_index("metric", drop=False)
             if not len(mine):
                 continue
             cells = [variant, str(int(mine["n"].max()))]
+            if len(timed) > 1:
+                cells.append(_timed_in(data.rows, variant, timed))
             cells += [cell(mine.loc[m]) if m in mine.index else "—" for m, _, _ in metrics]
             body.append(cells)
+        if len(timed) > 1:
+            note += (f"; these timings come from {len(timed)} invocations of `variantlab run` "
+                     "(numbered in time order in the column 'timed in run', e.g. after --only "
+                     "or a resume): only timings of one invocation were measured side by side")
         if section == "gradients" and any(stacks_of(data.rows)):
             note += ("; a model of several stacks (encoder, decoder) has each stack's layers "
                      "compared among themselves, named by stack")
         tables.append(Table(title, columns, body,
                             f"{note}; (×r) is the ratio to the baseline {data.baseline}."))
     return tables
+
+
+def _timed_in(rows: pd.DataFrame, variant: str, numbers: dict[str, int]) -> str:
+    mine = rows.loc[(rows["probe"] == "timing") & (rows["variant"] == variant), "invocation"]
+    found = sorted({numbers[i] for i in mine.dropna() if i in numbers})
+    return ", ".join(f"#{n}" for n in found) or "?"
 
 
 def variant_table(data: ReportData) -> Table:
