@@ -161,6 +161,11 @@ def _write_report(stdout: Any, err: Any, runs: Sequence[Path], out_dir: Path,
     except ValueError as exc:  # e.g. an unknown --baseline: bad input
         err.print(f"report: {escape(str(exc))}", soft_wrap=True)
         return EXIT_INPUT
+    except OSError as exc:  # the report folder cannot be written: bad --out
+        where = exc.filename or out_dir
+        err.print(f"report: cannot write {escape(str(where))}: {escape(exc.strerror or str(exc))}"
+                  "; choose another --out", soft_wrap=True)
+        return EXIT_INPUT
     except Exception as exc:  # the run is stored; say why the report is missing
         err.print(f"report failed: {type(exc).__name__}: {escape(str(exc))}", soft_wrap=True)
         return EXIT_FAILED
@@ -256,6 +261,10 @@ def report(runs: Sequence[str], out: str | None, baseline: str | None,
     refs = find_runs(runs)  # every path checked before anything is written
     first = Path(runs[0])
     out_dir = Path(out) if out else (first.parent if first.is_file() else first) / "report"
+    blocker = next((p for p in (out_dir, *out_dir.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise SpecError.at(("--out",), f"{out_dir}: {blocker} is a file, not a folder; "
+                           "choose another --out for the report")
     sys.exit(_write_report(stdout, err, [r.store for r in refs], out_dir, baseline))
 
 

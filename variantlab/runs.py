@@ -69,13 +69,14 @@ def stores_in(path: str | Path) -> list[Path]:
         raise RunPathError(f"{given}: no such file or folder; give a run folder "
                            f"(runs/<experiment>), its {STORE_FILE}, or the --out folder "
                            "that holds run folders", given)
-    if p.is_file():
-        if not _is_sqlite(p):
-            raise RunPathError(f"{given}: not a results store (not an SQLite file); give a "
-                               f"run folder or its {STORE_FILE}", given)
-        return [p]
-    if (p / STORE_FILE).is_file():
-        return [p / STORE_FILE]
+    if p.is_file() or (p / STORE_FILE).is_file():
+        store = p if p.is_file() else p / STORE_FILE
+        if not _is_sqlite(store):
+            shown = given if p.is_file() else str(Path(given) / STORE_FILE)
+            raise RunPathError(f"{shown}: not a results store (not an SQLite database); "
+                               f"give a run folder or its {STORE_FILE} as `variantlab run` "
+                               "wrote it", shown)
+        return [store]
     try:
         children = sorted(c for c in p.iterdir() if c.is_dir() and (c / STORE_FILE).is_file())
     except OSError as exc:
