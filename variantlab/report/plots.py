@@ -46,8 +46,14 @@ def styles(n: int) -> list[dict]:
     return out
 
 
+def shown(name: str) -> str:
+    """A variant name as a plot shows it: control characters (no font has them) as spaces."""
+    return "".join(" " if ord(c) < 32 or ord(c) == 127 else c for c in str(name))
+
+
 def _legend(fig: Figure, ax, n: int) -> None:
     handles, labels = ax.get_legend_handles_labels()
+    labels = [shown(label) for label in labels]
     if not handles:
         return
     ncol = max(1, math.ceil(n / 14))
@@ -154,7 +160,8 @@ def timing_plot(data: ReportData) -> Plot:
         errs = [iqr["value"].get(v, 0.0) * 1e3 / 2 for v in variants]
         ax.barh(range(len(variants)), vals, xerr=errs, capsize=2,
                 color=[c["color"] for c in colors])
-        ax.set_yticks(range(len(variants)), variants if ax is axes[0] else [""] * len(variants))
+        ax.set_yticks(range(len(variants)), [shown(v) for v in variants] if ax is axes[0]
+                      else [""] * len(variants))
         ax.invert_yaxis()
         ax.set_title(PASS_NAMES[key])
         ax.set_xlabel("median time (ms)")
@@ -209,7 +216,7 @@ def params_plot(data: ReportData) -> Plot:
         vals = table[slot].fillna(0).tolist()
         ax.barh(range(len(variants)), vals, left=left, label=slot, color=color)
         left = [a + b for a, b in zip(left, vals)]
-    ax.set_yticks(range(len(variants)), variants)
+    ax.set_yticks(range(len(variants)), [shown(v) for v in variants])
     ax.invert_yaxis()
     ax.set_title(title)
     ax.set_xlabel("parameters (count)")

@@ -314,11 +314,14 @@ _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 def csv_text(value: object) -> object:
     """A text cell safe to open in a spreadsheet: one that a spreadsheet would read as a
-    formula gets a leading single quote; numbers (negative ones too) and other text pass."""
-    if isinstance(value, str) and value.startswith(FORMULA_START) \
-            and not _NUMBER.fullmatch(value):
-        return "'" + value
-    return value
+    formula gets a leading single quote; numbers (negative ones too) and other text pass.
+    A carriage return becomes a newline (which the CSV writer quotes; a bare CR it would
+    not, and readers would split the row there)."""
+    if not isinstance(value, str):
+        return value
+    if value.startswith(FORMULA_START) and not _NUMBER.fullmatch(value):
+        value = "'" + value
+    return value.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
