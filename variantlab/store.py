@@ -11,6 +11,7 @@ the old attempt; nothing is ever doubled.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -88,10 +89,14 @@ class UnitRecord:
     invocation: str | None = None  # which opening of the store wrote it (Store.invocation)
 
 
+_OPENED = itertools.count(1)
+
+
 def new_invocation() -> str:
-    """An id for one process's session of writing a store: its start time (UTC) and pid."""
+    """An id for one session of writing a store: its start time (UTC, so ids sort in time
+    order), the process id and a count of the stores this process opened."""
     now = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-    return f"{now} pid {os.getpid()}"
+    return f"{now} pid {os.getpid()} #{next(_OPENED)}"
 
 
 def _add_missing_columns(conn: sqlite3.Connection) -> None:
