@@ -7,7 +7,7 @@ behind by an older version of the YAML stay in the file but not in :func:`result
 Each unit records ``invocation``, the id of the :class:`Store` session (one ``variantlab
 run``) that wrote it, so that a report can tell timings measured side by side from timings
 measured by different runs; stores written before the column existed get it added (empty)
-when opened for writing.
+when opened (a read-only one is read as it is).
 
 A unit's rows and its status are written in one transaction: a process killed at any point
 leaves either the whole unit or none of it. A failed unit stored again (a retry) replaces
