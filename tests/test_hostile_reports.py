@@ -47,7 +47,7 @@ def good(tmp_path) -> Path:
 
 
 def _missing(tmp, good):
-    return [tmp / "nowhere"], "nowhere: no such file or folder"
+    return [tmp / "nowhere"], "nowhere: no results store: no such file or folder"
 
 
 def _empty_folder(tmp, good):
@@ -80,11 +80,11 @@ def _folder_of_non_runs(tmp, good):
 
 def _store_path_missing(tmp, good):
     return [good / "results.sqlite", tmp / "gone" / "results.sqlite"], \
-        "gone/results.sqlite: no such file or folder"
+        "gone/results.sqlite: no results store: no such file or folder"
 
 
 def _good_then_missing(tmp, good):
-    return [good, tmp / "typo"], "typo: no such file or folder"
+    return [good, tmp / "typo"], "typo: no results store: no such file or folder"
 
 
 def _unknown_baseline(tmp, good):

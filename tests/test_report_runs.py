@@ -126,7 +126,8 @@ def test_results_on_a_folder_without_runs_names_it(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(RunPathError, match="empty: no results store .* and no run folders"):
         variantlab.results(tmp_path / "empty")
-    with pytest.raises(FileNotFoundError, match="nowhere: no such file or folder"):
+    with pytest.raises(FileNotFoundError,
+                       match="nowhere: no results store: no such file or folder"):
         variantlab.results(tmp_path / "nowhere")
 
 

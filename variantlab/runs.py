@@ -66,9 +66,9 @@ def stores_in(path: str | Path) -> list[Path]:
     given = str(path)
     p = Path(path)
     if not p.exists():
-        raise RunPathError(f"{given}: no such file or folder; give a run folder "
-                           f"(runs/<experiment>), its {STORE_FILE}, or the --out folder "
-                           "that holds run folders", given)
+        raise RunPathError(f"{given}: no results store: no such file or folder; give a run "
+                           f"folder (runs/<experiment>), its {STORE_FILE}, or the --out "
+                           "folder that holds run folders", given)
     if p.is_file() or (p / STORE_FILE).is_file():
         store = p if p.is_file() else p / STORE_FILE
         if not _is_sqlite(store):
