@@ -86,3 +86,57 @@ def test_linear_warmup():
     s = TrainingSettings(lr=1e-3, warmup_steps=4)
     assert [training.lr_at(i, s) for i in range(6)] == pytest.approx(
         [2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
+
+
+# -- the diverged flag: non-finite losses or a real rise, not noise ------------------------
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_short_run_on_random_tokens_is_not_flagged(tiny, seed):
+    """5 steps on unlearnable random tokens: the loss wanders above its first value by
+    noise (about 0.1-0.2 nats here), which is no divergence."""
+    settings = {"steps": 5, "lr": 1e-3, "batch_size": 4, "seq_len": 16, "device": "cpu"}
+    rows = run_probe("training", tiny, settings, seed=seed)
+    losses = curve(rows)
+    assert all(math.isfinite(v) for v in losses)
+    assert model_rows(rows)["diverged"] == 0.0
+
+
+def test_blow_up_with_finite_losses_is_flagged(tiny):
+    """lr 1.0 with clipping: every loss finite, but the run ends far above where it began."""
+    settings = {"steps": 20, "lr": 1.0, "batch_size": 4, "seq_len": 16, "device": "cpu"}
+    rows = run_probe("training", tiny, settings, seed=2)
+    losses = curve(rows)
+    assert all(math.isfinite(v) for v in losses)
+    m = model_rows(rows)
+    assert m["final_loss"] > 2 * losses[0]
+    assert m["diverged"] == 1.0
+
+
+def test_nan_loss_is_flagged_and_stops_the_run(tiny):
+    settings = {"steps": 20, "lr": 1e4, "batch_size": 4, "seq_len": 16, "grad_clip": None,
+                "device": "cpu"}
+    rows = run_probe("training", tiny, settings, seed=0, data=RECALL)
+    losses = curve(rows)
+    assert not math.isfinite(losses[-1]) and len(losses) < 20
+    assert model_rows(rows)["diverged"] == 1.0
+
+
+@pytest.mark.parametrize("losses, expected", [
+    ([4.2, 4.3, 4.25, 4.35, 4.3], False),             # noise around the start
+    ([4.2, 4.5, 4.1, 4.6, 4.0, 4.4, 4.1, 4.5, 4.2, 4.6], False),  # big noise, no trend
+    ([4.2, 4.3, 4.4, 4.5, 4.6, 4.7, 4.8, 4.9, 5.0, 5.1], True),  # steady rise, no noise
+    ([4.2, 3.0, 2.0, 1.5, 1.2], False),                # learning
+    ([4.2, 30.0, 5.0, 40.0, 12.0], True),              # wild and over twice the start
+    ([4.2, 4.1, float("nan")], True),
+    ([4.2, float("inf")], True),
+    ([4.2], False),
+    ([], False),
+])
+def test_diverged_rule(losses, expected):
+    assert training.diverged(losses) is expected
+
+
+def test_step_noise_ignores_the_trend():
+    steady = [10 - 0.5 * i for i in range(20)]  # a straight fall: no noise at all
+    assert training.step_noise(steady) == pytest.approx(0.0, abs=1e-12)
+    wiggly = [10 - 0.5 * i + (0.1 if i % 2 else -0.1) for i in range(20)]
+    assert 0.05 < training.step_noise(wiggly) < 0.3

@@ -16,7 +16,8 @@ __all__ = [
 
 
 def results(path):
-    """Tidy DataFrame of every stored row of a results store (or its folder)."""
-    from .store import results as _results
+    """Tidy DataFrame of every stored row, with a ``run`` column: ``path`` is a run folder,
+    its results.sqlite, a folder of run folders (``run --out``), or a list of these."""
+    from .runs import results as _results
 
     return _results(path)

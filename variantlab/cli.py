@@ -199,6 +199,11 @@ def _write_report(stdout: Any, err: Any, runs: Sequence[Path], out_dir: Path,
     except ValueError as exc:  # e.g. an unknown --baseline: bad input
         err.print(f"report: {escape(str(exc))}", soft_wrap=True)
         return EXIT_INPUT
+    except OSError as exc:  # the report folder cannot be written: bad --out
+        where = exc.filename or out_dir
+        err.print(f"report: cannot write {escape(str(where))}: {escape(exc.strerror or str(exc))}"
+                  "; choose another --out", soft_wrap=True)
+        return EXIT_INPUT
     except Exception as exc:  # the run is stored; say why the report is missing
         err.print(f"report failed: {type(exc).__name__}: {escape(str(exc))}", soft_wrap=True)
         return EXIT_FAILED
@@ -311,22 +316,27 @@ def _build_on_meta(spec: Any, registry: Any) -> Any:
 @bad_input_exits
 def report(runs: Sequence[str], out: str | None, baseline: str | None,
            plugins: Sequence[str]) -> None:
-    """Write report.md, report.html and CSV tables from one or more run folders."""
-    from .store import store_path
+    """Write report.md, report.html and CSV tables from one or more runs.
+
+    Each RUN is a run folder, its results.sqlite, or a folder of run folders (the --out of
+    `run`: every run in it). A run given twice counts once; variants of several runs that
+    share a name are told apart by their run (RUN/variant).
+    """
+    from .runs import find_runs
 
     stdout, err = consoles()
     if plugins:
         from .registry import build_registry
 
         build_registry(extra=plugins, base_dir=Path.cwd())
-    paths = [Path(r) for r in runs]
-    missing = [p for p in paths if not store_path(p).is_file()]
-    if missing:
-        raise SpecError.at(("RUN",), "no results store in "
-                           + ", ".join(str(p) for p in missing) + "; run the experiment first")
-    first = paths[0] if paths[0].is_dir() else paths[0].parent
-    out_dir = Path(out) if out else first / "report"
-    sys.exit(_write_report(stdout, err, paths, out_dir, baseline))
+    refs = find_runs(runs)  # every path checked before anything is written
+    first = Path(runs[0])
+    out_dir = Path(out) if out else (first.parent if first.is_file() else first) / "report"
+    blocker = next((p for p in (out_dir, *out_dir.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise SpecError.at(("--out",), f"{out_dir}: {blocker} is a file, not a folder; "
+                           "choose another --out for the report")
+    sys.exit(_write_report(stdout, err, [r.store for r in refs], out_dir, baseline))
 
 
 # -- plugins -----------------------------------------------------------------------------

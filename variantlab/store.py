@@ -4,6 +4,11 @@
 ``rows``) plus ``plan``, the unit keys of the experiment as last run, so that units left
 behind by an older version of the YAML stay in the file but not in :func:`results`.
 
+Each unit records ``invocation``, the id of the :class:`Store` session (one ``variantlab
+run``) that wrote it, so that a report can tell timings measured side by side from timings
+measured by different runs; stores written before the column existed get it added (empty)
+when opened (a read-only one is read as it is).
+
 A unit's rows and its status are written in one transaction: a process killed at any point
 leaves either the whole unit or none of it. A failed unit stored again (a retry) replaces
 the old attempt; nothing is ever doubled.
@@ -11,13 +16,15 @@ the old attempt; nothing is ever doubled.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +40,8 @@ CREATE TABLE IF NOT EXISTS variants (
 CREATE TABLE IF NOT EXISTS units (
     key TEXT PRIMARY KEY, variant TEXT, seed INTEGER, probe TEXT, settings_json TEXT,
     status TEXT CHECK (status IN ('ok', 'failed')), error TEXT, traceback TEXT,
-    started_at TEXT, finished_at TEXT, duration_s REAL, version TEXT, device TEXT);
+    started_at TEXT, finished_at TEXT, duration_s REAL, version TEXT, device TEXT,
+    invocation TEXT);
 CREATE TABLE IF NOT EXISTS rows (
     unit_key TEXT NOT NULL REFERENCES units(key), probe TEXT, metric TEXT, scope TEXT,
     name TEXT, layer INTEGER, step INTEGER, value REAL, unit TEXT);
@@ -46,7 +54,7 @@ CREATE INDEX IF NOT EXISTS plan_by_key ON plan(key);
 
 RESULT_COLUMNS = (
     "experiment", "variant", "label", "seed", "probe", "metric", "scope", "name", "layer",
-    "step", "value", "unit", "unit_key", "status", "error",
+    "step", "value", "unit", "unit_key", "status", "error", "run",
 )
 
 
@@ -83,6 +91,28 @@ class UnitRecord:
     duration_s: float | None = None
     version: str | None = None
     device: str | None = None
+    invocation: str | None = None  # which opening of the store wrote it (Store.invocation)
+
+
+_OPENED = itertools.count(1)
+
+
+def new_invocation() -> str:
+    """An id for one session of writing a store: its start time (UTC, so ids sort in time
+    order), the process id and a count of the stores this process opened."""
+    now = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return f"{now} pid {os.getpid()} #{next(_OPENED)}"
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    """Migrate a store written before ``units.invocation`` existed (a read-only one is
+    left as it is; its units read back with no invocation)."""
+    have = {r[1] for r in conn.execute("PRAGMA table_info(units)")}
+    if "invocation" not in have:
+        try:
+            conn.execute("ALTER TABLE units ADD COLUMN invocation TEXT")
+        except sqlite3.OperationalError:
+            pass
 
 
 class StoreError(ValueError):
@@ -127,6 +157,9 @@ class Store:
         if not exists:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.conn: sqlite3.Connection | None = None
+        #: written into every unit this Store saves without one: the units of one
+        #: ``variantlab run`` share it, so timings from different runs can be told apart
+        self.invocation = new_invocation()
         try:
             self.conn = self._connect(read_only, writer)
         except sqlite3.DatabaseError as exc:
@@ -154,6 +187,7 @@ class Store:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.executescript(SCHEMA)
+        _add_missing_columns(conn)
         return conn
 
     def _check_integrity(self) -> None:
@@ -223,10 +257,14 @@ class Store:
              r.get("layer"), r.get("step"), _value(r.get("value")), r.get("unit", ""))
             for r in rows
         ]
-        fields = [getattr(unit, f) for f in UnitRecord.__dataclass_fields__]
+        if unit.invocation is None:
+            unit = replace(unit, invocation=self.invocation)
+        names = list(UnitRecord.__dataclass_fields__)
+        fields = [getattr(unit, f) for f in names]
         self._transaction([
             ("DELETE FROM rows WHERE unit_key = ?", (unit.key,), False),
-            (f"INSERT OR REPLACE INTO units VALUES ({', '.join('?' * len(fields))})", fields, False),
+            (f"INSERT OR REPLACE INTO units ({', '.join(names)}) "
+             f"VALUES ({', '.join('?' * len(fields))})", fields, False),
             ("INSERT INTO rows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row_tuples, True),
         ])
 
@@ -313,6 +351,7 @@ def _read_frames(path: str | Path) -> RunData:
     labels = dict(zip(variants["name"], variants["label"]))
     rows["label"] = rows["variant"].map(labels).fillna(rows["variant"])
     rows.insert(0, "experiment", meta.get("experiment", ""))
+    rows["run"] = store_path(path).resolve().parent.name  # runs.find_runs may lengthen it
     for col in ("seed", "layer", "step"):
         rows[col] = rows[col].astype("Int64")
     rows["value"] = rows["value"].astype(float)  # NULL -> NaN
@@ -326,7 +365,7 @@ def results(path: str | Path) -> pd.DataFrame:
     """Tidy frame of every stored row (``path`` = results.sqlite or its run folder).
 
     Columns: experiment, variant, label, seed, probe, metric, scope, name, layer, step,
-    value, unit, unit_key, status, error. A failed unit is one row with status
+    value, unit, unit_key, status, error, run (the run folder's name). A failed unit is one row with status
     ``failed``, metric ``error``, value NaN and its message in ``error``.
     """
     return _frames(path).rows

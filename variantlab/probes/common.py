@@ -23,41 +23,79 @@ class ParamInfo:
     param: nn.Parameter
     slot: str  # innermost ``variantlab_slot`` above it, "other" if none
     layer: int | None  # innermost ``variantlab_layer`` above it
+    stack: str = ""  # the stack it belongs to ("encoder", "decoder"), "" in a one-stack model
+
+
+def _has_layers(module: nn.Module) -> bool:
+    return any(hasattr(m, "variantlab_layer") for m in module.modules())
+
+
+def stack_roots(model: nn.Module) -> dict[str, str]:
+    """Qualified module name -> stack name for the modules that start a stack of layers.
+
+    A module tagged ``variantlab_stack = "name"`` starts one. Untagged, a model whose
+    numbered layers sit under more than one of its direct children (an encoder and a
+    decoder) has one stack per such child, named by its attribute name.
+    """
+    tagged = {name: str(m.variantlab_stack) for name, m in model.named_modules()
+              if hasattr(m, "variantlab_stack")}
+    if tagged:
+        return tagged
+    holders = [name for name, child in model.named_children() if _has_layers(child)
+               and not hasattr(child, "variantlab_layer")]
+    return {name: name for name in holders} if len(holders) > 1 else {}
 
 
 def param_index(model: nn.Module) -> list[ParamInfo]:
     """Every parameter tensor once (tied weights under their first name), with the slot of
-    the innermost tagged module that holds it and its layer index."""
+    the innermost tagged module that holds it, its layer index and its stack."""
     seen: set[int] = set()
     out: list[ParamInfo] = []
+    roots = stack_roots(model)
 
-    def walk(module: nn.Module, prefix: str, slot: str, layer: int | None) -> None:
+    def walk(module: nn.Module, prefix: str, slot: str, layer: int | None, stack: str) -> None:
         slot = getattr(module, "variantlab_slot", slot)
         layer = getattr(module, "variantlab_layer", layer)
+        stack = roots.get(prefix[:-1], stack)
         for pname, p in module.named_parameters(recurse=False):
             if p is not None and id(p) not in seen:
                 seen.add(id(p))
-                out.append(ParamInfo(prefix + pname, p, slot, layer))
+                out.append(ParamInfo(prefix + pname, p, slot, layer, stack))
         for cname, child in module.named_children():
-            walk(child, f"{prefix}{cname}.", slot, layer)
+            walk(child, f"{prefix}{cname}.", slot, layer, stack)
 
-    walk(model, "", "other", None)
+    walk(model, "", "other", None, "")
     return out
 
 
 def layer_modules(model: nn.Module) -> list[tuple[int, nn.Module]]:
     """Modules tagged ``variantlab_layer`` (outermost per branch), sorted by layer index."""
-    found: list[tuple[int, nn.Module]] = []
+    return [(i, m) for i, m, _ in layer_stacks(model)]
 
-    def walk(module: nn.Module) -> None:
-        for child in module.children():
+
+def layer_stacks(model: nn.Module) -> list[tuple[int, nn.Module, str]]:
+    """``(layer index, module, stack)`` of each module tagged ``variantlab_layer``
+    (outermost per branch), sorted by layer index; stack "" in a one-stack model."""
+    found: list[tuple[int, nn.Module, str]] = []
+    roots = stack_roots(model)
+
+    def walk(module: nn.Module, prefix: str, stack: str) -> None:
+        for cname, child in module.named_children():
+            name = prefix + cname
+            child_stack = roots.get(name, stack)
             if hasattr(child, "variantlab_layer"):
-                found.append((int(child.variantlab_layer), child))
+                found.append((int(child.variantlab_layer), child, child_stack))
             else:
-                walk(child)
+                walk(child, name + ".", child_stack)
 
-    walk(model)
+    walk(model, "", "")
     return sorted(found, key=lambda t: t[0])
+
+
+def stacked(stack: str, name: str) -> str:
+    """A layer row's ``name``: ``stack/name`` in a model of several stacks (``decoder/
+    feedforward``, ``encoder/`` for a row without a slot), else ``name`` as it is."""
+    return f"{stack}/{name}" if stack else name
 
 
 def resolve_device(requested: str | None) -> torch.device:

@@ -11,7 +11,9 @@ taking norms). Statistics per parameter and per (layer, slot):
 - ``max_abs_grad``: max |g|.
 
 Layer rows are named by slot, plus ``all`` (every parameter of the layer) and ``weights``
-(its weight matrices only, the seeds' measure).
+(its weight matrices only, the seeds' measure). In a model of several stacks (encoder-
+decoder) a layer row's name starts with its stack: ``encoder/feedforward``, ``decoder/all``,
+and ``encoder/`` for ``residual_rms``; layer indices run on from one stack to the next.
 
 ``residual_rms`` is sqrt(mean(h^2)) of each layer's output h, averaged over the batches.
 """
@@ -31,8 +33,8 @@ from ..rows import Row, row
 from ..settings import GradientsSettings
 from ..specs import ModelSpec
 from .common import (
-    describe, first_tensor, forward_hooks, layer_modules, make_model, param_index,
-    resolve_device,
+    describe, first_tensor, forward_hooks, layer_stacks, make_model, param_index,
+    resolve_device, stacked,
 )
 
 METRICS = ("mean_abs_grad", "grad_norm", "max_abs_grad")
@@ -62,7 +64,8 @@ def run(
         data, spec, settings.batch_size, settings.seq_len, settings.batches,
         seed=seed, base_dir=base_dir,
     )
-    layers = layer_modules(model)
+    stacks = layer_stacks(model)
+    layers = [(i, m) for i, m, _ in stacks]
     rms_sum: dict[int, float] = defaultdict(float)
 
     def record_rms(layer: int, out: Any) -> None:
@@ -88,6 +91,7 @@ def run(
 
     rows = [row("gradients", "loss", sum(losses) / len(losses))]
     per_layer: dict[int, dict[str, list[torch.Tensor]]] = defaultdict(lambda: defaultdict(list))
+    stack_of: dict[int, str] = {i: st for i, _, st in stacks}
     for info in param_index(model):
         if not info.param.requires_grad:
             continue
@@ -102,6 +106,7 @@ def run(
             rows.append(row("gradients", metric, value, scope="parameter", name=info.name,
                             layer=info.layer))
         if info.layer is not None:
+            stack_of.setdefault(info.layer, info.stack)
             per_layer[info.layer][info.slot].append(g)
             per_layer[info.layer]["all"].append(g)
             if info.param.ndim >= 2 and info.name.endswith("weight"):
@@ -109,10 +114,10 @@ def run(
     for layer in sorted(per_layer):
         for slot in sorted(per_layer[layer], key=lambda s: (s in AGGREGATES, s)):
             for metric, value in grad_stats(per_layer[layer][slot]).items():
-                rows.append(row("gradients", metric, value, scope="layer", name=slot,
-                                layer=layer))
-    for layer, _ in layers:
+                rows.append(row("gradients", metric, value, scope="layer",
+                                name=stacked(stack_of[layer], slot), layer=layer))
+    for layer, _, stack in stacks:
         rows.append(row("gradients", "residual_rms", rms_sum[layer] / len(batches),
-                        scope="layer", layer=layer))
+                        scope="layer", name=stacked(stack, ""), layer=layer))
     model.zero_grad(set_to_none=True)
     return rows

@@ -1,7 +1,8 @@
 """Parameter counts: total, trainable, non-embedding, per slot, per layer.
 
 Each tensor is counted once (a head tied to the token embedding is the same tensor).
-Non-embedding excludes the token and position embeddings (slots ``embedding`` and
+Per-layer rows of a model of several stacks are named by their stack (``encoder/``,
+``decoder/``). Non-embedding excludes the token and position embeddings (slots ``embedding`` and
 ``positional``), as Kaplan et al. 2020 and nanoGPT count N.
 """
 
@@ -16,7 +17,7 @@ from ..registry import Registry
 from ..rows import Row, row
 from ..settings import ParamsSettings
 from ..specs import ModelSpec
-from .common import EMBEDDING_SLOTS, make_model, param_index
+from .common import EMBEDDING_SLOTS, make_model, param_index, stacked
 
 
 def count_rows(model: nn.Module) -> list[Row]:
@@ -26,11 +27,11 @@ def count_rows(model: nn.Module) -> list[Row]:
     trainable = sum(p.param.numel() for p in index if p.param.requires_grad)
     non_emb = sum(p.param.numel() for p in index if p.slot not in EMBEDDING_SLOTS)
     by_slot: dict[str, int] = defaultdict(int)
-    by_layer: dict[int, int] = defaultdict(int)
+    by_layer: dict[tuple[int, str], int] = defaultdict(int)
     for p in index:
         by_slot[p.slot] += p.param.numel()
         if p.layer is not None:
-            by_layer[p.layer] += p.param.numel()
+            by_layer[(p.layer, p.stack)] += p.param.numel()
     rows = [
         row("params", "total", total, unit="count"),
         row("params", "trainable", trainable, unit="count"),
@@ -38,8 +39,9 @@ def count_rows(model: nn.Module) -> list[Row]:
     ]
     rows += [row("params", "params", n, scope="slot", name=s, unit="count")
              for s, n in sorted(by_slot.items())]
-    rows += [row("params", "params", n, scope="layer", layer=i, unit="count")
-             for i, n in sorted(by_layer.items())]
+    rows += [row("params", "params", n, scope="layer", name=stacked(stack, ""), layer=i,
+                 unit="count")
+             for (i, stack), n in sorted(by_layer.items())]
     return rows
 
 

@@ -8,7 +8,11 @@ run stops at the first non-finite loss.
   noisy batch does not decide it; ``best_loss``: the lowest step loss;
 - ``eval_loss``: after training, the mean loss in eval mode (dropout off, BatchNorm on its
   running statistics) over ``eval_batches`` fresh batches drawn with another seed;
-- ``diverged``: 1 when a loss was NaN/inf or the final loss is above the first step's.
+- ``diverged``: 1 when a loss was NaN/inf or the loss really rose (:func:`diverged`): the
+  final loss is above the first step's by more than the run's own step-to-step noise can
+  explain (3 standard deviations of the difference, at least 5% of the first loss), or it is
+  more than twice the first loss. A short run on data that cannot be learned (random
+  tokens) wanders around its first loss and is not flagged.
 """
 
 from __future__ import annotations
@@ -28,6 +32,60 @@ from .common import autocast, make_model, resolve_device
 
 #: Eval batches come from the data with this offset added to the unit's seed.
 EVAL_SEED_OFFSET = 1_000_003
+#: A rise counts when it exceeds this many standard deviations of (final - first) ...
+RISE_SIGMAS = 3.0
+#: ... and this fraction of the first loss; a final loss over BLOWUP_FACTOR x the first
+#: counts whatever the noise.
+RISE_FLOOR = 0.05
+BLOWUP_FACTOR = 2.0
+
+
+def tail_size(n: int) -> int:
+    """Steps averaged into ``final_loss``: the last tenth, at least one."""
+    return max(1, n // 10)
+
+
+def step_noise(losses: list[float]) -> float:
+    """Standard deviation of one step's loss around the curve, from the step-to-step
+    differences (their interquartile range, so that a trend or a few jumps do not inflate
+    it); 0 with fewer than two differences."""
+    diffs = sorted(b - a for a, b in zip(losses, losses[1:]))
+    if len(diffs) < 2:
+        return 0.0
+    iqr = _quantile(diffs, 0.75) - _quantile(diffs, 0.25)
+    # a normal's IQR is 1.349 sigma; a difference of two steps has sqrt(2) x one's noise
+    return iqr / 1.349 / math.sqrt(2)
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    """Linear-interpolated quantile of sorted values."""
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def diverged(losses: list[float]) -> bool:
+    """Whether a training curve diverged: a non-finite loss, or a real rise of the final
+    loss (mean of the last tenth of the steps) over the first step's loss.
+
+    A rise is real when it is larger than both ``RISE_SIGMAS`` standard deviations of
+    (final - first), with the noise measured in this run (:func:`step_noise`; the final
+    loss averages ``k`` steps, so the difference has sqrt(1 + 1/k) x one step's noise), and
+    ``RISE_FLOOR`` x |first loss|; or when the final loss is over ``BLOWUP_FACTOR`` x the
+    first (a blow-up whose own wild steps would otherwise hide it).
+    """
+    if not losses or not all(math.isfinite(v) for v in losses):
+        return bool(losses)
+    k = tail_size(len(losses))
+    final = sum(losses[-k:]) / k
+    first = losses[0]
+    rise = final - first
+    if first > 0 and final > BLOWUP_FACTOR * first:
+        return True
+    margin = max(RISE_SIGMAS * step_noise(losses) * math.sqrt(1 + 1 / k),
+                 RISE_FLOOR * abs(first))
+    return rise > margin
 
 
 def lr_at(step: int, settings: TrainingSettings) -> float:
@@ -67,13 +125,12 @@ def run(
 
     rows = [row("training", "loss", v, step=i) for i, v in enumerate(losses)]
     finite = [v for v in losses if math.isfinite(v)]
-    tail = losses[-max(1, len(losses) // 10):]
+    tail = losses[-tail_size(len(losses)):]
     final = sum(tail) / len(tail)
-    diverged = len(finite) < len(losses) or final > losses[0]
     rows += [
         row("training", "final_loss", final),
         row("training", "best_loss", min(finite) if finite else math.nan),
-        row("training", "diverged", float(diverged)),
+        row("training", "diverged", float(diverged(losses))),
     ]
     if settings.eval_batches and math.isfinite(final):
         held = datalib.batches(data, spec, settings.batch_size, settings.seq_len,

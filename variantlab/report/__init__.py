@@ -54,8 +54,10 @@ def build_context(data: ReportData) -> tuple[dict[str, Any], list[Plot]]:
 def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None) -> ReportFiles:
     """Write report.md (+ SVG files), report.html and summary.csv into ``out_dir``.
 
-    ``runs``: results stores (``results.sqlite`` or its folder) or ``RunData`` objects;
-    several runs put their variants in one report, prefixed by experiment on a name clash.
+    ``runs``: results stores (``results.sqlite``, its run folder, or a folder of run
+    folders; see :mod:`variantlab.runs`) or ``RunData`` objects; one store named twice is
+    read once; several runs put their variants in one report, prefixed by their run's label
+    (``RUN/variant``) where names clash, so runs are never pooled.
     ``baseline``: the variant the ratios compare against (default: the first run's
     baseline, else its first variant). Raises ValueError for an unknown baseline.
     """

@@ -6,8 +6,8 @@ import math
 
 import pandas as pd
 
-from .frame import ReportData
-from .tables import PASS_NAMES, depth_ratios, fmt
+from .frame import ReportData, split_seeds
+from .tables import PASS_NAMES, depth_ratios, fmt, stacks_of
 
 MAX_LISTED = 4  # with many variants, name the extremes only
 
@@ -24,10 +24,19 @@ def _listing(pairs: list[tuple[str, str]]) -> str:
 
 
 def gradient_growth(data: ReportData) -> str | None:
-    """How the gradient norm changes from the first to the last layer, per variant."""
+    """How the gradient norm changes from the first to the last layer, per variant; in a
+    model of several stacks, one sentence per stack (layers compared within it)."""
     ratios = depth_ratios(data.rows)
     if not len(ratios):
         return None
+    out = []
+    for stack in stacks_of(ratios):
+        text = _growth(ratios[ratios["stack"] == stack])
+        out.append(f"{stack.capitalize()}: {text[0].lower()}{text[1:]}" if stack else text)
+    return " ".join(out)
+
+
+def _growth(ratios: pd.DataFrame) -> str:
     names = set(ratios["name"])
     name = "feedforward" if "feedforward" in names else "all" if "all" in names else min(names)
     part = ratios[ratios["name"] == name]
@@ -56,8 +65,16 @@ def gradient_growth(data: ReportData) -> str | None:
 
 
 def first_layer_gradient(data: ReportData, summary: pd.DataFrame) -> str | None:
-    """The first layer's mean |grad| against the baseline's, when it differs by 2x or more."""
-    means = _means(summary, "first_layer_mean_abs_grad")
+    """The first layer's mean |grad| against the baseline's, when it differs by 2x or more
+    (per stack in a model of several)."""
+    metrics = [m for m in dict.fromkeys(summary["metric"])
+               if m == "first_layer_mean_abs_grad" or m.startswith("first_layer_mean_abs_grad.")]
+    out = [t for t in (_first_layer(data, summary, m) for m in metrics) if t]
+    return " ".join(out) or None
+
+
+def _first_layer(data: ReportData, summary: pd.DataFrame, metric: str) -> str | None:
+    means = _means(summary, metric)
     if len(means) < 2 or data.baseline not in means.index:
         return None
     base = means.loc[data.baseline, "mean"]
@@ -70,7 +87,9 @@ def first_layer_gradient(data: ReportData, summary: pd.DataFrame) -> str | None:
     if not pairs:
         return None
     pairs.sort(key=lambda p: -ratio[p[0]])
-    return (f"First-layer mean |grad|: {data.baseline} {fmt(base)}; " + _listing(pairs) + ".")
+    stack = metric.partition(".")[2]
+    what = f"{stack.capitalize()} first-layer" if stack else "First-layer"
+    return (f"{what} mean |grad|: {data.baseline} {fmt(base)}; " + _listing(pairs) + ".")
 
 
 def timing_speed(data: ReportData, summary: pd.DataFrame) -> str | None:
@@ -103,9 +122,20 @@ def timing_speed(data: ReportData, summary: pd.DataFrame) -> str | None:
                 how = (" (within the timing IQR: not a clear difference)"
                        if abs(base - others[variant]) <= iqr else
                        " (one timing unit each; more seeds would show the run-to-run spread)")
-            parts.append(f"{variant} is {speed} than {data.baseline}{how}")
+            parts.append(f"{variant} is {speed} than {data.baseline}{how}"
+                         + _apart(data, metric, variant))
         return f"{PASS_NAMES[key]}: " + "; ".join(parts) + "."
     return None
+
+
+def _apart(data: ReportData, metric: str, variant: str) -> str:
+    """Says so when the compared timings were measured by different runs."""
+    seeds = split_seeds(data.rows, metric, data.baseline, variant)
+    if not seeds:
+        return ""
+    which = ", ".join(str(s) for s in seeds)
+    return (f" (but timed in different invocations of `variantlab run` on seed(s) {which}, "
+            "not side by side: rerun both together to compare)")
 
 
 def paired_ratios(rows: pd.DataFrame, probe: str, metric: str, baseline: str) -> dict[str, list]:

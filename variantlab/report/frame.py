@@ -20,8 +20,8 @@ class ReportData:
     """Everything a report shows, with one display name per variant (``variant`` column)."""
 
     runs: list[dict[str, Any]]  # parsed meta of each run, in the order given
-    variants: pd.DataFrame  # experiment, variant, stored_name, label, position, spec, overrides, warnings
-    units: pd.DataFrame  # experiment, variant, seed, probe, status, error, device, ...
+    variants: pd.DataFrame  # run, experiment, variant, stored_name, label, spec, overrides, warnings
+    units: pd.DataFrame  # run, experiment, variant, seed, probe, status, error, device, ...
     rows: pd.DataFrame  # ok rows only; ``variant`` is the display name
     baseline: str
     order: list[str] = field(default_factory=list)  # display names in report order
@@ -51,12 +51,32 @@ def parse_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _load(run: Any) -> Any:
-    if hasattr(run, "rows") and hasattr(run, "meta"):
-        return run
+def _is_run_data(run: Any) -> bool:
+    return hasattr(run, "rows") and hasattr(run, "meta")
+
+
+def load_runs(runs: Sequence[Any]) -> list[tuple[Any, str]]:
+    """Each run loaded, with a label unique among them (see :mod:`variantlab.runs`).
+
+    Paths may name a store, a run folder or a folder of run folders; one store given twice
+    (in any spelling) is read once. A ``RunData`` is labelled by its experiment's name.
+    """
+    from ..runs import find_runs
     from ..store import load_run  # the runner engineer's store; imported late
 
-    return load_run(Path(run))
+    paths = [r for r in runs if not _is_run_data(r)]
+    refs = iter(find_runs(paths)) if paths else iter(())
+    loaded: list[tuple[Any, str]] = []
+    for run in runs:
+        if _is_run_data(run):
+            loaded.append((run, str(parse_meta(run.meta).get("experiment") or "run")))
+        else:  # every path's runs at the first path's place, in order
+            loaded.extend((load_run(ref.store), ref.label) for ref in refs)
+    labels = [label for _, label in loaded]
+    for i, label in enumerate(labels):  # two in-memory runs of one experiment
+        if labels[:i].count(label):
+            labels[i] = f"{label}#{labels[:i].count(label) + 1}"
+    return [(run, label) for (run, _), label in zip(loaded, labels)]
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -97,37 +117,39 @@ def _empty_rows() -> pd.DataFrame:
 
 
 def gather(runs: Sequence[Any], baseline: str | None = None) -> ReportData:
-    """Load every run and give each variant a display name (``experiment/name`` on a clash)."""
+    """Load every run and give each variant a display name (``run/name`` when variants of
+    several runs share a name, so that nothing is pooled across runs)."""
     if not runs:
         raise ValueError("no runs given: pass at least one results store or its folder")
-    loaded = [_load(r) for r in runs]
-    metas = [parse_meta(r.meta) for r in loaded]
+    loaded = load_runs(list(runs))
+    metas = [parse_meta(r.meta) for r, _ in loaded]
     frames, unit_frames, row_frames = [], [], []
-    for i, (run, meta) in enumerate(zip(loaded, metas)):
+    for i, ((run, label), meta) in enumerate(zip(loaded, metas)):
         experiment = str(meta.get("experiment") or f"run{i + 1}")
-        meta["experiment"] = experiment
-        frames.append(_variants_frame(run, experiment))
+        meta["experiment"], meta["run"] = experiment, label
+        frames.append(_variants_frame(run, experiment).assign(run=label))
         rows = run.rows.copy() if run.rows is not None and len(run.rows) else _empty_rows()
-        rows["experiment"] = experiment
+        rows["experiment"], rows["run"] = experiment, label
         row_frames.append(rows)
         units = run.units.copy() if run.units is not None else pd.DataFrame()
         if "current" in units.columns:  # units of an older version of the YAML stay out
             units = units[units["current"].astype(bool)]
-        units["experiment"] = experiment
+        units["experiment"], units["run"] = experiment, label
         unit_frames.append(units)
+        rows["invocation"] = _invocations(rows, units)
     variants = pd.concat(frames, ignore_index=True)
     clash = variants["stored_name"].duplicated(keep=False)
     variants["variant"] = [
-        f"{e}/{n}" if c else n
-        for e, n, c in zip(variants["experiment"], variants["stored_name"], clash)
+        f"{r}/{n}" if c else n
+        for r, n, c in zip(variants["run"], variants["stored_name"], clash)
     ]
-    names = {(e, n): d for e, n, d in zip(variants["experiment"], variants["stored_name"],
+    names = {(r, n): d for r, n, d in zip(variants["run"], variants["stored_name"],
                                           variants["variant"])}
 
     def rename(frame: pd.DataFrame, column: str) -> pd.DataFrame:
         if column in frame.columns and len(frame):
-            frame["variant"] = [names.get((e, str(n)), f"{e}/{n}")
-                                for e, n in zip(frame["experiment"], frame[column])]
+            frame["variant"] = [names.get((r, str(n)), f"{r}/{n}")
+                                for r, n in zip(frame["run"], frame[column])]
         return frame
 
     units = pd.concat([rename(u, "variant") for u in unit_frames], ignore_index=True)
@@ -136,10 +158,56 @@ def gather(runs: Sequence[Any], baseline: str | None = None) -> ReportData:
         rows = rows[rows["status"].fillna("ok") == "ok"]
     rows = rows[rows["metric"] != "error"].reset_index(drop=True)
     rows["value"] = pd.to_numeric(rows["value"], errors="coerce")
+    rows["stack"], rows["name"] = split_stacks(rows)
     order = list(variants["variant"])
     chosen = _baseline(baseline, metas, variants, order)
     return ReportData(runs=metas, variants=variants.reset_index(drop=True), units=units,
                       rows=rows, baseline=chosen, order=order)
+
+
+def _invocations(rows: pd.DataFrame, units: pd.DataFrame) -> list:
+    """Per row: the invocation of ``variantlab run`` that measured its unit (None if the
+    store predates the record)."""
+    if not {"key", "invocation"} <= set(units.columns) or "unit_key" not in rows.columns:
+        return [None] * len(rows)
+    known = dict(zip(units["key"], units["invocation"]))
+    return [known.get(k) if isinstance(known.get(k), str) else None for k in rows["unit_key"]]
+
+
+def invocation_numbers(rows: pd.DataFrame, probe: str = "timing") -> dict[str, int]:
+    """Invocation id -> 1, 2, ... in time order, for the ``probe``'s rows (ids start with
+    their UTC start time, so they sort in time order)."""
+    if "invocation" not in rows.columns:
+        return {}
+    ids = rows.loc[rows["probe"] == probe, "invocation"].dropna()
+    return {inv: i + 1 for i, inv in enumerate(sorted(set(ids)))}
+
+
+def split_seeds(rows: pd.DataFrame, metric: str, a: str, b: str) -> list[int]:
+    """Seeds on which variants ``a`` and ``b`` have ``metric`` timing rows measured by
+    different invocations of ``variantlab run`` (so not side by side)."""
+    if "invocation" not in rows.columns:
+        return []
+    part = rows[(rows["probe"] == "timing") & (rows["metric"] == metric)
+                & rows["invocation"].notna()]
+    inv = {(v, int(s)): i for v, s, i in zip(part["variant"], part["seed"], part["invocation"])}
+    seeds = sorted({s for v, s in inv if v == a} & {s for v, s in inv if v == b})
+    return [s for s in seeds if inv[(a, s)] != inv[(b, s)]]
+
+
+def split_stacks(rows: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """Layer rows of a model of several stacks are named ``stack/slot`` (see
+    :func:`variantlab.probes.common.stacked`): their stack and their plain name."""
+    stacks, names = [], []
+    for scope, name in zip(rows.get("scope", []), rows.get("name", [])):
+        name = "" if name is None or (isinstance(name, float) and math.isnan(name)) else str(name)
+        if scope == "layer" and "/" in name:
+            stack, name = name.split("/", 1)
+        else:
+            stack = ""
+        stacks.append(stack)
+        names.append(name)
+    return stacks, names
 
 
 def _baseline(given: str | None, metas: list[dict], variants: pd.DataFrame,
@@ -150,10 +218,13 @@ def _baseline(given: str | None, metas: list[dict], variants: pd.DataFrame,
         hits = variants.loc[variants["stored_name"] == given, "variant"].tolist()
         if len(hits) == 1:
             return hits[0]
+        if hits:
+            raise ValueError(f"--baseline {given!r} is in several runs; choose one of: "
+                             + ", ".join(hits))
         raise ValueError(f"--baseline {given!r}: no such variant; choose one of: "
                          + ", ".join(order))
     stored = metas[0].get("baseline")
-    first = variants[variants["experiment"] == metas[0]["experiment"]]
+    first = variants[variants["run"] == metas[0]["run"]]
     hits = first.loc[first["stored_name"] == stored, "variant"].tolist()
     return hits[0] if hits else order[0]
 

@@ -46,8 +46,14 @@ def styles(n: int) -> list[dict]:
     return out
 
 
+def shown(name: str) -> str:
+    """A variant name as a plot shows it: control characters (no font has them) as spaces."""
+    return "".join(" " if ord(c) < 32 or ord(c) == 127 else c for c in str(name))
+
+
 def _legend(fig: Figure, ax, n: int) -> None:
     handles, labels = ax.get_legend_handles_labels()
+    labels = [shown(label) for label in labels]
     if not handles:
         return
     ncol = max(1, math.ceil(n / 14))
@@ -83,12 +89,7 @@ def gradient_plot(data: ReportData) -> Plot:
     fig, axes = _new(1, len(names), width=3.4 * len(names) + 1)
     st = dict(zip(data.order, styles(len(data.order))))
     for ax, name in zip(axes, names):
-        mean = _mean_by(part[part["name"] == name], ["variant", "layer"])
-        for variant in data.order:
-            line = mean[mean["variant"] == variant].sort_values("layer")
-            if len(line):
-                ax.plot(line["layer"].astype(int), line["value"], label=variant,
-                        markersize=3, **st[variant])
+        _stack_lines(ax, part[part["name"] == name], data.order, st)
         ax.set_yscale("log")
         ax.set_title("all slots" if name == "all" else name)
         ax.set_xlabel("layer index")
@@ -96,7 +97,29 @@ def gradient_plot(data: ReportData) -> Plot:
         ax.xaxis.get_major_locator().set_params(integer=True)
     _legend(fig, axes[0], len(data.order))
     fig.suptitle(title)
-    return Plot("gradients", title, caption, fig)
+    return Plot("gradients", title, caption + _stack_caption(part), fig)
+
+
+def _stack_lines(ax, part: pd.DataFrame, order: list[str], st: dict[str, dict]) -> None:
+    """One line per variant and stack: an encoder's and a decoder's layers are not joined
+    into one curve (their layer indices run on, encoder first)."""
+    part = part.assign(stack=part["stack"].fillna("")) if "stack" in part.columns \
+        else part.assign(stack="")
+    mean = _mean_by(part, ["variant", "stack", "layer"])
+    for variant in order:
+        mine = mean[mean["variant"] == variant]
+        for i, stack in enumerate(dict.fromkeys(mine["stack"])):
+            line = mine[mine["stack"] == stack].sort_values("layer")
+            ax.plot(line["layer"].astype(int), line["value"], markersize=3,
+                    label=variant if i == 0 else "_nolegend_", **st[variant])
+
+
+def _stack_caption(part: pd.DataFrame) -> str:
+    stacks = [s for s in dict.fromkeys(part.get("stack", pd.Series(dtype=str)).fillna("")) if s]
+    if not stacks:
+        return ""
+    return (" Stacks are drawn as separate lines, layer indices running on from one to the "
+            "next: " + ", ".join(stacks) + ".")
 
 
 def residual_plot(data: ReportData) -> Plot:
@@ -108,18 +131,13 @@ def residual_plot(data: ReportData) -> Plot:
     if not len(part):
         return Plot("residual", title, caption, skipped="no residual_rms rows")
     fig, (ax,) = _new()
-    mean = _mean_by(part, ["variant", "layer"])
-    for variant, style in zip(data.order, styles(len(data.order))):
-        line = mean[mean["variant"] == variant].sort_values("layer")
-        if len(line):
-            ax.plot(line["layer"].astype(int), line["value"], label=variant, markersize=3,
-                    **style)
+    _stack_lines(ax, part, data.order, dict(zip(data.order, styles(len(data.order)))))
     ax.set_title(title)
     ax.set_xlabel("layer index")
     ax.set_ylabel("residual RMS (activation units)")
     ax.xaxis.get_major_locator().set_params(integer=True)
     _legend(fig, ax, len(data.order))
-    return Plot("residual", title, caption, fig)
+    return Plot("residual", title, caption + _stack_caption(part), fig)
 
 
 def timing_plot(data: ReportData) -> Plot:
@@ -142,7 +160,8 @@ def timing_plot(data: ReportData) -> Plot:
         errs = [iqr["value"].get(v, 0.0) * 1e3 / 2 for v in variants]
         ax.barh(range(len(variants)), vals, xerr=errs, capsize=2,
                 color=[c["color"] for c in colors])
-        ax.set_yticks(range(len(variants)), variants if ax is axes[0] else [""] * len(variants))
+        ax.set_yticks(range(len(variants)), [shown(v) for v in variants] if ax is axes[0]
+                      else [""] * len(variants))
         ax.invert_yaxis()
         ax.set_title(PASS_NAMES[key])
         ax.set_xlabel("median time (ms)")
@@ -197,7 +216,7 @@ def params_plot(data: ReportData) -> Plot:
         vals = table[slot].fillna(0).tolist()
         ax.barh(range(len(variants)), vals, left=left, label=slot, color=color)
         left = [a + b for a, b in zip(left, vals)]
-    ax.set_yticks(range(len(variants)), variants)
+    ax.set_yticks(range(len(variants)), [shown(v) for v in variants])
     ax.invert_yaxis()
     ax.set_title(title)
     ax.set_xlabel("parameters (count)")

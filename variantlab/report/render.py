@@ -42,6 +42,7 @@ def _numeric(table: Table, i: int) -> bool:
 
 @dataclass
 class Header:
+    run: str
     experiment: str
     description: str
     date: str
@@ -56,7 +57,7 @@ def headers(data: ReportData) -> list[Header]:
     """One header per run: what was measured, when, on what."""
     out = []
     for meta in data.runs:
-        rows = data.rows[data.rows["experiment"] == meta["experiment"]]
+        rows = data.rows[data.rows["run"] == meta["run"]]
         info = rows[rows["scope"] == "info"]
 
         def text(metric: str) -> str:
@@ -66,10 +67,11 @@ def headers(data: ReportData) -> list[Header]:
         device = text("device")
         units = data.units
         if not device and "device" in units.columns:
-            mine = units[units["experiment"] == meta["experiment"]]
+            mine = units[units["run"] == meta["run"]]
             device = ", ".join(dict.fromkeys(str(d) for d in mine["device"].dropna()))
         seeds = meta.get("seeds") or sorted({int(s) for s in rows["seed"].dropna()})
         out.append(Header(
+            run=str(meta.get("run", meta.get("experiment", ""))),
             experiment=str(meta.get("experiment", "")),
             description=str(meta.get("description") or ""),
             date=str(meta.get("created") or "unknown"),
@@ -114,4 +116,5 @@ def render_html(context: dict[str, Any], svgs: dict[str, str]) -> str:
 
 def title_of(data: ReportData) -> str:
     names = list(dict.fromkeys(m["experiment"] for m in data.runs))
-    return "variantlab report: " + " + ".join(names)
+    runs = f" ({len(data.runs)} runs)" if len(data.runs) > len(names) else ""
+    return "variantlab report: " + " + ".join(names) + runs

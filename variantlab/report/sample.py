@@ -128,6 +128,7 @@ def sample_run(
                               status="ok", error=None) for x in prows]
     frame = pd.DataFrame(rows)
     frame.insert(0, "experiment", experiment)
+    frame["run"] = experiment
     for col in ("seed", "layer", "step"):
         frame[col] = frame[col].astype("Int64")
     return RunData(meta=meta, variants=pd.DataFrame(vrows), units=pd.DataFrame(urows),

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from .frame import ReportData, differing_axes, flatten
+from .frame import ReportData, differing_axes, flatten, invocation_numbers
 
 PASS_NAMES = {"forward": "forward", "backward": "forward+backward", "step": "train step"}
 SLOT_ORDER = ("embedding", "positional", "attention", "feedforward", "norm", "residual",
@@ -69,45 +70,73 @@ def seed_metrics(data: ReportData) -> pd.DataFrame:
         add(_select(rows, "training", metric), "training", metric, label, "")
     add(_select(rows, "gradients", "loss"), "gradients", "loss", "loss at init", "")
     first = first_layer(rows, "mean_abs_grad")
-    add(first, "gradients", "first_layer_mean_abs_grad", "first-layer mean |grad|", "")
+    for stack in stacks_of(first):
+        add(first[first["stack"] == stack], "gradients", "first_layer_mean_abs_grad"
+            + (f".{stack}" if stack else ""), _of(stack) + "first-layer mean |grad|", "")
     ratios = depth_ratios(rows)
-    for name in sorted(set(ratios["name"]), key=lambda n: (n != "all", n)):
-        label = "last/first layer grad norm" + ("" if name == "all" else f" ({name})")
-        add(ratios[ratios["name"] == name], "gradients", f"grad_norm_ratio.{name}", label, "x")
+    for stack in stacks_of(ratios):
+        mine = ratios[ratios["stack"] == stack]
+        for name in sorted(set(mine["name"]), key=lambda n: (n != "all", n)):
+            label = "last/first layer grad norm" + ("" if name == "all" else f" ({name})")
+            metric = f"grad_norm_ratio.{stack + '.' if stack else ''}{name}"
+            add(mine[mine["name"] == name], "gradients", metric, _of(stack) + label, "x")
     if not out:
         return pd.DataFrame(columns=["variant", "seed", "value", "iqr", "section", "metric",
                                      "label", "unit"])
     return pd.concat(out, ignore_index=True)
 
 
+def stacks_of(frame: pd.DataFrame) -> list[str]:
+    """The stacks in a frame's ``stack`` column, in order of appearance ("" for a model of
+    one stack)."""
+    if "stack" not in frame.columns:
+        return [""] if len(frame) else []
+    return list(dict.fromkeys(frame["stack"].fillna("")))
+
+
+def _of(stack: str) -> str:
+    """A label's prefix naming the stack: ``"encoder "``, or nothing."""
+    return f"{stack} " if stack else ""
+
+
+def _with_stack(frame: pd.DataFrame) -> pd.DataFrame:
+    if "stack" not in frame.columns:
+        frame = frame.assign(stack="")
+    return frame.assign(stack=frame["stack"].fillna(""))
+
+
 def first_layer(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Per (variant, seed): a layer metric of the lowest-numbered layer, over its weight
-    matrices (the seeds' measure) where the rows have them, else over all its parameters."""
-    layer = rows[(rows["probe"] == "gradients") & (rows["scope"] == "layer")
-                 & (rows["metric"] == metric) & rows["layer"].notna()]
+    """Per (variant, seed, stack): a layer metric of the stack's lowest-numbered layer, over
+    its weight matrices (the seeds' measure) where the rows have them, else over all its
+    parameters. An encoder's first layer and a decoder's are two results, never one."""
+    layer = _with_stack(rows[(rows["probe"] == "gradients") & (rows["scope"] == "layer")
+                             & (rows["metric"] == metric) & rows["layer"].notna()])
     weights = layer[layer["name"] == "weights"]
     has_weights = layer["variant"].isin(set(weights["variant"]))
     layer = pd.concat([weights, layer[~has_weights & (layer["name"] == "all")]])
     if not len(layer):
         return layer
-    low = layer.groupby(["variant", "seed"])["layer"].transform("min")
+    low = layer.groupby(["variant", "seed", "stack"])["layer"].transform("min")
     return layer[layer["layer"] == low]
 
 
 def depth_ratios(rows: pd.DataFrame, metric: str = "grad_norm") -> pd.DataFrame:
-    """Per (variant, seed, slot name): last-layer over first-layer value of a layer metric."""
-    layer = rows[(rows["probe"] == "gradients") & (rows["scope"] == "layer")
-                 & (rows["metric"] == metric) & rows["layer"].notna()
-                 & (rows["name"] != "weights")]
+    """Per (variant, seed, stack, slot name): last-layer over first-layer value of a layer
+    metric, within one stack (an encoder's layers are never compared with a decoder's)."""
+    layer = _with_stack(rows[(rows["probe"] == "gradients") & (rows["scope"] == "layer")
+                             & (rows["metric"] == metric) & rows["layer"].notna()
+                             & (rows["name"] != "weights")])
     records = []
-    for (variant, seed, name), group in layer.groupby(["variant", "seed", "name"], sort=False):
+    for (variant, seed, stack, name), group in layer.groupby(["variant", "seed", "stack", "name"],
+                                                             sort=False):
         group = group.sort_values("layer")
         first, last = group["value"].iloc[0], group["value"].iloc[-1]
         if len(group) > 1 and first > 0:
-            records.append({"variant": variant, "seed": seed, "name": name, "value": last / first,
+            records.append({"variant": variant, "seed": seed, "stack": stack, "name": name,
+                            "value": last / first,
                             "first_layer": int(group["layer"].iloc[0]),
                             "last_layer": int(group["layer"].iloc[-1])})
-    cols = ["variant", "seed", "name", "value", "first_layer", "last_layer"]
+    cols = ["variant", "seed", "stack", "name", "value", "first_layer", "last_layer"]
     return pd.DataFrame(records, columns=cols)
 
 
@@ -185,33 +214,52 @@ def section_tables(data: ReportData, summary: pd.DataFrame) -> list[Table]:
         if not len(part):
             continue
         metrics = list(dict.fromkeys(zip(part["metric"], part["label"], part["unit"])))
-        columns = ["variant", "n"] + [f"{label} ({unit})" if unit not in ("", "x", "count")
-                                      else label
-                                      for _, label, unit in metrics]
+        timed = invocation_numbers(data.rows) if section == "timing" else {}
+        columns = ["variant", "n"] + (["timed in run"] if len(timed) > 1 else []) + [
+            f"{label} ({unit})" if unit not in ("", "x", "count") else label
+            for _, label, unit in metrics]
         body = []
         for variant in data.order:
             mine = part[part["variant"] == variant].set_index("metric", drop=False)
             if not len(mine):
                 continue
             cells = [variant, str(int(mine["n"].max()))]
+            if len(timed) > 1:
+                cells.append(_timed_in(data.rows, variant, timed))
             cells += [cell(mine.loc[m]) if m in mine.index else "—" for m, _, _ in metrics]
             body.append(cells)
+        if len(timed) > 1:
+            note += (f"; these timings come from {len(timed)} invocations of `variantlab run` "
+                     "(numbered in time order in the column 'timed in run', e.g. after --only "
+                     "or a resume): only timings of one invocation were measured side by side")
+        if section == "gradients" and any(stacks_of(data.rows)):
+            note += ("; a model of several stacks (encoder, decoder) has each stack's layers "
+                     "compared among themselves, named by stack")
         tables.append(Table(title, columns, body,
                             f"{note}; (×r) is the ratio to the baseline {data.baseline}."))
     return tables
 
 
+def _timed_in(rows: pd.DataFrame, variant: str, numbers: dict[str, int]) -> str:
+    mine = rows.loc[(rows["probe"] == "timing") & (rows["variant"] == variant), "invocation"]
+    found = sorted({numbers[i] for i in mine.dropna() if i in numbers})
+    return ", ".join(f"#{n}" for n in found) or "?"
+
+
 def variant_table(data: ReportData) -> Table:
     """The variants with only the axes that differ between them."""
     axes = differing_axes(data)
-    multi = data.variants["experiment"].nunique() > 1
-    columns = ["variant"] + (["experiment"] if multi else []) + axes
+    v = data.variants
+    multi = v["experiment"].nunique() > 1
+    runs = "run" in v.columns and v["run"].nunique() > 1 and (v["run"] != v["experiment"]).any()
+    extra = (["run"] if runs else []) + (["experiment"] if multi else [])
+    columns = ["variant"] + extra + axes
     body = []
-    for _, rec in data.variants.iterrows():
+    for _, rec in v.iterrows():
         flat = flatten(rec["spec"]) if isinstance(rec["spec"], dict) and rec["spec"] else \
             dict(rec["overrides"] or {})
         name = rec["variant"] + (" (baseline)" if rec["variant"] == data.baseline else "")
-        cells = [name] + ([rec["experiment"]] if multi else [])
+        cells = [name] + [str(rec[c]) for c in extra]
         cells += [_text(flat.get(axis, "")) for axis in axes]
         body.append(cells)
     note = "" if axes else "All variants share one model spec."
@@ -259,6 +307,35 @@ def failure_table(data: ReportData) -> Table:
     return Table("Failed units", ["variant", "probe", "seed", "error"], body)
 
 
+#: A text cell starting with one of these is a formula to a spreadsheet (CSV injection).
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def csv_text(value: object) -> object:
+    """A text cell safe to open in a spreadsheet: one that a spreadsheet would read as a
+    formula gets a leading single quote; numbers (negative ones too) and other text pass.
+    A carriage return becomes a newline (which the CSV writer quotes; a bare CR it would
+    not, and readers would split the row there)."""
+    if not isinstance(value, str):
+        return value
+    if value.startswith(FORMULA_START) and not _NUMBER.fullmatch(value):
+        value = "'" + value
+    return value.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every text cell passed through :func:`csv_text`; numeric columns
+    are left as they are."""
+    out = frame.copy()
+    for col in out.columns:
+        if not pd.api.types.is_numeric_dtype(out[col]):
+            out[col] = out[col].map(csv_text)
+    out.columns = [csv_text(c) for c in out.columns]
+    return out
+
+
 def summary_csv(summary: pd.DataFrame) -> str:
-    """The long summary as CSV text (one line per variant and metric)."""
-    return summary.to_csv(index=False, float_format="%.6g", lineterminator="\n")
+    """The long summary as CSV text (one line per variant and metric), safe to open in a
+    spreadsheet (see :func:`csv_safe`)."""
+    return csv_safe(summary).to_csv(index=False, float_format="%.6g", lineterminator="\n")
