@@ -48,7 +48,10 @@ def nonfinite(doc: YamlDoc) -> list[str]:
 
 def seed_problems(seeds: list[Any], doc: YamlDoc) -> list[str]:
     """Duplicate seeds and seeds outside SQLite's integer range."""
-    out, first = [], {}
+    out: list[str] = []
+    first: dict[int, int] = {}
+    if not isinstance(seeds, list):
+        return out  # the schema reports it
     for i, seed in enumerate(seeds):
         if isinstance(seed, bool) or not isinstance(seed, int):
             continue  # the schema reports it

@@ -102,7 +102,10 @@ def human(n_bytes: float) -> str:
 def _meta_cost(spec: ModelSpec, registry: Registry, batch: tuple[int, int] | None) -> Cost:
     try:
         return _meta_cost_unguarded(spec, registry, batch)
-    except Exception as exc:  # plugin code on meta tensors: anything can go wrong
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # plugin code on meta tensors: anything can go wrong,
+        # sys.exit() included; the unit itself reports it when it runs
         raise EstimateError(f"cannot estimate on the meta device: {type(exc).__name__}: "
                             f"{exc}") from exc
 
