@@ -129,7 +129,8 @@ def _compute(key: str) -> tuple[UnitRecord, list]:
     unit = _STATE["units"].get(key)
     if unit is None:
         raise LookupError(f"unit {key[:12]} is not in the experiment as the worker rebuilt it "
-                          "(did the YAML or a plugin change during the run?)")
+                          "(did the YAML, a plugin, the data or variantlab itself change "
+                          "during the run?)")
     return _run_unit(unit, _STATE["experiment"], _STATE["probe_fn"])
 
 
