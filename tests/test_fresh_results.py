@@ -209,3 +209,13 @@ def test_rerun_recomputes_all_or_one_probe(tmp_path):
     assert bad.exit_code == 2
     assert "'gradient' is not a probe" in bad.output and "all, params, gradients" in bad.output
     assert "Traceback" not in bad.output
+
+
+def test_code_that_only_presents_numbers_is_not_in_the_key():
+    from variantlab.fingerprint import core_files
+
+    (root, files), = core_files("variantlab").items()
+    names = {f.relative_to(root).as_posix() for f in files}
+    assert {"build.py", "runner.py", "probes/gradients.py", "data/gpt2.tiktoken"} <= names
+    assert not any(n.startswith(("report/", "testing/")) for n in names)
+    assert not names & {"cli.py", "clifmt.py", "schema.py", "plugininfo.py"}

@@ -5,7 +5,8 @@ settings, the device and the seed:
 
 * ``code``: sha256 over the files (content, never mtime) of the ``variantlab`` package and
   the built-in ``variantlab_plugins`` package, plus the versions of variantlab and torch
-  (:func:`environment`);
+  (:func:`environment`); the parts of the core that only present numbers (the report, the
+  CLI, the schema, the plugin listing, the conformance kit) are left out (``PRESENTATION``);
 * ``plugins``: for each third-party or local plugin that registered a component the variant
   uses (its family and every slot), a sha256 of the plugin's source: the ``.py`` file of a
   plugin file or module, every ``.py`` file of its top-level package when it lives in one
@@ -35,6 +36,12 @@ from .errors import SpecError
 
 CORE_PACKAGES = ("variantlab", "variantlab_plugins")
 _SKIP_DIRS = {"__pycache__"}
+#: parts of the core that only present or check numbers, never compute them: editing the
+#: report or the CLI does not make stored results stale
+PRESENTATION = {
+    "variantlab": {"report", "cli.py", "clifmt.py", "schema.py", "plugininfo.py", "testing",
+                   "runs.py"},
+}
 _FILE_CACHE: dict[tuple[str, int, int], str] = {}
 
 
@@ -65,16 +72,25 @@ def _package_files(root: Path, pattern: str = "*") -> Iterator[Path]:
             yield path
 
 
+def core_files(name: str) -> dict[Path, list[Path]]:
+    """The files of core package ``name`` that can change a number, by package folder."""
+    module = importlib.import_module(name)
+    skip = PRESENTATION.get(name, set())
+    out = {}
+    for folder in getattr(module, "__path__", []):
+        root = Path(folder)
+        out[root] = [f for f in _package_files(root) if f.relative_to(root).parts[0] not in skip]
+    return out
+
+
 @lru_cache(maxsize=1)
 def environment() -> dict[str, str]:
     """The code and versions every unit depends on: the core and built-in plugin packages'
     files, variantlab's and torch's versions (computed once per process)."""
     h = hashlib.sha256()
     for name in CORE_PACKAGES:
-        module = importlib.import_module(name)
-        for folder in getattr(module, "__path__", []):
-            h.update(name.encode() + b"\0" + tree_digest(_package_files(Path(folder)),
-                                                         Path(folder)).encode())
+        for root, files in core_files(name).items():
+            h.update(name.encode() + b"\0" + tree_digest(files, root).encode())
     return {"code": h.hexdigest(), "variantlab": __version__, "torch": torch.__version__}
 
 
