@@ -79,10 +79,10 @@ class RotaryPositions(Positions):
         else:
             cos, sin = self.cos_sin(rot, position_ids)
         cos, sin = cos.to(q.dtype), sin.to(q.dtype)  # (B, 1, T, rot)
-        return self._apply(q, cos, sin, rot), self._apply(k, cos, sin, rot)
+        return self._rotate_one(q, cos, sin, rot), self._rotate_one(k, cos, sin, rot)
 
     @staticmethod
-    def _apply(x, cos, sin, rot):  # x (B, H, T, hd)
+    def _rotate_one(x, cos, sin, rot):  # x (B, H, T, hd)
         x_rot, x_pass = x[..., :rot], x[..., rot:]  # (B, H, T, rot), (B, H, T, hd - rot)
         x_rot = x_rot * cos + rotate_half(x_rot) * sin  # (B, H, T, rot)
         return torch.cat((x_rot, x_pass), dim=-1) if x_pass.shape[-1] else x_rot
