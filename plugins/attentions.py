@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +25,11 @@ class MHASpec(ComponentSpec):
     2023) and a sliding window (Beltagy et al. 2020; Mistral, Jiang et al. 2023)."""
 
     kind: Literal["mha"] = "mha"
+    walk_examples: ClassVar[tuple[dict, ...]] = (  # tests/test_registry_walk.py tries these
+        {"kind": "mha", "n_kv_heads": 2, "qk_norm": {"kind": "rms"}, "window": 4},
+        {"kind": "mha", "impl": "sdpa", "n_kv_heads": 1, "head_dim": 12,
+         "qk_norm": {"kind": "layer"}, "qk_norm_scope": "projection"},
+    )
     impl: Literal["naive", "sdpa"] = Field(
         "naive", description="naive: explicit softmax(QK^T/sqrt(d))V; sdpa: torch's fused kernel"
     )

@@ -22,6 +22,8 @@ class RotarySpec(ComponentSpec):
 
     kind: Literal["rotary"] = "rotary"
     acts_in_attention: ClassVar[bool] = True
+    walk_examples: ClassVar[tuple[dict, ...]] = (  # tests/test_registry_walk.py tries these
+        {"kind": "rotary", "theta": 500.0, "fraction": 0.5},)
     theta: PositiveFloat = Field(
         10000.0, description="base of the angle frequencies theta^(-2i/d) (Llama 3: 500000)")
     fraction: float = Field(

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import variantlab as vl
-from variantlab.testing import check_component
 from variantlab_plugins.rotary import ALiBiPositions, RotaryPositions
 
 REG = vl.get_registry()
@@ -242,18 +241,3 @@ def test_llama_style_model_builds_with_the_expected_parameters(tiny):
     idx = torch.randint(0, 64, (2, 8))
     model(idx).sum().backward()
     assert all(p.grad is not None for p in model.parameters())
-
-
-# -- conformance kit over the new options ------------------------------------------------
-KIT_CASES = [
-    ("attention", {"kind": "mha", "n_kv_heads": 2, "qk_norm": {"kind": "rms"}}),
-    ("attention", {"kind": "mha", "n_kv_heads": 1, "head_dim": 12, "impl": "sdpa",
-                   "window": 3, "qk_norm": {"kind": "layer"}, "qk_norm_scope": "projection"}),
-    ("positional", {"kind": "rotary", "theta": 500.0, "fraction": 0.5}),
-]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("slot, spec", KIT_CASES, ids=["gqa-qknorm", "mqa-window", "rotary"])
-def test_new_options_pass_the_conformance_kit(slot, spec):
-    check_component(slot, spec, registry=REG, families=["gpt", "encoder_decoder"])
