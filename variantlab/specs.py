@@ -156,8 +156,11 @@ class ModelSpec(BaseModel):
         positional = self.positional
         if getattr(positional, "acts_in_attention", False):
             registry = (info.context or {}).get("registry") or get_registry()
-            attention = registry.get("attention", self.attention.kind, ("attention", "kind"))
-            if not accepts(attention.build, "positions"):
+            try:
+                attention = registry.get("attention", self.attention.kind)
+            except SpecError:  # validated without the registry that has it: cannot judge
+                attention = None
+            if attention is not None and not accepts(attention.build, "positions"):
                 issues.append(SpecIssue(("positional", "kind"), (
                     f"positional {positional.kind!r} acts inside attention, but attention "
                     f"{self.attention.kind!r} (plugin {attention.plugin!r}) does not take "
