@@ -56,7 +56,8 @@ def test_rotary_hand_numbers_and_explicit_positions():
 
 def test_rotary_scores_depend_on_relative_position_only():
     rope = RotaryPositions(theta=500.0)
-    q, k = torch.randn(1, 2, 6, 8, dtype=torch.float64), torch.randn(1, 2, 6, 8, dtype=torch.float64)
+    q = torch.randn(1, 2, 6, 8, dtype=torch.float64)
+    k = torch.randn(1, 2, 6, 8, dtype=torch.float64)
     a_q, a_k = rope.rotate(q, k)
     b_q, b_k = rope.rotate(q, k, torch.arange(6)[None] + 37)
     # angles are float32 (as in Hugging Face), hence the tolerance
