@@ -1,94 +1,177 @@
-"""Multi-head attention (Vaswani et al. 2017): one parameter layout, two implementations."""
+"""Multi-head attention (Vaswani et al. 2017) with grouped-query heads, QK-norm and a sliding
+window: one parameter layout, two implementations (``naive``, ``sdpa``)."""
+
+from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, PositiveInt, SerializeAsAny, ValidationInfo, field_validator
 from torch import nn
 
 from variantlab import ComponentSpec, hookimpl
+from variantlab.positions import Positions
+from variantlab.registry import get_registry
+from variantlab.specs import resolve_component
+from variantlab_plugins.masks import attend_mask, dead_rows
 
 
 class MHASpec(ComponentSpec):
-    """Multi-head scaled dot-product attention (Vaswani et al. 2017)."""
+    """Multi-head scaled dot-product attention (Vaswani et al. 2017), optionally with
+    grouped-query heads (Ainslie et al. 2023), QK-norm (Dehghani et al. 2023; Wortsman et al.
+    2023) and a sliding window (Beltagy et al. 2020; Mistral, Jiang et al. 2023)."""
 
     kind: Literal["mha"] = "mha"
+    walk_examples: ClassVar[tuple[dict, ...]] = (  # tests/test_registry_walk.py tries these
+        {"kind": "mha", "n_kv_heads": 2, "qk_norm": {"kind": "rms"}, "window": 4},
+        {"kind": "mha", "impl": "sdpa", "n_kv_heads": 1, "head_dim": 12,
+         "qk_norm": {"kind": "layer"}, "qk_norm_scope": "projection"},
+    )
     impl: Literal["naive", "sdpa"] = Field(
         "naive", description="naive: explicit softmax(QK^T/sqrt(d))V; sdpa: torch's fused kernel"
     )
+    n_kv_heads: PositiveInt | None = Field(
+        None, description="key/value heads, dividing n_heads (grouped-query attention, Ainslie "
+        "et al. 2023); 1 = multi-query; unset = n_heads")
+    head_dim: PositiveInt | None = Field(
+        None, description="width of each head; unset = emb_dim // n_heads (Qwen3 sets its own)")
+    qk_norm: SerializeAsAny[ComponentSpec] | None = Field(
+        None, description="a norm {kind: rms|layer|...} on queries and keys before the scores "
+        "(and before rotary); unset or none = no QK-norm")
+    qk_norm_scope: Literal["head", "projection"] = Field(
+        "head", description="head: one norm over each head's head_dim, shared by the heads "
+        "(Qwen3); projection: over the whole query / key projection (OLMo2)")
+    window: PositiveInt | None = Field(
+        None, description="sliding window: each query sees at most this many most recent keys "
+        "(Mistral); in bidirectional attention, keys closer than this; unset = all")
+
+    @field_validator("qk_norm", mode="before")
+    @classmethod
+    def _resolve_norm(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None or value == "none" or isinstance(value, ComponentSpec):
+            return None if value == "none" else value
+        registry = (info.context or {}).get("registry") or get_registry()
+        return resolve_component("norm", value, registry)
+
+    def errors(self, model) -> list[tuple[str, str]]:
+        kv, heads = self.n_kv_heads, model.n_heads
+        if kv is not None and heads % kv:
+            choices = ", ".join(str(h) for h in range(1, heads + 1) if heads % h == 0)
+            return [("n_kv_heads", f"n_kv_heads={kv} does not divide n_heads={heads}; choose "
+                     f"one of {choices}")]
+        return []
+
+
+def _registry_norm(dim: int, spec: ComponentSpec) -> nn.Module:
+    return get_registry().get("norm", spec.kind).build(spec, dim=dim)
 
 
 class MultiHeadAttention(nn.Module):
-    """softmax(Q K^T / sqrt(head_dim)) V per head, dropout on the attention weights.
+    """softmax(Q K^T / sqrt(head_dim) + bias) V per head, dropout on the attention weights.
 
     ``naive`` is the seeds' explicit form; ``sdpa`` calls F.scaled_dot_product_attention
     (FlashAttention / memory-efficient kernels where available). Same parameters either way.
+    Keys and values have ``n_kv_heads`` heads, each shared by n_heads / n_kv_heads query
+    heads. Self-attention applies the model's ``positions`` (rotary, ALiBi bias);
+    cross-attention does not. A query that may see no key gives a zero output.
     """
 
-    def __init__(self, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal, impl):
+    def __init__(self, emb_dim: int, n_heads: int, drop_rate: float, qkv_bias: bool,
+                 causal: bool, spec: MHASpec, positions: Positions | None = None,
+                 make_norm: Callable[..., nn.Module] | None = None, out_bias: bool = True):
         super().__init__()
-        self.n_heads, self.head_dim = n_heads, emb_dim // n_heads
-        self.causal, self.impl, self.drop_rate = causal, impl, drop_rate
-        self.W_query = nn.Linear(emb_dim, emb_dim, bias=qkv_bias)
-        self.W_key = nn.Linear(emb_dim, emb_dim, bias=qkv_bias)
-        self.W_value = nn.Linear(emb_dim, emb_dim, bias=qkv_bias)
-        self.out_proj = nn.Linear(emb_dim, emb_dim)
+        self.n_heads, self.n_kv_heads = n_heads, spec.n_kv_heads or n_heads
+        self.head_dim = spec.head_dim or emb_dim // n_heads
+        self.causal, self.impl, self.drop_rate = causal, spec.impl, drop_rate
+        self.window, self.scope = spec.window, spec.qk_norm_scope
+        q_dim, kv_dim = n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        self.W_query = nn.Linear(emb_dim, q_dim, bias=qkv_bias)
+        self.W_key = nn.Linear(emb_dim, kv_dim, bias=qkv_bias)
+        self.W_value = nn.Linear(emb_dim, kv_dim, bias=qkv_bias)
+        self.out_proj = nn.Linear(q_dim, emb_dim, bias=out_bias)
         self.dropout = nn.Dropout(drop_rate)
-
-    def split_heads(self, x):  # (B, T, D) -> (B, n_heads, T, head_dim)
-        b, t, _ = x.shape
-        return x.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
-
-    def forward(self, x, memory=None, key_padding_mask=None):
-        b, t, d = x.shape
-        kv = x if memory is None else memory  # (B, S, D)
-        queries = self.split_heads(self.W_query(x))  # (B, n_heads, T, head_dim)
-        keys = self.split_heads(self.W_key(kv))  # (B, n_heads, S, head_dim)
-        values = self.split_heads(self.W_value(kv))  # (B, n_heads, S, head_dim)
-        if self.impl == "sdpa":
-            context = self.sdpa(queries, keys, values, key_padding_mask)
+        if spec.qk_norm is not None:
+            make = make_norm or _registry_norm
+            per_head = self.scope == "head"
+            self.q_norm = make(self.head_dim if per_head else q_dim, spec.qk_norm)
+            self.k_norm = make(self.head_dim if per_head else kv_dim, spec.qk_norm)
         else:
-            context = self.naive(queries, keys, values, key_padding_mask)
-        context = context.transpose(1, 2).contiguous().view(b, t, d)  # (B, T, D)
-        return self.out_proj(context)
+            self.q_norm = self.k_norm = None
+        # a reference, not a submodule: the positions live (once) in the token embedding
+        self.__dict__["positions"] = positions if positions is not None else Positions()
 
-    def blocked(self, t, s, key_padding_mask, device):
-        """Bool mask, True where attention is not allowed: (T, S) or (B, 1, T, S)."""
-        mask = None
-        if self.causal:
-            mask = torch.ones(t, s, dtype=torch.bool, device=device).triu(1)  # (T, S)
-        if key_padding_mask is not None:
-            pad = key_padding_mask[:, None, None, :].bool()  # (B, 1, 1, S)
-            mask = pad if mask is None else mask | pad  # (B, 1, T, S)
-        return mask
+    def split_heads(self, x, n):  # (B, T, n * head_dim) -> (B, n, T, head_dim)
+        b, t, _ = x.shape
+        return x.view(b, t, n, self.head_dim).transpose(1, 2)
 
-    def naive(self, queries, keys, values, key_padding_mask):
-        attn_scores = queries @ keys.transpose(2, 3)  # (B, n_heads, T, S)
-        mask = self.blocked(queries.shape[2], keys.shape[2], key_padding_mask, queries.device)
-        if mask is not None:
-            attn_scores = attn_scores.masked_fill(mask, -torch.inf)
-        attn_weights = torch.softmax(attn_scores / math.sqrt(self.head_dim), dim=-1)
+    def forward(self, x, memory=None, key_padding_mask=None, position_ids=None):
+        b, t, _ = x.shape
+        self_attention = memory is None
+        kv = x if self_attention else memory  # (B, S, D)
+        queries, keys = self.W_query(x), self.W_key(kv)  # (B, T, H*hd), (B, S, H_kv*hd)
+        if self.q_norm is not None and self.scope == "projection":
+            queries, keys = self.q_norm(queries), self.k_norm(keys)
+        queries = self.split_heads(queries, self.n_heads)  # (B, H, T, hd)
+        keys = self.split_heads(keys, self.n_kv_heads)  # (B, H_kv, S, hd)
+        values = self.split_heads(self.W_value(kv), self.n_kv_heads)  # (B, H_kv, S, hd)
+        if self.q_norm is not None and self.scope == "head":
+            queries, keys = self.q_norm(queries), self.k_norm(keys)
+        bias = None
+        if self_attention:
+            queries, keys = self.positions.rotate(queries, keys, position_ids)
+            bias = self.positions.score_bias(  # (H, T, S) or None
+                self.n_heads, t, t, queries.device, queries.dtype)
+        if self.n_kv_heads != self.n_heads:
+            group = self.n_heads // self.n_kv_heads  # query heads per key/value head
+            keys = keys.repeat_interleave(group, dim=1)  # (B, H, S, hd)
+            values = values.repeat_interleave(group, dim=1)  # (B, H, S, hd)
+        allowed = attend_mask(t, keys.shape[2], self.causal, self.window if self_attention
+                              else None, key_padding_mask, x.device)  # None or (.., T, S)
+        dead = dead_rows(allowed)  # None or (.., T, 1): queries that see no key
+        if dead is not None:
+            allowed = allowed | dead  # let them attend uniformly; their output is zeroed
+        attend = self.sdpa if self.impl == "sdpa" else self.naive
+        context = attend(queries, keys, values, allowed, bias)  # (B, H, T, hd)
+        if dead is not None:
+            context = context.masked_fill(dead, 0.0)
+        context = context.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim)
+        return self.out_proj(context)  # (B, T, D)
+
+    def naive(self, queries, keys, values, allowed, bias):
+        attn_scores = queries @ keys.transpose(2, 3)  # (B, H, T, S)
+        if allowed is not None:
+            attn_scores = attn_scores.masked_fill(~allowed, -torch.inf)
+        attn_scores = attn_scores / math.sqrt(self.head_dim)
+        if bias is not None:
+            attn_scores = attn_scores + bias  # (B, H, T, S)
+        attn_weights = torch.softmax(attn_scores, dim=-1)
         attn_weights = self.dropout(attn_weights)
-        return attn_weights @ values  # (B, n_heads, T, head_dim)
+        return attn_weights @ values  # (B, H, T, hd)
 
-    def sdpa(self, queries, keys, values, key_padding_mask):
-        t, s = queries.shape[2], keys.shape[2]
+    def sdpa(self, queries, keys, values, allowed, bias):
         drop = self.drop_rate if self.training else 0.0
-        if key_padding_mask is None and (not self.causal or t == s):
-            return F.scaled_dot_product_attention(
-                queries, keys, values, dropout_p=drop, is_causal=self.causal
-            )
-        allowed = ~self.blocked(t, s, key_padding_mask, queries.device)  # True = attend
-        return F.scaled_dot_product_attention(queries, keys, values, allowed, dropout_p=drop)
+        t, s = queries.shape[2], keys.shape[2]
+        if bias is None and allowed is None:
+            return F.scaled_dot_product_attention(queries, keys, values, dropout_p=drop)
+        if bias is None:
+            plain_causal = self.causal and t == s and allowed.dim() == 2 and self.window is None
+            if plain_causal:
+                return F.scaled_dot_product_attention(
+                    queries, keys, values, dropout_p=drop, is_causal=True)
+            return F.scaled_dot_product_attention(queries, keys, values, allowed, dropout_p=drop)
+        if allowed is not None:
+            bias = bias.masked_fill(~allowed, -torch.inf)  # (.., H, T, S)
+        return F.scaled_dot_product_attention(queries, keys, values, bias, dropout_p=drop)
 
 
 @hookimpl
 def register_attentions(register):
-    def build(spec, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal):
-        return MultiHeadAttention(
-            emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal, spec.impl
-        )
+    def build(spec, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal,
+              positions=None, make_norm=None, out_bias=True):
+        return MultiHeadAttention(emb_dim, n_heads, drop_rate, qkv_bias, causal, spec,
+                                  positions=positions, make_norm=make_norm, out_bias=out_bias)
 
     register("mha", MHASpec, build)

@@ -2,6 +2,8 @@
 
 from torch import nn
 
+from variantlab.positions import Positions
+
 
 class TransformerBlock(nn.Module):
     """Self-attention then feed-forward, each inside the residual slot (seed 000's block)."""
@@ -11,8 +13,8 @@ class TransformerBlock(nn.Module):
         self.att = parts.residual(parts.attention(causal=causal))
         self.ff = parts.residual(parts.feedforward())
 
-    def forward(self, x, key_padding_mask=None):  # (B, T, D)
-        x = self.att(x, key_padding_mask=key_padding_mask)
+    def forward(self, x, key_padding_mask=None, **attention_kw):  # (B, T, D)
+        x = self.att(x, key_padding_mask=key_padding_mask, **attention_kw)
         return self.ff(x)
 
 
@@ -49,8 +51,13 @@ class TokenEmbedding(nn.Module):
         self.pos_emb = parts.positional()
         self.drop_emb = nn.Dropout(drop_rate)
 
-    def forward(self, idx):  # (B, T)
-        return self.drop_emb(self.pos_emb(self.tok_emb(idx)))  # (B, T, D)
+    def forward(self, idx, position_ids=None):  # (B, T); position_ids (B, T) or None
+        x = self.tok_emb(idx)  # (B, T, D)
+        if position_ids is not None and isinstance(self.pos_emb, Positions):
+            x = self.pos_emb(x, position_ids=position_ids)
+        else:
+            x = self.pos_emb(x)
+        return self.drop_emb(x)  # (B, T, D)
 
 
 def lm_head(emb_dim: int, vocab_size: int, tie_to: nn.Embedding | None) -> nn.Linear:

@@ -3,6 +3,8 @@ encoder_decoder (seed 001) and the deep mlp of seed 004's shortcut experiment.""
 
 from torch import nn
 
+from variantlab.positions import position_ids_from_mask
+
 from variantlab_plugins.blocks import (
     DecoderBlock, TokenEmbedding, TransformerBlock, lm_head, numbered,
 )
@@ -33,8 +35,21 @@ class GPTModel(nn.Module):
             spec.emb_dim, spec.vocab_size, self.embed.tok_emb if spec.tie_weights else None
         )
 
-    def forward(self, idx):  # (B, T)
-        x = self.trf_blocks(self.embed(idx))  # (B, T, D)
+    def forward(self, idx, attention_mask=None):  # (B, T)
+        """Logits (B, T, vocab_size). ``attention_mask`` (B, T), as in Hugging Face: 1 at
+        tokens, 0 at padding; padded keys get no attention, and positions count real tokens
+        only (:func:`variantlab.positions.position_ids_from_mask`), so a left-padded row's
+        tokens get the outputs of the unpadded sequence. Outputs at pads are meaningless."""
+        if attention_mask is None:
+            x = self.trf_blocks(self.embed(idx))  # (B, T, D)
+            return self.out_head(self.final_norm(x))  # (B, T, vocab_size)
+        position_ids = position_ids_from_mask(attention_mask)  # (B, T)
+        extra = {}
+        if getattr(self.embed.pos_emb, "rotates", False):
+            extra["position_ids"] = position_ids  # the attentions rotate by them
+        x = self.embed(idx, position_ids=position_ids)  # (B, T, D)
+        for block in self.trf_blocks:
+            x = block(x, key_padding_mask=attention_mask == 0, **extra)
         return self.out_head(self.final_norm(x))  # (B, T, vocab_size)
 
 

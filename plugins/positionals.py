@@ -1,13 +1,21 @@
-"""Position information added to token embeddings: (B, T, D) -> (B, T, D)."""
+"""Position schemes (:class:`variantlab.positions.Positions`): added to the token embeddings
+(learned, sinusoidal), or acting inside attention (rotary, alibi; see ``rotary.py``)."""
 
 import math
 from typing import Literal
 
 import torch
 from pydantic import Field
-from torch import nn
 
 from variantlab import ComponentSpec, hookimpl
+from variantlab.positions import Positions
+from variantlab_plugins.rotary import ALiBiPositions, ALiBiSpec, RotaryPositions, RotarySpec
+
+
+def _positions(tok_embeds, position_ids):  # (B, T, D), (B, T) or None
+    if position_ids is None:
+        return torch.arange(tok_embeds.shape[1], device=tok_embeds.device)  # (T,)
+    return position_ids
 
 
 class LearnedSpec(ComponentSpec):
@@ -16,16 +24,15 @@ class LearnedSpec(ComponentSpec):
     kind: Literal["learned"] = "learned"
 
 
-class LearnedPositions(nn.Module):
+class LearnedPositions(Positions):
     """A trained embedding per position (GPT-2, Radford et al. 2019)."""
 
     def __init__(self, emb_dim: int, context_length: int):
         super().__init__()
-        self.pos_emb = nn.Embedding(context_length, emb_dim)
+        self.pos_emb = torch.nn.Embedding(context_length, emb_dim)
 
-    def forward(self, tok_embeds):  # (B, T, D)
-        t = tok_embeds.shape[1]
-        pos_embeds = self.pos_emb(torch.arange(t, device=tok_embeds.device))  # (T, D)
+    def forward(self, tok_embeds, position_ids=None):  # (B, T, D)
+        pos_embeds = self.pos_emb(_positions(tok_embeds, position_ids))  # (T, D) or (B, T, D)
         return tok_embeds + pos_embeds
 
 
@@ -36,7 +43,7 @@ class SinusoidalSpec(ComponentSpec):
     scale_embeddings: bool = Field(True, description="multiply token embeddings by sqrt(emb_dim)")
 
 
-class SinusoidalPositions(nn.Module):
+class SinusoidalPositions(Positions):
     """Fixed encodings (Vaswani et al. 2017, sec. 3.5): PE(pos, 2i) = sin(pos / 10000^(2i/D)),
     PE(pos, 2i+1) = cos(...); token embeddings scaled by sqrt(D) first."""
 
@@ -50,8 +57,10 @@ class SinusoidalPositions(nn.Module):
         pe[:, 1::2] = torch.cos(position * div_term[: emb_dim // 2])
         self.register_buffer("pe", pe, persistent=False)
 
-    def forward(self, tok_embeds):  # (B, T, D)
-        return tok_embeds * self.scale + self.pe[: tok_embeds.shape[1]]
+    def forward(self, tok_embeds, position_ids=None):  # (B, T, D)
+        if position_ids is None:
+            return tok_embeds * self.scale + self.pe[: tok_embeds.shape[1]]
+        return tok_embeds * self.scale + self.pe[position_ids]  # pe rows (B, T, D)
 
 
 class NoPositionsSpec(ComponentSpec):
@@ -66,4 +75,7 @@ def register_positionals(register):
         emb_dim, context_length))
     register("sinusoidal", SinusoidalSpec, lambda spec, emb_dim, context_length:
              SinusoidalPositions(emb_dim, context_length, spec.scale_embeddings))
-    register("none", NoPositionsSpec, lambda spec, emb_dim, context_length: nn.Identity())
+    register("none", NoPositionsSpec, lambda spec, emb_dim, context_length: Positions())
+    register("rotary", RotarySpec, lambda spec, emb_dim, context_length: RotaryPositions(
+        spec.theta, spec.fraction))
+    register("alibi", ALiBiSpec, lambda spec, emb_dim, context_length: ALiBiPositions())

@@ -10,6 +10,9 @@ from variantlab.testing import check_component
 
 REGISTRY = vl.build_registry()
 CASES = [(slot, kind) for slot in ALL_SLOTS for kind in REGISTRY.kinds(slot)]
+# option combinations a kind's spec lists in ``walk_examples`` (e.g. mha's n_kv_heads, qk_norm)
+EXAMPLES = [(c.slot, example) for c in REGISTRY.components()
+            for example in getattr(c.spec_cls, "walk_examples", ())]
 
 
 def test_walk_covers_every_slot():
@@ -22,3 +25,14 @@ def test_walk_covers_every_slot():
 def test_registered_kind_conforms(slot, kind):
     spec = {"family": kind} if slot == "model" else {"kind": kind}
     check_component(slot, spec, registry=REGISTRY)
+
+
+@pytest.mark.parametrize(("slot", "spec"), EXAMPLES, ids=[f"{s}-{e}" for s, e in EXAMPLES])
+def test_listed_option_combinations_conform(slot, spec):
+    check_component(slot, spec, registry=REGISTRY)
+
+
+def test_walk_covers_the_attention_and_position_options():
+    options = {key for slot, spec in EXAMPLES for key in spec if slot in ("attention", "positional")}
+    assert {"n_kv_heads", "head_dim", "qk_norm", "qk_norm_scope", "window", "impl", "theta",
+            "fraction"} <= options

@@ -8,6 +8,7 @@ from typing import Any
 
 from torch import nn
 
+from .positions import accepts
 from .registry import Registry, get_registry
 from .specs import ComponentSpec, ModelSpec, parse_model_spec
 
@@ -29,6 +30,7 @@ class Parts:
     def __init__(self, spec: ModelSpec, registry: Registry) -> None:
         self.spec = spec
         self.registry = registry
+        self.positions: nn.Module | None = None  # the latest positional built
 
     def component(self, slot: str, spec: ComponentSpec | None = None, **sizes: Any) -> nn.Module:
         spec = spec if spec is not None else getattr(self.spec, slot)
@@ -46,12 +48,26 @@ class Parts:
             "feedforward", emb_dim=self.spec.emb_dim, make_activation=self.activation
         )
 
-    def attention(self, causal: bool) -> nn.Module:
+    def attention(self, causal: bool, positions: nn.Module | None = None) -> nn.Module:
+        """The attention slot. Its build also gets, where its signature takes them,
+        ``positions`` (default: the positional this Parts built last, i.e. the one of the
+        stack being assembled), ``make_norm(dim, spec=None)`` and ``out_bias``."""
         s = self.spec
+        build = self.registry.get("attention", s.attention.kind, ("attention", "kind")).build
+        optional = {
+            "positions": positions if positions is not None else self.positions,
+            "make_norm": self.make_norm,
+            "out_bias": getattr(s, "attn_out_bias", True),
+        }
         return self.component(
             "attention", emb_dim=s.emb_dim, n_heads=s.n_heads, context_length=s.context_length,
             drop_rate=s.drop_rate, qkv_bias=s.qkv_bias, causal=causal,
+            **{k: v for k, v in optional.items() if accepts(build, k)},
         )
+
+    def make_norm(self, dim: int, spec: ComponentSpec | None = None) -> nn.Module:
+        """A norm of width ``dim``: the model's norm slot, or the given norm spec."""
+        return self.component("norm", spec=spec, dim=dim)
 
     def residual(
         self,
@@ -68,8 +84,12 @@ class Parts:
         )
 
     def positional(self) -> nn.Module:
+        """The positional slot; self-attentions built after it share it (see
+        :mod:`variantlab.positions`)."""
         s = self.spec
-        return self.component("positional", emb_dim=s.emb_dim, context_length=s.context_length)
+        self.positions = self.component(
+            "positional", emb_dim=s.emb_dim, context_length=s.context_length)
+        return self.positions
 
 
 def resolve_spec(spec: ModelSpec | Mapping[str, Any], registry: Registry | None = None) -> ModelSpec:

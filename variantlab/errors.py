@@ -82,6 +82,10 @@ def pydantic_issues(
     issues = []
     for err in exc.errors(include_url=False):
         loc = tuple(prefix) + tuple(err["loc"])
+        raised = (err.get("ctx") or {}).get("error")
+        if isinstance(raised, SpecError):  # a validator's own key paths, below this one
+            issues += [SpecIssue(loc + i.loc, i.message) for i in raised.issues]
+            continue
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             key = err["loc"][-1]

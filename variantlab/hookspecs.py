@@ -30,10 +30,24 @@ def register_feedforwards(register):
 
 @hookspec
 def register_attentions(register):
-    """``build(spec, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal)``:
+    """``build(spec, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal)``, plus
+    the optional keywords ``positions``, ``make_norm`` and ``out_bias``, each passed only if
+    the build's signature takes it:
+
+    - ``positions``: the model's :class:`variantlab.positions.Positions` module (shared, not
+      a submodule). In self-attention, apply ``positions.rotate(q, k, position_ids)`` to the
+      per-head queries (B, H, T, hd) and keys (B, H_kv, T, hd) and add
+      ``positions.score_bias(n_heads, T, S, device, dtype)`` (H, T, S) or None to the scaled
+      scores; cross-attention applies neither. A build that takes ``positions`` must accept
+      ``position_ids`` (B, T) in forward. Rotary/ALiBi with a build that does not take
+      ``positions`` fail validation.
+    - ``make_norm(dim, spec=None)``: a norm of width dim (model's norm slot or ``spec``).
+    - ``out_bias``: bias in the output projection (default True).
+
     ``forward(x, memory=None, key_padding_mask=None)`` maps x (B, T, D) to (B, T, D);
     keys and values come from ``memory`` (B, S, D) when given (cross-attention), else from x;
-    ``key_padding_mask`` (B, S) is True at padded keys, which receive no attention."""
+    ``key_padding_mask`` (B, S) is True at padded keys, which receive no attention. A query
+    with no visible key gets a finite output and finite gradients (the built-in: zero)."""
 
 
 @hookspec
@@ -46,7 +60,9 @@ def register_residuals(register):
 @hookspec
 def register_positionals(register):
     """``build(spec, emb_dim, context_length) -> nn.Module``: token embeddings (B, T, D) in,
-    the same with position information added out."""
+    the same with position information added out. A :class:`variantlab.positions.Positions`
+    subclass can also rotate queries and keys (``rotate``) or bias the attention scores
+    (``score_bias``) in every self-attention; its ``forward`` takes ``position_ids`` (B, T)."""
 
 
 @hookspec

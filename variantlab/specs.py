@@ -20,7 +20,8 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import SpecError, pydantic_issues
+from .errors import SpecError, SpecIssue, pydantic_issues
+from .positions import accepts
 from .registry import SLOTS, Registry, get_registry
 
 
@@ -32,6 +33,11 @@ class ComponentSpec(BaseModel):
 
     def warnings(self, model: "ModelSpec") -> list[str]:
         """Combinations that run but mislead, given the whole model (none by default)."""
+        return []
+
+    def errors(self, model: "ModelSpec") -> list[tuple[str, str]]:
+        """Combinations that cannot work, given the whole model, as ``(field, message)``
+        pairs; the model spec then fails validation at ``<slot>.<field>`` (none by default)."""
         return []
 
 
@@ -61,7 +67,7 @@ def resolve_component(
         raise SpecError.at(loc + ("kind",), f"missing; registered {slot} kinds: {kinds}")
     comp = registry.get(slot, value["kind"], loc + ("kind",))
     try:
-        return comp.spec_cls.model_validate(dict(value))
+        return comp.spec_cls.model_validate(dict(value), context={"registry": registry})
     except ValidationError as exc:
         raise SpecError(pydantic_issues(exc, loc, list(comp.spec_cls.model_fields))) from None
 
@@ -140,6 +146,29 @@ class ModelSpec(BaseModel):
                 f"choose one of {divisors} or change emb_dim"
             )
         return n_heads
+
+    @model_validator(mode="after")
+    def _components_fit(self, info: ValidationInfo) -> "ModelSpec":
+        """Each component's :meth:`ComponentSpec.errors`, and a positional that acts inside
+        attention (rotary, ALiBi) paired with an attention that cannot take it."""
+        issues = [SpecIssue((slot, field), message) for slot, comp in self.components().items()
+                  for field, message in comp.errors(self)]
+        positional = self.positional
+        if getattr(positional, "acts_in_attention", False):
+            registry = (info.context or {}).get("registry") or get_registry()
+            try:
+                attention = registry.get("attention", self.attention.kind)
+            except SpecError:  # validated without the registry that has it: cannot judge
+                attention = None
+            if attention is not None and not accepts(attention.build, "positions"):
+                issues.append(SpecIssue(("positional", "kind"), (
+                    f"positional {positional.kind!r} acts inside attention, but attention "
+                    f"{self.attention.kind!r} (plugin {attention.plugin!r}) does not take "
+                    "`positions` in its build; use attention 'mha' or a positional that adds "
+                    "to the embeddings (learned, sinusoidal, none)")))
+        if issues:
+            raise SpecError(issues)
+        return self
 
     @property
     def causal(self) -> bool:

@@ -1,0 +1,34 @@
+"""Which keys each query may attend to: causal order, a sliding window, padded keys."""
+
+from __future__ import annotations
+
+import torch
+
+
+def attend_mask(t: int, s: int, causal: bool, window: int | None,
+                key_padding_mask: torch.Tensor | None, device: torch.device
+                ) -> torch.Tensor | None:
+    """Bool mask, True where query i may attend to key j: (T, S), (B, 1, T, S), or None when
+    every query sees every key. ``key_padding_mask`` (B, S) is True at padded keys."""
+    allowed = None
+    if causal or window is not None:
+        i = torch.arange(t, device=device)[:, None]  # (T, 1)
+        j = torch.arange(s, device=device)[None, :]  # (1, S)
+        allowed = j <= i if causal else torch.ones(t, s, dtype=torch.bool, device=device)
+        if window is not None:
+            near = (i - j < window) if causal else ((i - j).abs() < window)  # (T, S)
+            allowed = allowed & near
+    if key_padding_mask is not None:
+        keep = ~key_padding_mask.bool()[:, None, None, :]  # (B, 1, 1, S)
+        allowed = keep if allowed is None else allowed & keep  # (B, 1, T, S)
+    return allowed
+
+
+def dead_rows(allowed: torch.Tensor | None) -> torch.Tensor | None:
+    """(.., T, 1) True at queries that may attend to no key (a left-padded row's pads under a
+    causal mask), or None when there are none. Softmax over no key is 0/0; the attentions
+    give such queries a zero output instead, with zero (finite) gradients."""
+    if allowed is None:
+        return None
+    dead = ~allowed.any(dim=-1, keepdim=True)  # (.., T, 1)
+    return dead if bool(dead.any()) else None

@@ -1,0 +1,179 @@
+"""Issue 9: rotary and ALiBi against their formulas on hand-sized inputs, the positions
+contract (one module, shared by reference), and the validation of unfit pairings."""
+
+import math
+
+import pytest
+import torch
+
+import variantlab as vl
+from variantlab.positions import Positions, position_ids_from_mask
+from variantlab_plugins.rotary import ALiBiPositions, RotaryPositions, alibi_slopes
+
+REG = vl.get_registry()
+
+
+def rope_by_hand(x, positions, theta, rot):
+    """Su et al. 2021, eq. 34, in the rotate_half pairing: dims i and i + rot/2 form a pair
+    turned by the angle pos * theta^(-2i/rot); dims from rot on pass unchanged."""
+    out = x.clone()
+    half = rot // 2
+    for t, pos in enumerate(positions):
+        for i in range(half):
+            angle = pos * theta ** (-2 * i / rot)
+            a, b = x[..., t, i], x[..., t, i + half]
+            out[..., t, i] = a * math.cos(angle) - b * math.sin(angle)
+            out[..., t, i + half] = b * math.cos(angle) + a * math.sin(angle)
+    return out
+
+
+@pytest.mark.parametrize("theta, fraction, head_dim", [(10000.0, 1.0, 4), (100.0, 0.5, 8),
+                                                       (10000.0, 0.25, 12)])
+def test_rotary_matches_the_formula(theta, fraction, head_dim):
+    q = torch.randn(2, 3, 5, head_dim, dtype=torch.float64)
+    k = torch.randn(2, 1, 5, head_dim, dtype=torch.float64)
+    rope = RotaryPositions(theta, fraction)
+    rot = int(head_dim * fraction) // 2 * 2
+    q_rot, k_rot = rope.rotate(q, k)
+    torch.testing.assert_close(q_rot, rope_by_hand(q, range(5), theta, rot))
+    torch.testing.assert_close(k_rot, rope_by_hand(k, range(5), theta, rot))
+    if rot < head_dim:
+        assert torch.equal(q_rot[..., rot:], q[..., rot:])  # partial rotary: the rest passes
+
+
+def test_rotary_hand_numbers_and_explicit_positions():
+    rope = RotaryPositions(theta=10000.0)
+    q = torch.tensor([[[[1.0, 0.0, 0.0, 1.0]] * 3]])  # (1, 1, 3, 4)
+    out, _ = rope.rotate(q, q)
+    # position 1: pair (0, 2) turns by 1 rad, pair (1, 3) by 1/100 rad
+    c, s, c2, s2 = math.cos(1), math.sin(1), math.cos(0.01), math.sin(0.01)
+    torch.testing.assert_close(out[0, 0, 1], torch.tensor([c, -s2, s, c2]))
+    torch.testing.assert_close(out[0, 0, 0], q[0, 0, 0])  # position 0: no turn
+    ids = torch.tensor([[4, 5, 6]])
+    shifted, _ = rope.rotate(q, q, ids)
+    torch.testing.assert_close(shifted, rope_by_hand(q, [4, 5, 6], 10000.0, 4))
+
+
+def test_rotary_scores_depend_on_relative_position_only():
+    rope = RotaryPositions(theta=500.0)
+    q = torch.randn(1, 2, 6, 8, dtype=torch.float64)
+    k = torch.randn(1, 2, 6, 8, dtype=torch.float64)
+    a_q, a_k = rope.rotate(q, k)
+    b_q, b_k = rope.rotate(q, k, torch.arange(6)[None] + 37)
+    # angles are float32 (as in Hugging Face), hence the tolerance
+    torch.testing.assert_close(a_q @ a_k.transpose(-1, -2), b_q @ b_k.transpose(-1, -2),
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_alibi_slopes_follow_the_paper():
+    torch.testing.assert_close(alibi_slopes(8), torch.tensor([2.0 ** -i for i in range(1, 9)]))
+    torch.testing.assert_close(alibi_slopes(4), torch.tensor([2.0 ** -i for i in (2, 4, 6, 8)]))
+    # 6 heads: the 4-head slopes, then every other one of the 8-head slopes
+    torch.testing.assert_close(alibi_slopes(6), torch.tensor(
+        [2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8, 2.0 ** -1, 2.0 ** -3]))
+
+
+def test_alibi_bias_and_attention_match_the_formula():
+    bias = ALiBiPositions().score_bias(2, 3, 3, torch.device("cpu"), torch.float32)
+    expected = torch.tensor([[0, 1, 2], [1, 0, 1], [2, 1, 0]], dtype=torch.float32)
+    torch.testing.assert_close(bias[0], -expected / 16)  # 2 heads: slopes 1/16, 1/256
+    torch.testing.assert_close(bias[1], -expected / 256)
+    # a causal attention with ALiBi: softmax(q k^T / sqrt(d) - m (i - j)) v, by hand
+    comp = REG.get("attention", "mha")
+    att = comp.build(comp.spec_cls(), emb_dim=4, n_heads=2, context_length=8, drop_rate=0.0,
+                     qkv_bias=False, causal=True, positions=ALiBiPositions(), out_bias=False)
+    x = torch.randn(1, 3, 4)
+    q, k, v = att.W_query(x), att.W_key(x), att.W_value(x)  # (1, 3, 4): 2 heads of 2
+    heads = []
+    for h, m in enumerate([1 / 16, 1 / 256]):
+        qh, kh, vh = (t[0, :, 2 * h: 2 * h + 2] for t in (q, k, v))  # (3, 2)
+        rows = []
+        for i in range(3):
+            logits = torch.stack([qh[i] @ kh[j] / math.sqrt(2) - m * (i - j) for j in range(i + 1)])
+            rows.append(torch.softmax(logits, 0) @ vh[: i + 1])
+        heads.append(torch.stack(rows))
+    expected_out = att.out_proj(torch.cat(heads, dim=-1))[None]
+    torch.testing.assert_close(att(x), expected_out)
+
+
+def test_learned_positions_follow_position_ids():
+    spec = REG.get("positional", "learned")
+    pos = spec.build(spec.spec_cls(), emb_dim=4, context_length=8)
+    x = torch.zeros(1, 3, 4)
+    ids = torch.tensor([[0, 0, 1]])
+    torch.testing.assert_close(pos(x, position_ids=ids)[0], pos.pos_emb.weight[[0, 0, 1]])
+    torch.testing.assert_close(pos(x)[0], pos.pos_emb.weight[:3])
+
+
+def test_position_ids_count_real_tokens():
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    assert position_ids_from_mask(mask).tolist() == [
+        [0, 0, 0, 1, 2], [0, 1, 2, 3, 4], [0, 1, 2, 2, 2]]
+
+
+@pytest.mark.parametrize("family", ["gpt", "encoder", "encoder_decoder"])
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal", "rotary", "alibi", "none"])
+def test_one_positions_module_shared_by_reference(tiny, family, positional):
+    model = vl.build_model({**tiny, "family": family, "positional": positional})
+    embeds = [m for m in model.modules() if getattr(m, "variantlab_slot", "") == "positional"]
+    atts = [m for m in model.modules() if getattr(m, "variantlab_slot", "") == "attention"]
+    assert len(embeds) == (2 if family == "encoder_decoder" else 1)
+    assert all(any(a.positions is e for e in embeds) for a in atts)
+    assert not any("positions" in name for name, _ in model.named_modules())
+    if family == "encoder_decoder":  # the decoder's self-attentions get the decoder's own
+        dec = model.decoder
+        assert dec.layers[0].self_att.sublayer.positions is dec.embed.pos_emb
+    n_pos = sum("pos_emb" in k for k in model.state_dict())
+    assert n_pos == (len(embeds) if positional == "learned" else 0)
+
+
+def test_rotary_and_alibi_change_the_model_but_not_its_parameters(tiny):
+    torch.manual_seed(0)
+    base = vl.build_model({**tiny, "positional": "none"})
+    idx = torch.randint(0, 64, (2, 8))
+    outs = {}
+    for kind in ("rotary", "alibi"):
+        model = vl.build_model({**tiny, "positional": kind})
+        assert model.state_dict().keys() == base.state_dict().keys()
+        model.load_state_dict(base.state_dict())
+        outs[kind] = model(idx)
+        assert not torch.allclose(outs[kind], base(idx), atol=1e-4)
+
+
+PLAIN_ATTENTION = '''
+from typing import Literal
+import torch
+from variantlab import ComponentSpec, hookimpl
+from variantlab_plugins.attentions import MultiHeadAttention, MHASpec
+
+class PlainSpec(ComponentSpec):
+    """An attention written against the old contract: no positions, make_norm, out_bias."""
+    kind: Literal["plain"] = "plain"
+
+@hookimpl
+def register_attentions(register):
+    def build(spec, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal):
+        return MultiHeadAttention(emb_dim, n_heads, drop_rate, qkv_bias, causal, MHASpec())
+    register("plain", PlainSpec, build)
+'''
+
+
+def test_old_contract_attention_runs_and_refuses_inner_positions(tmp_path, tiny):
+    path = tmp_path / "plain_attention.py"
+    path.write_text(PLAIN_ATTENTION)
+    reg = vl.build_registry(extra=[str(path)], entry_points=False)
+    model = vl.build_model({**tiny, "attention": "plain"}, reg)  # learned: no new kwargs
+    assert model(torch.randint(0, 64, (2, 8))).shape == (2, 8, 64)
+    for kind in ("rotary", "alibi"):
+        with pytest.raises(vl.SpecError) as info:
+            vl.parse_model_spec({**tiny, "attention": "plain", "positional": kind}, reg)
+        (issue,) = info.value.issues
+        assert issue.loc == ("positional", "kind")
+        assert f"positional {kind!r}" in issue.message and "attention 'plain'" in issue.message
+
+
+def test_none_positional_is_the_no_op_contract():
+    pos = Positions()
+    x = torch.randn(2, 3, 4)
+    assert pos(x) is x and pos.rotate(x, x) == (x, x)
+    assert pos.score_bias(2, 3, 3, x.device, x.dtype) is None
