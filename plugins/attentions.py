@@ -27,14 +27,18 @@ class MultiHeadAttention(nn.Module):
     (FlashAttention / memory-efficient kernels where available). Same parameters either way.
     """
 
-    def __init__(self, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal, impl):
+    def __init__(self, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal, impl,
+                 out_bias=True):
         super().__init__()
         self.n_heads, self.head_dim = n_heads, emb_dim // n_heads
         self.causal, self.impl, self.drop_rate = causal, impl, drop_rate
         self.W_query = nn.Linear(emb_dim, emb_dim, bias=qkv_bias)
         self.W_key = nn.Linear(emb_dim, emb_dim, bias=qkv_bias)
         self.W_value = nn.Linear(emb_dim, emb_dim, bias=qkv_bias)
-        self.out_proj = nn.Linear(emb_dim, emb_dim)
+        self.out_proj = nn.Linear(emb_dim, emb_dim, bias=out_bias)
+        for role, linear in (("query", self.W_query), ("key", self.W_key),
+                             ("value", self.W_value), ("attn_out", self.out_proj)):
+            linear.variantlab_role = role  # read by role-aware inits (deepnorm)
         self.dropout = nn.Dropout(drop_rate)
 
     def split_heads(self, x):  # (B, T, D) -> (B, n_heads, T, head_dim)
@@ -86,9 +90,9 @@ class MultiHeadAttention(nn.Module):
 
 @hookimpl
 def register_attentions(register):
-    def build(spec, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal):
+    def build(spec, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal, out_bias=True):
         return MultiHeadAttention(
-            emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal, spec.impl
+            emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal, spec.impl, out_bias
         )
 
     register("mha", MHASpec, build)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -23,6 +24,21 @@ def tag(module: nn.Module, slot: str, kind: str) -> nn.Module:
     return module
 
 
+def accepts(fn: Callable[..., Any], name: str) -> bool:
+    """Whether ``fn`` takes a keyword ``name`` (by name or through ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: pass only what is known
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def block_scope(spec: ComponentSpec) -> bool:
+    """Whether a residual spec wraps a whole block (``scope = "block"``) rather than one
+    sublayer (the default, and every residual written before scopes existed)."""
+    return getattr(type(spec), "scope", "sublayer") == "block"
+
+
 class Parts:
     """Builds each slot's component with explicit sizes; what a family's build receives."""
 
@@ -30,27 +46,40 @@ class Parts:
         self.spec = spec
         self.registry = registry
 
-    def component(self, slot: str, spec: ComponentSpec | None = None, **sizes: Any) -> nn.Module:
+    def component(
+        self,
+        slot: str,
+        spec: ComponentSpec | None = None,
+        optional: Mapping[str, Any] | None = None,
+        **sizes: Any,
+    ) -> nn.Module:
+        """Build ``slot``'s component with ``sizes``; each ``optional`` keyword is passed only
+        to builds that accept it, so plugins written before it existed keep working."""
         spec = spec if spec is not None else getattr(self.spec, slot)
         comp = self.registry.get(slot, spec.kind, (slot, "kind"))
-        return tag(comp.build(spec, **sizes), slot, spec.kind)
+        extra = {k: v for k, v in (optional or {}).items() if accepts(comp.build, k)}
+        return tag(comp.build(spec, **sizes, **extra), slot, spec.kind)
 
     def norm(self, dim: int | None = None) -> nn.Module:
-        return self.component("norm", dim=dim or self.spec.emb_dim)
+        return self.component(
+            "norm", dim=dim or self.spec.emb_dim, optional={"bias": self.spec.norm_bias}
+        )
 
     def activation(self) -> nn.Module:
         return self.component("activation")
 
     def feedforward(self) -> nn.Module:
         return self.component(
-            "feedforward", emb_dim=self.spec.emb_dim, make_activation=self.activation
+            "feedforward", emb_dim=self.spec.emb_dim, make_activation=self.activation,
+            optional={"bias": self.spec.ffn_bias},
         )
 
     def attention(self, causal: bool) -> nn.Module:
         s = self.spec
         return self.component(
             "attention", emb_dim=s.emb_dim, n_heads=s.n_heads, context_length=s.context_length,
-            drop_rate=s.drop_rate, qkv_bias=s.qkv_bias, causal=causal,
+            drop_rate=s.drop("attn"), qkv_bias=s.qkv_bias, causal=causal,
+            optional={"out_bias": s.attn_out_bias},
         )
 
     def residual(
@@ -61,10 +90,24 @@ class Parts:
         spec: ComponentSpec | None = None,
         make_norm: Callable[[int], nn.Module] | None = None,
     ) -> nn.Module:
+        """The residual slot around one sublayer (a per-sublayer residual kind)."""
         return self.component(
             "residual", spec=spec, sublayer=sublayer, make_norm=make_norm or self.norm,
             in_dim=in_dim or self.spec.emb_dim, out_dim=out_dim or self.spec.emb_dim,
-            drop_rate=self.spec.drop_rate,
+            drop_rate=self.spec.drop("resid"), optional={"n_layers": self.spec.n_layers},
+        )
+
+    @property
+    def block_residual(self) -> bool:
+        """Whether the model's residual kind wraps a whole block (see :meth:`block`)."""
+        return block_scope(self.spec.residual)
+
+    def block(self, attention: nn.Module, feedforward: nn.Module) -> nn.Module:
+        """A block-scope residual (``scope = "block"``) around attention and feed-forward."""
+        return self.component(
+            "residual", attention=attention, feedforward=feedforward, make_norm=self.norm,
+            dim=self.spec.emb_dim, drop_rate=self.spec.drop("resid"),
+            optional={"n_layers": self.spec.n_layers},
         )
 
     def positional(self) -> nn.Module:
