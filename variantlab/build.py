@@ -91,6 +91,10 @@ class Parts:
         make_norm: Callable[[int], nn.Module] | None = None,
     ) -> nn.Module:
         """The residual slot around one sublayer (a per-sublayer residual kind)."""
+        chosen = spec if spec is not None else self.spec.residual
+        if block_scope(chosen):
+            raise ValueError(f"residual {chosen.kind!r} wraps a whole block (scope 'block'); "
+                             "build it with Parts.block(attention, feedforward)")
         return self.component(
             "residual", spec=spec, sublayer=sublayer, make_norm=make_norm or self.norm,
             in_dim=in_dim or self.spec.emb_dim, out_dim=out_dim or self.spec.emb_dim,
