@@ -14,7 +14,8 @@ from variantlab import ComponentSpec
 
 class ParallelSpec(ComponentSpec):
     """Parallel block (GPT-J, Wang & Komatsuzaki 2021; GPT-NeoX, Black et al. 2022; PaLM,
-    Chowdhery et al. 2022): x + drop(attn(norm1(x))) + drop(ffn(norm2(x)))."""
+    Chowdhery et al. 2022): one residual around both sublayers,
+    x + drop(attn(norm1(x))) + drop(ffn(norm2(x)))."""
 
     kind: Literal["parallel"] = "parallel"
     #: wraps attention and feed-forward together (see ``Parts.block``)

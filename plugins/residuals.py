@@ -150,7 +150,7 @@ def deepnorm_alpha(n_layers: int) -> float:
 
 class DeepNormSpec(ResidualSpec):
     """DeepNorm (Wang et al. 2022, "DeepNet"): norm(alpha * x + drop(f(x))), alpha = (2N)^(1/4);
-    pair it with ``init: deepnorm``."""
+    pair it with init: deepnorm."""
 
     kind: Literal["deepnorm"] = "deepnorm"
     alpha: PositiveFloat | None = Field(
@@ -193,7 +193,7 @@ class DeepNorm(nn.Module):
 
 class ReZeroSpec(ComponentSpec):
     """ReZero (Bachlechner et al. 2020): x + a * drop(f(x)), a learned scalar starting at 0,
-    no norm. No ``shortcut`` option: without it the output would start at zero."""
+    no norm. No shortcut option: without it the output would start at zero."""
 
     kind: Literal["rezero"] = "rezero"
     #: the branch is gated by a zero at initialisation, so the sublayer's own parameters get

@@ -1,13 +1,16 @@
 """Issue 9 model keys: per-place biases (nanoGPT bias=False exact at 124M), final_norm,
 separate dropout rates, three-way embedding sharing; defaults build the same model as before."""
 
+import types
+from typing import Literal
+
 import pytest
 import torch
 from torch import nn
 
 import variantlab as vl
 from variantlab import SpecError
-from variantlab.testing import check_component
+from variantlab.testing import check_component, component_problems
 
 REGISTRY = vl.build_registry(entry_points=False)
 TINY = {"family": "gpt", "vocab_size": 64, "context_length": 16, "emb_dim": 32, "n_heads": 4,
@@ -154,3 +157,27 @@ def test_defaults_build_the_same_model_as_before():
 ])
 def test_new_model_keys_pass_the_conformance_kit(family, keys):
     check_component("model", {"family": family, **keys}, registry=REGISTRY)
+
+
+class IgnoresBiasSpec(vl.ComponentSpec):
+    kind: Literal["ignores_bias"] = "ignores_bias"
+
+
+def test_kit_flags_a_build_that_takes_bias_but_keeps_its_shift():
+    plugin = types.ModuleType("ignores_bias_plugin")
+
+    @vl.hookimpl
+    def register_norms(register):
+        def build(spec, dim, bias=True):  # says it takes bias, keeps the shift anyway
+            return nn.LayerNorm(dim)
+
+        register("ignores_bias", IgnoresBiasSpec, build)
+
+    plugin.register_norms = register_norms
+    reg = vl.build_registry(entry_points=False)
+    reg.load_module(plugin, "ignores_bias_plugin", "module")
+    problems = component_problems("norm", "ignores_bias", registry=reg, families=["gpt"])
+    assert problems == ["norm (standalone): bias=False: bias=False kept all parameters "
+                        "(64 vs 64 with bias=True)"]
+    assert component_problems("norm", "layer", registry=REGISTRY, families=["gpt"]) == []
+    assert component_problems("feedforward", "mlp", registry=REGISTRY, families=["gpt"]) == []

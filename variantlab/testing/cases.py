@@ -77,6 +77,26 @@ def _shape_kept(make: Callable[[], nn.Module], shape: tuple[int, ...], what: str
     return check
 
 
+def _bias_switch(make: Callable[..., nn.Module]) -> Callable:
+    def check() -> list[str]:
+        """bias=False"""
+        with_bias, without = make(bias=True), make(bias=False)
+        count = [sum(p.numel() for p in m.parameters()) for m in (with_bias, without)]
+        out = _eval(without, _x(B, T, D))
+        found = [] if count[1] < count[0] else [
+            f"bias=False kept all parameters ({count[1]} vs {count[0]} with bias=True)"]
+        if tuple(out.shape) != (B, T, D) or not torch.isfinite(out).all():
+            found.append(f"bias=False gave shape {tuple(out.shape)} or non-finite values")
+        return found
+
+    return check
+
+
+def _optional_bias(registry: Registry, slot: str, spec: ComponentSpec, make: Callable) -> list:
+    """The ``bias=False`` check, for builds that take the optional ``bias`` keyword."""
+    return [_bias_switch(make)] if accepts(registry.get(slot, spec.kind).build, "bias") else []
+
+
 def _attention_case(spec: ComponentSpec, registry: Registry) -> Case:
     sizes = dict(emb_dim=D, n_heads=HEADS, context_length=CTX, qkv_bias=True)
     make = _maker(registry, "attention", spec, **sizes)
@@ -205,7 +225,8 @@ def standalone_case(slot: str, spec: ComponentSpec, registry: Registry) -> Case:
     if slot == "norm":
         make = _maker(registry, slot, spec, dim=D)
         return Case("norm (standalone)", make, x, expect=(B, T, D),
-                    extra=[_shape_kept(make, (5, D), "input")])
+                    extra=[_shape_kept(make, (5, D), "input"),
+                           *_optional_bias(registry, slot, spec, make)])
     if slot == "activation":
         make = _maker(registry, slot, spec)
 
@@ -222,7 +243,8 @@ def standalone_case(slot: str, spec: ComponentSpec, registry: Registry) -> Case:
         act = _maker(registry, "activation", _default("activation", registry))
         make = _maker(registry, slot, spec, emb_dim=D, make_activation=act)
         return Case("feedforward (standalone)", make, x, expect=(B, T, D),
-                    extra=[_causality(make, "feedforward")])
+                    extra=[_causality(make, "feedforward"),
+                           *_optional_bias(registry, slot, spec, make)])
     if slot == "init":
         return _init_case(spec, registry)
     if slot == "positional":
