@@ -50,8 +50,23 @@ class SiLUSpec(ComponentSpec):
     kind: Literal["silu"] = "silu"
 
 
+class ReLU2Spec(ComponentSpec):
+    """Squared ReLU (So et al. 2021, "Primer"): max(0, x)^2."""
+
+    kind: Literal["relu2"] = "relu2"
+
+
+class ReLU2(nn.Module):
+    """Squared ReLU (So et al. 2021, "Primer: Searching for Efficient Transformers"):
+    max(0, x)^2, elementwise."""
+
+    def forward(self, x):
+        return torch.relu(x).square()
+
+
 @hookimpl
 def register_activations(register):
     register("gelu", GELUSpec, lambda spec: GELU(spec))
     register("relu", ReLUSpec, lambda spec: nn.ReLU())
     register("silu", SiLUSpec, lambda spec: nn.SiLU())
+    register("relu2", ReLU2Spec, lambda spec: ReLU2())

@@ -92,6 +92,9 @@ class MultiHeadAttention(nn.Module):
         self.W_key = nn.Linear(emb_dim, kv_dim, bias=qkv_bias)
         self.W_value = nn.Linear(emb_dim, kv_dim, bias=qkv_bias)
         self.out_proj = nn.Linear(q_dim, emb_dim, bias=out_bias)
+        for role, linear in (("query", self.W_query), ("key", self.W_key),
+                             ("value", self.W_value), ("attn_out", self.out_proj)):
+            linear.variantlab_role = role  # read by role-aware inits (deepnorm)
         self.dropout = nn.Dropout(drop_rate)
         if spec.qk_norm is not None:
             make = make_norm or _registry_norm

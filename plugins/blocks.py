@@ -6,14 +6,24 @@ from variantlab.positions import Positions
 
 
 class TransformerBlock(nn.Module):
-    """Self-attention then feed-forward, each inside the residual slot (seed 000's block)."""
+    """Self-attention then feed-forward, each inside the residual slot (seed 000's block).
+
+    A block-scope residual kind (e.g. ``parallel``) instead wraps both sublayers at once, as
+    ``res``; a per-sublayer kind wraps each, as ``att`` and ``ff``.
+    """
 
     def __init__(self, parts, causal: bool):
         super().__init__()
-        self.att = parts.residual(parts.attention(causal=causal))
-        self.ff = parts.residual(parts.feedforward())
+        if parts.block_residual:
+            self.res = parts.block(parts.attention(causal=causal), parts.feedforward())
+        else:
+            self.res = None
+            self.att = parts.residual(parts.attention(causal=causal))
+            self.ff = parts.residual(parts.feedforward())
 
     def forward(self, x, key_padding_mask=None, **attention_kw):  # (B, T, D)
+        if self.res is not None:
+            return self.res(x, key_padding_mask=key_padding_mask, **attention_kw)
         x = self.att(x, key_padding_mask=key_padding_mask, **attention_kw)
         return self.ff(x)
 
@@ -24,6 +34,9 @@ class DecoderBlock(nn.Module):
 
     def __init__(self, parts):
         super().__init__()
+        if parts.block_residual:  # the family specs refuse this first; kept for direct use
+            raise ValueError(f"residual {parts.spec.residual.kind!r} wraps a whole block; "
+                             "a decoder layer has three sublayers: use a per-sublayer kind")
         self.self_att = parts.residual(parts.attention(causal=True))
         self.cross_att = parts.residual(parts.attention(causal=False))
         self.ff = parts.residual(parts.feedforward())
@@ -42,11 +55,15 @@ def numbered(blocks, start: int = 0):
 
 
 class TokenEmbedding(nn.Module):
-    """Token embedding followed by the positional slot and dropout."""
+    """Token embedding followed by the positional slot and dropout; ``share`` reuses another
+    embedding's matrix (encoder-decoder three-way sharing)."""
 
-    def __init__(self, parts, vocab_size: int, emb_dim: int, drop_rate: float):
+    def __init__(self, parts, vocab_size: int, emb_dim: int, drop_rate: float,
+                 share: nn.Embedding | None = None):
         super().__init__()
         self.tok_emb = nn.Embedding(vocab_size, emb_dim)
+        if share is not None:
+            self.tok_emb.weight = share.weight  # one tensor, counted once
         self.tok_emb.variantlab_slot = "embedding"
         self.pos_emb = parts.positional()
         self.drop_emb = nn.Dropout(drop_rate)
@@ -58,6 +75,11 @@ class TokenEmbedding(nn.Module):
         else:
             x = self.pos_emb(x)
         return self.drop_emb(x)  # (B, T, D)
+
+
+def final_norm(parts, spec) -> nn.Module:
+    """The norm after the last block, or the identity when ``final_norm`` is off."""
+    return parts.norm() if spec.final_norm else nn.Identity()
 
 
 def lm_head(emb_dim: int, vocab_size: int, tie_to: nn.Embedding | None) -> nn.Linear:

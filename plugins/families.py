@@ -6,7 +6,7 @@ from torch import nn
 from variantlab.positions import position_ids_from_mask
 
 from variantlab_plugins.blocks import (
-    DecoderBlock, TokenEmbedding, TransformerBlock, lm_head, numbered,
+    DecoderBlock, TokenEmbedding, TransformerBlock, final_norm, lm_head, numbered,
 )
 
 
@@ -26,11 +26,11 @@ class GPTModel(nn.Module):
 
     def __init__(self, spec, parts):
         super().__init__()
-        self.embed = TokenEmbedding(parts, spec.vocab_size, spec.emb_dim, spec.drop_rate)
+        self.embed = TokenEmbedding(parts, spec.vocab_size, spec.emb_dim, spec.drop("emb"))
         self.trf_blocks = nn.Sequential(
             *numbered([TransformerBlock(parts, causal=True) for _ in range(spec.n_layers)])
         )
-        self.final_norm = parts.norm()
+        self.final_norm = final_norm(parts, spec)
         self.out_head = lm_head(
             spec.emb_dim, spec.vocab_size, self.embed.tok_emb if spec.tie_weights else None
         )
@@ -58,11 +58,11 @@ class Encoder(nn.Module):
 
     def __init__(self, spec, parts, start_layer: int = 0):
         super().__init__()
-        self.embed = TokenEmbedding(parts, spec.vocab_size, spec.emb_dim, spec.drop_rate)
+        self.embed = TokenEmbedding(parts, spec.vocab_size, spec.emb_dim, spec.drop("emb"))
         self.layers = nn.ModuleList(numbered(
             [TransformerBlock(parts, causal=False) for _ in range(spec.n_layers)], start_layer
         ))
-        self.norm = parts.norm()
+        self.norm = final_norm(parts, spec)
 
     def forward(self, src, padding_mask=None):  # (B, S)
         x = self.embed(src)  # (B, S, D)
@@ -74,13 +74,14 @@ class Encoder(nn.Module):
 class Decoder(nn.Module):
     """Masked self-attention and cross-attention layers, then a final norm (seed 001)."""
 
-    def __init__(self, spec, parts, start_layer: int = 0):
+    def __init__(self, spec, parts, start_layer: int = 0, share: nn.Embedding | None = None):
         super().__init__()
-        self.embed = TokenEmbedding(parts, spec.vocab_size, spec.emb_dim, spec.drop_rate)
+        self.embed = TokenEmbedding(
+            parts, spec.vocab_size, spec.emb_dim, spec.drop("emb"), share=share)
         self.layers = nn.ModuleList(
             numbered([DecoderBlock(parts) for _ in range(spec.n_layers)], start_layer)
         )
-        self.norm = parts.norm()
+        self.norm = final_norm(parts, spec)
 
     def forward(self, tgt, memory, memory_padding_mask=None, tgt_padding_mask=None):
         x = self.embed(tgt)  # (B, T, D)
@@ -118,13 +119,16 @@ class DecoderModel(nn.Module):
 
 class EncoderDecoderModel(nn.Module):
     """The original Transformer (Vaswani et al. 2017; seed 001): encoder, decoder with
-    cross-attention over the encoder output, projection to the vocabulary."""
+    cross-attention over the encoder output, projection to the vocabulary. With
+    ``share_embeddings`` the encoder's embedding, the decoder's and the output projection are
+    one matrix (Vaswani et al. 2017, sec. 3.4)."""
 
     def __init__(self, spec, parts):
         super().__init__()
         self.encoder = Encoder(spec, parts)
-        self.decoder = Decoder(spec, parts, start_layer=spec.n_layers)
-        tie = self.decoder.embed.tok_emb if spec.tie_weights else None
+        shared = self.encoder.embed.tok_emb if spec.share_embeddings else None
+        self.decoder = Decoder(spec, parts, start_layer=spec.n_layers, share=shared)
+        tie = self.decoder.embed.tok_emb if spec.tie_weights or spec.share_embeddings else None
         self.out_head = lm_head(spec.emb_dim, spec.vocab_size, tie)
 
     def forward(self, src, tgt, src_padding_mask=None, tgt_padding_mask=None):

@@ -20,11 +20,13 @@ class MLPSpec(ComponentSpec):
 class MLP(nn.Module):
     """Linear(D, hidden) -> activation -> Linear(hidden, D) (Vaswani et al. 2017, sec. 3.3)."""
 
-    def __init__(self, emb_dim: int, hidden: int, activation: nn.Module):
+    def __init__(self, emb_dim: int, hidden: int, activation: nn.Module, bias: bool = True):
         super().__init__()
         self.layers = nn.Sequential(
-            nn.Linear(emb_dim, hidden), activation, nn.Linear(hidden, emb_dim)
+            nn.Linear(emb_dim, hidden, bias=bias), activation, nn.Linear(hidden, emb_dim, bias=bias)
         )
+        self.layers[0].variantlab_role = "ffn_in"
+        self.layers[2].variantlab_role = "ffn_out"
 
     def forward(self, x):  # (B, T, emb_dim)
         return self.layers(x)
@@ -50,6 +52,9 @@ class GLU(nn.Module):
         self.W_up = nn.Linear(emb_dim, hidden, bias=False)
         self.W_down = nn.Linear(hidden, emb_dim, bias=False)
         self.activation = activation
+        self.W_gate.variantlab_role = "ffn_gate"
+        self.W_up.variantlab_role = "ffn_in"
+        self.W_down.variantlab_role = "ffn_out"
 
     def forward(self, x):  # (B, T, emb_dim)
         hidden = self.activation(self.W_gate(x)) * self.W_up(x)  # (B, T, hidden)
@@ -62,7 +67,7 @@ def hidden_size(spec, emb_dim: int) -> int:
 
 @hookimpl
 def register_feedforwards(register):
-    register("mlp", MLPSpec, lambda spec, emb_dim, make_activation: MLP(
-        emb_dim, hidden_size(spec, emb_dim), make_activation()))
+    register("mlp", MLPSpec, lambda spec, emb_dim, make_activation, bias=True: MLP(
+        emb_dim, hidden_size(spec, emb_dim), make_activation(), bias))
     register("glu", GLUSpec, lambda spec, emb_dim, make_activation: GLU(
         emb_dim, hidden_size(spec, emb_dim), make_activation()))

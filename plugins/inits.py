@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable
 from typing import Literal
 
-from pydantic import Field, PositiveFloat
+from pydantic import Field, PositiveFloat, PositiveInt
 from torch import nn
 
 from variantlab import ComponentSpec, hookimpl
@@ -88,8 +88,56 @@ def normal(spec: NormalInitSpec) -> Callable[[nn.Module], None]:
     return apply
 
 
+class DeepNormInitSpec(ComponentSpec):
+    """DeepNet's init (Wang et al. 2022): Xavier-normal weights, gain beta = (8N)^(-1/4) on the
+    feed-forward, value and attention output projections, gain 1 on query and key."""
+
+    kind: Literal["deepnorm"] = "deepnorm"
+    n_layers: PositiveInt | None = Field(
+        None, description="N in beta = (8N)^(-1/4); unset: the number of blocks in the model")
+
+
+#: Linear roles (``variantlab_role``, set by the component that creates the Linear) that
+#: DeepNet initialises with gain beta, and those it initialises with gain 1
+DEEPNORM_SCALED = frozenset({"value", "attn_out", "ffn_in", "ffn_gate", "ffn_out"})
+DEEPNORM_UNSCALED = frozenset({"query", "key"})
+
+
+def deepnorm_beta(n_layers: int) -> float:
+    """DeepNet's init gain for an N-layer decoder-only (or encoder-only) model:
+    beta = (8N)^(-1/4) (Wang et al. 2022, table 1)."""
+    return (8 * n_layers) ** -0.25
+
+
+def deepnorm(spec: DeepNormInitSpec) -> Callable[[nn.Module], None]:
+    """DeepNet (Wang et al. 2022, fig. 2): xavier_normal_(w, gain=beta) for the FFN, value and
+    output projections, xavier_normal_(w, gain=1) for query and key, biases zero. The roles come
+    from each Linear's ``variantlab_role``; Linears without one (head, embeddings) keep theirs."""
+
+    def apply(model: nn.Module) -> None:
+        n_layers = spec.n_layers or max(1, sum(
+            hasattr(m, "variantlab_layer") for m in model.modules()))
+        beta = deepnorm_beta(n_layers)
+        roles = [(m, getattr(m, "variantlab_role", None)) for m in model.modules()
+                 if isinstance(m, nn.Linear)]
+        if not any(role in DEEPNORM_SCALED for _, role in roles):
+            raise ValueError(
+                "init 'deepnorm' found no Linear marked as a value, output or feed-forward "
+                "projection (variantlab_role); use it with components that declare roles")
+        for module, role in roles:
+            gain = beta if role in DEEPNORM_SCALED else 1.0 if role in DEEPNORM_UNSCALED else None
+            if gain is None:
+                continue
+            nn.init.xavier_normal_(module.weight, gain=gain)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    return apply
+
+
 @hookimpl
 def register_inits(register):
     register("default", DefaultInitSpec, lambda spec: keep_default)
     register("xavier", XavierInitSpec, xavier)
     register("normal", NormalInitSpec, normal)
+    register("deepnorm", DeepNormInitSpec, deepnorm)

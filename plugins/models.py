@@ -7,7 +7,17 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt, model_validator
 
 from variantlab import Batch, ModelSpec, hookimpl
+from variantlab.build import block_scope
 from variantlab_plugins import families
+
+
+def sublayer_residual_only(spec: ModelSpec, why: str) -> ModelSpec:
+    """Refuse a block-scope residual kind (e.g. ``parallel``) in a family that cannot use one."""
+    if block_scope(spec.residual):
+        raise ValueError(
+            f"residual {spec.residual.kind!r} wraps a whole attention + feed-forward block, but "
+            f"family {spec.family!r} {why}; choose a per-sublayer residual kind such as pre_norm")
+    return spec
 
 
 class FloatInputSpec(ModelSpec):
@@ -59,6 +69,10 @@ class MLPFamilySpec(FloatInputSpec):
     @property
     def causal(self) -> bool:
         return False
+
+    @model_validator(mode="after")
+    def _sublayer_residual(self):
+        return sublayer_residual_only(self, "has no attention, only Linear layers")
 
     @model_validator(mode="after")
     def _shortcut_switchable(self):
@@ -130,6 +144,10 @@ class DecoderSpec(ModelSpec):
 
     family: Literal["decoder"] = "decoder"
 
+    @model_validator(mode="after")
+    def _sublayer_residual(self):
+        return sublayer_residual_only(self, "has three sublayers per layer (cross-attention)")
+
     def make_batch(self, batch_size, seq_len, *, tokens=None, generator=None) -> Batch:
         base = super().make_batch(batch_size, seq_len, tokens=tokens, generator=generator)
         memory = torch.randn(batch_size, seq_len, self.emb_dim, generator=generator)
@@ -143,6 +161,14 @@ class EncoderDecoderSpec(ModelSpec):
     """
 
     family: Literal["encoder_decoder"] = "encoder_decoder"
+    share_embeddings: bool = Field(
+        False, description="encoder embedding, decoder embedding and output projection are one "
+        "matrix (Vaswani et al. 2017, sec. 3.4); needs one vocabulary for source and target")
+
+    @model_validator(mode="after")
+    def _sublayer_residual(self):
+        return sublayer_residual_only(
+            self, "has three sublayers per decoder layer (cross-attention)")
 
     def make_batch(self, batch_size, seq_len, *, tokens=None, generator=None) -> Batch:
         base = super().make_batch(batch_size, seq_len, tokens=tokens, generator=generator)

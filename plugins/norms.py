@@ -23,11 +23,11 @@ class LayerNormSpec(ComponentSpec):
 class LayerNorm(nn.Module):
     """Layer normalisation (Ba et al. 2016): biased variance over the last dim, scale, shift."""
 
-    def __init__(self, dim: int, spec: LayerNormSpec):
+    def __init__(self, dim: int, spec: LayerNormSpec, bias: bool = True):
         super().__init__()
         self.eps, self.fused = spec.eps, spec.impl == "fused"
         self.scale = nn.Parameter(torch.ones(dim))
-        self.shift = nn.Parameter(torch.zeros(dim))
+        self.shift = nn.Parameter(torch.zeros(dim)) if bias else None  # norm_bias: false
 
     def forward(self, x):  # (..., dim)
         if self.fused:
@@ -35,6 +35,8 @@ class LayerNorm(nn.Module):
         mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
         var = x.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1)
         norm_x = (x - mean) / torch.sqrt(var + self.eps)
+        if self.shift is None:
+            return self.scale * norm_x
         return self.scale * norm_x + self.shift
 
 
@@ -89,6 +91,34 @@ class RMSNorm(nn.Module):
         return self.scale * (x / rms)
 
 
+class DyTSpec(ComponentSpec):
+    """Dynamic Tanh (Zhu et al. 2025, "Transformers without Normalization"):
+    scale * tanh(alpha * x) + shift, a drop-in replacement for a norm layer."""
+
+    kind: Literal["dyt"] = "dyt"
+    alpha0: PositiveFloat = Field(
+        0.5, description="initial value of the learned scalar alpha inside tanh (the paper's "
+        "default 0.5)")
+
+
+class DyT(nn.Module):
+    """Dynamic Tanh (Zhu et al. 2025): scale * tanh(alpha * x) + shift.
+
+    ``alpha`` is one learned scalar starting at ``alpha0``; ``scale`` (ones) and ``shift``
+    (zeros) are per channel, as a LayerNorm's. No statistics are computed.
+    """
+
+    def __init__(self, dim: int, spec: DyTSpec, bias: bool = True):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.tensor(float(spec.alpha0)))  # scalar
+        self.scale = nn.Parameter(torch.ones(dim))
+        self.shift = nn.Parameter(torch.zeros(dim)) if bias else None  # norm_bias: false
+
+    def forward(self, x):  # (..., dim)
+        x = self.scale * torch.tanh(self.alpha * x)
+        return x if self.shift is None else x + self.shift
+
+
 class NoNormSpec(ComponentSpec):
     """No normalisation: the identity, for ablations."""
 
@@ -97,7 +127,8 @@ class NoNormSpec(ComponentSpec):
 
 @hookimpl
 def register_norms(register):
-    register("layer", LayerNormSpec, lambda spec, dim: LayerNorm(dim, spec))
+    register("layer", LayerNormSpec, lambda spec, dim, bias=True: LayerNorm(dim, spec, bias))
     register("batch", BatchNormSpec, lambda spec, dim: BatchNorm(dim, spec))
     register("rms", RMSNormSpec, lambda spec, dim: RMSNorm(dim, spec))
+    register("dyt", DyTSpec, lambda spec, dim, bias=True: DyT(dim, spec, bias))
     register("none", NoNormSpec, lambda spec, dim: nn.Identity())

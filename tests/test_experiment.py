@@ -171,7 +171,7 @@ def test_unknown_key_top_level_model_and_measure():
 def test_unknown_kind_with_suggestion_in_model_and_in_grid():
     msg = only(exp().replace("kind: gelu", "kind: gelu2"))
     assert msg.startswith("exp.yaml:10:22: model.activation.kind: unknown activation 'gelu2'; "
-                          "did you mean 'gelu'? Registered: gelu, relu, silu")
+                          "did you mean 'gelu'? Registered: gelu, relu, relu2, silu")
     msg = only(exp("grid:\n  norm.kind: [layer, batchnorm]\n"))
     assert msg.startswith("exp.yaml:12:22: grid.norm.kind[1]: unknown norm 'batchnorm'; "
                           "did you mean 'batch'?")

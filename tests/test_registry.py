@@ -7,13 +7,14 @@ import variantlab as vl
 from variantlab.registry import ALL_SLOTS, BUILTIN_MODULES
 
 EXPECTED = {
-    "norm": {"layer", "batch", "rms", "none"},
-    "activation": {"gelu", "relu", "silu"},
+    "norm": {"layer", "batch", "rms", "dyt", "none"},
+    "activation": {"gelu", "relu", "silu", "relu2"},
     "feedforward": {"mlp", "glu"},
     "attention": {"mha"},
-    "residual": {"pre_norm", "post_norm"},
+    "residual": {"pre_norm", "post_norm", "sandwich", "post_sublayer", "deepnorm", "rezero",
+                 "parallel"},
     "positional": {"learned", "sinusoidal", "none"},
-    "init": {"default", "xavier", "normal"},
+    "init": {"default", "xavier", "normal", "deepnorm"},
     "model": {"block", "gpt", "encoder", "decoder", "encoder_decoder", "mlp"},
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -24,6 +25,21 @@ def tag(module: nn.Module, slot: str, kind: str) -> nn.Module:
     return module
 
 
+def accepts(fn: Callable[..., Any], name: str) -> bool:
+    """Whether ``fn`` takes a keyword ``name`` (by name or through ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: pass only what is known
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def block_scope(spec: ComponentSpec) -> bool:
+    """Whether a residual spec wraps a whole block (``scope = "block"``) rather than one
+    sublayer (the default, and every residual written before scopes existed)."""
+    return getattr(type(spec), "scope", "sublayer") == "block"
+
+
 class Parts:
     """Builds each slot's component with explicit sizes; what a family's build receives."""
 
@@ -32,20 +48,32 @@ class Parts:
         self.registry = registry
         self.positions: nn.Module | None = None  # the latest positional built
 
-    def component(self, slot: str, spec: ComponentSpec | None = None, **sizes: Any) -> nn.Module:
+    def component(
+        self,
+        slot: str,
+        spec: ComponentSpec | None = None,
+        optional: Mapping[str, Any] | None = None,
+        **sizes: Any,
+    ) -> nn.Module:
+        """Build ``slot``'s component with ``sizes``; each ``optional`` keyword is passed only
+        to builds that accept it, so plugins written before it existed keep working."""
         spec = spec if spec is not None else getattr(self.spec, slot)
         comp = self.registry.get(slot, spec.kind, (slot, "kind"))
-        return tag(comp.build(spec, **sizes), slot, spec.kind)
+        extra = {k: v for k, v in (optional or {}).items() if accepts(comp.build, k)}
+        return tag(comp.build(spec, **sizes, **extra), slot, spec.kind)
 
     def norm(self, dim: int | None = None) -> nn.Module:
-        return self.component("norm", dim=dim or self.spec.emb_dim)
+        return self.component(
+            "norm", dim=dim or self.spec.emb_dim, optional={"bias": self.spec.norm_bias}
+        )
 
     def activation(self) -> nn.Module:
         return self.component("activation")
 
     def feedforward(self) -> nn.Module:
         return self.component(
-            "feedforward", emb_dim=self.spec.emb_dim, make_activation=self.activation
+            "feedforward", emb_dim=self.spec.emb_dim, make_activation=self.activation,
+            optional={"bias": self.spec.ffn_bias},
         )
 
     def attention(self, causal: bool, positions: nn.Module | None = None) -> nn.Module:
@@ -53,21 +81,19 @@ class Parts:
         ``positions`` (default: the positional this Parts built last, i.e. the one of the
         stack being assembled), ``make_norm(dim, spec=None)`` and ``out_bias``."""
         s = self.spec
-        build = self.registry.get("attention", s.attention.kind, ("attention", "kind")).build
         optional = {
             "positions": positions if positions is not None else self.positions,
             "make_norm": self.make_norm,
-            "out_bias": getattr(s, "attn_out_bias", True),
+            "out_bias": s.attn_out_bias,
         }
         return self.component(
             "attention", emb_dim=s.emb_dim, n_heads=s.n_heads, context_length=s.context_length,
-            drop_rate=s.drop_rate, qkv_bias=s.qkv_bias, causal=causal,
-            **{k: v for k, v in optional.items() if accepts(build, k)},
+            drop_rate=s.drop("attn"), qkv_bias=s.qkv_bias, causal=causal, optional=optional,
         )
 
     def make_norm(self, dim: int, spec: ComponentSpec | None = None) -> nn.Module:
         """A norm of width ``dim``: the model's norm slot, or the given norm spec."""
-        return self.component("norm", spec=spec, dim=dim)
+        return self.component("norm", spec=spec, dim=dim, optional={"bias": self.spec.norm_bias})
 
     def residual(
         self,
@@ -77,10 +103,28 @@ class Parts:
         spec: ComponentSpec | None = None,
         make_norm: Callable[[int], nn.Module] | None = None,
     ) -> nn.Module:
+        """The residual slot around one sublayer (a per-sublayer residual kind)."""
+        chosen = spec if spec is not None else self.spec.residual
+        if block_scope(chosen):
+            raise ValueError(f"residual {chosen.kind!r} wraps a whole block (scope 'block'); "
+                             "build it with Parts.block(attention, feedforward)")
         return self.component(
             "residual", spec=spec, sublayer=sublayer, make_norm=make_norm or self.norm,
             in_dim=in_dim or self.spec.emb_dim, out_dim=out_dim or self.spec.emb_dim,
-            drop_rate=self.spec.drop_rate,
+            drop_rate=self.spec.drop("resid"), optional={"n_layers": self.spec.n_layers},
+        )
+
+    @property
+    def block_residual(self) -> bool:
+        """Whether the model's residual kind wraps a whole block (see :meth:`block`)."""
+        return block_scope(self.spec.residual)
+
+    def block(self, attention: nn.Module, feedforward: nn.Module) -> nn.Module:
+        """A block-scope residual (``scope = "block"``) around attention and feed-forward."""
+        return self.component(
+            "residual", attention=attention, feedforward=feedforward, make_norm=self.norm,
+            dim=self.spec.emb_dim, drop_rate=self.spec.drop("resid"),
+            optional={"n_layers": self.spec.n_layers},
         )
 
     def positional(self) -> nn.Module:

@@ -14,7 +14,9 @@ hookimpl = pluggy.HookimplMarker("variantlab")
 
 @hookspec
 def register_norms(register):
-    """``build(spec, dim) -> nn.Module`` mapping (..., dim) to (..., dim)."""
+    """``build(spec, dim) -> nn.Module`` mapping (..., dim) to (..., dim). Optional keyword
+    ``bias`` (the model's ``norm_bias``), passed only to builds that name it: False drops the
+    learned shift."""
 
 
 @hookspec
@@ -25,7 +27,9 @@ def register_activations(register):
 @hookspec
 def register_feedforwards(register):
     """``build(spec, emb_dim, make_activation) -> nn.Module``: (B, T, emb_dim) -> (B, T, emb_dim);
-    ``make_activation()`` returns a fresh module of the model's activation slot."""
+    ``make_activation()`` returns a fresh module of the model's activation slot. Optional keyword
+    ``bias`` (the model's ``ffn_bias``), passed only to builds that name it. Linears may carry a
+    ``variantlab_role`` (``ffn_in``, ``ffn_gate``, ``ffn_out``) that role-aware inits read."""
 
 
 @hookspec
@@ -52,9 +56,20 @@ def register_attentions(register):
 
 @hookspec
 def register_residuals(register):
-    """``build(spec, sublayer, make_norm, in_dim, out_dim, drop_rate) -> nn.Module`` wrapping one
-    sublayer and the norm it owns (``make_norm(dim)`` builds one); ``forward(x, *args, **kw)``
-    passes extra arguments to the sublayer."""
+    """Residual wiring. The spec class's ``scope`` class variable picks the build signature.
+
+    ``scope = "sublayer"`` (the default; every residual written before scopes existed):
+    ``build(spec, sublayer, make_norm, in_dim, out_dim, drop_rate) -> nn.Module`` wrapping one
+    sublayer and the norm(s) it owns (``make_norm(dim)`` builds one); ``forward(x, *args, **kw)``
+    passes extra arguments to the sublayer. A transformer block wraps its attention and its
+    feed-forward each in one.
+
+    ``scope = "block"``: ``build(spec, attention, feedforward, make_norm, dim, drop_rate)``
+    wraps a whole block (e.g. the parallel block); ``forward(x, *args, **kw)`` passes the extras
+    to the attention. Families whose layers are not attention + feed-forward refuse it.
+
+    Optional keyword, passed only to builds whose signature names it (or takes ``**kwargs``):
+    ``n_layers``, the model's number of blocks (DeepNorm's constants depend on it)."""
 
 
 @hookspec

@@ -116,6 +116,23 @@ class ModelSpec(BaseModel):
     qkv_bias: bool = Field(False, description="bias in the query, key and value projections")
     tie_weights: bool = Field(
         False, description="share the token embedding matrix with the output projection")
+    attn_out_bias: bool = Field(
+        True, description="bias in the attention's output projection (false with qkv_bias "
+        "false: Llama's and nanoGPT bias=False attention)")
+    ffn_bias: bool = Field(
+        True, description="biases in the feed-forward's Linear layers (kinds built without "
+        "biases, e.g. glu, ignore it)")
+    norm_bias: bool = Field(
+        True, description="the norm's learned shift (norms without one, e.g. rms, ignore it)")
+    final_norm: bool = Field(
+        True, description="a norm after the last block, before the output projection")
+    emb_drop_rate: float | None = Field(
+        None, ge=0.0, lt=1.0, description="dropout on the embeddings; unset: drop_rate")
+    attn_drop_rate: float | None = Field(
+        None, ge=0.0, lt=1.0, description="dropout on the attention weights; unset: drop_rate")
+    resid_drop_rate: float | None = Field(
+        None, ge=0.0, lt=1.0,
+        description="dropout on each residual branch before it is added; unset: drop_rate")
     norm: SerializeAsAny[ComponentSpec] = Field(description=_slot_help("norm"))
     activation: SerializeAsAny[ComponentSpec] = Field(description=_slot_help("activation"))
     feedforward: SerializeAsAny[ComponentSpec] = Field(description=_slot_help("feedforward"))
@@ -174,6 +191,14 @@ class ModelSpec(BaseModel):
     def causal(self) -> bool:
         """Whether a position may depend only on earlier ones (set per family)."""
         return True
+
+    def drop(self, place: str) -> float:
+        """The dropout rate at ``place`` (``emb``, ``attn`` or ``resid``): its own key if set,
+        else ``drop_rate``."""
+        if place not in ("emb", "attn", "resid"):
+            raise ValueError(f"unknown dropout place {place!r}; choose emb, attn or resid")
+        rate = getattr(self, f"{place}_drop_rate")
+        return self.drop_rate if rate is None else rate
 
     def components(self) -> dict[str, ComponentSpec]:
         return {slot: getattr(self, slot) for slot in SLOTS}

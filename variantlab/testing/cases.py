@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..build import build_model, tag
+from ..build import accepts, block_scope, build_model, tag
 from ..registry import SLOTS, Registry
 from ..specs import DEFAULT_COMPONENTS, ComponentSpec, parse_model_spec, resolve_component
 from .checker import CTX, HEADS, SEED, TINY_MODEL, B, Case, D, T, close, gen
@@ -20,8 +20,12 @@ def _default(slot: str, registry: Registry) -> ComponentSpec:
     return resolve_component(slot, DEFAULT_COMPONENTS[slot], registry)
 
 
-def _maker(registry: Registry, slot: str, spec: ComponentSpec, **sizes: Any) -> Callable:
+def _maker(registry: Registry, slot: str, spec: ComponentSpec,
+           optional: dict[str, Any] | None = None, **sizes: Any) -> Callable:
+    """A builder of ``spec``'s component; ``optional`` keywords go only to builds that take
+    them (as :class:`variantlab.Parts` passes them)."""
     comp = registry.get(slot, spec.kind)
+    sizes.update({k: v for k, v in (optional or {}).items() if accepts(comp.build, k)})
     return lambda **more: tag(comp.build(spec, **{**sizes, **more}), slot, spec.kind)
 
 
@@ -73,6 +77,26 @@ def _shape_kept(make: Callable[[], nn.Module], shape: tuple[int, ...], what: str
     return check
 
 
+def _bias_switch(make: Callable[..., nn.Module]) -> Callable:
+    def check() -> list[str]:
+        """bias=False"""
+        with_bias, without = make(bias=True), make(bias=False)
+        count = [sum(p.numel() for p in m.parameters()) for m in (with_bias, without)]
+        out = _eval(without, _x(B, T, D))
+        found = [] if count[1] < count[0] else [
+            f"bias=False kept all parameters ({count[1]} vs {count[0]} with bias=True)"]
+        if tuple(out.shape) != (B, T, D) or not torch.isfinite(out).all():
+            found.append(f"bias=False gave shape {tuple(out.shape)} or non-finite values")
+        return found
+
+    return check
+
+
+def _optional_bias(registry: Registry, slot: str, spec: ComponentSpec, make: Callable) -> list:
+    """The ``bias=False`` check, for builds that take the optional ``bias`` keyword."""
+    return [_bias_switch(make)] if accepts(registry.get(slot, spec.kind).build, "bias") else []
+
+
 def _attention_case(spec: ComponentSpec, registry: Registry) -> Case:
     sizes = dict(emb_dim=D, n_heads=HEADS, context_length=CTX, qkv_bias=True)
     make = _maker(registry, "attention", spec, **sizes)
@@ -117,11 +141,14 @@ class _Sublayer(nn.Module):
 
 
 def _residual_case(spec: ComponentSpec, registry: Registry) -> Case:
+    if block_scope(spec):
+        return _block_residual_case(spec, registry)
     norm = _default("norm", registry)
     make_norm = _maker(registry, "norm", norm)
 
     def make(drop_rate: float = 0.0) -> nn.Module:
-        build = _maker(registry, "residual", spec, in_dim=D, out_dim=D, drop_rate=drop_rate)
+        build = _maker(registry, "residual", spec, {"n_layers": TINY_MODEL["n_layers"]},
+                       in_dim=D, out_dim=D, drop_rate=drop_rate)
         return build(sublayer=_Sublayer(D, D), make_norm=lambda dim: make_norm(dim=dim))
 
     def passes_arguments() -> list[str]:
@@ -134,6 +161,31 @@ def _residual_case(spec: ComponentSpec, registry: Registry) -> Case:
         return []
 
     return Case("residual (standalone)", make, (_x(B, T, D),), expect=(B, T, D),
+                zero_grad_is_bug=not getattr(type(spec), "zero_init_branch", False),
+                extra=[passes_arguments, _dropout_off(lambda: make(0.5))])
+
+
+def _block_residual_case(spec: ComponentSpec, registry: Registry) -> Case:
+    """A block-scope residual (``scope = "block"``) around stand-in attention and
+    feed-forward sublayers; extra forward arguments must reach the attention."""
+    make_norm = _maker(registry, "norm", _default("norm", registry))
+
+    def make(drop_rate: float = 0.0, attention: nn.Module | None = None) -> nn.Module:
+        build = _maker(registry, "residual", spec, {"n_layers": TINY_MODEL["n_layers"]},
+                       dim=D, drop_rate=drop_rate)
+        return build(attention=attention or _Sublayer(D, D), feedforward=_Sublayer(D, D),
+                     make_norm=lambda dim: make_norm(dim=dim))
+
+    def passes_arguments() -> list[str]:
+        """extra arguments reach the attention"""
+        attention = _Sublayer(D, D)
+        _eval(make(attention=attention), _x(B, T, D), gain=0.5)
+        if not any(s.get("gain") == 0.5 for s in attention.seen):
+            return ["forward(x, gain=0.5) did not pass gain=0.5 to the attention"]
+        return []
+
+    return Case("residual (standalone, block scope)", make, (_x(B, T, D),), expect=(B, T, D),
+                zero_grad_is_bug=not getattr(type(spec), "zero_init_branch", False),
                 extra=[passes_arguments, _dropout_off(lambda: make(0.5))])
 
 
@@ -173,7 +225,8 @@ def standalone_case(slot: str, spec: ComponentSpec, registry: Registry) -> Case:
     if slot == "norm":
         make = _maker(registry, slot, spec, dim=D)
         return Case("norm (standalone)", make, x, expect=(B, T, D),
-                    extra=[_shape_kept(make, (5, D), "input")])
+                    extra=[_shape_kept(make, (5, D), "input"),
+                           *_optional_bias(registry, slot, spec, make)])
     if slot == "activation":
         make = _maker(registry, slot, spec)
 
@@ -190,7 +243,8 @@ def standalone_case(slot: str, spec: ComponentSpec, registry: Registry) -> Case:
         act = _maker(registry, "activation", _default("activation", registry))
         make = _maker(registry, slot, spec, emb_dim=D, make_activation=act)
         return Case("feedforward (standalone)", make, x, expect=(B, T, D),
-                    extra=[_causality(make, "feedforward")])
+                    extra=[_causality(make, "feedforward"),
+                           *_optional_bias(registry, slot, spec, make)])
     if slot == "init":
         return _init_case(spec, registry)
     if slot == "positional":
