@@ -40,7 +40,8 @@ class MHASpec(ComponentSpec):
         None, description="width of each head; unset = emb_dim // n_heads (Qwen3 sets its own)")
     qk_norm: SerializeAsAny[ComponentSpec] | None = Field(
         None, description="a norm {kind: rms|layer|...} on queries and keys before the scores "
-        "(and before rotary); unset or none = no QK-norm")
+        "(and before rotary); unset or none = no QK-norm",
+        json_schema_extra={"variantlab_slot": "norm"})
     qk_norm_scope: Literal["head", "projection"] = Field(
         "head", description="head: one norm over each head's head_dim, shared by the heads "
         "(Qwen3); projection: over the whole query / key projection (OLMo2)")

@@ -117,7 +117,7 @@ INVALID = {
     "unknown family": _set("model/family", "transformer"),
     "key of another family": _set("model/layer_sizes", [3, 1]),
     "unknown attention kind": _set("model/attention", {"kind": "flash"}),
-    "unknown kind shorthand": _set("model/positional", "rotary"),
+    "unknown kind shorthand": _set("model/positional", "yarn"),
     "component without kind": _set("model/attention", {"impl": "sdpa"}),
     "parameter of another kind": _set("model/norm", {"kind": "rms", "momentum": 0.1}),
     "parameter out of range": _set("model/norm", {"kind": "layer", "eps": -1.0}),

@@ -102,6 +102,7 @@ def experiment_schema(registry: Registry | None = None) -> dict[str, Any]:
             _fill_descriptions(defs[def_name], fields)
     docs = {(r["slot"], r["kind"]): r["doc"] for r in plugin_rows(registry)}
     _component_defs(defs, registry, parts, name_of, docs)
+    _nested_slots(defs)
     family_refs = _family_defs(defs, families, name_of, docs)
     paths = _override_paths(defs, families, name_of, parts)
     root = _root(defs, defs.pop(name_of[ExperimentSpec]), family_refs, paths)
@@ -278,6 +279,27 @@ def _grid_schema(description: str, paths: dict[str, dict]) -> dict[str, Any]:
 def _set_schema(description: str, paths: dict[str, dict]) -> dict[str, Any]:
     return {"type": "object", "description": description, "properties": dict(paths),
             "additionalProperties": False}
+
+
+def _nested_slots(node: Any) -> None:
+    """A component field inside another component (``qk_norm`` of ``mha``) names its slot with
+    ``json_schema_extra={"variantlab_slot": SLOT}``: it takes that slot's kinds, ``none`` or
+    null, instead of the generic ComponentSpec."""
+    if isinstance(node, list):
+        for value in node:
+            _nested_slots(value)
+        return
+    if not isinstance(node, dict):
+        return
+    for key, value in list(node.items()):
+        if isinstance(value, dict) and isinstance(value.get("variantlab_slot"), str):
+            slot = value["variantlab_slot"]
+            node[key] = {"anyOf": [{"$ref": _ref(f"slot.{slot}")}, {"const": "none"},
+                                   {"type": "null"}],
+                         **{k: value[k] for k in ("description", "default", "title")
+                            if k in value}}
+        else:
+            _nested_slots(value)
 
 
 def _refs(node: Any) -> Iterator[str]:
