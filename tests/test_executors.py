@@ -66,7 +66,8 @@ def write_exp(tmp_path: Path, grid: str, seeds: str = "[0]", measure: str = FAST
 
 
 def stored(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Units and rows, sorted, without what differs between two runs (times, timings)."""
+    """Units and rows, sorted, without what differs between two runs (times, timings, the
+    invocation id)."""
     with closing(sqlite3.connect(run_dir / "results.sqlite")) as conn:
         units = pd.read_sql_query("SELECT * FROM units ORDER BY key", conn)
         rows = pd.read_sql_query("SELECT * FROM rows", conn)
