@@ -31,4 +31,6 @@ def dead_rows(allowed: torch.Tensor | None) -> torch.Tensor | None:
     if allowed is None:
         return None
     dead = ~allowed.any(dim=-1, keepdim=True)  # (.., T, 1)
+    if dead.device.type == "meta":  # no values to look at (the size guard's meta forward):
+        return dead  # keep the mask; where no row is dead it changes nothing
     return dead if bool(dead.any()) else None

@@ -246,3 +246,22 @@ def test_refusal_points_at_the_grid_value_and_only_skips_it(tmp_path):
                                     "--only", "n_layers=1"])
     assert ran.exit_code == 0, ran.output
     assert "2 unit(s): 2 computed" in ran.output
+
+
+def _every_builtin_kind():
+    registry = get_registry()
+    for slot in ("norm", "activation", "feedforward", "attention", "residual", "positional",
+                 "init"):
+        for kind in registry.kinds(slot):
+            yield slot, kind
+
+
+@pytest.mark.parametrize("slot,kind", list(_every_builtin_kind()))
+def test_every_builtin_kind_can_be_estimated_on_meta(slot, kind):
+    """A built-in component that cannot run on the meta device would silently switch the
+    size guard off for every variant using it."""
+    spec = spec_of(**{slot: {"kind": kind}})
+    one_layer = model_cost(spec.model_copy(update={"n_layers": 1}), get_registry(), (2, 8))
+    real = build_model(spec.model_copy(update={"n_layers": 1}), get_registry())
+    assert one_layer.params == sum(p.numel() for p in real.parameters())
+    assert one_layer.activation_bytes > 0
