@@ -56,3 +56,40 @@ def test_unsupported_class_and_options_are_named():
     cfg = transformers.LlamaConfig(**BASE, rope_scaling={"rope_type": "linear", "factor": 2.0})
     with pytest.raises(ConversionError, match="rope_scaling"):
         from_transformers(transformers.LlamaForCausalLM(cfg))
+
+
+QWEN3 = {
+    "gqa-headdim-untied": dict(num_key_value_heads=2, head_dim=16, tie_word_embeddings=False),
+    "mha-tied": dict(num_key_value_heads=4, tie_word_embeddings=True, rms_norm_eps=1e-5),
+}
+
+
+@pytest.mark.parametrize("impl", ["naive", "sdpa"])
+@pytest.mark.parametrize("name", list(QWEN3))
+def test_qwen3_logits_equal(name, impl):
+    torch.manual_seed(0)
+    config = transformers.Qwen3Config(**BASE, **QWEN3[name], attn_implementation="eager")
+    hf = perturbed(transformers.Qwen3ForCausalLM(config))
+    spec, model = from_transformers(hf, impl=impl)
+    model.eval()
+    assert n_params(model) == n_params(hf)
+    idx = torch.randint(0, 64, (2, 10))
+    with torch.no_grad():
+        assert (model(idx) - hf(idx).logits).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("impl", ["naive", "sdpa"])
+def test_llama_left_padded_mask(impl):
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(**BASE, **LLAMA["gqa-untied"], attn_implementation="eager")
+    hf = perturbed(transformers.LlamaForCausalLM(config))
+    _, model = from_transformers(hf, impl=impl)
+    model.eval()
+    idx = torch.randint(0, 64, (2, 8))
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[0, :3] = 0
+    with torch.no_grad():
+        ref = hf(idx, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
+        ours = model(idx, attention_mask=mask)
+    real = mask.bool()
+    assert (ours[real] - ref[real]).abs().max().item() < 1e-4

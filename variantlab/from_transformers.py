@@ -1,6 +1,6 @@
 """Import a Hugging Face ``transformers`` causal LM into variantlab: ``(spec, model)``.
 
-So far ``LlamaForCausalLM`` (see docs/transformers.md); other classes and config options
+So far ``LlamaForCausalLM`` and ``Qwen3ForCausalLM`` (see docs/transformers.md); other classes and config options
 that variantlab cannot express raise :class:`ConversionError` naming them."""
 
 from __future__ import annotations
@@ -68,7 +68,26 @@ def _llama_state(hf: Any) -> dict[str, torch.Tensor]:
     return out
 
 
-CONVERTERS = {"LlamaForCausalLM": (_llama_spec, _llama_state)}
+def _qwen3_spec(cfg: Any) -> dict[str, Any]:
+    if getattr(cfg, "use_sliding_window", False):
+        _reject("use_sliding_window", True, "Qwen3's per-layer sliding windows are not imported")
+    data = _llama_spec(cfg)
+    data["attention"]["qk_norm"] = {"kind": "rms", "eps": cfg.rms_norm_eps}
+    data["attention"]["qk_norm_scope"] = "head"
+    return data
+
+
+def _qwen3_state(hf: Any) -> dict[str, torch.Tensor]:
+    out, sd = _llama_state(hf), hf.state_dict()
+    for i in range(hf.config.num_hidden_layers):
+        for ours, theirs in (("q_norm", "q_norm"), ("k_norm", "k_norm")):
+            out[f"trf_blocks.{i}.att.sublayer.{ours}.scale"] = \
+                sd[f"model.layers.{i}.self_attn.{theirs}.weight"]
+    return out
+
+
+CONVERTERS = {"LlamaForCausalLM": (_llama_spec, _llama_state),
+              "Qwen3ForCausalLM": (_qwen3_spec, _qwen3_state)}
 
 
 def from_transformers(hf_model: Any, impl: str = "naive") -> tuple[ModelSpec, torch.nn.Module]:
