@@ -5,7 +5,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from variantlab.from_transformers import ConversionError, from_transformers  # noqa: E402
+from variantlab import from_transformers  # noqa: E402
+from variantlab.hfimport import ConversionError  # noqa: E402
 
 BASE = dict(hidden_size=32, num_attention_heads=4, intermediate_size=48, num_hidden_layers=2,
             vocab_size=64, max_position_embeddings=32)
