@@ -94,3 +94,17 @@ def test_llama_left_padded_mask(impl):
         ours = model(idx, attention_mask=mask)
     real = mask.bool()
     assert (ours[real] - ref[real]).abs().max().item() < 1e-4
+
+
+def test_spec_yaml_round_trips_to_an_equal_spec():
+    import yaml
+
+    import variantlab as vl
+
+    config = transformers.Qwen3Config(**BASE, **QWEN3["gqa-headdim-untied"])
+    spec, _ = from_transformers(transformers.Qwen3ForCausalLM(config), impl="sdpa")
+    doc = yaml.safe_load(vl.spec_yaml(spec))
+    back = vl.parse_model_spec(doc["model"])
+    assert back == spec
+    assert back.attention.qk_norm.eps == config.rms_norm_eps
+    assert back.attention.head_dim == 16 and back.attention.n_kv_heads == 2

@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Batch", "ComponentSpec", "ModelSpec", "Parts", "PluginLoadError", "SpecError",
-    "VariantWarning", "build_model", "from_transformers", "build_registry", "get_registry", "hookimpl",
+    "VariantWarning", "build_model", "from_transformers", "spec_yaml", "build_registry", "get_registry", "hookimpl",
     "parse_model_spec", "results", "__version__",
 ]
 
@@ -29,3 +29,10 @@ def from_transformers(hf_model, impl="naive"):
     from .hfimport import from_transformers as _convert
 
     return _convert(hf_model, impl=impl)
+
+
+def spec_yaml(spec, name="imported"):
+    """``spec`` as a minimal experiment YAML text whose ``model`` loads back equal."""
+    from .hfimport import spec_yaml as _spec_yaml
+
+    return _spec_yaml(spec, name)

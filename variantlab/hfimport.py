@@ -111,3 +111,12 @@ def from_transformers(hf_model: Any, impl: str = "naive") -> tuple[ModelSpec, to
         raise ConversionError.at(["transformers"], f"weight mapping for {name} incomplete: "
                                  f"missing {left}, unexpected {unexpected}")
     return spec, model
+
+
+def spec_yaml(spec: ModelSpec, name: str = "imported") -> str:
+    """``spec`` as the ``model:`` of a minimal experiment YAML file (edit a slot, add
+    ``variants``/``measure``, run it); the ``model`` mapping loads back to an equal spec."""
+    import yaml
+
+    doc = {"name": name, "seeds": [0], "model": spec.to_data()}
+    return yaml.safe_dump(doc, sort_keys=False)
