@@ -108,3 +108,21 @@ def test_spec_yaml_round_trips_to_an_equal_spec():
     assert back == spec
     assert back.attention.qk_norm.eps == config.rms_norm_eps
     assert back.attention.head_dim == 16 and back.attention.n_kv_heads == 2
+
+
+def test_describe_yaml_prints_a_spec_that_loads_back(tmp_path):
+    import yaml
+    from click.testing import CliRunner
+
+    import variantlab as vl
+    from variantlab.cli import main
+
+    config = transformers.LlamaConfig(**BASE, **LLAMA["mqa-headdim"])
+    spec, _ = from_transformers(transformers.LlamaForCausalLM(config))
+    path = tmp_path / "llama.yaml"
+    path.write_text(vl.spec_yaml(spec))
+    result = CliRunner().invoke(main, ["describe", "--yaml", str(path)])
+    assert result.exit_code == 0, result.output
+    docs = [d for d in yaml.safe_load_all(result.output) if d]
+    assert len(docs) == 1
+    assert vl.parse_model_spec(docs[0]["model"]) == spec
