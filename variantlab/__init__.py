@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Batch", "ComponentSpec", "ModelSpec", "Parts", "PluginLoadError", "SpecError",
-    "VariantWarning", "build_model", "build_registry", "get_registry", "hookimpl",
+    "VariantWarning", "build_model", "from_transformers", "spec_yaml", "build_registry", "get_registry", "hookimpl",
     "parse_model_spec", "results", "__version__",
 ]
 
@@ -21,3 +21,18 @@ def results(path):
     from .runs import results as _results
 
     return _results(path)
+
+
+def from_transformers(hf_model, impl="naive"):
+    """``(spec, model)`` equal to a Hugging Face transformers causal LM (Llama, Qwen3); see
+    docs/transformers.md. Needs the ``.[hf]`` extra."""
+    from .hfimport import from_transformers as _convert
+
+    return _convert(hf_model, impl=impl)
+
+
+def spec_yaml(spec, name="imported"):
+    """``spec`` as a minimal experiment YAML text whose ``model`` loads back equal."""
+    from .hfimport import spec_yaml as _spec_yaml
+
+    return _spec_yaml(spec, name)

@@ -258,8 +258,10 @@ def validate(experiment: str, device: str | None, max_variants: int,
 @click.argument("path", type=click.Path(dir_okay=False))
 @max_variants_option
 @plugin_option
+@click.option("--yaml", "as_yaml", is_flag=True,
+              help="print each variant's spec as experiment YAML instead")
 @bad_input_exits
-def describe(path: str, max_variants: int, plugins: Sequence[str]) -> None:
+def describe(path: str, max_variants: int, plugins: Sequence[str], as_yaml: bool = False) -> None:
     """Print each variant's memory estimate, module tree and parameter breakdown
     (EXPERIMENT or bare model). Models are built on the meta device: nothing is allocated."""
     import warnings
@@ -271,6 +273,13 @@ def describe(path: str, max_variants: int, plugins: Sequence[str]) -> None:
     stdout, _ = consoles()
     variants, registry, exp = load_model_doc(path, extra_plugins=plugins,
                                              max_variants=max_variants)
+    if as_yaml:
+        from .hfimport import spec_yaml
+
+        for v in variants:
+            click.echo(spec_yaml(v.spec, name=v.name), nl=False)
+            click.echo("---" if v is not variants[-1] else "", nl=v is not variants[-1])
+        return
     for v in variants:
         title = escape(f"{v.name} ({v.label})")
         if stdout.is_terminal:
