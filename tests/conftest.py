@@ -1,7 +1,10 @@
 """Shared fixtures: tiny models (emb_dim 32, 2 layers) keep the suite fast."""
 
+import json
 import warnings
+from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -28,3 +31,25 @@ def _deterministic():
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         yield
+
+
+def store_of(run, folder: Path) -> Path:
+    from variantlab.store import Store, UnitRecord
+
+    """Write a RunData (see variantlab.report.sample) into a real results store."""
+    with Store(folder) as store:
+        variants = [{"name": r["name"], "label": r["label"], "spec": json.loads(r["spec_json"]),
+                     "overrides": json.loads(r["overrides_json"]),
+                     "warnings": json.loads(r["warnings_json"])}
+                    for _, r in run.variants.iterrows()]
+        plan = [(u["key"], u["variant"], int(u["seed"]), u["probe"])
+                for _, u in run.units.iterrows()]
+        store.write_experiment(run.meta, variants, plan)
+        for _, u in run.units.iterrows():
+            rows = run.rows[(run.rows["unit_key"] == u["key"]) & (run.rows["status"] == "ok")]
+            records = [{k: (None if pd.isna(v) else v) if k in ("layer", "step") else v
+                        for k, v in r.items()} for r in rows.to_dict("records")]
+            store.save_unit(UnitRecord(key=u["key"], variant=u["variant"], seed=int(u["seed"]),
+                                       probe=u["probe"], settings_json="{}", status=u["status"],
+                                       error=u["error"], device="cpu"), records)
+    return folder

@@ -5,7 +5,6 @@ report whose CSV is safe in a spreadsheet and whose HTML and Markdown are escape
 
 import csv
 import io
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -15,30 +14,11 @@ from click.testing import CliRunner
 from variantlab.cli import main
 from variantlab.report.sample import sample_run
 from variantlab.report.tables import csv_safe, summary_csv
-from variantlab.store import Store, UnitRecord
+
+from conftest import store_of
 
 HOSTILE = ["=HYPERLINK(\"http://evil.example\",\"x\")", "+1+cmd|' /C calc'!A0", "-2+3",
            "@SUM(A1:A2)", "\tTabbed", "<script>alert(1)</script>"]
-
-
-def store_of(run, folder: Path) -> Path:
-    """Write a RunData (see variantlab.report.sample) into a real results store."""
-    with Store(folder) as store:
-        variants = [{"name": r["name"], "label": r["label"], "spec": json.loads(r["spec_json"]),
-                     "overrides": json.loads(r["overrides_json"]),
-                     "warnings": json.loads(r["warnings_json"])}
-                    for _, r in run.variants.iterrows()]
-        plan = [(u["key"], u["variant"], int(u["seed"]), u["probe"])
-                for _, u in run.units.iterrows()]
-        store.write_experiment(run.meta, variants, plan)
-        for _, u in run.units.iterrows():
-            rows = run.rows[(run.rows["unit_key"] == u["key"]) & (run.rows["status"] == "ok")]
-            records = [{k: (None if pd.isna(v) else v) if k in ("layer", "step") else v
-                        for k, v in r.items()} for r in rows.to_dict("records")]
-            store.save_unit(UnitRecord(key=u["key"], variant=u["variant"], seed=int(u["seed"]),
-                                       probe=u["probe"], settings_json="{}", status=u["status"],
-                                       error=u["error"], device="cpu"), records)
-    return folder
 
 
 @pytest.fixture

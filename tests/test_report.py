@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -16,7 +15,8 @@ from variantlab.report.plots import build_plots, styles, to_svg
 from variantlab.report.render import md_escape
 from variantlab.report.sample import sample_run
 from variantlab.report.tables import summarize
-from variantlab.store import Store, UnitRecord
+
+from conftest import store_of
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("VARIANTLAB_UPDATE_GOLDEN") == "1"
@@ -204,23 +204,7 @@ def test_several_runs_prefix_clashing_names(tmp_path):
 
 
 def _store_sample(path: Path) -> Path:
-    run = sample_run()
-    with Store(path) as store:
-        variants = [{"name": r["name"], "label": r["label"], "spec": json.loads(r["spec_json"]),
-                     "overrides": json.loads(r["overrides_json"]),
-                     "warnings": json.loads(r["warnings_json"])}
-                    for _, r in run.variants.iterrows()]
-        plan = [(u["key"], u["variant"], int(u["seed"]), u["probe"])
-                for _, u in run.units.iterrows()]
-        store.write_experiment(run.meta, variants, plan)
-        for _, u in run.units.iterrows():
-            rows = run.rows[(run.rows["unit_key"] == u["key"]) & (run.rows["status"] == "ok")]
-            records = [{k: (None if pd.isna(v) else v) if k in ("layer", "step") else v
-                        for k, v in r.items()} for r in rows.to_dict("records")]
-            store.save_unit(UnitRecord(key=u["key"], variant=u["variant"], seed=int(u["seed"]),
-                                       probe=u["probe"], settings_json="{}", status=u["status"],
-                                       error=u["error"], device="cpu"), records)
-    return path
+    return store_of(sample_run(), path)
 
 
 def test_report_from_a_real_store_matches_the_in_memory_one(tmp_path):
