@@ -11,7 +11,8 @@
   ``mha`` does for both impls);
 - ``attn_entropy``: the attention distribution's entropy (nats), mean over heads and queries.
 
-It also records ``loss`` at each recorded step. Rows have scope ``layer``, ``layer`` and
+It also records ``loss`` at each recorded step, and ``eval_loss`` after training when
+``eval_batches`` > 0 (as the training probe). Rows have scope ``layer``, ``layer`` and
 ``step`` set and ``name`` the layer's stack (``""`` in a one-stack model).
 """
 
@@ -31,7 +32,7 @@ from ..rows import Row, row
 from ..settings import DynamicsSettings
 from ..specs import ModelSpec
 from .common import autocast, first_tensor, layer_stacks, make_model, param_index, resolve_device
-from .training import lr_at
+from .training import EVAL_SEED_OFFSET, eval_loss, lr_at
 
 Layer = tuple[str, int]  # (stack, layer index)
 METRICS = ("grad_norm", "update_ratio", "residual_rms", "max_attn_logit", "attn_entropy")
@@ -135,6 +136,12 @@ def run(
             rows.append(row("dynamics", "loss", value, step=step))
             rows += _rows(record, step)
     _attention(attn, False)
+    diverged = any(r["metric"] == "loss" and not math.isfinite(r["value"]) for r in rows)
+    if settings.eval_batches and not diverged:
+        held = datalib.batches(data, spec, settings.batch_size, settings.seq_len,
+                               settings.eval_batches, seed=seed + EVAL_SEED_OFFSET,
+                               base_dir=base_dir)
+        rows.append(row("dynamics", "eval_loss", eval_loss(model, spec, held, dev, settings)))
     return rows
 
 
