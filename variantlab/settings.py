@@ -107,6 +107,9 @@ class MeasureSpec:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, MeasureSpec) and self.model_dump() == other.model_dump()
 
+    def __hash__(self) -> int:  # immutable after construction, like the settings it holds
+        return hash(tuple(self._settings.items()))
+
     def __repr__(self) -> str:
         return f"MeasureSpec({self._settings!r})"
 
