@@ -106,6 +106,9 @@ class MultiHeadAttention(nn.Module):
             self.q_norm = self.k_norm = None
         # a reference, not a submodule: the positions live (once) in the token embedding
         self.__dict__["positions"] = positions if positions is not None else Positions()
+        # the dynamics probe's hook point: while ``record_stats`` is true, each forward
+        # leaves ``last_stats`` = {"max_logit", "entropy"} (both impls, from q and k)
+        self.record_stats, self.last_stats = False, None
 
     def split_heads(self, x, n):  # (B, T, n * head_dim) -> (B, n, T, head_dim)
         b, t, _ = x.shape
@@ -137,6 +140,8 @@ class MultiHeadAttention(nn.Module):
         dead = dead_rows(allowed)  # None or (.., T, 1): queries that see no key
         if dead is not None:
             allowed = allowed | dead  # let them attend uniformly; their output is zeroed
+        if self.record_stats:
+            self.last_stats = attention_stats(queries, keys, allowed, bias, self.head_dim)
         attend = self.sdpa if self.impl == "sdpa" else self.naive
         context = attend(queries, keys, values, allowed, bias)  # (B, H, T, hd)
         if dead is not None:
@@ -169,6 +174,24 @@ class MultiHeadAttention(nn.Module):
         if allowed is not None:
             bias = bias.masked_fill(~allowed, -torch.inf)  # (.., H, T, S)
         return F.scaled_dot_product_attention(queries, keys, values, bias, dropout_p=drop)
+
+
+@torch.no_grad()
+def attention_stats(queries, keys, allowed, bias, head_dim: int) -> dict[str, float]:
+    """``max_logit``: the largest q·k/sqrt(head_dim) over batch, heads and visible positions
+    (before bias and softmax); ``entropy``: the softmax distribution's entropy (nats), mean
+    over batch, heads and queries that see a key."""
+    logits = (queries @ keys.transpose(2, 3)).float() / math.sqrt(head_dim)  # (B, H, T, S)
+    scores = logits if bias is None else logits + bias.float()
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed, -torch.inf)
+        scores = scores.masked_fill(~allowed, -torch.inf)
+    p = torch.softmax(scores, dim=-1)
+    plogp = torch.where(p > 0, p * torch.log(p.clamp_min(1e-30)), torch.zeros_like(p))
+    entropy = -plogp.sum(-1)  # (B, H, T)
+    seen = torch.isfinite(scores).any(-1)
+    return {"max_logit": float(logits.max()),
+            "entropy": float(entropy[seen].mean()) if bool(seen.any()) else math.nan}
 
 
 @hookimpl

@@ -22,8 +22,14 @@ def test_the_docs_show_experiments():
 
 @pytest.mark.parametrize(("doc", "index", "text"), BLOCKS,
                          ids=[f"{d.relative_to(ROOT)}#{i}" for d, i, _ in BLOCKS])
-def test_experiment_in_the_docs_validates(doc, index, text):
+def test_experiment_in_the_docs_validates(doc, index, text, tmp_path):
     plugins = [str(SCALENORM)] if "scale" in text else []
-    exp = experiment_from_text(text, f"{doc.name}#{index}", extra_plugins=plugins)
+    if "weightnorms.py" in text:  # docs/probes.md: its plugin file beside the experiment
+        page = (ROOT / "docs" / "probes.md").read_text()
+        code = next(b for b in re.findall(r"```python\n(.*?)```", page, re.S)
+                    if "# weightnorms.py" in b)
+        (tmp_path / "weightnorms.py").write_text(code)
+    exp = experiment_from_text(text, f"{doc.name}#{index}", extra_plugins=plugins,
+                               base_dir=tmp_path)
     assert len(exp.variants) >= 2
     assert exp.baseline in {v.name for v in exp.variants}

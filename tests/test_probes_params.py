@@ -12,7 +12,7 @@ def by(rows, metric, scope="model"):
 
 
 def test_probe_names():
-    assert PROBES == ("params", "gradients", "timing", "training")
+    assert PROBES == ("params", "gradients", "timing", "training", "dynamics")
     with pytest.raises(ValueError, match="unknown probe 'flops'"):
         run_probe("flops", {"family": "gpt"}, None, seed=0)
 

@@ -5,12 +5,14 @@ from .specs import Batch, ComponentSpec, ModelSpec, parse_model_spec
 from .build import Parts, VariantWarning, build_model
 from .errors import PluginLoadError, SpecError
 from .registry import build_registry, get_registry
+from .settings import ProbeSettings
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Batch", "ComponentSpec", "ModelSpec", "Parts", "PluginLoadError", "SpecError",
-    "VariantWarning", "build_model", "from_transformers", "spec_yaml", "build_registry", "get_registry", "hookimpl",
+    "Batch", "ComponentSpec", "ModelSpec", "Parts", "PluginLoadError", "ProbeSettings", "SpecError",
+    "VariantWarning", "build_model", "build_registry", "from_transformers", "get_registry", "hookimpl",
+    "spec_yaml",
     "parse_model_spec", "results", "__version__",
 ]
 

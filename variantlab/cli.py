@@ -152,7 +152,8 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     print_summary(stdout, err, summary)
     code = summary.exit_code
     if not no_report and not summary.interrupted:
-        reported = _write_report(stdout, err, [summary.run_dir], summary.run_dir / "report", None)
+        reported = _write_report(stdout, err, [summary.run_dir], summary.run_dir / "report", None,
+                                 exp.registry)
         code = max(code, min(reported, EXIT_FAILED))
     sys.exit(code)
 
@@ -191,11 +192,11 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 
 def _write_report(stdout: Any, err: Any, runs: Sequence[Path], out_dir: Path,
-                  baseline: str | None) -> int:
+                  baseline: str | None, registry: Any = None) -> int:
     from .report import write_report
 
     try:
-        files = write_report(list(runs), Path(out_dir), baseline=baseline)
+        files = write_report(list(runs), Path(out_dir), baseline=baseline, registry=registry)
     except ValueError as exc:  # e.g. an unknown --baseline: bad input
         err.print(f"report: {escape(str(exc))}", soft_wrap=True)
         return EXIT_INPUT

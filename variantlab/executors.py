@@ -19,7 +19,7 @@ worker; at most ``N`` units are in flight, so it is running). Resume, ``--only``
 isolation and ``--fail-fast`` behave as in process; with ``--fail-fast`` the units already
 running finish and are stored, nothing new starts.
 
-``timing`` units never run concurrently with anything: concurrent work would distort the
+Units of serial probes (``timing``) never run concurrently with anything: concurrent work would distort the
 timings. The driver runs them itself, one at a time, after the pool has finished.
 
 A worker that dies (killed, out of memory, a crash in native code: ``BrokenProcessPool``)
@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .runner import (
-    SERIAL_PROBES, ResultSink, Unit, _run_unit, default_probe_fn, error_text, now_iso, plan_units,
+    ResultSink, Unit, _run_unit, default_probe_fn, error_text, now_iso, plan_units,
     run_in_process, unit_record,
 )
 from .store import UnitRecord
@@ -157,7 +157,7 @@ def run_with_pool(
     for index, unit in units:
         if sink.stored_ok(unit):
             sink.skip(index, unit)
-        elif unit.probe in SERIAL_PROBES:
+        elif unit.serial:
             serial.append((index, unit))
         elif unit.key in twins:
             twins[unit.key].append((index, unit))

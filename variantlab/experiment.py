@@ -21,7 +21,7 @@ from .overrides import (  # apply_overrides is also imported from here by caller
     apply_overrides, component_of, expansions, lookup, override_source, show,
 )
 from .registry import SLOTS, Registry, build_registry
-from .settings import DataSpec, MeasureSpec, ParamsSettings, SyntheticData
+from .settings import DataSpec, MeasureSpec, SyntheticData
 from .specs import ModelSpec, parse_model_spec
 from .yamlio import YamlDoc, YamlError, load_yaml, read_text
 
@@ -58,7 +58,9 @@ class ExperimentSpec(BaseModel):
     baseline: str | None = None
     plugins: list[str] = Field(default_factory=list)
     data: DataSpec = Field(default_factory=SyntheticData)
-    measure: MeasureSpec = Field(default_factory=lambda: MeasureSpec(params=ParamsSettings()))
+    measure: dict[str, dict[str, Any] | None] = Field(
+        default_factory=lambda: {"params": {}},
+        description="the probes to run, each with its settings; an absent probe is skipped")
 
     @field_validator("name")
     @classmethod
@@ -94,6 +96,7 @@ class Experiment:
     registry: Registry
     variants: list[Variant]
     doc: YamlDoc | None = None
+    measure_spec: MeasureSpec | None = None  # ``measure:`` validated against the registry
 
     @property
     def base_note(self) -> str | None:
@@ -118,7 +121,9 @@ class Experiment:
 
     @property
     def measure(self) -> MeasureSpec:
-        return self.spec.measure
+        if self.measure_spec is None:
+            self.measure_spec = MeasureSpec(self.spec.measure, registry=self.registry)
+        return self.measure_spec
 
     @property
     def data(self) -> Any:
@@ -242,11 +247,34 @@ def _variants(
     return variants, seen
 
 
+def _measure(spec: ExperimentSpec, registry: Registry | None, out: _Collector) -> MeasureSpec:
+    """``measure:`` validated against the registered probes: an unknown probe or a bad
+    setting is a located message; what is valid is kept."""
+    valid = {}
+    for name, raw in spec.measure.items():
+        if registry is None:
+            break
+        try:
+            probe = registry.probe(name, ("measure", name))
+        except SpecError as exc:
+            for issue in exc.issues:
+                out.add(issue.loc, issue.message, at="key")
+            continue
+        if raw is None:
+            continue
+        try:
+            valid[name] = probe.settings_cls.model_validate(raw)
+        except ValidationError as exc:
+            out.add_pydantic(exc, ("measure", name), list(probe.settings_cls.model_fields))
+    return MeasureSpec(valid)
+
+
 def _cross_checks(
-    spec: ExperimentSpec, contexts: dict[str, int], doc: YamlDoc, out: _Collector
+    spec: ExperimentSpec, measure: MeasureSpec, contexts: dict[str, int], doc: YamlDoc,
+    out: _Collector,
 ) -> None:
     """seq_len of every probe against every variant's context_length; the baseline."""
-    for probe, settings in spec.measure.probes().items():
+    for probe, settings in measure.probes().items():
         seq_len = getattr(settings, "seq_len", None)
         if seq_len is None:
             continue
@@ -294,10 +322,11 @@ def experiment_from_text(
         raise InputError(out.messages + [grid_cap_message(doc, spec.grid, n_named, max_variants)])
     registry = _registry(spec, base, extra_plugins, out)
     variants, contexts = _variants(spec, registry, out, ("model",)) if registry else ([], {})
-    _cross_checks(spec, contexts, doc, out)
+    measure = _measure(spec, registry, out)
+    _cross_checks(spec, measure, contexts, doc, out)
     if out.messages:
         raise InputError(out.messages)
-    return Experiment(spec, real, base, text, registry, variants, doc)
+    return Experiment(spec, real, base, text, registry, variants, doc, measure)
 
 
 def _read(path: str | Path) -> str:

@@ -10,7 +10,8 @@ settings, the device and the seed:
 * ``plugins``: for each third-party or local plugin that registered a component the variant
   uses (its family and every slot), a sha256 of the plugin's source: the ``.py`` file of a
   plugin file or module, every ``.py`` file of its top-level package when it lives in one
-  (:func:`variant_code`);
+  (:func:`variant_code`), and likewise for the plugin that registered the unit's probe
+  (:func:`probe_code`);
 * ``data``: for ``source: text`` the size and sha256 of each matched file, for
   ``source: stdlib`` the running Python's version (:func:`data_fingerprint`).
 
@@ -139,6 +140,15 @@ def variant_code(spec_data: Mapping[str, Any], registry: Any) -> dict[str, str]:
         module = registry.pm.get_plugin(comp.plugin)
         out[comp.plugin] = module_digest(module) or f"unhashable:{comp.plugin}"
     return out
+
+
+def probe_code(probe: Any, registry: Any) -> dict[str, str]:
+    """Plugin name -> source digest of the non-core plugin that registered ``probe``
+    (a :class:`variantlab.probes.base.Probe`); empty for a built-in probe."""
+    if registry is None or probe.plugin.startswith("variantlab_plugins."):
+        return {}
+    module = registry.pm.get_plugin(probe.plugin)
+    return {probe.plugin: module_digest(module) or f"unhashable:{probe.plugin}"}
 
 
 def data_fingerprint(data: Any, base_dir: Path | str) -> dict[str, Any] | None:

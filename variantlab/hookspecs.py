@@ -92,3 +92,27 @@ def register_models(register):
     """Model families. ``spec_cls`` subclasses :class:`variantlab.ModelSpec` with a ``family``
     literal; ``build(spec, parts) -> nn.Module`` assembles the model from ``parts``
     (a :class:`variantlab.build.Parts`), whose methods build each slot's component."""
+
+
+@hookspec
+def register_probes(register):
+    """Measurements. ``register(name, settings_cls, run, *, views=(), serial=False,
+    device_free=False, trains=False)``; ``name`` is the key under ``measure:``.
+
+    - ``settings_cls``: a :class:`variantlab.ProbeSettings` subclass (strict, frozen, unknown
+      keys refused), the keys the probe takes: ``measure: {name: {key: value}}``;
+    - ``run(spec, settings, *, seed, data, base_dir, device, registry) -> list[Row]``
+      measures one variant: build the model with ``torch.manual_seed(seed)`` and
+      ``variantlab.build_model(spec, registry)`` (or ``variantlab.probes.common.make_model``),
+      read batches with ``variantlab.data.batches(data, spec, ...)``, return rows made by
+      ``variantlab.rows.row(name, metric, value, scope=..., name=..., layer=..., step=...)``;
+      ``device`` is the unit's device (None for a ``device_free`` probe); raise to fail the
+      unit (never return partial rows);
+    - ``views``: functions ``view(data) -> list[Table | Plot]`` of the report's
+      :class:`variantlab.report.ReportData`, each returning the probe's tables
+      (:class:`variantlab.report.frame.Table`) and plots (:class:`variantlab.report.plots.Plot`);
+      a probe without views gets one generic table of its model-scope rows;
+    - ``serial``: its units run last, one at a time, never beside other work (like timing);
+    - ``device_free``: its numbers do not depend on the device (like params);
+    - ``trains``: it takes optimizer steps (the size guard counts the optimizer's state).
+    """

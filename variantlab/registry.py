@@ -30,8 +30,9 @@ ALL_SLOTS = SLOTS + ("model",)
 HOOKS = {slot: f"register_{slot}s" for slot in ALL_SLOTS}
 BUILTIN_MODULES = (
     "norms", "activations", "feedforwards", "attentions", "residuals", "positionals", "inits",
-    "models",
+    "models", "probes",
 )
+PROBE_HOOK = "register_probes"
 ENTRY_POINT_GROUP = "variantlab"
 
 
@@ -68,6 +69,7 @@ class Registry:
         self._components: dict[str, dict[str, Component]] = {s: {} for s in ALL_SLOTS}
         self.plugins: list[tuple[str, str]] = []  # (name, source) in load order
         self.failures: list[PluginFailure] = []
+        self._probes: dict[str, Any] = {}  # name -> variantlab.probes.base.Probe
 
     # -- lookups ---------------------------------------------------------------------
     def kinds(self, slot: str) -> list[str]:
@@ -85,6 +87,22 @@ class Registry:
             what = "model family" if slot == "model" else slot
             raise SpecError.at(loc, unknown_name_message(what, kind, self.kinds(slot))) from None
 
+    def probe_names(self) -> list[str]:
+        """The registered probes' names, built-ins first, in registration order."""
+        return list(self._probes)
+
+    def probes(self) -> list[Any]:
+        """Every registered :class:`variantlab.probes.base.Probe`."""
+        return list(self._probes.values())
+
+    def probe(self, name: str, loc: Sequence[object] = ("measure",)) -> Any:
+        """The probe ``name`` or a :class:`SpecError` that lists the registered ones."""
+        try:
+            return self._probes[name]
+        except (KeyError, TypeError):
+            raise SpecError.at(loc, unknown_name_message("probe", name, self.probe_names())) \
+                from None
+
     # -- loading ---------------------------------------------------------------------
     def load_module(self, plugin: object, name: str, source: str) -> None:
         """Register one plugin object (usually a module); all or nothing."""
@@ -94,10 +112,12 @@ class Registry:
         try:
             self.pm.check_pending()
             staged = self._collect(name)
+            probes = self._collect_probes(name)
             for comp in staged:
                 self._check(comp)
             for comp in staged:
                 self._components[comp.slot][comp.kind] = comp
+            self._probes.update(probes)
         except BaseException:
             self.pm.unregister(name=name)
             raise
@@ -121,6 +141,27 @@ class Registry:
                     f"{comp.slot} kind {comp.kind!r} registered twice by plugin {name!r}"
                 )
             seen[(comp.slot, comp.kind)] = comp
+        return staged
+
+    def _collect_probes(self, name: str) -> dict[str, Any]:
+        """The probes plugin ``name`` registers, checked against each other and the loaded ones."""
+        from .probes.base import make_probe
+
+        staged: dict[str, Any] = {}
+        for impl in getattr(self.pm.hook, PROBE_HOOK).get_hookimpls():
+            if impl.plugin_name != name:
+                continue
+
+            def register(probe: str, settings_cls: type, run: Callable, **props: Any) -> None:
+                made = make_probe(name, probe, settings_cls, run, **props)
+                old = staged.get(probe) or self._probes.get(probe)
+                if old is not None:
+                    raise DuplicateKindError(
+                        f"probe {probe!r} is registered by both plugin {old.plugin!r} and "
+                        f"plugin {name!r}; uninstall or rename one of them")
+                staged[probe] = made
+
+            impl.function(register=register)
         return staged
 
     def _check(self, comp: Component) -> None:

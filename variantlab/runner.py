@@ -27,12 +27,9 @@ from typing import Any, Protocol
 import torch
 
 from . import __version__
-from .fingerprint import data_fingerprint, environment, variant_code
+from .fingerprint import data_fingerprint, environment, probe_code, variant_code
+from .registry import get_registry
 from .store import STORE_FILE, Store, UnitRecord
-
-# probes whose numbers do not depend on the device they run on
-DEVICE_FREE_PROBES = frozenset({"params"})
-
 
 class ProbeFn(Protocol):
     def __call__(self, name: str, spec: Any, settings: Any, *, seed: int, data: Any,
@@ -57,10 +54,12 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
 
 
-def resolve_device(probe: str, settings: Any, override: str | None) -> str | None:
+def resolve_device(probe: Any, settings: Any, override: str | None) -> str | None:
     """The device a probe runs on: ``--device``, else the settings' own, else CPU;
-    ``auto`` means CUDA when present. ``None`` for probes that no device changes."""
-    if probe in DEVICE_FREE_PROBES:
+    ``auto`` means CUDA when present. ``None`` for a registered probe (``probe``, a
+    :class:`variantlab.probes.base.Probe`) that no device changes; a probe's name alone
+    gives the device its settings ask for."""
+    if getattr(probe, "device_free", False):
         return None
     device = override or getattr(settings, "device", None) or "cpu"
     if device == "auto":
@@ -89,42 +88,42 @@ class Unit:
     probe: str
     settings: Any
     device: str | None
+    serial: bool = False  # the probe's units run last, one at a time (timing)
 
     @property
     def title(self) -> str:
         return f"{self.variant.name} seed={self.seed} {self.probe}"
 
 
-#: Probes whose units run last, one at a time and never beside other work, seed by seed
-#: across the variants: a variant's timings then sit next to the other variants' in time,
-#: so the machine's drift hits them alike (the process pool also keeps them out).
-SERIAL_PROBES = frozenset({"timing"})
-
-
 def plan_units(experiment: Any, device: str | None = None) -> list[Unit]:
     """Every unit of the experiment in a fixed order: variant, then seed, then probe; the
-    timing units last, interleaved (seed, then variant)."""
+    units of serial probes (timing) last, interleaved (seed, then variant): a variant's
+    timings then sit next to the other variants' in time, so the machine's drift hits
+    them alike (the process pool also keeps them out)."""
     data_data = _plain(experiment.data)
     content = data_fingerprint(experiment.data, experiment.base_dir)
     if content is not None:
         data_data = {**data_data, "content": content}
     probes = experiment.measure.probes()
-    registry = getattr(experiment, "registry", None)
+    registry = getattr(experiment, "registry", None) or get_registry()
+    found = {name: registry.probe(name, ("measure", name)) for name in probes}
     units = []
     for variant in experiment.variants:
         spec_data = variant.spec.to_data()
-        plugins = variant_code(spec_data, registry)
-        code = {**environment(), "plugins": plugins} if plugins else environment()
         for seed in experiment.seeds:
-            for probe, settings in probes.items():
+            for name, settings in probes.items():
+                probe = found[name]
+                plugins = {**variant_code(spec_data, registry),
+                           **probe_code(probe, registry)}
+                code = {**environment(), "plugins": plugins} if plugins else environment()
                 dev = resolve_device(probe, settings, device)
-                key = unit_key(spec_data, probe, _plain(settings), dev, data_data, seed,
+                key = unit_key(spec_data, name, _plain(settings), dev, data_data, seed,
                                code=code)
-                units.append(Unit(key, variant, seed, probe, settings, dev))
+                units.append(Unit(key, variant, seed, name, settings, dev, probe.serial))
     seeds = list(experiment.seeds)
     rank = {v.name: i for i, v in enumerate(experiment.variants)}
-    first = [u for u in units if u.probe not in SERIAL_PROBES]
-    last = sorted((u for u in units if u.probe in SERIAL_PROBES),
+    first = [u for u in units if not u.serial]
+    last = sorted((u for u in units if u.serial),
                   key=lambda u: (seeds.index(u.seed), rank[u.variant.name], u.probe))
     return first + last
 

@@ -1,7 +1,7 @@
 """JSON Schema of the experiment file, for editors (yaml-language-server) and checks.
 
-The schema is generated, never written by hand: the top level, ``data`` and ``measure``
-come from their pydantic models; ``model`` is a ``oneOf`` over the registered families
+The schema is generated, never written by hand: the top level and ``data`` come from their
+pydantic models, ``measure`` from the registered probes' settings models; ``model`` is a ``oneOf`` over the registered families
 (discriminated by ``family``), each component slot a ``oneOf`` over the registered kinds'
 own spec schemas (discriminated by ``kind``, or the string shorthand ``norm: layer``);
 ``grid`` and ``variants[].set`` list every dotted path a model of some registered family
@@ -84,6 +84,9 @@ FALLBACK: dict[str, dict[str, str]] = {
 }
 
 
+FALLBACK["DynamicsSettings"] = FALLBACK["TrainingSettings"]
+
+
 def experiment_schema(registry: Registry | None = None) -> dict[str, Any]:
     """The JSON Schema of an experiment file for the kinds in ``registry`` (default: the
     built-ins and installed plugins)."""
@@ -92,7 +95,9 @@ def experiment_schema(registry: Registry | None = None) -> dict[str, Any]:
     registry = registry or build_registry()
     families = registry.components("model")
     parts = [(c.slot, c.kind, c.spec_cls) for s in SLOTS for c in registry.components(s)]
-    classes = [ExperimentSpec, *(c.spec_cls for c in families), *(cls for _, _, cls in parts)]
+    probes = registry.probes()
+    classes = [ExperimentSpec, *(c.spec_cls for c in families), *(cls for _, _, cls in parts),
+               *(p.settings_cls for p in probes)]
     refs, top = models_json_schema([(cls, "validation") for cls in dict.fromkeys(classes)],
                                    ref_template=REF)
     defs = top.get("$defs", {})
@@ -106,6 +111,9 @@ def experiment_schema(registry: Registry | None = None) -> dict[str, Any]:
     family_refs = _family_defs(defs, families, name_of, docs)
     paths = _override_paths(defs, families, name_of, parts)
     root = _root(defs, defs.pop(name_of[ExperimentSpec]), family_refs, paths)
+    root["properties"]["measure"] = _measure_schema(
+        root["properties"]["measure"].get("description", ""),
+        {p.name: name_of[p.settings_cls] for p in probes})
     return _prune({"$schema": DIALECT, "title": TITLE, **root, DEFS: defs})
 
 
@@ -211,6 +219,17 @@ def _root(defs: dict, root: dict, family_refs: list[dict], paths: dict) -> dict[
     for source in _data_defs(defs):
         source["required"] = ["source", *[r for r in source.get("required", []) if r != "source"]]
     return root
+
+
+def _measure_schema(description: str, settings_defs: dict[str, str]) -> dict[str, Any]:
+    """``measure``: one optional key per registered probe (plugin probes included), each
+    its settings' def or null (not run); any other key is refused."""
+    return {
+        "type": "object", "description": description, "additionalProperties": False,
+        "default": {"params": {}},
+        "properties": {name: {"anyOf": [{"$ref": _ref(ref)}, {"type": "null"}]}
+                       for name, ref in settings_defs.items()},
+    }
 
 
 def _slot_schema(slot: str, kinds: list[str], refs: list[str]) -> dict[str, Any]:

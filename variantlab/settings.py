@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
@@ -61,22 +62,56 @@ class TrainingSettings(Strict):
     device: Device = "auto"
 
 
-class MeasureSpec(Strict):
-    """Which probes run; an absent key means the probe is skipped."""
+class DynamicsSettings(TrainingSettings):
+    """A training run (training's settings) recording per-layer dynamics every ``every`` steps."""
 
-    params: ParamsSettings | None = None
-    gradients: GradientsSettings | None = None
-    timing: TimingSettings | None = None
-    training: TrainingSettings | None = None
+    every: PositiveInt = Field(10, description="record every k-th optimizer step (and step 0)")
+    eval_batches: int = Field(
+        0, ge=0, description="fresh batches scored in eval mode after training (0: none)")
+
+
+#: What a probe plugin's settings subclass: strict, frozen, no unknown keys.
+ProbeSettings = Strict
+
+
+class MeasureSpec:
+    """Which probes run, in the order the experiment file names them: probe name ->
+    its validated settings (the experiment loader validates ``measure:`` against the
+    registry's probes)."""
+
+    def __init__(self, settings: Mapping[str, Any] | None = None, /, *, registry: Any = None,
+                 **probes: Any) -> None:
+        """``settings`` or keywords: probe name -> settings object, mapping or None (the
+        probe does not run); mappings are validated by the probe registered in ``registry``
+        (default: :func:`variantlab.get_registry`)."""
+        given = {**(settings or {}), **probes}
+        if any(not isinstance(v, Strict) for v in given.values()) and registry is None:
+            from .registry import get_registry
+
+            registry = get_registry()
+        self._settings: dict[str, Strict] = {
+            n: v if isinstance(v, Strict) else registry.probe(n).settings(v)
+            for n, v in given.items() if v is not None}
 
     def probes(self) -> dict[str, Strict]:
-        """Probe name -> its settings, in a fixed order, for the probes that run."""
-        names = ("params", "gradients", "timing", "training")
-        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+        """Probe name -> its settings, for the probes that run."""
+        return dict(self._settings)
+
+    def model_dump(self, mode: str = "json") -> dict[str, Any]:
+        return {n: s.model_dump(mode=mode) for n, s in self._settings.items()}
 
     def max_seq_len(self) -> int:
         lens = [getattr(s, "seq_len", 0) for s in self.probes().values()]
         return max(lens, default=0)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MeasureSpec) and self.model_dump() == other.model_dump()
+
+    def __hash__(self) -> int:  # immutable after construction, like the settings it holds
+        return hash(tuple(self._settings.items()))
+
+    def __repr__(self) -> str:
+        return f"MeasureSpec({self._settings!r})"
 
 
 # -- data --------------------------------------------------------------------------------

@@ -33,9 +33,6 @@ from .build import build_model
 from .registry import Registry
 from .specs import ModelSpec
 
-TRAINING_PROBES = {"training"}
-
-
 class EstimateError(RuntimeError):
     """The model could not be built or run on the meta device (e.g. a plugin that reads
     tensor values); no estimate, so no refusal."""
@@ -178,8 +175,9 @@ def footprint(spec: ModelSpec, registry: Registry, probe: str, settings: Any,
     """What ``probe`` with ``settings`` needs for ``spec`` on ``device``."""
     batch_size = getattr(settings, "batch_size", 0)
     seq_len = getattr(settings, "seq_len", 0)
-    backward = probe in ("gradients", "training")
-    step = probe in TRAINING_PROBES
+    found = {p.name: p for p in registry.probes()}.get(probe) if registry is not None else None
+    step = bool(found is not None and found.trains)  # it takes optimizer steps
+    backward = step or probe == "gradients"
     if probe == "timing":
         passes = set(getattr(settings, "passes", ()))
         backward = bool(passes & {"backward", "step"})

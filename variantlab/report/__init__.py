@@ -15,6 +15,7 @@ from typing import Any
 from .findings import reading
 from .frame import ReportData, gather
 from .plots import Plot, build_plots, inline_svg, to_svg
+from .probeviews import probe_views
 from .render import headers, render_html, render_markdown, title_of
 from .tables import (section_tables, summarize, summary_csv, failure_table, variant_table,
                      warning_table)
@@ -32,17 +33,20 @@ class ReportFiles:
     plots: tuple[Path, ...] = ()
 
 
-def build_context(data: ReportData) -> tuple[dict[str, Any], list[Plot]]:
-    """Everything the templates show, and the plots (figures not yet rendered)."""
+def build_context(data: ReportData, registry: Any = None) -> tuple[dict[str, Any], list[Plot]]:
+    """Everything the templates show, and the plots (figures not yet rendered); probes
+    beyond the core sections show their views from ``registry`` (default: the default
+    registry) or a generic table."""
     summary = summarize(data)
-    plots = build_plots(data)
+    extra_tables, extra_plots = probe_views(data, registry)
+    plots = build_plots(data) + extra_plots
     context = {
         "title": title_of(data),
         "headers": headers(data),
         "reading": reading(data, summary),
         "baseline": data.baseline,
         "variants": variant_table(data),
-        "sections": section_tables(data, summary),
+        "sections": section_tables(data, summary) + extra_tables,
         "warnings": warning_table(data, summary),
         "failures": failure_table(data),
         "plots": plots,
@@ -51,7 +55,8 @@ def build_context(data: ReportData) -> tuple[dict[str, Any], list[Plot]]:
     return context, plots
 
 
-def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None) -> ReportFiles:
+def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None,
+                 registry: Any = None) -> ReportFiles:
     """Write report.md (+ SVG files), report.html and summary.csv into ``out_dir``.
 
     ``runs``: results stores (``results.sqlite``, its run folder, or a folder of run
@@ -66,7 +71,7 @@ def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None
     data = gather(list(runs), baseline)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    context, plots = build_context(data)
+    context, plots = build_context(data, registry)
     svgs: dict[str, str] = {}
     written = []
     for plot in plots:

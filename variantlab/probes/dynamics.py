@@ -1,0 +1,153 @@
+"""Training dynamics: a training run (AdamW, as the training probe) that records, every
+``every`` steps (step 0 and the last step included) and per layer:
+
+- ``grad_norm``: L2 norm of the layer's parameter gradients (before clipping);
+- ``update_ratio``: ||ΔW|| / ||W|| over the layer's parameters for that optimizer step
+  (ΔW = W after the step - W before; both norms over all the layer's tensors together);
+- ``residual_rms``: root mean square of the layer's output (the residual stream after the
+  block) in that step's forward;
+- ``max_attn_logit``: the largest q·k/sqrt(d) before softmax over heads and positions of the
+  layer's attention modules (those exposing ``record_stats``/``last_stats``, as the built-in
+  ``mha`` does for both impls);
+- ``attn_entropy``: the attention distribution's entropy (nats), mean over heads and queries.
+
+It also records ``loss`` at each recorded step, and ``eval_loss`` after training when
+``eval_batches`` > 0 (as the training probe). Rows have scope ``layer``, ``layer`` and
+``step`` set and ``name`` the layer's stack (``""`` in a one-stack model).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .. import data as datalib
+from ..registry import Registry
+from ..rows import Row, row
+from ..settings import DynamicsSettings
+from ..specs import ModelSpec
+from .common import autocast, first_tensor, layer_stacks, make_model, param_index, resolve_device
+from .training import EVAL_SEED_OFFSET, eval_loss, lr_at
+
+Layer = tuple[str, int]  # (stack, layer index)
+METRICS = ("grad_norm", "update_ratio", "residual_rms", "max_attn_logit", "attn_entropy")
+
+
+def layer_params(model: nn.Module) -> dict[Layer, list[nn.Parameter]]:
+    """Each layer's parameters (every tensor once), by (stack, layer index)."""
+    out: dict[Layer, list[nn.Parameter]] = defaultdict(list)
+    for info in param_index(model):
+        if info.layer is not None:
+            out[(info.stack, info.layer)].append(info.param)
+    return dict(sorted(out.items()))
+
+
+def norm_of(tensors: list[torch.Tensor]) -> float:
+    """L2 norm over several tensors together."""
+    return math.sqrt(sum(float(t.detach().float().pow(2).sum()) for t in tensors))
+
+
+def attention_modules(model: nn.Module) -> dict[Layer, list[nn.Module]]:
+    """The attention modules with the ``record_stats`` hook point, by layer."""
+    out: dict[Layer, list[nn.Module]] = {}
+    for i, module, stack in layer_stacks(model):
+        found = [m for m in module.modules() if hasattr(m, "record_stats")]
+        out[(stack, i)] = found
+    return out
+
+
+def _recorder(model: nn.Module, record: dict[str, dict[Layer, float]]) -> list[Any]:
+    """Forward hooks storing each layer's output RMS into ``record['residual_rms']``."""
+    def hook(key: Layer):
+        def fn(_m: nn.Module, _i: Any, out: Any) -> None:
+            t = first_tensor(out)
+            if t is not None:
+                record["residual_rms"][key] = float(t.detach().float().pow(2).mean().sqrt())
+        return fn
+    return [m.register_forward_hook(hook((stack, i))) for i, m, stack in layer_stacks(model)]
+
+
+def _attention(modules: dict[Layer, list[nn.Module]], on: bool) -> None:
+    for mods in modules.values():
+        for m in mods:
+            m.record_stats, m.last_stats = on, None
+
+
+def _attention_stats(modules: dict[Layer, list[nn.Module]], record: dict) -> None:
+    for key, mods in modules.items():
+        stats = [m.last_stats for m in mods if m.last_stats is not None]
+        if stats:
+            record["max_attn_logit"][key] = max(s["max_logit"] for s in stats)
+            record["attn_entropy"][key] = sum(s["entropy"] for s in stats) / len(stats)
+
+
+def run(
+    spec: ModelSpec, settings: DynamicsSettings, *, seed: int, data: Any = None,
+    base_dir: Path | str = ".", device: str | None = None, registry: Registry | None = None,
+) -> list[Row]:
+    dev = resolve_device(device or settings.device)
+    model = make_model(spec, seed, registry, dev)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=settings.lr,
+                            weight_decay=settings.weight_decay)
+    batches = datalib.batches(data, spec, settings.batch_size, settings.seq_len, settings.steps,
+                              seed=seed, base_dir=base_dir)
+    layers, attn = layer_params(model), attention_modules(model)
+    rows: list[Row] = []
+    for step, batch in enumerate(batches):
+        batch = batch.to(dev)
+        watch = step % settings.every == 0 or step == settings.steps - 1
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, settings)
+        opt.zero_grad(set_to_none=True)
+        record: dict[str, dict[Layer, float]] = {m: {} for m in METRICS}
+        hooks = _recorder(model, record) if watch else []
+        _attention(attn, watch)
+        try:
+            with autocast(settings.dtype, dev):
+                loss = spec.loss(model(**batch.inputs), batch)
+        finally:
+            for h in hooks:
+                h.remove()
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            rows.append(row("dynamics", "loss", value, step=step))
+            break
+        loss.backward()
+        before = {}
+        if watch:
+            _attention_stats(attn, record)
+            for key, ps in layers.items():
+                record["grad_norm"][key] = norm_of([p.grad for p in ps if p.grad is not None])
+            before = {key: [p.detach().clone() for p in ps] for key, ps in layers.items()}
+        if settings.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+        opt.step()
+        if watch:
+            for key, ps in layers.items():
+                delta = [p.detach() - b for p, b in zip(ps, before[key])]
+                w = norm_of(before[key])
+                record["update_ratio"][key] = norm_of(delta) / w if w > 0 else math.nan
+            rows.append(row("dynamics", "loss", value, step=step))
+            rows += _rows(record, step)
+    _attention(attn, False)
+    diverged = any(r["metric"] == "loss" and not math.isfinite(r["value"]) for r in rows)
+    if settings.eval_batches and not diverged:
+        held = datalib.batches(data, spec, settings.batch_size, settings.seq_len,
+                               settings.eval_batches, seed=seed + EVAL_SEED_OFFSET,
+                               base_dir=base_dir)
+        rows.append(row("dynamics", "eval_loss", eval_loss(model, spec, held, dev, settings)))
+    return rows
+
+
+def _rows(record: dict[str, dict[Layer, float]], step: int) -> list[Row]:
+    return [row("dynamics", metric, v, scope="layer", name=stack, layer=i, step=step)
+            for metric in METRICS for (stack, i), v in sorted(record[metric].items())]
+
+
+__all__ = ["METRICS", "attention_modules", "layer_params", "norm_of", "run"]

@@ -1,0 +1,80 @@
+"""The report's part for probes that the core sections do not cover: each registered
+probe's own views (tables and plots), or a generic table of its rows when it declares none
+or is not registered where the report runs (a plugin probe from a file)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from .frame import ReportData
+from .plots import Plot
+from .tables import SECTIONS, Table, fmt
+
+#: probes whose tables and plots are the report's core sections (tables.py, plots.py)
+CORE_SECTIONS = frozenset(s for s, _, _ in SECTIONS)
+
+
+def probe_views(data: ReportData, registry: Any = None) -> tuple[list[Table], list[Plot]]:
+    """Tables and plots of every probe in the rows beyond the core sections, in the order
+    the probes first appear."""
+    if registry is None:
+        from ..registry import get_registry
+
+        registry = get_registry()
+    tables: list[Table] = []
+    plots: list[Plot] = []
+    probes = list(dict.fromkeys(data.rows["probe"])) if len(data.rows) else []
+    for name in probes:
+        if name in CORE_SECTIONS:
+            continue
+        probe = dict((p.name, p) for p in registry.probes()).get(name)
+        views = probe.views if probe is not None else ()
+        if not views:
+            tables.append(generic_table(data, name))
+            continue
+        for view in views:
+            for item in view(data):
+                (plots if isinstance(item, Plot) else tables).append(item)
+    return tables, plots
+
+
+def generic_table(data: ReportData, probe: str) -> Table:
+    """Variants down; one column per (metric, scope, name, layer) of the probe's rows
+    without a step, mean ± std over seeds."""
+    rows = data.rows[(data.rows["probe"] == probe)]
+    rows = rows[rows["step"].isna()] if "step" in rows else rows
+    keys = list(dict.fromkeys(_key(r) for _, r in rows.iterrows()))
+    body = []
+    for variant in data.order:
+        mine = rows[rows["variant"] == variant]
+        if not len(mine):
+            continue
+        by = {k: [] for k in keys}
+        for _, r in mine.iterrows():
+            by[_key(r)].append(float(r["value"]))
+        body.append([variant, str(mine["seed"].nunique())] + [_cell(v) for v in by.values()])
+    return Table(f"Probe: {probe}", ["variant", "n"] + keys, body,
+                 f"rows of the {probe} probe (no view declared): mean ± std over seeds")
+
+
+def _key(r: pd.Series) -> str:
+    parts = [str(r["metric"])]
+    if r.get("name"):
+        parts.append(str(r["name"]))
+    layer = r.get("layer")
+    if layer is not None and not pd.isna(layer):
+        parts.append(f"layer {int(layer)}")
+    return " ".join(parts)
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "—"
+    s = pd.Series(values)
+    mean = fmt(float(s.mean()))
+    return mean if len(values) < 2 else f"{mean} ± {fmt(float(s.std()))}"
+
+
+__all__ = ["CORE_SECTIONS", "generic_table", "probe_views"]
