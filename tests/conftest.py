@@ -1,12 +1,15 @@
 """Shared fixtures: tiny models (emb_dim 32, 2 layers) keep the suite fast."""
 
 import json
+import re
 import warnings
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TINY = {
     "family": "gpt",
@@ -53,3 +56,20 @@ def store_of(run, folder: Path) -> Path:
                                        probe=u["probe"], settings_json="{}", status=u["status"],
                                        error=u["error"], device="cpu"), records)
     return folder
+
+
+SCALENORM = ROOT / "examples" / "plugin-scalenorm" / "variantlab_scalenorm.py"
+
+
+def doc_plugins(text: str, folder: Path) -> list[str]:
+    """Plugins a YAML block of the docs needs: the ScaleNorm example when it names a
+    ``scale`` norm; docs/probes.md's weight-norms probe written into ``folder`` (the block
+    names it as a file beside the experiment) when it names ``weightnorms.py``."""
+    plugins = [str(SCALENORM)] if "scale" in text else []
+    if "weightnorms.py" in text:
+        page = (ROOT / "docs" / "probes.md").read_text()
+        code = next(b for b in re.findall(r"```python\n(.*?)```", page, re.S)
+                    if "# weightnorms.py" in b)
+        (folder / "weightnorms.py").write_text(code)
+        plugins.append(str(folder / "weightnorms.py"))
+    return plugins

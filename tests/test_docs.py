@@ -7,8 +7,10 @@ import pytest
 
 from variantlab.experiment import experiment_from_text
 
+from conftest import doc_plugins
+
 ROOT = Path(__file__).resolve().parent.parent
-SCALENORM = ROOT / "examples" / "plugin-scalenorm" / "variantlab_scalenorm.py"
+
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
         *sorted((ROOT / "examples").rglob("README.md"))]
 BLOCKS = [(doc, i, m.group(1)) for doc in DOCS
@@ -23,12 +25,8 @@ def test_the_docs_show_experiments():
 @pytest.mark.parametrize(("doc", "index", "text"), BLOCKS,
                          ids=[f"{d.relative_to(ROOT)}#{i}" for d, i, _ in BLOCKS])
 def test_experiment_in_the_docs_validates(doc, index, text, tmp_path):
-    plugins = [str(SCALENORM)] if "scale" in text else []
-    if "weightnorms.py" in text:  # docs/probes.md: its plugin file beside the experiment
-        page = (ROOT / "docs" / "probes.md").read_text()
-        code = next(b for b in re.findall(r"```python\n(.*?)```", page, re.S)
-                    if "# weightnorms.py" in b)
-        (tmp_path / "weightnorms.py").write_text(code)
+    # the YAML names the files written beside it under plugins: itself
+    plugins = [p for p in doc_plugins(text, tmp_path) if Path(p).parent != tmp_path]
     exp = experiment_from_text(text, f"{doc.name}#{index}", extra_plugins=plugins,
                                base_dir=tmp_path)
     assert len(exp.variants) >= 2

@@ -37,7 +37,7 @@ def test_shortcut_experiment_is_the_seeds():
     spec = exp.variants[0].spec
     assert (spec.family, spec.layer_sizes, spec.inputs) == ("mlp", [3, 3, 3, 3, 3, 1], [[1, 0, -1]])
     assert (spec.norm.kind, spec.activation.kind, spec.activation.approximate) == ("none", "gelu", "tanh")
-    assert exp.measure.gradients.batches == 1
+    assert exp.measure["gradients"].batches == 1
 
 
 def test_gpt2_experiment_is_the_seed_config():
@@ -46,7 +46,7 @@ def test_gpt2_experiment_is_the_seed_config():
     assert (spec.vocab_size, spec.context_length, spec.emb_dim) == (50257, 1024, 768)
     assert (spec.n_heads, spec.n_layers, spec.drop_rate, spec.qkv_bias) == (12, 12, 0.1, False)
     assert spec.tie_weights is False and exp.variants[1].spec.tie_weights is True
-    assert exp.measure.timing.passes == ["forward"] and exp.measure.timing.batch_size <= 2
+    assert exp.measure["timing"].passes == ["forward"] and exp.measure["timing"].batch_size <= 2
 
 
 def test_xiong_compares_post_and_pre_norm_at_initialisation():
@@ -54,7 +54,7 @@ def test_xiong_compares_post_and_pre_norm_at_initialisation():
     kinds = sorted(v.spec.residual.kind for v in exp.variants)
     assert kinds == ["post_norm", "pre_norm"]
     assert all(v.spec.n_layers >= 6 and v.spec.drop_rate == 0 for v in exp.variants)
-    assert exp.measure.gradients.batches >= 4 and exp.measure.training is None
+    assert exp.measure["gradients"].batches >= 4 and "training" not in exp.measure
 
 
 def test_axes_of_the_comparisons():

@@ -17,8 +17,10 @@ from variantlab.registry import SLOTS, build_registry
 from variantlab.schema import DIALECT, experiment_schema, schema_json
 from variantlab.specs import ModelSpec
 
+from conftest import SCALENORM, doc_plugins
+
 ROOT = Path(__file__).resolve().parent.parent
-SCALENORM = ROOT / "examples" / "plugin-scalenorm" / "variantlab_scalenorm.py"
+
 EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml")) + [ROOT / "tests/golden/tiny-norms.yaml"]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 DOC_BLOCKS = [(doc, m.group(1)) for doc in DOCS
@@ -70,8 +72,8 @@ def test_every_example_experiment_validates(validator, path):
 
 @pytest.mark.parametrize(("doc", "text"), DOC_BLOCKS,
                          ids=[f"{d.name}#{i}" for i, (d, _) in enumerate(DOC_BLOCKS)])
-def test_every_experiment_in_the_docs_validates(doc, text):
-    plugins = [str(SCALENORM)] if "scale" in text else []
+def test_every_experiment_in_the_docs_validates(doc, text, tmp_path):
+    plugins = doc_plugins(text, tmp_path)
     registry = build_registry(extra=plugins, entry_points=False)
     assert errors(jsonschema.Draft7Validator(experiment_schema(registry)), yaml.safe_load(text)) == []
 

@@ -97,6 +97,16 @@ class MeasureSpec:
         """Probe name -> its settings, for the probes that run."""
         return dict(self._settings)
 
+    def __getitem__(self, name: str) -> Strict:
+        return self._settings[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._settings
+
+    def get(self, name: str) -> Strict | None:
+        """The settings of probe ``name``, or None when it does not run."""
+        return self._settings.get(name)
+
     def model_dump(self, mode: str = "json") -> dict[str, Any]:
         return {n: s.model_dump(mode=mode) for n, s in self._settings.items()}
 
