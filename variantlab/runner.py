@@ -186,6 +186,7 @@ def experiment_meta(experiment: Any) -> dict[str, Any]:
         "baseline": experiment.baseline or "",
         "data": _plain(experiment.data),
         "measure": _plain(experiment.measure),
+        "grid": _plain(dict(experiment.spec.grid)),  # the report's effects pair by its axes
     }
 
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 import io
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from itertools import cycle, islice
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
@@ -226,11 +228,40 @@ def params_plot(data: ReportData) -> Plot:
     return Plot("params", title, caption, fig)
 
 
-def build_plots(data: ReportData) -> list[Plot]:
-    """Every plot of a report, in order; absent data gives a skipped plot with its reason."""
+def build_plots(data: ReportData, focus: Sequence[str] | None = None,
+                why: str = "") -> list[Plot]:
+    """Every plot of a report, in order; absent data gives a skipped plot with its reason.
+    ``focus``: the variants to draw (default: all), ``why`` says in each caption how they
+    were chosen."""
+    if focus is not None:
+        keep = set(focus)
+        data = replace(data, order=list(focus), rows=data.rows[data.rows["variant"].isin(keep)])
     with plt.rc_context(RC):
-        return [gradient_plot(data), residual_plot(data), timing_plot(data), loss_plot(data),
-                params_plot(data)]
+        plots = [gradient_plot(data), residual_plot(data), timing_plot(data), loss_plot(data),
+                 params_plot(data)]
+    if why:
+        for plot in plots:
+            plot.caption += " " + why
+    return plots
+
+
+def heatmap(table: pd.DataFrame, key: str, title: str, caption: str, what: str) -> Plot:
+    """A heatmap of ``table`` (one axis's values down, another's across) with each cell's
+    number written in it."""
+    rows, cols = len(table.index), len(table.columns)
+    fig, (ax,) = _new(height=1.4 + 0.4 * rows, width=2.6 + 0.9 * cols)
+    image = ax.imshow(table.to_numpy(dtype=float), cmap="viridis", aspect="auto")
+    ax.set_xticks(range(cols), [shown(c) for c in table.columns], rotation=30, ha="right")
+    ax.set_yticks(range(rows), [shown(r) for r in table.index])
+    ax.set_xlabel(shown(table.columns.name or ""))
+    ax.set_ylabel(shown(table.index.name or ""))
+    if rows * cols <= 64:
+        for (i, j), value in np.ndenumerate(table.to_numpy(dtype=float)):
+            ax.text(j, i, "NaN" if math.isnan(value) else f"{value:.4g}", ha="center",
+                    va="center", fontsize=7, color="white")
+    fig.colorbar(image, ax=ax, label=what)
+    ax.set_title(title)
+    return Plot(key, title, caption, fig)
 
 
 def to_svg(fig: Figure) -> str:

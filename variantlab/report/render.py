@@ -109,9 +109,15 @@ def render_markdown(context: dict[str, Any]) -> str:
 
 
 def render_html(context: dict[str, Any], svgs: dict[str, str]) -> str:
-    """report.html: one file, inline CSS and SVG, no scripts, no external references."""
+    """report.html: one file, inline CSS, SVG and script, no external references."""
     inline = {k: Markup(v) for k, v in svgs.items()}  # matplotlib escapes the text it writes
-    return _env(True).get_template("report.html.j2").render(**context, svgs=inline)
+    return _env(True).get_template("report.html.j2").render(**context, svgs=inline,
+                                                            script=Markup(browse_script()))
+
+
+def browse_script() -> str:
+    """The page's one script (templates/browse.js): sorts and filters the variant table."""
+    return (TEMPLATES / "browse.js").read_text(encoding="utf-8").strip()
 
 
 def title_of(data: ReportData) -> str:
