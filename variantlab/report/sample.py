@@ -145,8 +145,9 @@ def sample_grid(
 ) -> RunData:
     """A synthetic grid run: one variant per combination of ``grid``'s values (named by
     its label, as ``variantlab run`` names them), the grid in the meta, and the eval and
-    final loss of each variant moved by the sum of ``shifts[(axis, value)]`` of its values
-    (so each axis value's main effect on them is its shift minus the baseline value's).
+    final loss of each variant ``3 + 0.01 * seed`` plus the sum of ``shifts[(axis, value)]``
+    of its values (so each axis value's main effect on them is its shift minus the baseline
+    value's).
     ``probes``: keep only these probes' rows (default: all)."""
     import itertools
 
@@ -160,7 +161,8 @@ def sample_grid(
              for (name, c, _) in variants}
     rows = run.rows
     moved = rows["metric"].isin(["eval_loss", "final_loss"])
-    rows.loc[moved, "value"] = rows.loc[moved, "value"] + rows.loc[moved, "variant"].map(shift)
+    level = 3.0 + 0.01 * rows.loc[moved, "seed"].astype(float)
+    rows.loc[moved, "value"] = level + rows.loc[moved, "variant"].map(shift)
     if probes is not None:
         run.rows = rows[rows["probe"].isin(list(probes))].reset_index(drop=True)
         run.units = run.units[run.units["probe"].isin(list(probes))].reset_index(drop=True)
