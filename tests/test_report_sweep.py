@@ -8,12 +8,11 @@ import math
 import pandas as pd
 import pytest
 import yaml
+from conftest import TINY, store_of
 
 from variantlab.report import build_context, gather, write_report
 from variantlab.report.effects import find_grid, interval, run_grid, t975
 from variantlab.report.sample import sample_grid, sample_run
-
-from conftest import TINY, store_of
 
 
 def _effects(path) -> pd.DataFrame:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
+from typing import Any
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -183,7 +185,7 @@ def fmt(value: float, unit: str = "") -> str:
     return f"{value:.4g}"
 
 
-def cell(rec: pd.Series) -> str:
+def cell(rec: Mapping[str, Any]) -> str:
     """``mean ± spread (×ratio)``; timing shows its IQR, a single seed shows no spread."""
     text = fmt(rec["mean"], rec["unit"])
     if rec["metric"] == "diverged":
@@ -224,15 +226,17 @@ def section_tables(data: ReportData, summary: pd.DataFrame) -> list[Table]:
             f"{label} ({unit})" if unit not in ("", "x", "count") else label
             for _, label, unit in metrics]
         body = []
-        by_variant = dict(tuple(part.groupby("variant", sort=False)))
+        recs: dict[str, dict[str, dict]] = {}
+        for rec in part.to_dict("records"):
+            recs.setdefault(rec["variant"], {})[rec["metric"]] = rec
         for variant in data.order:
-            if variant not in by_variant:
+            if variant not in recs:
                 continue
-            mine = by_variant[variant].set_index("metric", drop=False)
-            cells = [variant, str(int(mine["n"].max()))]
+            mine = recs[variant]
+            cells = [variant, str(int(max(r["n"] for r in mine.values())))]
             if len(timed) > 1:
                 cells.append(_timed_in(data.rows, variant, timed))
-            cells += [cell(mine.loc[m]) if m in mine.index else "—" for m, _, _ in metrics]
+            cells += [cell(mine[m]) if m in mine else "—" for m, _, _ in metrics]
             body.append(cells)
         if len(timed) > 1:
             note += (f"; these timings come from {len(timed)} invocations of `variantlab run` "
