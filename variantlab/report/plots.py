@@ -257,8 +257,9 @@ def heatmap(table: pd.DataFrame, key: str, title: str, caption: str, what: str) 
     ax.set_ylabel(shown(table.index.name or ""))
     if rows * cols <= 64:
         for (i, j), value in np.ndenumerate(table.to_numpy(dtype=float)):
+            light = not math.isnan(value) and float(image.norm(value)) > 0.6  # viridis' yellow
             ax.text(j, i, "NaN" if math.isnan(value) else f"{value:.4g}", ha="center",
-                    va="center", fontsize=7, color="white")
+                    va="center", fontsize=7, color="black" if light else "white")
     fig.colorbar(image, ax=ax, label=what)
     ax.set_title(title)
     return Plot(key, title, caption, fig)

@@ -68,20 +68,27 @@ def axis_sentence(effects: Effects, metric: str) -> str | None:
     if not len(mine) or (mine["effect"].abs() == 0).all():
         return None
     base = effects.grid.baseline
-    matters, unclear = [], []
+    matters, single, unclear = [], [], []
     for axis in dict.fromkeys(mine["axis"]):  # ranked by the largest effect first
         rows = mine[mine["axis"] == axis]
         top = rows.iloc[0]
+        said = f"{axis} ({top['value']} vs {base[axis]}: {_signed(top['effect'])}"
         if any(clear(lo, hi) for lo, hi in zip(rows["low"], rows["high"])):
-            matters.append(f"{axis} ({top['value']} vs {base[axis]}: {_signed(top['effect'])} "
-                           f"{_interval(top['low'], top['high'])})")
+            matters.append(f"{said} {_interval(top['low'], top['high'])})")
+        elif (rows["n"] < 2).all() and (rows["effect"] != 0).any():
+            single.append(said + ")")
         else:
             unclear.append(axis)
-    text = f"{label_of(metric).capitalize()}: "
-    text += ("matters: " + cut(matters, 2)) if matters else "no axis has a clear effect"
-    if unclear and matters:
-        text += "; no clear effect (interval includes 0): " + cut(unclear, 4)
-    return text + "."
+    parts = []
+    if matters:
+        parts.append("matters: " + cut(matters, 2))
+    if single:
+        parts.append("one pair each, so no interval (more seeds would give one): "
+                     + cut(single, 2))
+    if unclear:
+        parts.append(("no clear effect (interval includes 0): " + cut(unclear, 4))
+                     if parts else "no axis has a clear effect")
+    return f"{label_of(metric).capitalize()}: " + "; ".join(parts) + "."
 
 
 def best_sentence(data: ReportData, summary: pd.DataFrame) -> str | None:
@@ -97,16 +104,18 @@ def best_sentence(data: ReportData, summary: pd.DataFrame) -> str | None:
 
 
 def grid_reading(data: ReportData, summary: pd.DataFrame, effects: Effects,
-                 problems: list[str]) -> list[str]:
-    """At most MAX_READING sentences: the grid, what matters per metric, the best variants,
-    the problems."""
+                 problems: list[str], extra: Sequence[str] = ()) -> list[str]:
+    """At most MAX_READING sentences: the grid, what matters per metric, ``extra`` (the
+    per-variant sentences of a small grid), the best variants, the problems."""
     g = effects.grid
     seeds = len(data.seeds)
-    lines = [f"A grid of {len(g.cells)} variants over {len(g.axes)} axes ("
-             + cut(list(g.axes), 6) + f"), {seeds} seed(s); effects are paired differences "
-             "with 95% intervals (see Effects of each axis)."]
+    axes = f"{len(g.axes)} ax{'is' if len(g.axes) == 1 else 'es'}"
+    lines = [f"A grid of {len(g.cells)} variants over {axes} (" + cut(list(g.axes), 6)
+             + f"), {seeds} seed(s); effects are paired differences with 95% intervals "
+             "(see Effects of each axis)."]
     flat = [label_of(m) for m, _, _ in g.metrics if axis_sentence(effects, m) is None]
     lines += [s for s in (axis_sentence(effects, m) for m, _, _ in g.metrics) if s]
+    lines += list(extra)
     if flat:
         lines.append("No axis changes " + cut(flat, 4) + ".")
     best = best_sentence(data, summary)
