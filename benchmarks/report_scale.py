@@ -25,14 +25,14 @@ from variantlab.report import write_report
 from variantlab.report.sample import sample_grid
 from variantlab.store import Store, UnitRecord
 
-AXES = {"activation.kind": ["gelu", "relu", "silu", "tanh"],
+AXES: dict[str, list] = {"activation.kind": ["gelu", "relu", "silu", "tanh"],
         "norm.kind": ["layer", "rms", "batch"], "residual.shortcut": [True, False],
         "emb_dim": [32, 48, 64, 96], "residual.kind": ["pre_norm", "post_norm", "sandwich"],
         "drop_rate": [0.0, 0.05, 0.1, 0.2]}  # labels only: nothing is built
 
 
 def grid(scale: int) -> dict[str, list]:
-    axes = dict(AXES)
+    axes: dict[str, list] = dict(AXES)
     if scale > 1:
         axes["n_layers"] = list(range(1, scale + 1))
     return axes

@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import store_of
 
 from variantlab.report import build_context, gather, write_report
 from variantlab.report.plots import build_plots, styles, to_svg
 from variantlab.report.render import browse_script, md_escape
 from variantlab.report.sample import sample_run
 from variantlab.report.tables import summarize
-
-from conftest import store_of
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("VARIANTLAB_UPDATE_GOLDEN") == "1"

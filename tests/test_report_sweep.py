@@ -153,3 +153,22 @@ def test_the_same_variant_in_two_runs_is_shown_side_by_side(tmp_path):
     assert rows[("pre_norm", "eval loss")][-1] == "0"
     files = write_report([before, after], tmp_path / "r")
     assert "## Across runs" in files.markdown.read_text()
+
+
+def test_effects_of_two_runs_come_from_one_run_only(tmp_path):
+    grid = {"a": [0, 1], "b": [0, 1]}
+    first = store_of(sample_grid(grid, {("a", 1): 1.0}), tmp_path / "x" / "g")
+    second = store_of(sample_grid(grid, {("a", 1): 5.0}), tmp_path / "y" / "g")
+    context, _ = build_context(gather([first, second]))
+    main = context["effects_frame"].main
+    a = main[(main["axis"] == "a") & (main["metric"] == "eval_loss")].iloc[0]
+    assert a["effect"] == pytest.approx(1.0) and a["n"] == 4  # x's pairs only, never pooled
+    assert "Effects are of run x/g only" in context["effects"].note
+    across = {(r[0], r[1]): r[-1] for r in context["across"].rows}
+    assert across[("a=1,b=0", "eval loss")] == "+4"
+
+
+def test_a_grid_of_one_value_per_axis_has_no_effects(tmp_path):
+    files = write_report([sample_grid({"a": [0], "b": ["x"]})], tmp_path)
+    assert files.effects.read_text() == "axis,value,metric,effect,low,high,n\n"
+    assert "## Effects of each axis" not in files.markdown.read_text()

@@ -53,7 +53,7 @@ def build_context(data: ReportData, registry: Any = None) -> tuple[dict[str, Any
     summary = summarize(data, per_seed)
     effects = compute_effects(data, per_seed)
     extra_tables, extra_plots = probe_views(data, registry)
-    chosen, why = focus(data, summary)
+    chosen, why = focus(data, summary, effects)
     plots = effect_plots(effects) + build_plots(data, chosen, why) + extra_plots
     context = {
         "title": title_of(data),

@@ -83,6 +83,7 @@ class Grid:
     axes: dict[str, list[str]]
     baseline: dict[str, str]  # axis -> its baseline value
     cells: pd.DataFrame  # variant, run, one column per axis (text values)
+    run: str = ""  # the run whose grid this is
     metrics: list[tuple[str, str, bool | None]] = field(default_factory=list)
 
 
@@ -115,33 +116,30 @@ def run_grid(meta: Mapping[str, Any]) -> dict[str, list[Any]]:
 
 
 def find_grid(data: ReportData) -> Grid | None:
-    """The grid shared by the report's runs (None without one, or when runs differ in
-    axes); only variants whose overrides are one combination of it belong to it."""
-    grids = [run_grid(m) for m in data.runs]
-    axes_of = {json.dumps(sorted(g)) for g in grids if g}
-    if len(axes_of) != 1:
+    """The grid of the report's first run that has one (None without): only its variants
+    whose overrides are one combination of it belong to it. Effects come from one run, so
+    runs (before and after a change, say) are never pooled; the across-runs table compares
+    them."""
+    found = next(((m["run"], g) for m in data.runs if (g := run_grid(m))), None)
+    if found is None:
         return None
-    first = next(g for g in grids if g)
-    axes: dict[str, list[str]] = {a: [] for a in first}
-    for g in grids:
-        for a, vals in g.items():
-            axes[a] += [t for t in map(value_text, vals) if t not in axes[a]]
+    run, first = found
+    axes = {a: list(dict.fromkeys(map(value_text, vals))) for a, vals in first.items()}
     records = []
-    grid_runs = {m["run"] for m, g in zip(data.runs, grids) if g}
-    for run, variant, over in zip(data.variants["run"], data.variants["variant"],
-                                  data.variants["overrides"]):
-        if run not in grid_runs or not isinstance(over, Mapping) or set(over) != set(axes):
+    for rec in data.variants[data.variants["run"] == run].itertuples():
+        over = rec.overrides
+        if not isinstance(over, Mapping) or set(over) != set(axes):
             continue
         texts = {a: value_text(over[a]) for a in axes}
         if all(texts[a] in axes[a] for a in axes):
-            records.append({"variant": variant, "run": run, **texts})
+            records.append({"variant": rec.variant, "run": run, **texts})
     if not records:
         return None
     cells = pd.DataFrame(records)
     base_row = cells[cells["variant"] == data.baseline]
     baseline = {a: (str(base_row[a].iloc[0]) if len(base_row) else vals[0])
                 for a, vals in axes.items()}
-    return Grid(axes, baseline, cells)
+    return Grid(axes, baseline, cells, run=run)
 
 
 def grid_values(data: ReportData, grid: Grid, per_seed: pd.DataFrame) -> pd.DataFrame:
@@ -244,6 +242,7 @@ class Effects:
     primary: str
     top: list[str]
     values: pd.DataFrame
+    several_runs: bool = False  # the report has runs beside the grid's
 
     def csv_frame(self) -> pd.DataFrame:
         return pd.concat([self.main, self.pairs], ignore_index=True)
@@ -259,10 +258,13 @@ def compute_effects(data: ReportData, per_seed: pd.DataFrame) -> Effects | None:
     if not grid.metrics:
         return None
     main = main_effects(grid, values)
-    primary = grid.metrics[0][0]
+    if not len(main):  # every axis has one value: nothing to compare
+        return None
+    moved = set(main.loc[main["effect"].abs() > 0, "metric"])
+    primary = next((m for m, _, _ in grid.metrics if m in moved), grid.metrics[0][0])
     top = top_axes(grid, main, primary)
     pairs = interactions(grid, values, primary, top)
-    return Effects(grid, main, pairs, primary, top, values)
+    return Effects(grid, main, pairs, primary, top, values, len(data.runs) > 1)
 
 
 def effects_csv(effects: Effects | None) -> str:

@@ -48,9 +48,28 @@ def styles(n: int) -> list[dict]:
     return out
 
 
+WRAP = 40  # a longer name is broken into lines at its commas (a grid label's pairs)
+
+
 def shown(name: str) -> str:
-    """A variant name as a plot shows it: control characters (no font has them) as spaces."""
-    return "".join(" " if ord(c) < 32 or ord(c) == 127 else c for c in str(name))
+    """A variant name as a plot shows it: control characters (no font has them) as spaces;
+    a name longer than WRAP characters broken into lines after its commas."""
+    text = "".join(" " if ord(c) < 32 or ord(c) == 127 else c for c in str(name))
+    if len(text) <= WRAP or "," not in text:
+        return text
+    lines = [""]
+    for part in text.split(","):
+        if lines[-1] and len(lines[-1]) + len(part) + 1 > WRAP:
+            lines[-1] += ","
+            lines.append(part)
+        else:
+            lines[-1] += ("," if lines[-1] else "") + part
+    return "\n".join(lines)
+
+
+def _label_lines(names: Sequence[str]) -> int:
+    """Lines the names take as bar labels (a long name wraps, see :func:`shown`)."""
+    return sum(max(1, shown(n).count("\n") + 1) for n in names)
 
 
 def _legend(fig: Figure, ax, n: int) -> None:
@@ -152,7 +171,7 @@ def timing_plot(data: ReportData) -> Plot:
         return Plot("timing", title, caption, skipped="no timing rows (the timing probe did "
                     "not run)")
     variants = [v for v in data.order if v in set(rows["variant"])]
-    fig, axes = _new(1, len(passes), height=1.2 + 0.28 * len(variants),
+    fig, axes = _new(1, len(passes), height=1.2 + 0.28 * _label_lines(variants),
                      width=2.6 * len(passes) + 2.4)
     colors = styles(len(variants))
     for ax, key in zip(axes, passes):
@@ -210,7 +229,7 @@ def params_plot(data: ReportData) -> Plot:
     variants = [v for v in data.order if v in set(mean["variant"])]
     slots = sorted(set(mean["name"]), key=lambda s: (SLOT_ORDER.index(s) if s in SLOT_ORDER
                                                      else 99, s))
-    fig, (ax,) = _new(height=1.4 + 0.28 * len(variants))
+    fig, (ax,) = _new(height=1.4 + 0.28 * _label_lines(variants))
     table = mean.pivot(index="variant", columns="name", values="value").reindex(variants)
     left = [0.0] * len(variants)
     colors = plt.get_cmap("tab10").colors

@@ -44,6 +44,8 @@ def effects_table(effects: Effects) -> Table:
     note = ("mean paired difference against the axis's baseline value, each pair sharing "
             "its run, seed and the other axes' values; 95% Student-t interval over the pairs; "
             "'clear' when the interval excludes 0. Time in ms. All rows are in effects.csv.")
+    if effects.several_runs:
+        note += f" Effects are of run {effects.grid.run} only; runs are never pooled."
     return Table("Effects of each axis", ["metric", "axis", "value", "effect",
                                            "95% interval", "n pairs", "clear"], body, note)
 
@@ -213,13 +215,16 @@ MAX_LINES = 30  # plots draw every variant up to this many, else the baseline an
 EXTREMES = 3
 
 
-def focus(data: ReportData, summary: pd.DataFrame) -> tuple[list[str] | None, str]:
+def focus(data: ReportData, summary: pd.DataFrame,
+          effects: Effects | None = None) -> tuple[list[str] | None, str]:
     """The variants per-variant plots draw when there are too many for a line each: the
-    baseline and the EXTREMES best and worst by the first headline metric present, and a
-    caption sentence saying so; ``(None, "")`` when every variant fits."""
+    baseline and the EXTREMES lowest and highest by the grid's primary metric (else the
+    first headline metric present), and a caption sentence saying so; ``(None, "")`` when
+    every variant fits."""
     if len(data.order) <= MAX_LINES:
         return None, ""
-    for metric, label, lower in HEADLINE:
+    first = [h for h in HEADLINE if effects is not None and h[0] == effects.primary]
+    for metric, label, lower in first + list(HEADLINE):
         part = summary[(summary["metric"] == metric) & summary["mean"].notna()]
         if part["variant"].nunique() > 2 * EXTREMES:
             ranked = list(part.sort_values("mean", kind="stable")["variant"])

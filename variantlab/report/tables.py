@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
