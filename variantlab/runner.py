@@ -186,7 +186,8 @@ def experiment_meta(experiment: Any) -> dict[str, Any]:
         "baseline": experiment.baseline or "",
         "data": _plain(experiment.data),
         "measure": _plain(experiment.measure),
-        "grid": _plain(dict(experiment.spec.grid)),  # the report's effects pair by its axes
+        # the grid's axes, so that the report pairs variants by them (effects)
+        "grid": _plain(dict(getattr(getattr(experiment, "spec", None), "grid", None) or {})),
     }
 
 
