@@ -172,3 +172,12 @@ def test_a_grid_of_one_value_per_axis_has_no_effects(tmp_path):
     files = write_report([sample_grid({"a": [0], "b": ["x"]})], tmp_path)
     assert files.effects.read_text() == "axis,value,metric,effect,low,high,n\n"
     assert "## Effects of each axis" not in files.markdown.read_text()
+
+
+def test_heatmaps_of_an_earlier_report_do_not_stay_behind(tmp_path):
+    grid = sample_grid({"a": [0, 1], "b": [0, 1], "c": [0, 1]}, {("a", 1): 1.0, ("b", 1): 0.5})
+    files = write_report([grid], tmp_path)
+    assert sorted(p.name for p in files.plots if p.name.startswith("heatmap")) == [
+        "heatmap1.svg", "heatmap2.svg", "heatmap3.svg"]
+    write_report([sample_run()], tmp_path)  # no grid: no heatmaps
+    assert not list(tmp_path.glob("heatmap*.svg"))

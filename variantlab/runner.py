@@ -31,6 +31,7 @@ from .fingerprint import data_fingerprint, environment, probe_code, variant_code
 from .registry import get_registry
 from .store import STORE_FILE, Store, UnitRecord
 
+
 class ProbeFn(Protocol):
     def __call__(self, name: str, spec: Any, settings: Any, *, seed: int, data: Any,
                  base_dir: Path, device: str | None = None, registry: Any = None) -> list: ...

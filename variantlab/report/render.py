@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import pandas as pd
 from markupsafe import Markup
 
 from .frame import ReportData
@@ -60,7 +61,7 @@ def headers(data: ReportData) -> list[Header]:
         rows = data.rows[data.rows["run"] == meta["run"]]
         info = rows[rows["scope"] == "info"]
 
-        def text(metric: str) -> str:
+        def text(metric: str, info: pd.DataFrame = info) -> str:
             vals = list(dict.fromkeys(info.loc[info["metric"] == metric, "name"].astype(str)))
             return ", ".join(vals)
 
