@@ -181,3 +181,27 @@ def test_heatmaps_of_an_earlier_report_do_not_stay_behind(tmp_path):
         "heatmap1.svg", "heatmap2.svg", "heatmap3.svg"]
     write_report([sample_run()], tmp_path)  # no grid: no heatmaps
     assert not list(tmp_path.glob("heatmap*.svg"))
+
+
+def test_cli_reports_two_runs_side_by_side_and_effects_csv_is_spreadsheet_safe(tmp_path):
+    import csv
+    import io
+
+    from click.testing import CliRunner
+
+    from variantlab.cli import main
+
+    evil = "=HYPERLINK(\"http://evil.example\")"
+    grid = {"norm.kind": ["layer", evil]}
+    a = store_of(sample_grid(grid, {("norm.kind", evil): 0.25}), tmp_path / "a" / "g")
+    b = store_of(sample_grid(grid, {("norm.kind", evil): 0.5}), tmp_path / "b" / "g")
+    result = CliRunner().invoke(main, ["report", str(a), str(b), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    md = (tmp_path / "r" / "report.md").read_text(encoding="utf-8")
+    assert "## Across runs" in md and "| b/g − a/g |" in md
+    cells = [c for row in csv.reader(io.StringIO((tmp_path / "r" / "effects.csv").read_text()))
+             for c in row]
+    assert evil not in cells and "'" + evil in cells
+    effects = _effects(tmp_path / "r" / "effects.csv")
+    loss = effects[effects["metric"] == "eval_loss"].iloc[0]
+    assert loss["effect"] == pytest.approx(0.25)  # run a/g only
