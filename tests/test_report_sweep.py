@@ -205,3 +205,17 @@ def test_cli_reports_two_runs_side_by_side_and_effects_csv_is_spreadsheet_safe(t
     effects = _effects(tmp_path / "r" / "effects.csv")
     loss = effects[effects["metric"] == "eval_loss"].iloc[0]
     assert loss["effect"] == pytest.approx(0.25)  # run a/g only
+
+
+def test_a_named_variant_repeating_a_grid_combination_is_not_a_second_cell():
+    run = sample_grid({"a": [0, 1]}, {("a", 1): 1.0}, seeds=(0, 1))
+    extra = sample_run((("again", {"a": 1}, 1.0),), seeds=(0, 1), fail=None, diverge=None)
+    extra.rows.loc[extra.rows["metric"] == "eval_loss", "value"] = 100.0  # would show if pooled
+    run.variants = pd.concat([run.variants, extra.variants.assign(position=2)],
+                             ignore_index=True)
+    run.rows = pd.concat([run.rows, extra.rows], ignore_index=True)
+    run.units = pd.concat([run.units, extra.units], ignore_index=True)
+    effects = build_context(gather([run]))[0]["effects_frame"]
+    assert list(effects.grid.cells["variant"]) == ["a=0", "a=1"]
+    loss = effects.main[effects.main["metric"] == "eval_loss"].iloc[0]
+    assert loss["effect"] == pytest.approx(1.0) and loss["n"] == 2

@@ -135,7 +135,9 @@ def find_grid(data: ReportData) -> Grid | None:
             records.append({"variant": rec.variant, "run": run, **texts})
     if not records:
         return None
-    cells = pd.DataFrame(records)
+    # a named variant that sets exactly the grid's axes repeats a combination: the grid's
+    # own variant (listed first) stands for it, so no cell averages two variants
+    cells = pd.DataFrame(records).drop_duplicates(subset=list(axes), keep="first")
     base_row = cells[cells["variant"] == data.baseline]
     baseline = {a: (str(base_row[a].iloc[0]) if len(base_row) else vals[0])
                 for a, vals in axes.items()}
