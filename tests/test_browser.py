@@ -62,3 +62,67 @@ def test_report_html_in_chromium(tmp_path):
     assert tables >= 5  # variants, four summary sections (+ warnings, failures)
     assert svgs == 5 and "layer index" in svg_text
     assert title == "variantlab report: sample"
+
+
+SCREENSHOT = Path(__file__).resolve().parent.parent / "reports" / "sweep-512-browser.png"
+
+
+def _column(page, index: int) -> list[str]:
+    """Text of one column of the variant table's shown rows, top to bottom."""
+    return page.eval_on_selector_all(
+        "#browse tbody tr:not([hidden])",
+        f"rows => rows.map(r => r.cells[{index}].textContent)")
+
+
+@pytest.mark.slow
+def test_sweep_report_sorts_and_filters_in_chromium(tmp_path):
+    """What it must show 2: a report of 512 variants; sort by eval loss, filter by an axis
+    value; no console errors, no requests, hostile axis values (so variant names) inert.
+    VARIANTLAB_SCREENSHOT=1 saves the screenshot committed under reports/."""
+    from playwright import sync_api
+
+    from variantlab.report.sample import sample_grid
+
+    hostile = [EVIL, "<script>alert(2)</script>", "a&b", "x\"y", "p", "q", "r", "s"]
+    shifts = {("a", k): 0.1 * k for k in range(8)}
+    shifts.update({("c", k): 0.013 * k for k in range(8)})
+    run = sample_grid({"a": list(range(8)), "b": hostile, "c": list(range(8))}, shifts,
+                      seeds=(0,), probes=("params", "gradients", "training"))
+    files = write_report([run], tmp_path)
+    url = files.html.resolve().as_uri()
+    requests, errors, dialogs = [], [], []
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.on("request", lambda r: requests.append(r.url))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            page.goto(url, wait_until="load")
+            headers = page.eval_on_selector_all("#browse thead tr:first-child th",
+                                                "ths => ths.map(t => t.textContent)")
+            loss = headers.index("eval loss")
+            rows = page.locator("#browse tbody tr").count()
+            page.locator("#browse thead tr:first-child th").nth(loss).click()
+            ascending = [float(x) for x in _column(page, loss)]
+            page.locator("#browse thead tr:first-child th").nth(loss).click()
+            descending = [float(x) for x in _column(page, loss)]
+            page.locator("#browse thead tr.filters select").nth(1).select_option(label=EVIL)
+            filtered = _column(page, headers.index("b"))
+            shown = page.locator("#browse tbody tr:not([hidden])").count()
+            status = page.locator("p.note", has_text="variants shown").inner_text()
+            injected = page.locator("img").count() + page.locator("body script").count()
+            if os.environ.get("VARIANTLAB_SCREENSHOT") == "1":
+                page.eval_on_selector("#browse", "t => t.parentNode.previousElementSibling"
+                                      ".previousElementSibling.scrollIntoView()")
+                page.screenshot(path=str(SCREENSHOT))
+        finally:
+            browser.close()
+    assert rows == 512
+    assert ascending == sorted(ascending) and descending == sorted(ascending, reverse=True)
+    assert ascending[0] < ascending[-1]
+    assert shown == 64 and filtered == [EVIL] * 64 and status == "64 of 512 variants shown"
+    assert requests == [url], f"only the page itself may be requested, got {requests}"
+    assert errors == [] and dialogs == []
+    assert injected == 1, "only the page's own script element"

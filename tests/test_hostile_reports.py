@@ -10,12 +10,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import store_of
 
 from variantlab.cli import main
+from variantlab.report.render import browse_script
 from variantlab.report.sample import sample_run
 from variantlab.report.tables import csv_safe, summary_csv
-
-from conftest import store_of
 
 HOSTILE = ["=HYPERLINK(\"http://evil.example\",\"x\")", "+1+cmd|' /C calc'!A0", "-2+3",
            "@SUM(A1:A2)", "\tTabbed", "<script>alert(1)</script>"]
@@ -156,7 +156,9 @@ def test_hostile_names_are_neutralised_in_the_csv(hostile_report):
 
 def test_hostile_names_are_escaped_in_html_and_markdown(hostile_report):
     html = (hostile_report / "report.html").read_text(encoding="utf-8")
-    assert "<script" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    # the page's one script is the package's own; the name's script is text
+    assert html.count("<script") == 1 and "<script>\n" + browse_script() in html
+    assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert 'HYPERLINK(&#34;http://evil.example&#34;' in html or \
         "HYPERLINK(&quot;http://evil.example&quot;" in html
     md = (hostile_report / "report.md").read_text(encoding="utf-8")

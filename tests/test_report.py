@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import store_of
 
 from variantlab.report import build_context, gather, write_report
 from variantlab.report.plots import build_plots, styles, to_svg
-from variantlab.report.render import md_escape
+from variantlab.report.render import browse_script, md_escape
 from variantlab.report.sample import sample_run
 from variantlab.report.tables import summarize
-
-from conftest import store_of
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("VARIANTLAB_UPDATE_GOLDEN") == "1"
@@ -131,7 +130,10 @@ def test_hostile_variant_name_is_escaped_everywhere(tmp_path):
 def test_html_is_self_contained(report):
     html = report.html.read_text(encoding="utf-8")
     assert html.count("<svg") == 5 and "<style>" in html
-    for bad in ("<script", "http://", "https://", "<link", "src=", "@import", "xlink:href=\"http"):
+    # one script: the package's own, inline, exactly as shipped (it sorts and filters)
+    assert html.count("<script") == 1
+    assert "<script>\n" + browse_script() + "\n</script>" in html
+    for bad in ("http://", "https://", "<link", "src=", "@import", "xlink:href=\"http"):
         assert bad not in html, bad
     ids = re.findall(r'\bid="([^"]+)"', html)
     assert len(ids) == len(set(ids)), "duplicate ids across inline SVGs"

@@ -31,6 +31,7 @@ from .fingerprint import data_fingerprint, environment, probe_code, variant_code
 from .registry import get_registry
 from .store import STORE_FILE, Store, UnitRecord
 
+
 class ProbeFn(Protocol):
     def __call__(self, name: str, spec: Any, settings: Any, *, seed: int, data: Any,
                  base_dir: Path, device: str | None = None, registry: Any = None) -> list: ...
@@ -186,6 +187,8 @@ def experiment_meta(experiment: Any) -> dict[str, Any]:
         "baseline": experiment.baseline or "",
         "data": _plain(experiment.data),
         "measure": _plain(experiment.measure),
+        # the grid's axes, so that the report pairs variants by them (effects)
+        "grid": _plain(dict(getattr(getattr(experiment, "spec", None), "grid", None) or {})),
     }
 
 

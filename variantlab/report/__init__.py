@@ -2,7 +2,8 @@
 
 ``write_report(runs, out_dir, baseline=None)`` reads one or more results stores (or
 ``RunData`` objects) and writes ``report.md`` with SVG plots beside it, ``report.html``
-(inline CSS and SVG, no scripts, no external references) and ``summary.csv``.
+(inline CSS, SVG and one small script that sorts and filters the variant table; no external
+references), ``summary.csv`` and ``effects.csv`` (a grid's effects; see :mod:`.effects`).
 """
 
 from __future__ import annotations
@@ -12,13 +13,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .effects import compute_effects, effects_csv
 from .findings import reading
 from .frame import ReportData, gather
 from .plots import Plot, build_plots, inline_svg, to_svg
 from .probeviews import probe_views
 from .render import headers, render_html, render_markdown, title_of
-from .tables import (section_tables, summarize, summary_csv, failure_table, variant_table,
-                     warning_table)
+from .sweep import browse_table, cross_run_table, effect_plots, effects_table, focus, interaction_table
+from .tables import (
+    failure_table,
+    section_tables,
+    seed_metrics,
+    summarize,
+    summary_csv,
+    variant_table,
+    warning_table,
+)
 
 __all__ = ["ReportData", "ReportFiles", "build_context", "gather", "write_report"]
 
@@ -31,26 +41,37 @@ class ReportFiles:
     html: Path
     csv: Path
     plots: tuple[Path, ...] = ()
+    effects: Path | None = None
 
 
 def build_context(data: ReportData, registry: Any = None) -> tuple[dict[str, Any], list[Plot]]:
     """Everything the templates show, and the plots (figures not yet rendered); probes
     beyond the core sections show their views from ``registry`` (default: the default
-    registry) or a generic table."""
-    summary = summarize(data)
+    registry) or a generic table. A grid's effects come first (``effects``: None without
+    a grid)."""
+    per_seed = seed_metrics(data)
+    summary = summarize(data, per_seed)
+    effects = compute_effects(data, per_seed)
     extra_tables, extra_plots = probe_views(data, registry)
-    plots = build_plots(data) + extra_plots
+    chosen, why = focus(data, summary, effects)
+    plots = effect_plots(effects) + build_plots(data, chosen, why) + extra_plots
     context = {
         "title": title_of(data),
         "headers": headers(data),
-        "reading": reading(data, summary),
+        "reading": reading(data, summary, effects),
         "baseline": data.baseline,
+        "effects": effects_table(effects) if effects is not None else None,
+        "interactions": interaction_table(effects) if effects is not None and
+        len(effects.pairs) else None,
+        "across": cross_run_table(data, summary),
         "variants": variant_table(data),
+        "browse": browse_table(data, summary),
         "sections": section_tables(data, summary) + extra_tables,
         "warnings": warning_table(data, summary),
         "failures": failure_table(data),
         "plots": plots,
         "summary": summary,
+        "effects_frame": effects,
     }
     return context, plots
 
@@ -74,6 +95,10 @@ def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None
     context, plots = build_context(data, registry)
     svgs: dict[str, str] = {}
     written = []
+    keys = {plot.key for plot in plots}
+    for old in out.glob("heatmap*.svg"):  # an earlier report's heatmaps are not this one's
+        if old.stem not in keys:
+            old.unlink()
     for plot in plots:
         svg_path = out / f"{plot.key}.svg"
         if plot.figure is None:
@@ -89,4 +114,6 @@ def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None
     html.write_text(render_html(context, svgs), encoding="utf-8")
     csv = out / "summary.csv"
     csv.write_text(summary_csv(context["summary"]), encoding="utf-8")
-    return ReportFiles(md, html, csv, tuple(written))
+    effects = out / "effects.csv"
+    effects.write_text(effects_csv(context["effects_frame"]), encoding="utf-8")
+    return ReportFiles(md, html, csv, tuple(written), effects)

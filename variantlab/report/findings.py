@@ -6,10 +6,13 @@ import math
 
 import pandas as pd
 
+from .effects import Effects
 from .frame import ReportData, split_seeds
+from .sweep import grid_reading, problems
 from .tables import PASS_NAMES, depth_ratios, fmt, stacks_of
 
 MAX_LISTED = 4  # with many variants, name the extremes only
+SMALL_GRID = 8  # a grid of this many variants or fewer also gets the per-variant reading
 
 
 def _means(summary: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -229,24 +232,17 @@ def param_ratio(data: ReportData, summary: pd.DataFrame) -> str | None:
     return "; ".join(parts) + "." if parts else None
 
 
-def problems(data: ReportData, summary: pd.DataFrame) -> list[str]:
-    out = []
-    div = summary[(summary["metric"] == "diverged") & (summary["mean"] > 0)]
-    if len(div):
-        out.append("Training diverged for " + ", ".join(div["variant"]) + ".")
-    failed = data.units[data.units.get("status", pd.Series(dtype=str)) == "failed"] \
-        if "status" in data.units.columns else data.units.iloc[0:0]
-    if len(failed):
-        out.append(f"{len(failed)} unit(s) failed: see Failed units.")
-    warned = [v for v, w in zip(data.variants["variant"], data.variants["warnings"]) if w]
-    if warned:
-        out.append("Spec warnings for " + ", ".join(warned) + ": see Warnings.")
-    return out
-
-
-def reading(data: ReportData, summary: pd.DataFrame) -> list[str]:
-    """The report's opening sentences, in order of what readers look at first."""
-    lines = [gradient_growth(data), first_layer_gradient(data, summary), timing_speed(data, summary), loss_gap(data, summary),
-             param_ratio(data, summary)]
-    out = [line for line in lines if line] + problems(data, summary)
+def reading(data: ReportData, summary: pd.DataFrame, effects: Effects | None = None) -> list[str]:
+    """The report's opening sentences, in order of what readers look at first: for a grid,
+    what each axis does (see :mod:`.sweep`), and for a grid of at most SMALL_GRID variants
+    the per-variant comparison where it fits; else the per-variant comparison. Problems are
+    grouped by message either way, so the reading stays short at any size."""
+    trouble = problems(data, summary)
+    lines = [gradient_growth(data), first_layer_gradient(data, summary),
+             timing_speed(data, summary), loss_gap(data, summary)]
+    if effects is not None:  # a small grid keeps its per-variant sentences where they fit
+        small = len(data.order) <= SMALL_GRID
+        return grid_reading(data, summary, effects, trouble,
+                            [line for line in lines if line] if small else [])
+    out = [line for line in lines + [param_ratio(data, summary)] if line] + trouble
     return out or ["No probe produced comparable numbers; see the tables below."]

@@ -6,7 +6,6 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -45,7 +44,7 @@ def _json(value: Any, default: Any) -> Any:
 def parse_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
     """Meta as stored (strings, JSON strings) -> plain Python values."""
     out = dict(meta)
-    for key in ("seeds", "data", "measure"):
+    for key in ("seeds", "data", "measure", "grid"):
         if key in out:
             out[key] = _json(out[key], None)
     return out

@@ -5,13 +5,15 @@ from __future__ import annotations
 import io
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from itertools import cycle, islice
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
@@ -46,9 +48,28 @@ def styles(n: int) -> list[dict]:
     return out
 
 
+WRAP = 40  # a longer name is broken into lines at its commas (a grid label's pairs)
+
+
 def shown(name: str) -> str:
-    """A variant name as a plot shows it: control characters (no font has them) as spaces."""
-    return "".join(" " if ord(c) < 32 or ord(c) == 127 else c for c in str(name))
+    """A variant name as a plot shows it: control characters (no font has them) as spaces;
+    a name longer than WRAP characters broken into lines after its commas."""
+    text = "".join(" " if ord(c) < 32 or ord(c) == 127 else c for c in str(name))
+    if len(text) <= WRAP or "," not in text:
+        return text
+    lines = [""]
+    for part in text.split(","):
+        if lines[-1] and len(lines[-1]) + len(part) + 1 > WRAP:
+            lines[-1] += ","
+            lines.append(part)
+        else:
+            lines[-1] += ("," if lines[-1] else "") + part
+    return "\n".join(lines)
+
+
+def _label_lines(names: Sequence[str]) -> int:
+    """Lines the names take as bar labels (a long name wraps, see :func:`shown`)."""
+    return sum(max(1, shown(n).count("\n") + 1) for n in names)
 
 
 def _legend(fig: Figure, ax, n: int) -> None:
@@ -150,7 +171,7 @@ def timing_plot(data: ReportData) -> Plot:
         return Plot("timing", title, caption, skipped="no timing rows (the timing probe did "
                     "not run)")
     variants = [v for v in data.order if v in set(rows["variant"])]
-    fig, axes = _new(1, len(passes), height=1.2 + 0.28 * len(variants),
+    fig, axes = _new(1, len(passes), height=1.2 + 0.28 * _label_lines(variants),
                      width=2.6 * len(passes) + 2.4)
     colors = styles(len(variants))
     for ax, key in zip(axes, passes):
@@ -208,7 +229,7 @@ def params_plot(data: ReportData) -> Plot:
     variants = [v for v in data.order if v in set(mean["variant"])]
     slots = sorted(set(mean["name"]), key=lambda s: (SLOT_ORDER.index(s) if s in SLOT_ORDER
                                                      else 99, s))
-    fig, (ax,) = _new(height=1.4 + 0.28 * len(variants))
+    fig, (ax,) = _new(height=1.4 + 0.28 * _label_lines(variants))
     table = mean.pivot(index="variant", columns="name", values="value").reindex(variants)
     left = [0.0] * len(variants)
     colors = plt.get_cmap("tab10").colors
@@ -226,11 +247,41 @@ def params_plot(data: ReportData) -> Plot:
     return Plot("params", title, caption, fig)
 
 
-def build_plots(data: ReportData) -> list[Plot]:
-    """Every plot of a report, in order; absent data gives a skipped plot with its reason."""
+def build_plots(data: ReportData, focus: Sequence[str] | None = None,
+                why: str = "") -> list[Plot]:
+    """Every plot of a report, in order; absent data gives a skipped plot with its reason.
+    ``focus``: the variants to draw (default: all), ``why`` says in each caption how they
+    were chosen."""
+    if focus is not None:
+        keep = set(focus)
+        data = replace(data, order=list(focus), rows=data.rows[data.rows["variant"].isin(keep)])
     with plt.rc_context(RC):
-        return [gradient_plot(data), residual_plot(data), timing_plot(data), loss_plot(data),
-                params_plot(data)]
+        plots = [gradient_plot(data), residual_plot(data), timing_plot(data), loss_plot(data),
+                 params_plot(data)]
+    if why:
+        for plot in plots:
+            plot.caption += " " + why
+    return plots
+
+
+def heatmap(table: pd.DataFrame, key: str, title: str, caption: str, what: str) -> Plot:
+    """A heatmap of ``table`` (one axis's values down, another's across) with each cell's
+    number written in it."""
+    rows, cols = len(table.index), len(table.columns)
+    fig, (ax,) = _new(height=1.4 + 0.4 * rows, width=2.6 + 0.9 * cols)
+    image = ax.imshow(table.to_numpy(dtype=float), cmap="viridis", aspect="auto")
+    ax.set_xticks(range(cols), [shown(c) for c in table.columns], rotation=30, ha="right")
+    ax.set_yticks(range(rows), [shown(r) for r in table.index])
+    ax.set_xlabel(shown(table.columns.name or ""))
+    ax.set_ylabel(shown(table.index.name or ""))
+    if rows * cols <= 64:
+        for (i, j), value in np.ndenumerate(table.to_numpy(dtype=float)):
+            light = not math.isnan(value) and float(image.norm(value)) > 0.6  # viridis' yellow
+            ax.text(j, i, "NaN" if math.isnan(value) else f"{value:.4g}", ha="center",
+                    va="center", fontsize=7, color="black" if light else "white")
+    fig.colorbar(image, ax=ax, label=what)
+    ax.set_title(title)
+    return Plot(key, title, caption, fig)
 
 
 def to_svg(fig: Figure) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import pandas as pd
 from markupsafe import Markup
 
 from .frame import ReportData
@@ -60,7 +61,7 @@ def headers(data: ReportData) -> list[Header]:
         rows = data.rows[data.rows["run"] == meta["run"]]
         info = rows[rows["scope"] == "info"]
 
-        def text(metric: str) -> str:
+        def text(metric: str, info: pd.DataFrame = info) -> str:
             vals = list(dict.fromkeys(info.loc[info["metric"] == metric, "name"].astype(str)))
             return ", ".join(vals)
 
@@ -109,9 +110,15 @@ def render_markdown(context: dict[str, Any]) -> str:
 
 
 def render_html(context: dict[str, Any], svgs: dict[str, str]) -> str:
-    """report.html: one file, inline CSS and SVG, no scripts, no external references."""
+    """report.html: one file, inline CSS, SVG and script, no external references."""
     inline = {k: Markup(v) for k, v in svgs.items()}  # matplotlib escapes the text it writes
-    return _env(True).get_template("report.html.j2").render(**context, svgs=inline)
+    return _env(True).get_template("report.html.j2").render(**context, svgs=inline,
+                                                            script=Markup(browse_script()))
+
+
+def browse_script() -> str:
+    """The page's one script (templates/browse.js): sorts and filters the variant table."""
+    return (TEMPLATES / "browse.js").read_text(encoding="utf-8").strip()
 
 
 def title_of(data: ReportData) -> str:

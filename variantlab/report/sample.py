@@ -133,3 +133,41 @@ def sample_run(
         frame[col] = frame[col].astype("Int64")
     return RunData(meta=meta, variants=pd.DataFrame(vrows), units=pd.DataFrame(urows),
                    rows=frame[list(RESULT_COLUMNS)])
+
+
+def sample_grid(
+    grid: dict[str, list[Any]],
+    shifts: dict[tuple[str, Any], float] | None = None,
+    seeds: Sequence[int] = (0, 1),
+    *,
+    experiment: str = "grid",
+    probes: Sequence[str] | None = None,
+) -> RunData:
+    """A synthetic grid run: one variant per combination of ``grid``'s values (named by
+    its label, as ``variantlab run`` names them), the grid in the meta, and the eval and
+    final loss of each variant ``3 + 0.01 * seed`` plus the sum of ``shifts[(axis, value)]``
+    of its values (so each axis value's main effect on them is its shift minus the baseline
+    value's).
+    ``probes``: keep only these probes' rows (default: all)."""
+    import itertools
+
+    shifts = shifts or {}
+    combos = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    variants = [(",".join(f"{k}={_show(v)}" for k, v in c.items()), c, 1.0 + 0.01 * (i % 7))
+                for i, c in enumerate(combos)]
+    run = sample_run(variants, seeds, experiment=experiment, fail=None, diverge=None)
+    run.meta["grid"] = {k: list(v) for k, v in grid.items()}
+    shift = {name: sum(shifts.get((k, v), 0.0) for k, v in c.items())
+             for (name, c, _) in variants}
+    rows = run.rows
+    moved = rows["metric"].isin(["eval_loss", "final_loss"])
+    level = 3.0 + 0.01 * rows.loc[moved, "seed"].astype(float)
+    rows.loc[moved, "value"] = level + rows.loc[moved, "variant"].map(shift)
+    if probes is not None:
+        run.rows = rows[rows["probe"].isin(list(probes))].reset_index(drop=True)
+        run.units = run.units[run.units["probe"].isin(list(probes))].reset_index(drop=True)
+    return run
+
+
+def _show(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)

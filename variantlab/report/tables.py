@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,6 +28,7 @@ class Table:
     columns: list[str]
     rows: list[list[str]]
     note: str = ""
+    filters: list[int] = field(default_factory=list)  # columns the HTML page filters by
 
 
 def _select(rows: pd.DataFrame, probe: str, metric: str, scope: str = "model") -> pd.DataFrame:
@@ -126,23 +129,27 @@ def depth_ratios(rows: pd.DataFrame, metric: str = "grad_norm") -> pd.DataFrame:
     layer = _with_stack(rows[(rows["probe"] == "gradients") & (rows["scope"] == "layer")
                              & (rows["metric"] == metric) & rows["layer"].notna()
                              & (rows["name"] != "weights")])
-    records = []
-    for (variant, seed, stack, name), group in layer.groupby(["variant", "seed", "stack", "name"],
-                                                             sort=False):
-        group = group.sort_values("layer")
-        first, last = group["value"].iloc[0], group["value"].iloc[-1]
-        if len(group) > 1 and first > 0:
-            records.append({"variant": variant, "seed": seed, "stack": stack, "name": name,
-                            "value": last / first,
-                            "first_layer": int(group["layer"].iloc[0]),
-                            "last_layer": int(group["layer"].iloc[-1])})
     cols = ["variant", "seed", "stack", "name", "value", "first_layer", "last_layer"]
-    return pd.DataFrame(records, columns=cols)
+    if not len(layer):
+        return pd.DataFrame(columns=cols)
+    keys = ["variant", "seed", "stack", "name"]
+    ordered = layer.sort_values("layer", kind="stable").groupby(keys, sort=False)
+    ends = ordered.agg(first=("value", "first"), last=("value", "last"),
+                       first_layer=("layer", "first"), last_layer=("layer", "last"),
+                       count=("value", "size")).reset_index()
+    order = layer.drop_duplicates(keys)[keys]  # groups in order of first appearance
+    ends = order.merge(ends, on=keys, how="left")
+    ends = ends[(ends["count"] > 1) & (ends["first"] > 0)]
+    out = ends.assign(value=ends["last"] / ends["first"],
+                      first_layer=ends["first_layer"].astype(int),
+                      last_layer=ends["last_layer"].astype(int))
+    return out[cols].reset_index(drop=True)
 
 
-def summarize(data: ReportData) -> pd.DataFrame:
-    """Mean, spread (sample std), min, max and n over seeds; ratio of means to the baseline."""
-    per_seed = seed_metrics(data)
+def summarize(data: ReportData, per_seed: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Mean, spread (sample std), min, max and n over seeds; ratio of means to the baseline
+    (``per_seed``: :func:`seed_metrics` of ``data`` when already computed)."""
+    per_seed = seed_metrics(data) if per_seed is None else per_seed
     if not len(per_seed):
         return pd.DataFrame(columns=list(SUMMARY_COLUMNS))
     keys = ["variant", "section", "metric", "label", "unit"]
@@ -178,7 +185,7 @@ def fmt(value: float, unit: str = "") -> str:
     return f"{value:.4g}"
 
 
-def cell(rec: pd.Series) -> str:
+def cell(rec: Mapping[str, Any]) -> str:
     """``mean ± spread (×ratio)``; timing shows its IQR, a single seed shows no spread."""
     text = fmt(rec["mean"], rec["unit"])
     if rec["metric"] == "diverged":
@@ -219,14 +226,17 @@ def section_tables(data: ReportData, summary: pd.DataFrame) -> list[Table]:
             f"{label} ({unit})" if unit not in ("", "x", "count") else label
             for _, label, unit in metrics]
         body = []
+        recs: dict[str, dict[str, dict]] = {}
+        for rec in part.to_dict("records"):
+            recs.setdefault(rec["variant"], {})[rec["metric"]] = rec
         for variant in data.order:
-            mine = part[part["variant"] == variant].set_index("metric", drop=False)
-            if not len(mine):
+            if variant not in recs:
                 continue
-            cells = [variant, str(int(mine["n"].max()))]
+            mine = recs[variant]
+            cells = [variant, str(int(max(r["n"] for r in mine.values())))]
             if len(timed) > 1:
                 cells.append(_timed_in(data.rows, variant, timed))
-            cells += [cell(mine.loc[m]) if m in mine.index else "—" for m, _, _ in metrics]
+            cells += [cell(mine[m]) if m in mine else "—" for m, _, _ in metrics]
             body.append(cells)
         if len(timed) > 1:
             note += (f"; these timings come from {len(timed)} invocations of `variantlab run` "

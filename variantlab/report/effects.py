@@ -1,0 +1,283 @@
+"""Effects of a grid's axes: which choice matters, by how much, and how sure.
+
+The main effect of an axis value ``v`` on a metric is the mean of paired differences
+``y(v) - y(b)`` against the axis's baseline value ``b`` (the baseline variant's value, else
+the first listed), each pair sharing its run, its seed and the values of every other axis.
+The interval is a 95% Student-t interval over those pairs (mean ± t(0.975, n-1) · sd/√n):
+pairs of one run and seed but different cells of the other axes count as separate pairs, so
+the interval says how consistent the effect is across the grid and the seeds. One pair gives
+no interval; pairs that all agree give a zero-width one. A paired difference smaller than
+1e-6 of the metric's mean magnitude (float32 rounding: naive and fused attention compute
+the same numbers in a different order) counts as 0.
+
+A two-way interaction of axes A and B at ``(a, b)`` is the paired contrast
+``y(a, b) - y(a0, b) - y(a, b0) + y(a0, b0)``: how much the effect of A changes when B moves
+off its baseline value, with the same interval.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from .frame import ReportData
+
+#: metric in seed_metrics -> how the report names it, and whether lower is better
+HEADLINE: tuple[tuple[str, str, bool | None], ...] = (
+    ("eval_loss", "eval loss", True),
+    ("final_loss", "final loss", True),
+    ("first_layer_mean_abs_grad", "first-layer mean |grad|", None),
+    ("grad_norm_ratio.all", "last/first grad norm", None),
+    ("backward_median_s", "forward+backward time (ms)", True),
+    ("forward_median_s", "forward time (ms)", True),
+    ("total", "parameters", None),
+)
+EFFECT_COLUMNS = ("axis", "value", "metric", "effect", "low", "high", "n")
+TOP_AXES = 3  # interactions are computed among this many top axes
+ROUNDING = 1e-6  # float32 rounding, relative: smaller paired differences count as 0
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t975(df: int) -> float:
+    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (table to 30, then
+    the Cornish-Fisher expansion, within 1e-3)."""
+    if df < 1:
+        return math.nan
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def interval(diffs: pd.Series) -> tuple[float, float, float, int]:
+    """Mean, low, high (95% t-interval) and n of paired differences."""
+    d = diffs.dropna().astype(float)
+    n = len(d)
+    if n == 0:
+        return math.nan, math.nan, math.nan, 0
+    mean = float(d.mean())
+    if n == 1:
+        return mean, math.nan, math.nan, 1
+    half = t975(n - 1) * float(d.std(ddof=1)) / math.sqrt(n)
+    return mean, mean - half, mean + half, n
+
+
+def clear(low: float, high: float) -> bool:
+    """An interval that excludes 0 (so the effect's sign is sure at 95%)."""
+    return not (math.isnan(low) or math.isnan(high)) and (low > 0 or high < 0)
+
+
+@dataclass
+class Grid:
+    """A report's grid: axes with their values (as text), each grid variant's values."""
+
+    axes: dict[str, list[str]]
+    baseline: dict[str, str]  # axis -> its baseline value
+    cells: pd.DataFrame  # variant, run, one column per axis (text values)
+    run: str = ""  # the run whose grid this is
+    metrics: list[tuple[str, str, bool | None]] = field(default_factory=list)
+
+
+def value_text(value: Any) -> str:
+    """An axis value as the report shows it (``true``, ``0.1``, ``sdpa``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return "null" if value is None else str(value)
+
+
+def run_grid(meta: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """A stored run's ``grid:``: from its meta (``grid``), else from its stored YAML."""
+    grid = meta.get("grid")
+    if isinstance(grid, str):
+        try:
+            grid = json.loads(grid)
+        except ValueError:
+            grid = None
+    if not isinstance(grid, Mapping):
+        try:
+            doc = yaml.safe_load(meta.get("yaml") or "") or {}
+        except yaml.YAMLError:
+            doc = {}
+        grid = doc.get("grid") if isinstance(doc, Mapping) else None
+    if not isinstance(grid, Mapping):
+        return {}
+    return {str(k): list(v) for k, v in grid.items() if isinstance(v, list) and v}
+
+
+def find_grid(data: ReportData) -> Grid | None:
+    """The grid of the report's first run that has one (None without): only its variants
+    whose overrides are one combination of it belong to it. Effects come from one run, so
+    runs (before and after a change, say) are never pooled; the across-runs table compares
+    them."""
+    found = next(((m["run"], g) for m in data.runs if (g := run_grid(m))), None)
+    if found is None:
+        return None
+    run, first = found
+    axes = {a: list(dict.fromkeys(map(value_text, vals))) for a, vals in first.items()}
+    records = []
+    for rec in data.variants[data.variants["run"] == run].itertuples():
+        over = rec.overrides
+        if not isinstance(over, Mapping) or set(over) != set(axes):
+            continue
+        texts = {a: value_text(over[a]) for a in axes}
+        if all(texts[a] in axes[a] for a in axes):
+            records.append({"variant": rec.variant, "run": run, **texts})
+    if not records:
+        return None
+    # a named variant that sets exactly the grid's axes repeats a combination: the grid's
+    # own variant (listed first) stands for it, so no cell averages two variants
+    cells = pd.DataFrame(records).drop_duplicates(subset=list(axes), keep="first")
+    base_row = cells[cells["variant"] == data.baseline]
+    baseline = {a: (str(base_row[a].iloc[0]) if len(base_row) else vals[0])
+                for a, vals in axes.items()}
+    return Grid(axes, baseline, cells, run=run)
+
+
+def grid_values(data: ReportData, grid: Grid, per_seed: pd.DataFrame) -> pd.DataFrame:
+    """Per-seed headline values of the grid's variants, with their run and axis values."""
+    wanted = [m for m, _, _ in HEADLINE]
+    part = per_seed[per_seed["metric"].isin(wanted)][["variant", "seed", "metric", "value"]]
+    out = part.merge(grid.cells, on="variant", how="inner")
+    grid.metrics = [h for h in HEADLINE if h[0] in set(out["metric"])]
+    return out
+
+
+def _pivot(values: pd.DataFrame, index: list[str], columns: list[str]) -> pd.DataFrame:
+    return values.pivot_table(index=index, columns=columns, values="value", aggfunc="mean",
+                              dropna=False)
+
+
+def rounding(values: pd.Series) -> float:
+    """Differences at most this large are float rounding (ROUNDING of the values' mean
+    magnitude) and count as 0."""
+    scale = float(values.abs().mean()) if len(values) else 0.0
+    return ROUNDING * scale if math.isfinite(scale) else 0.0
+
+
+def _paired(diff: pd.Series, tol: float) -> tuple[float, float, float, int]:
+    return interval(diff.where(diff.abs() > tol, 0.0).where(diff.notna()))
+
+
+def main_effects(grid: Grid, values: pd.DataFrame) -> pd.DataFrame:
+    """``axis, value, metric, effect, low, high, n``: every non-baseline value of every
+    axis on every headline metric, ranked within each metric by the effect's size."""
+    records = []
+    for metric, _, _ in grid.metrics:
+        mine = values[values["metric"] == metric]
+        tol = rounding(mine["value"])
+        for axis, vals in grid.axes.items():
+            others = ["run", "seed"] + [a for a in grid.axes if a != axis]
+            table = _pivot(mine, others, [axis])
+            base = grid.baseline[axis]
+            for value in vals:
+                if value == base or value not in table or base not in table:
+                    continue
+                effect, low, high, n = _paired(table[value] - table[base], tol)
+                records.append((axis, value, metric, effect, low, high, n))
+    return _ranked(pd.DataFrame(records, columns=list(EFFECT_COLUMNS)), grid)
+
+
+def _ranked(frame: pd.DataFrame, grid: Grid) -> pd.DataFrame:
+    order = {m: i for i, (m, _, _) in enumerate(grid.metrics)}
+    frame = frame.assign(_m=frame["metric"].map(order), _s=-frame["effect"].abs().fillna(-1))
+    return frame.sort_values(["_m", "_s"], kind="stable").drop(columns=["_m", "_s"]) \
+        .reset_index(drop=True)
+
+
+def top_axes(grid: Grid, effects: pd.DataFrame, metric: str, k: int = TOP_AXES) -> list[str]:
+    """Axes by the largest |effect| of any of their values on ``metric``."""
+    mine = effects[effects["metric"] == metric]
+    size = mine.assign(size=mine["effect"].abs()).groupby("axis")["size"].max()
+    ranked = sorted(grid.axes, key=lambda a: -float(size.get(a, -1.0)))
+    return [a for a in ranked if len(grid.axes[a]) > 1][:k]
+
+
+def interactions(grid: Grid, values: pd.DataFrame, metric: str,
+                 axes: list[str]) -> pd.DataFrame:
+    """Two-way interaction contrasts of each pair of ``axes`` on ``metric``."""
+    mine = values[values["metric"] == metric]
+    tol = rounding(mine["value"])
+    records = []
+    for a, b in combinations(axes, 2):
+        others = ["run", "seed"] + [x for x in grid.axes if x not in (a, b)]
+        table = _pivot(mine, others, [a, b])
+        a0, b0 = grid.baseline[a], grid.baseline[b]
+        for va in grid.axes[a]:
+            for vb in grid.axes[b]:
+                keys = [(va, vb), (a0, vb), (va, b0), (a0, b0)]
+                if va == a0 or vb == b0 or any(k not in table for k in keys):
+                    continue
+                diff = table[keys[0]] - table[keys[1]] - table[keys[2]] + table[keys[3]]
+                effect, low, high, n = _paired(diff, tol)
+                records.append((f"{a} × {b}", f"{va} × {vb}", metric, effect, low, high, n))
+    frame = pd.DataFrame(records, columns=list(EFFECT_COLUMNS))
+    return frame.assign(_s=-frame["effect"].abs().fillna(-1)).sort_values(
+        "_s", kind="stable").drop(columns="_s").reset_index(drop=True)
+
+
+def cell_means(grid: Grid, values: pd.DataFrame, metric: str, a: str, b: str) -> pd.DataFrame:
+    """Mean of ``metric`` over seeds and the other axes, ``a`` down and ``b`` across, in
+    the grid's value order."""
+    mine = values[values["metric"] == metric]
+    table = mine.pivot_table(index=a, columns=b, values="value", aggfunc="mean")
+    return table.reindex(index=grid.axes[a], columns=grid.axes[b])
+
+
+@dataclass
+class Effects:
+    """Everything the report shows about a grid."""
+
+    grid: Grid
+    main: pd.DataFrame
+    pairs: pd.DataFrame  # interactions on the primary metric
+    primary: str
+    top: list[str]
+    values: pd.DataFrame
+    several_runs: bool = False  # the report has runs beside the grid's
+
+    def csv_frame(self) -> pd.DataFrame:
+        return pd.concat([self.main, self.pairs], ignore_index=True)
+
+
+def compute_effects(data: ReportData, per_seed: pd.DataFrame) -> Effects | None:
+    """The grid's main effects and the top axes' interactions (None without a grid or
+    without headline numbers)."""
+    grid = find_grid(data)
+    if grid is None:
+        return None
+    values = grid_values(data, grid, per_seed)
+    if not grid.metrics:
+        return None
+    main = main_effects(grid, values)
+    if not len(main):  # every axis has one value: nothing to compare
+        return None
+    moved = set(main.loc[main["effect"].abs() > 0, "metric"])
+    primary = next((m for m, _, _ in grid.metrics if m in moved), grid.metrics[0][0])
+    top = top_axes(grid, main, primary)
+    pairs = interactions(grid, values, primary, top)
+    return Effects(grid, main, pairs, primary, top, values, len(data.runs) > 1)
+
+
+def effects_csv(effects: Effects | None) -> str:
+    """effects.csv: main effects, then the interactions (axis ``A × B``); a header only
+    when the report has no grid."""
+    from .tables import csv_safe
+
+    frame = effects.csv_frame() if effects is not None else \
+        pd.DataFrame(columns=list(EFFECT_COLUMNS))
+    return csv_safe(frame).to_csv(index=False, float_format="%.6g", lineterminator="\n")
+
+
+def label_of(metric: str) -> str:
+    return next((label for m, label, _ in HEADLINE if m == metric), metric)

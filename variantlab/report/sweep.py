@@ -1,0 +1,254 @@
+"""The report's parts for sweeps: the effects tables, a reading that stays short at any
+size, the browsable variant table and the side-by-side of variants measured in several runs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from itertools import combinations
+
+import pandas as pd
+
+from .effects import HEADLINE, Effects, cell_means, clear, label_of
+from .frame import ReportData, differing_axes, flatten
+from .plots import Plot, heatmap
+from .tables import Table, _text, fmt
+
+MAX_NAMES = 3  # names listed in one sentence of the reading before "and N more"
+MAX_READING = 10
+
+
+def cut(names: Sequence[str], k: int = MAX_NAMES) -> str:
+    """``a, b, c and 4 more``."""
+    names = list(names)
+    head = ", ".join(names[:k])
+    return head + (f" and {len(names) - k} more" if len(names) > k else "")
+
+
+def _interval(low: float, high: float) -> str:
+    if math.isnan(low) or math.isnan(high):
+        return "— (one pair)"
+    return f"[{fmt(low)}, {fmt(high)}]"
+
+
+def _signed(x: float) -> str:
+    return ("+" if x > 0 else "") + fmt(x)
+
+
+def effects_table(effects: Effects) -> Table:
+    """Main effects, metric by metric, largest first."""
+    base = effects.grid.baseline
+    body = [[label_of(r.metric), r.axis, f"{r.value} vs {base[r.axis]}", _signed(r.effect),
+             _interval(r.low, r.high), str(r.n), "yes" if clear(r.low, r.high) else "no"]
+            for r in effects.main.itertuples()]
+    note = ("mean paired difference against the axis's baseline value, each pair sharing "
+            "its run, seed and the other axes' values; 95% Student-t interval over the pairs; "
+            "'clear' when the interval excludes 0. Time in ms. All rows are in effects.csv.")
+    if effects.several_runs:
+        note += f" Effects are of run {effects.grid.run} only; runs are never pooled."
+    return Table("Effects of each axis", ["metric", "axis", "value", "effect",
+                                           "95% interval", "n pairs", "clear"], body, note)
+
+
+def interaction_table(effects: Effects) -> Table:
+    """Two-way interactions of the top axes on the primary metric."""
+    body = [[r.axis, r.value, _signed(r.effect), _interval(r.low, r.high), str(r.n),
+             "yes" if clear(r.low, r.high) else "no"] for r in effects.pairs.itertuples()]
+    base = effects.grid.baseline
+    note = (f"on {label_of(effects.primary)}, among the top axes ({', '.join(effects.top)}): "
+            "y(a,b) − y(a0,b) − y(a,b0) + y(a0,b0) against the baseline values ("
+            + ", ".join(f"{a}={base[a]}" for a in effects.top)
+            + "), paired as the main effects; non-zero means the effect of one axis depends "
+            "on the other.")
+    return Table("Interactions", ["axes", "values", "interaction", "95% interval", "n pairs",
+                                  "clear"], body, note)
+
+
+def axis_sentence(effects: Effects, metric: str) -> str | None:
+    """Which axes change ``metric`` (interval excludes 0) and which do not."""
+    mine = effects.main[effects.main["metric"] == metric]
+    if not len(mine) or (mine["effect"].abs() == 0).all():
+        return None
+    base = effects.grid.baseline
+    matters, single, unclear = [], [], []
+    for axis in dict.fromkeys(mine["axis"]):  # ranked by the largest effect first
+        rows = mine[mine["axis"] == axis]
+        top = rows.iloc[0]
+        said = f"{axis} ({top['value']} vs {base[axis]}: {_signed(top['effect'])}"
+        if any(clear(lo, hi) for lo, hi in zip(rows["low"], rows["high"])):
+            matters.append(f"{said} {_interval(top['low'], top['high'])})")
+        elif (rows["n"] < 2).all() and (rows["effect"] != 0).any():
+            single.append(said + ")")
+        else:
+            unclear.append(axis)
+    parts = []
+    if matters:
+        parts.append("matters: " + cut(matters, 2))
+    if single:
+        parts.append("one pair each, so no interval (more seeds would give one): "
+                     + cut(single, 2))
+    if unclear:
+        parts.append(("no clear effect (interval includes 0): " + cut(unclear, 4))
+                     if parts else "no axis has a clear effect")
+    return f"{label_of(metric).capitalize()}: " + "; ".join(parts) + "."
+
+
+def best_sentence(data: ReportData, summary: pd.DataFrame) -> str | None:
+    """The best variant on each headline metric where lower is better."""
+    parts = []
+    for metric, label, lower in HEADLINE:
+        part = summary[(summary["metric"] == metric) & summary["mean"].notna()]
+        if lower is None or part["variant"].nunique() < 2:
+            continue
+        best = part.loc[part["mean"].idxmin() if lower else part["mean"].idxmax()]
+        parts.append(f"{label}: {best['variant']} ({fmt(best['mean'])})")
+    return ("Best variant by " + "; ".join(parts) + ".") if parts else None
+
+
+def grid_reading(data: ReportData, summary: pd.DataFrame, effects: Effects,
+                 problems: list[str], extra: Sequence[str] = ()) -> list[str]:
+    """At most MAX_READING sentences: the grid, what matters per metric, ``extra`` (the
+    per-variant sentences of a small grid), the best variants, the problems."""
+    g = effects.grid
+    seeds = len(data.seeds)
+    axes = f"{len(g.axes)} ax{'is' if len(g.axes) == 1 else 'es'}"
+    lines = [f"A grid of {len(g.cells)} variants over {axes} (" + cut(list(g.axes), 6)
+             + f"), {seeds} seed(s); effects are paired differences with 95% intervals "
+             "(see Effects of each axis)."]
+    flat = [label_of(m) for m, _, _ in g.metrics if axis_sentence(effects, m) is None]
+    lines += [s for s in (axis_sentence(effects, m) for m, _, _ in g.metrics) if s]
+    lines += list(extra)
+    if flat:
+        lines.append("No axis changes " + cut(flat, 4) + ".")
+    best = best_sentence(data, summary)
+    room = MAX_READING - len(problems) - (1 if best else 0)
+    lines = lines[:max(room, 2)] + ([best] if best else [])
+    return lines + problems
+
+
+def problems(data: ReportData, summary: pd.DataFrame) -> list[str]:
+    """Divergence, failed units and spec warnings, grouped by message with counts."""
+    out = []
+    div = summary[(summary["metric"] == "diverged") & (summary["mean"] > 0)]
+    if len(div):
+        out.append("Training diverged for " + cut(list(div["variant"])) + ".")
+    units = data.units
+    if "status" in units.columns and (units["status"] == "failed").any():
+        errors = units.loc[units["status"] == "failed", "error"].fillna("").astype(str)
+        counts = errors.map(lambda e: e.strip().splitlines()[0] if e.strip() else "no message")
+        groups = [f"{n} × {msg}" for msg, n in counts.value_counts(sort=True).items()]
+        out.append(f"{len(errors)} unit(s) failed: " + cut(groups, 2) + "; see Failed units.")
+    warned: dict[str, list[str]] = {}
+    for variant, warnings in zip(data.variants["variant"], data.variants["warnings"]):
+        for text in warnings or []:
+            warned.setdefault(str(text), []).append(variant)
+    if warned:
+        groups = [f"{msg} ({len(vs)}: {cut(vs, 2)})" for msg, vs in
+                  sorted(warned.items(), key=lambda kv: -len(kv[1]))]
+        out.append("Spec warnings: " + cut(groups, 2) + "; see Warnings.")
+    return out
+
+
+def browse_table(data: ReportData, summary: pd.DataFrame) -> Table:
+    """The variant table of the HTML page: the differing axes and the headline metrics
+    (mean over seeds); its axis columns can be filtered and every column sorted."""
+    axes = differing_axes(data)
+    v = data.variants
+    runs = v["run"].nunique() > 1
+    metrics = [(m, label) for m, label, _ in HEADLINE if (summary["metric"] == m).any()]
+    means = summary.pivot_table(index="variant", columns="metric", values="mean",
+                                aggfunc="first") if len(summary) else pd.DataFrame()
+    columns = ["variant"] + (["run"] if runs else []) + axes + [label for _, label in metrics]
+    body = []
+    for rec in v.itertuples():
+        flat = flatten(rec.spec) if isinstance(rec.spec, dict) and rec.spec else \
+            dict(rec.overrides or {})
+        name = rec.variant + (" (baseline)" if rec.variant == data.baseline else "")
+        cells = [name] + ([str(rec.run)] if runs else [])
+        cells += [_text(flat.get(axis, "")) for axis in axes]
+        cells += [fmt(_at(means, rec.variant, m), "count" if m == "total" else "")
+                  for m, _ in metrics]
+        body.append(cells)
+    first = 1 + runs
+    note = ("Click a column's header to sort by it; choose an axis value above a column to "
+            "show only those variants." if len(body) > 1 else "")
+    return Table("Variants", columns, body, note,
+                 filters=list(range(first, first + len(axes))))
+
+
+def _at(means: pd.DataFrame, variant: str, metric: str) -> float:
+    try:
+        return float(means.at[variant, metric])
+    except (KeyError, ValueError):
+        return math.nan
+
+
+def cross_run_table(data: ReportData, summary: pd.DataFrame) -> Table | None:
+    """Variants measured in two or more runs, side by side on each headline metric with the
+    difference of each later run from the first (None when no variant is in two runs)."""
+    v = data.variants
+    if v["run"].nunique() < 2:
+        return None
+    shared = [n for n, group in v.groupby("stored_name", sort=False) if group["run"].nunique() > 1]
+    if not shared:
+        return None
+    runs = list(dict.fromkeys(v["run"]))
+    display = {(r, n): d for r, n, d in zip(v["run"], v["stored_name"], v["variant"])}
+    means = summary.set_index(["variant", "metric"])["mean"]
+    metrics = [(m, label) for m, label, _ in HEADLINE if (summary["metric"] == m).any()]
+    body = []
+    for name in shared:
+        for metric, label in metrics:
+            vals = [means.get((display.get((r, name), ""), metric), math.nan) for r in runs]
+            if all(math.isnan(x) for x in vals):
+                continue
+            diffs = [_signed(x - vals[0]) if not (math.isnan(x) or math.isnan(vals[0]))
+                     else "—" for x in vals[1:]]
+            body.append([name, label] + [fmt(x) for x in vals] + diffs)
+    columns = ["variant", "metric"] + runs + [f"{r} − {runs[0]}" for r in runs[1:]]
+    return Table("Across runs", columns, body,
+                 f"the same variant in each run (mean over seeds) and each run's difference "
+                 f"from {runs[0]}; runs are never pooled.")
+
+
+MAX_LINES = 30  # plots draw every variant up to this many, else the baseline and extremes
+EXTREMES = 3
+
+
+def focus(data: ReportData, summary: pd.DataFrame,
+          effects: Effects | None = None) -> tuple[list[str] | None, str]:
+    """The variants per-variant plots draw when there are too many for a line each: the
+    baseline and the EXTREMES lowest and highest by the grid's primary metric (else the
+    first headline metric present), and a caption sentence saying so; ``(None, "")`` when
+    every variant fits."""
+    if len(data.order) <= MAX_LINES:
+        return None, ""
+    first = [h for h in HEADLINE if effects is not None and h[0] == effects.primary]
+    for metric, label, lower in first + list(HEADLINE):
+        part = summary[(summary["metric"] == metric) & summary["mean"].notna()]
+        if part["variant"].nunique() > 2 * EXTREMES:
+            ranked = list(part.sort_values("mean", kind="stable")["variant"])
+            if lower is False:
+                ranked.reverse()
+            chosen = set(ranked[:EXTREMES] + ranked[-EXTREMES:] + [data.baseline])
+            picked = [v for v in data.order if v in chosen]
+            return picked, (f"Of {len(data.order)} variants, this shows the baseline and the "
+                            f"{EXTREMES} lowest and {EXTREMES} highest by {label}; every "
+                            "variant is in the tables.")
+    return data.order[:MAX_LINES], (f"This shows the first {MAX_LINES} of "
+                                    f"{len(data.order)} variants; every variant is in the tables.")
+
+
+def effect_plots(effects: Effects | None) -> list[Plot]:
+    """A heatmap of the primary metric over each pair of the top axes (a 2-axis grid: its
+    one pair)."""
+    if effects is None or len(effects.top) < 2:
+        return []
+    label = label_of(effects.primary)
+    out = []
+    for i, (a, b) in enumerate(combinations(effects.top, 2)):
+        table = cell_means(effects.grid, effects.values, effects.primary, a, b)
+        out.append(heatmap(table, f"heatmap{i + 1}", f"{label}: {a} × {b}",
+                           f"Mean {label} of each combination of {a} (down) and {b} (across), "
+                           "over seeds and the other axes' values.", label))
+    return out
