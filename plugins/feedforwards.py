@@ -1,6 +1,6 @@
 """Position-wise feed-forward sublayers: (B, T, emb_dim) -> (B, T, emb_dim)."""
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt
 from torch import nn
@@ -36,6 +36,8 @@ class GLUSpec(ComponentSpec):
     """Gated feed-forward (Shazeer 2020): W_down(act(W_gate x) * W_up x); SwiGLU with silu."""
 
     kind: Literal["glu"] = "glu"
+    walk_examples: ClassVar[tuple[dict, ...]] = (  # tests/test_registry_walk.py tries these
+        {"kind": "glu", "bias": True},)
     hidden_mult: PositiveFloat = Field(
         8 / 3, description="hidden width = hidden_mult * emb_dim; 8/3 keeps the mlp's "
         "parameter count")
