@@ -227,6 +227,8 @@ def test_mapped_options_reach_the_spec():
     ("GPTNeoX", dict(NEOX_BASE, hidden_act="quick_gelu"), "hidden_act='quick_gelu'"),
     ("GPT2", dict(GPT2_BASE, scale_attn_by_inverse_layer_idx=True),
      "scale_attn_by_inverse_layer_idx=True"),
+    ("GPT2", dict(GPT2_BASE, scale_attn_weights=False), "scale_attn_weights=False"),
+    ("GPT2", dict(GPT2_BASE, add_cross_attention=True), "add_cross_attention=True"),
     ("GPT2", dict(GPT2_BASE, activation_function="gelu_fast"),
      "activation_function='gelu_fast'"),
     ("Llama", dict(BASE, rope_parameters={"rope_type": "default", "rope_theta": 1e4,
@@ -241,3 +243,16 @@ def test_unsupported_options_name_option_and_value(family, kwargs, match):
     model = getattr(transformers, f"{family}{head}")(config)
     with pytest.raises(ConversionError, match=match):
         from_transformers(model)
+
+
+@pytest.mark.parametrize("case", ["gpt2-untied-relu-inner", "neox-parallel-partial",
+                                  "olmo2-gqa-untied-bias", "llama-biases-gelu-tanh"])
+def test_spec_yaml_round_trips_for_every_class(case):
+    import yaml
+
+    import variantlab as vl
+
+    spec, model = from_transformers(hf_model(*CASES[case]))
+    back = vl.parse_model_spec(yaml.safe_load(vl.spec_yaml(spec))["model"])
+    assert back == spec
+    assert n_params(vl.build_model(back)) == n_params(model)
