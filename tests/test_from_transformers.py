@@ -256,3 +256,17 @@ def test_spec_yaml_round_trips_for_every_class(case):
     back = vl.parse_model_spec(yaml.safe_load(vl.spec_yaml(spec))["model"])
     assert back == spec
     assert n_params(vl.build_model(back)) == n_params(model)
+
+
+def test_rotary_settings_from_older_config_attributes():
+    from types import SimpleNamespace
+
+    from variantlab.hfimport.common import rotary
+
+    neox4 = SimpleNamespace(rope_scaling=None, rotary_emb_base=500.0, rotary_pct=0.25)
+    assert rotary(neox4, partial=True, head_dim=8) == {
+        "kind": "rotary", "theta": 500.0, "fraction": 0.25}
+    llama4 = SimpleNamespace(rope_scaling={"rope_type": "llama3", "factor": 8.0},
+                             rope_theta=5e5)
+    with pytest.raises(ConversionError, match="rope_scaling.*'llama3'"):
+        rotary(llama4, partial=False, head_dim=8)

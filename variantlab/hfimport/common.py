@@ -40,12 +40,16 @@ def activation(name: str, value: Any) -> dict[str, Any]:
 
 
 def rope_params(cfg: Any) -> dict[str, Any]:
-    """The rotary settings: ``rope_parameters`` (transformers 5) or ``rope_scaling`` plus
-    ``rope_theta`` (older versions), as one dict."""
+    """The rotary settings: ``rope_parameters`` (transformers 5), or ``rope_scaling`` plus
+    the separate attributes of older versions (``rope_theta`` / GPT-NeoX's
+    ``rotary_emb_base``, ``partial_rotary_factor`` / GPT-NeoX's ``rotary_pct``), as one dict."""
     params = getattr(cfg, "rope_parameters", None)
     if params is None:
         params = dict(getattr(cfg, "rope_scaling", None) or {})
-        params.setdefault("rope_theta", getattr(cfg, "rope_theta", None))
+        theta = getattr(cfg, "rope_theta", None) or getattr(cfg, "rotary_emb_base", None)
+        fraction = getattr(cfg, "partial_rotary_factor", None) or getattr(cfg, "rotary_pct", 1.0)
+        params.setdefault("rope_theta", theta)
+        params.setdefault("partial_rotary_factor", fraction)
     return dict(params)
 
 
