@@ -150,6 +150,8 @@ CASES = {
                                              tie_word_embeddings=False)),
     "llama-attention-bias-relu2": ("Llama", dict(BASE, num_key_value_heads=1,
                                                  attention_bias=True, hidden_act="relu2")),
+    "qwen3-gqa-headdim-bias": ("Qwen3", dict(BASE, num_key_value_heads=2, head_dim=16,
+                                             attention_bias=True, tie_word_embeddings=False)),
     "olmo2-gqa-untied-bias": ("Olmo2", dict(BASE, num_key_value_heads=2, attention_bias=True,
                                             tie_word_embeddings=False, rope_theta=500.0)),
     "olmo2-mha-tied": ("Olmo2", dict(BASE, num_key_value_heads=4, tie_word_embeddings=True)),
@@ -184,7 +186,7 @@ def test_every_class_logits_equal(case, impl):
 @pytest.mark.parametrize("impl", ["naive", "sdpa"])
 @pytest.mark.parametrize("case", ["gpt2-untied-relu-inner", "neox-parallel-partial",
                                   "neox-sequential-nobias-tied", "olmo2-gqa-untied-bias",
-                                  "llama-biases-gelu-tanh"])
+                                  "llama-biases-gelu-tanh", "qwen3-gqa-headdim-bias"])
 def test_every_class_left_padded_mask(case, impl):
     hf = hf_model(*CASES[case])
     _, model = from_transformers(hf, impl=impl)
