@@ -1,6 +1,6 @@
 """Position-wise feed-forward sublayers: (B, T, emb_dim) -> (B, T, emb_dim)."""
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt
 from torch import nn
@@ -36,21 +36,26 @@ class GLUSpec(ComponentSpec):
     """Gated feed-forward (Shazeer 2020): W_down(act(W_gate x) * W_up x); SwiGLU with silu."""
 
     kind: Literal["glu"] = "glu"
+    walk_examples: ClassVar[tuple[dict, ...]] = (  # tests/test_registry_walk.py tries these
+        {"kind": "glu", "bias": True},)
     hidden_mult: PositiveFloat = Field(
         8 / 3, description="hidden width = hidden_mult * emb_dim; 8/3 keeps the mlp's "
         "parameter count")
     hidden_dim: PositiveInt | None = Field(
         None, description="hidden width; overrides hidden_mult when set")
+    bias: bool = Field(
+        False, description="biases in W_gate, W_up and W_down (Llama's mlp_bias); the model's "
+        "ffn_bias does not reach glu")
 
 
 class GLU(nn.Module):
     """Gated FFN (Shazeer 2020): W_down(act(W_gate x) * W_up x); SwiGLU with silu."""
 
-    def __init__(self, emb_dim: int, hidden: int, activation: nn.Module):
+    def __init__(self, emb_dim: int, hidden: int, activation: nn.Module, bias: bool = False):
         super().__init__()
-        self.W_gate = nn.Linear(emb_dim, hidden, bias=False)
-        self.W_up = nn.Linear(emb_dim, hidden, bias=False)
-        self.W_down = nn.Linear(hidden, emb_dim, bias=False)
+        self.W_gate = nn.Linear(emb_dim, hidden, bias=bias)
+        self.W_up = nn.Linear(emb_dim, hidden, bias=bias)
+        self.W_down = nn.Linear(hidden, emb_dim, bias=bias)
         self.activation = activation
         self.W_gate.variantlab_role = "ffn_gate"
         self.W_up.variantlab_role = "ffn_in"
@@ -70,4 +75,4 @@ def register_feedforwards(register):
     register("mlp", MLPSpec, lambda spec, emb_dim, make_activation, bias=True: MLP(
         emb_dim, hidden_size(spec, emb_dim), make_activation(), bias))
     register("glu", GLUSpec, lambda spec, emb_dim, make_activation: GLU(
-        emb_dim, hidden_size(spec, emb_dim), make_activation()))
+        emb_dim, hidden_size(spec, emb_dim), make_activation(), spec.bias))

@@ -47,6 +47,24 @@ def test_llama_style_layers_have_no_bias_at_all():
     assert not [n for n, _ in model.named_parameters() if n.endswith("bias") or "shift" in n]
 
 
+def test_glu_bias_is_its_own_switch_and_off_by_default():
+    glu = {**TINY, "feedforward": {"kind": "glu", "hidden_dim": 24}, "activation": "silu"}
+    plain = {n for n, _ in build(glu).named_parameters()}
+    assert not any(n.startswith("trf_blocks.0.ff.sublayer") and n.endswith("bias")
+                   for n in plain)  # ffn_bias (default true) does not reach glu
+    model = build({**glu, "feedforward": {"kind": "glu", "hidden_dim": 24, "bias": True}})
+    added = {n for n, _ in model.named_parameters()} - plain
+    assert added == {f"trf_blocks.{i}.ff.sublayer.{w}.bias" for i in range(2)
+                     for w in ("W_gate", "W_up", "W_down")}
+    ff = model.trf_blocks[0].ff.sublayer
+    x = torch.randn(2, 3, 32)
+    gate = x @ ff.W_gate.weight.T + ff.W_gate.bias
+    up = x @ ff.W_up.weight.T + ff.W_up.bias
+    expected = (gate * torch.sigmoid(gate) * up) @ ff.W_down.weight.T + ff.W_down.bias
+    assert torch.allclose(ff(x), expected, atol=1e-6)
+    assert n_params(model) - n_params(build(glu)) == 2 * (24 + 24 + 32)
+
+
 @pytest.mark.parametrize(("key", "gone"), [
     ("attn_out_bias", ["att.sublayer.out_proj.bias"]),
     ("ffn_bias", ["ff.sublayer.layers.0.bias", "ff.sublayer.layers.2.bias"]),

@@ -89,7 +89,8 @@ def test_spec_round_trips_through_plain_data(tiny):
     spec = vl.parse_model_spec({**tiny, "family": "mlp", "layer_sizes": [4, 4, 2],
                                 "feedforward": {"kind": "glu", "hidden_dim": 48}})
     data = spec.to_data()
-    assert data["feedforward"] == {"kind": "glu", "hidden_mult": 8 / 3, "hidden_dim": 48}
+    assert data["feedforward"] == {"kind": "glu", "hidden_mult": 8 / 3, "hidden_dim": 48,
+                                   "bias": False}
     again = vl.parse_model_spec(data)
     assert again == spec and type(again) is type(spec)
 

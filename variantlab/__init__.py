@@ -1,5 +1,7 @@
 """variantlab: a lab for transformer architecture variants."""
 
+from typing import Any
+
 from .hookspecs import hookimpl
 from .specs import Batch, ComponentSpec, ModelSpec, parse_model_spec
 from .build import Parts, VariantWarning, build_model
@@ -25,9 +27,18 @@ def results(path):
     return _results(path)
 
 
-def from_transformers(hf_model, impl="naive"):
-    """``(spec, model)`` equal to a Hugging Face transformers causal LM (Llama, Qwen3); see
-    docs/transformers.md. Needs the ``.[hf]`` extra."""
+def from_transformers(hf_model: Any, impl: str = "naive") -> tuple[ModelSpec, Any]:
+    """``(spec, model)``: the variantlab spec equal to a Hugging Face transformers causal LM
+    and a variantlab model holding copies of its weights (float32 logits equal within 1e-4).
+
+    Classes: ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM``, ``LlamaForCausalLM``,
+    ``Qwen3ForCausalLM``, ``Olmo2ForCausalLM``, with their tied or untied embeddings, biases,
+    grouped-query heads, rotary base and (GPT-NeoX) partial rotary, parallel or sequential
+    residual, and the ``hidden_act`` values that map to a registered activation. ``impl``
+    (``naive`` or ``sdpa``) picks the attention implementation. Any other class or an option
+    variantlab cannot express exactly (e.g. scaled ``rope_scaling``) raises
+    ``variantlab.hfimport.ConversionError`` naming it. See docs/transformers.md; needs the
+    ``.[hf]`` extra."""
     from .hfimport import from_transformers as _convert
 
     return _convert(hf_model, impl=impl)

@@ -1,0 +1,64 @@
+"""Import a Hugging Face ``transformers`` causal LM into variantlab: ``(spec, model)``.
+
+``GPT2LMHeadModel``, ``LlamaForCausalLM``, ``GPTNeoXForCausalLM``, ``Qwen3ForCausalLM`` and
+``Olmo2ForCausalLM`` (one module per family; see docs/transformers.md). Other classes and
+config options that variantlab cannot express raise :class:`ConversionError` naming them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..build import build_model
+from ..specs import ModelSpec, parse_model_spec
+from .common import ConversionError
+from .gpt2 import gpt2_spec, gpt2_state
+from .llama import llama_spec, llama_state, olmo2_spec, olmo2_state, qwen3_spec, qwen3_state
+from .neox import neox_spec, neox_state
+
+__all__ = ["CONVERTERS", "ConversionError", "from_transformers", "spec_yaml"]
+
+Converter = tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str, torch.Tensor]]]
+
+#: class name -> (config -> spec data, HF model -> our state dict)
+CONVERTERS: dict[str, Converter] = {
+    "GPT2LMHeadModel": (gpt2_spec, gpt2_state),
+    "GPTNeoXForCausalLM": (neox_spec, neox_state),
+    "LlamaForCausalLM": (llama_spec, llama_state),
+    "Olmo2ForCausalLM": (olmo2_spec, olmo2_state),
+    "Qwen3ForCausalLM": (qwen3_spec, qwen3_state),
+}
+
+
+def from_transformers(hf_model: Any, impl: str = "naive") -> tuple[ModelSpec, torch.nn.Module]:
+    """The variantlab spec equal to ``hf_model`` and a variantlab model holding copies of its
+    weights (logits equal in float32). ``impl`` picks the attention implementation."""
+    name = type(hf_model).__name__
+    if name not in CONVERTERS:
+        raise ConversionError.at(["transformers"], f"class {name} is not supported; "
+                                 f"supported: {', '.join(sorted(CONVERTERS))}")
+    make_spec, make_state = CONVERTERS[name]
+    data = make_spec(hf_model.config)
+    data["attention"]["impl"] = impl
+    spec = parse_model_spec(data)
+    model = build_model(spec)
+    state = {k: v.detach().clone() for k, v in make_state(hf_model).items()}
+    if spec.tie_weights:
+        state.pop("out_head.weight")
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    left = [k for k in missing if not (spec.tie_weights and k == "out_head.weight")]
+    if left or unexpected:
+        raise ConversionError.at(["transformers"], f"weight mapping for {name} incomplete: "
+                                 f"missing {left}, unexpected {unexpected}")
+    return spec, model
+
+
+def spec_yaml(spec: ModelSpec, name: str = "imported") -> str:
+    """``spec`` as the ``model:`` of a minimal experiment YAML file (edit a slot, add
+    ``variants``/``measure``, run it); the ``model`` mapping loads back to an equal spec."""
+    import yaml
+
+    doc = {"name": name, "seeds": [0], "model": spec.to_data()}
+    return yaml.safe_dump(doc, sort_keys=False)
