@@ -92,8 +92,9 @@ def normal(spec: NormalInitSpec) -> Callable[[nn.Module], None]:
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 std = spec.std / math.sqrt(n_res) if module in scaled else spec.std
                 nn.init.normal_(module.weight, mean=0.0, std=std)
-                if getattr(module, "padding_idx", None) is not None:
-                    nn.init.zeros_(module.weight[module.padding_idx])
+                pad = getattr(module, "padding_idx", None)
+                if isinstance(pad, int):
+                    nn.init.zeros_(module.weight[pad])
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
 
