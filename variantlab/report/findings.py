@@ -6,6 +6,7 @@ import math
 
 import pandas as pd
 
+from .dynamics_findings import dynamics_reading
 from .frame import ReportData, split_seeds
 from .tables import PASS_NAMES, depth_ratios, fmt, stacks_of
 
@@ -246,7 +247,7 @@ def problems(data: ReportData, summary: pd.DataFrame) -> list[str]:
 
 def reading(data: ReportData, summary: pd.DataFrame) -> list[str]:
     """The report's opening sentences, in order of what readers look at first."""
-    lines = [gradient_growth(data), first_layer_gradient(data, summary), timing_speed(data, summary), loss_gap(data, summary),
-             param_ratio(data, summary)]
-    out = [line for line in lines if line] + problems(data, summary)
+    lines = [gradient_growth(data), first_layer_gradient(data, summary),
+             timing_speed(data, summary), loss_gap(data, summary), param_ratio(data, summary)]
+    out = [line for line in lines if line] + dynamics_reading(data) + problems(data, summary)
     return out or ["No probe produced comparable numbers; see the tables below."]
