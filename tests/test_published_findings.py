@@ -45,7 +45,8 @@ def by_seed(df: pd.DataFrame, probe: str, metric: str) -> pd.DataFrame:
 def test_qk_norm_keeps_the_attention_logit_bounded(tmp_path):
     short = {"steps": 30, "every": 10, "batch_size": 4, "seq_len": 32}
     df = run_small(tmp_path, "qk-norm-logits", SMALL_MODEL,
-                   {"dynamics": short, "training": {"steps": 20, "batch_size": 4, "seq_len": 32}}, report=True)
+                   {"dynamics": short, "training": {"steps": 20, "batch_size": 4, "seq_len": 32}},
+                   report=True)
     start = at_step_max(df, "max_attn_logit", last=False)
     end = at_step_max(df, "max_attn_logit", last=True)
     assert len(end) == 2  # both seeds
