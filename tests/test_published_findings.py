@@ -13,7 +13,12 @@ from conftest import ROOT, TINY
 
 import variantlab as vl
 from variantlab.cli import main
-from variantlab.report.dynamics_findings import at_step_max, depth_ratio, dynamics_reading
+from variantlab.report.dynamics_findings import (
+    at_step_max,
+    depth_ratio,
+    dynamics_reading,
+    last_layer_at,
+)
 from variantlab.report.frame import ReportData
 
 SMALL_MODEL = {k: TINY[k] for k in ("context_length", "emb_dim", "n_layers")}
@@ -60,20 +65,27 @@ def test_qk_norm_keeps_the_attention_logit_bounded(tmp_path):
 
 
 @pytest.mark.slow
-def test_sandwich_keeps_the_residual_stream_bounded_with_depth(tmp_path):
-    df = run_small(tmp_path, "peri-ln", {**SMALL_MODEL, "n_layers": 6},
-                   {"dynamics": {"steps": 20, "every": 10, "batch_size": 4, "seq_len": 32}})
-    ratio = depth_ratio(df, "residual_rms")
-    pre, sandwich = ratio["base"], ratio["residual.kind=sandwich"]
-    assert len(ratio) == 2
-    assert (pre > 2.0).all(), ratio  # pre-LN: the stream's RMS grows layer after layer
-    assert (sandwich < 1.5).all(), ratio  # peri-LN: every addition is normalised
-    assert (pre > 1.5 * sandwich).all()
+def test_sandwich_keeps_the_residual_stream_bounded(tmp_path):
+    df = run_small(tmp_path, "peri-ln", {"n_layers": 4, "context_length": 32},
+                   {"dynamics": {"steps": 40, "every": 10, "batch_size": 8, "seq_len": 32}})
+    start = last_layer_at(df, "residual_rms", last=False)
+    end = last_layer_at(df, "residual_rms", last=True)
+    pre, sandwich = "base", "residual.kind=sandwich"
+    assert len(end) == 2
+    # pre-LN at lr 2e-2: the stream after the last layer grows manyfold over training;
+    # sandwich: every addition is normalised and it stays within a few times its start
+    assert (end[pre] > 10 * start[pre]).all(), (start, end)
+    assert (end[sandwich] < 4 * start[sandwich]).all(), (start, end)
+    assert (end[pre] > 5 * end[sandwich]).all()
+    # and the growth is with depth: each layer's stream above the one before, under pre-LN
+    rms = df[(df.metric == "residual_rms") & (df.step == df.step.max()) & (df.variant == pre)]
+    per_layer = rms.pivot_table(index="seed", columns="layer", values="value")
+    assert (per_layer.diff(axis=1).iloc[:, 1:] > 0).all().all(), per_layer
 
 
 @pytest.mark.slow
 def test_llama_block_at_equal_parameters_against_gpt2(tmp_path):
-    df = run_small(tmp_path, "llama-vs-gpt2", {"context_length": 32},
+    df = run_small(tmp_path, "llama-vs-gpt2", {},
                    {"training": {"steps": 30, "batch_size": 4, "seq_len": 32}})
     total = by_seed(df, "params", "total")
     assert abs(total["llama"] / total["base"] - 1).max() < 0.001  # near-equal counts
@@ -83,14 +95,19 @@ def test_llama_block_at_equal_parameters_against_gpt2(tmp_path):
 
 
 @pytest.mark.slow
-def test_dyt_trains_close_to_layernorm(tmp_path):
+def test_dyt_trains_but_trails_layernorm_at_this_scale(tmp_path):
     df = run_small(tmp_path, "dyt-vs-layernorm", SMALL_MODEL,
                    {"training": {"steps": 30, "batch_size": 4, "seq_len": 32},
                     "gradients": {"batch_size": 4, "seq_len": 32}})
     loss = by_seed(df, "training", "eval_loss")
+    first = df[(df.probe == "training") & (df.metric == "loss") & (df.step == 0)].pivot_table(
+        index="seed", columns="variant", values="value")
+    assert len(loss) == 2
+    assert (loss < first - 1.0).all().all(), (first, loss)  # both learn
+    # Zhu et al. find DyT matches LayerNorm; at this scale and length it trails it a little
+    # on every seed (the committed report: 0.09 at 400 steps), the gap the report states
     gap = loss["norm.kind=dyt"] - loss["base"]
-    assert len(gap) == 2
-    assert (gap.abs() < 0.15).all(), loss
+    assert ((gap > 0) & (gap < 0.4)).all(), loss
 
 
 def layer_rows(variant: str, seed: int, metric: str, values: dict[tuple[int, int], float]):
@@ -132,8 +149,10 @@ def test_reading_residual_depth_ratio_at_the_last_step():
     ratio = depth_ratio(pd.DataFrame(rows), "residual_rms")
     assert ratio.loc[0, "a"] == 4.0 and ratio.loc[1, "b"] == 1.5 and ratio.loc[0, "b"] == 1.0
     text = dynamics_reading(report_data(rows))[0]
-    assert "at step 5: a 4x (4 per seed); b 1.25x (1 to 1.5 per seed)" in text
-    assert "b's last-over-first RMS ratio is lower than a's on every seed" in text
+    # after the last layer: a 1 -> 4, b 9 -> 2 and 3 (mean 2.5); b lower than a on each seed
+    assert "from the first recorded step to step 5: a 1 → 4; b 9 → 2.5." in text
+    assert "b's step-5 last-layer RMS is lower than a's on every seed (n=2" in text
+    assert "over that after the first: a 4x (4 per seed); b 1.25x (1 to 1.5 per seed)." in text
 
 
 def test_reading_has_no_dynamics_sentences_without_its_rows():

@@ -109,18 +109,36 @@ def attention_logit_growth(data: ReportData) -> str | None:
     return text + _versus(end, data.baseline, f"step-{step} max attention logit")
 
 
+def last_layer_at(rows: pd.DataFrame, metric: str, last: bool) -> pd.DataFrame:
+    """Per seed and variant: the metric at the last layer (of the first stack) at each
+    variant's first or last recorded step."""
+    part = _layer_table(rows, metric)
+    if not len(part):
+        return pd.DataFrame()
+    part = part[part["name"] == part["name"].iloc[0]]
+    part = part[part["step"] == part.groupby("variant")["step"].transform("max" if last else "min")]
+    part = part[part["layer"] == part.groupby("variant")["layer"].transform("max")]
+    return part.pivot_table(index="seed", columns="variant", values="value")
+
+
 def residual_depth_growth(data: ReportData) -> str | None:
-    """Residual-stream RMS at the last layer over the first, at the last recorded step, per
-    variant; each against the baseline's, per seed."""
+    """Residual-stream RMS after the last layer at the first and last recorded step, and at
+    the last step the RMS after the last layer over that after the first, per variant; each
+    variant's last-layer RMS against the baseline's, per seed."""
     ratio = depth_ratio(data.rows, "residual_rms")
     if ratio.empty:
         return None
-    parts = [f"{v} {fmt(ratio[v].mean())}x ({_span(ratio[v].dropna())} per seed)"
-             for v in data.order if v in ratio]
+    start = last_layer_at(data.rows, "residual_rms", last=False)
+    end = last_layer_at(data.rows, "residual_rms", last=True)
     step = _last_step(data.rows, "residual_rms")
-    text = (f"Residual-stream RMS after the last layer over that after the first, at step "
-            f"{step}: " + "; ".join(parts) + ".")
-    return text + _versus(ratio, data.baseline, "last-over-first RMS ratio")
+    size = [f"{v} {fmt(start[v].mean())} → {fmt(end[v].mean())}" for v in data.order if v in end]
+    depth = [f"{v} {fmt(ratio[v].mean())}x ({_span(ratio[v].dropna())} per seed)"
+             for v in data.order if v in ratio]
+    return (f"Residual-stream RMS after the last layer (mean over seeds) from the first recorded "
+            f"step to step {step}: " + "; ".join(size) + "."
+            + _versus(end, data.baseline, f"step-{step} last-layer RMS")
+            + f" At step {step}, the RMS after the last layer over that after the first: "
+            + "; ".join(depth) + ".")
 
 
 def dynamics_loss(data: ReportData) -> str | None:
@@ -139,4 +157,4 @@ def dynamics_loss(data: ReportData) -> str | None:
             + _versus(table, data.baseline, "dynamics eval loss", ratio=False))
 
 
-__all__ = ["at_step_max", "depth_ratio", "dynamics_reading"]
+__all__ = ["at_step_max", "depth_ratio", "dynamics_reading", "last_layer_at"]
