@@ -36,7 +36,7 @@ class NormalInitSpec(ComponentSpec):
     std: PositiveFloat = Field(0.02, description="std of every Linear and Embedding weight")
     scale_residual: bool = Field(
         True, description="divide the std of each sublayer's output projection by sqrt(N), "
-        "N = number of residual connections")
+        "N = number of residual additions (2 per layer; 1 with parallel; 0 without shortcut)")
 
 
 def keep_default(model: nn.Module) -> None:
@@ -69,19 +69,32 @@ def output_projections(model: nn.Module) -> set[nn.Linear]:
     return found
 
 
+def residual_additions(model: nn.Module) -> int:
+    """How many times a sublayer's output is added to the residual stream: one per module in
+    the residual slot, whatever its kind wraps. A per-sublayer kind (pre/post-norm, sandwich,
+    post_sublayer, deepnorm, rezero) adds once per sublayer, 2N in an N-layer decoder; a
+    block-scope kind (``parallel``) once per block, N. A residual built with
+    ``shortcut: false`` adds nothing (its module's ``shortcut`` is false) and counts 0."""
+    return sum(
+        bool(getattr(m, "shortcut", True)) for m in model.modules()
+        if getattr(m, "variantlab_slot", None) == "residual")
+
+
 def normal(spec: NormalInitSpec) -> Callable[[nn.Module], None]:
     """GPT-2's init (Radford et al. 2019): N(0, std) weights, zero biases, and output
-    projections scaled by 1/sqrt(N) for N residual connections (as nanoGPT does)."""
+    projections scaled by 1/sqrt(N) for N residual additions (see :func:`residual_additions`;
+    nanoGPT's 2 * n_layer for its pre-norm GPT)."""
 
     def apply(model: nn.Module) -> None:
-        n_res = sum(getattr(m, "variantlab_slot", None) == "residual" for m in model.modules())
+        n_res = residual_additions(model)
         scaled = output_projections(model) if spec.scale_residual and n_res else set()
         for module in model.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 std = spec.std / math.sqrt(n_res) if module in scaled else spec.std
                 nn.init.normal_(module.weight, mean=0.0, std=std)
-                if getattr(module, "padding_idx", None) is not None:
-                    nn.init.zeros_(module.weight[module.padding_idx])
+                pad = getattr(module, "padding_idx", None)
+                if isinstance(pad, int):
+                    nn.init.zeros_(module.weight[pad])
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
 

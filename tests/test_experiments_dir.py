@@ -11,6 +11,7 @@ FILES = sorted(EXPERIMENTS.glob("*.yaml"))
 LESSONS = {
     "layernorm-vs-batchnorm", "gelu-vs-relu", "pre-vs-post-norm", "naive-vs-sdpa",
     "seed-shortcut", "gpt2-124m", "xiong-fig3",
+    "qk-norm-logits", "peri-ln", "llama-vs-gpt2", "dyt-vs-layernorm",
 }
 
 

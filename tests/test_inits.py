@@ -1,13 +1,14 @@
 """Init schemes: each equals its formula; ``default`` leaves PyTorch's own initialisation."""
 
 import math
+import warnings
 
 import pytest
 import torch
 from torch import nn
+from variantlab_plugins.inits import output_projections, residual_additions
 
 import variantlab as vl
-from variantlab_plugins.inits import output_projections
 
 TINY = {"family": "gpt", "vocab_size": 64, "context_length": 32, "emb_dim": 32, "n_heads": 4,
         "n_layers": 2, "drop_rate": 0.0, "qkv_bias": True}
@@ -79,3 +80,31 @@ def test_same_seed_same_parameters_and_tied_weights_stay_tied():
 def test_unknown_init_kind_suggests():
     with pytest.raises(vl.SpecError, match="xavier"):
         vl.parse_model_spec({**TINY, "init": {"kind": "xavir"}})
+
+
+@pytest.mark.parametrize("kind, shortcut, per_layer", [
+    ("pre_norm", True, 2), ("post_norm", True, 2), ("sandwich", True, 2),
+    ("post_sublayer", True, 2), ("deepnorm", True, 2), ("rezero", None, 2),
+    ("parallel", None, 1),  # one addition per block: x + attn(norm(x)) + ffn(norm(x))
+    ("pre_norm", False, 0), ("sandwich", False, 0),  # no shortcut: nothing is added
+])
+def test_normal_scale_counts_residual_additions_of_each_kind(kind, shortcut, per_layer):
+    n_layers = 3
+    residual = {"kind": kind, **({} if shortcut is None else {"shortcut": shortcut})}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deepnorm's alpha with init normal is warned
+        model = build({"kind": "normal", "std": 0.05}, emb_dim=64, n_layers=n_layers,
+                      residual=residual)
+    n_add = per_layer * n_layers
+    assert residual_additions(model) == n_add
+    outs = output_projections(model)
+    assert len(outs) == 2 * n_layers  # attention and feed-forward outputs, whatever the wiring
+    want = 0.05 / math.sqrt(n_add) if n_add else 0.05
+    for lin in outs:
+        assert lin.weight.std().item() == pytest.approx(want, rel=0.1)
+
+
+def test_normal_scale_counts_the_decoder_cross_attention():
+    model = build({"kind": "normal"}, family="encoder_decoder")
+    # encoder: attention + feed-forward; decoder: self-, cross-attention + feed-forward
+    assert residual_additions(model) == 5 * TINY["n_layers"]

@@ -6,6 +6,7 @@ import math
 
 import pandas as pd
 
+from .dynamics_findings import dynamics_reading
 from .effects import Effects
 from .frame import ReportData, split_seeds
 from .sweep import grid_reading, problems
@@ -239,7 +240,7 @@ def reading(data: ReportData, summary: pd.DataFrame, effects: Effects | None = N
     grouped by message either way, so the reading stays short at any size."""
     trouble = problems(data, summary)
     lines = [gradient_growth(data), first_layer_gradient(data, summary),
-             timing_speed(data, summary), loss_gap(data, summary)]
+             timing_speed(data, summary), loss_gap(data, summary), *dynamics_reading(data)]
     if effects is not None:  # a small grid keeps its per-variant sentences where they fit
         small = len(data.order) <= SMALL_GRID
         return grid_reading(data, summary, effects, trouble,

@@ -1,0 +1,161 @@
+"""Issue 9, "What it must show" 5: the four experiments that reproduce published findings run
+end to end at small settings, and the finding's shape holds on every seed of those numbers.
+The reading sentences the dynamics probe adds to a report are checked on hand-made rows."""
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+from click.testing import CliRunner
+from conftest import ROOT, TINY
+
+import variantlab as vl
+from variantlab.cli import main
+from variantlab.report.dynamics_findings import (
+    at_step_max,
+    depth_ratio,
+    dynamics_reading,
+    last_layer_at,
+)
+from variantlab.report.frame import ReportData
+
+SMALL_MODEL = {k: TINY[k] for k in ("context_length", "emb_dim", "n_layers")}
+
+
+def run_small(tmp_path: Path, name: str, model: dict[str, Any],
+              measure: dict[str, dict[str, Any]], report: bool = False) -> pd.DataFrame:
+    """experiments/NAME.yaml with the model and probe settings overridden, run by the CLI;
+    its stored rows."""
+    doc = yaml.safe_load((ROOT / "experiments" / f"{name}.yaml").read_text())
+    doc["model"].update(model)
+    doc["data"] = {"source": "stdlib", "max_files": 4}
+    for probe, settings in measure.items():
+        doc["measure"][probe].update(settings)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    args = ["run", str(path), "--out", str(tmp_path / "runs")] + ([] if report else ["--no-report"])
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    return vl.results(tmp_path / "runs" / name)
+
+
+def by_seed(df: pd.DataFrame, probe: str, metric: str) -> pd.DataFrame:
+    part = df[(df.probe == probe) & (df.metric == metric) & (df.scope == "model")]
+    return part.pivot_table(index="seed", columns="variant", values="value")
+
+
+@pytest.mark.slow
+def test_qk_norm_keeps_the_attention_logit_bounded(tmp_path):
+    short = {"steps": 30, "every": 10, "batch_size": 4, "seq_len": 32}
+    df = run_small(tmp_path, "qk-norm-logits", SMALL_MODEL,
+                   {"dynamics": short, "training": {"steps": 20, "batch_size": 4, "seq_len": 32}},
+                   report=True)
+    start = at_step_max(df, "max_attn_logit", last=False)
+    end = at_step_max(df, "max_attn_logit", last=True)
+    assert len(end) == 2  # both seeds
+    # without QK-norm the logit grows manyfold at lr 3e-2; with it, it stays near its start
+    assert ((end["base"] / start["base"]) > 5).all(), end / start
+    assert ((end["qk-norm"] / start["qk-norm"]) < 2.5).all(), end / start
+    assert (end["base"] > 4 * end["qk-norm"]).all()
+    text = (tmp_path / "runs" / "qk-norm-logits" / "report" / "report.md").read_text()
+    assert ("qk-norm's step-29 max attention logit is lower than base's on every seed (n=2"
+            in text)
+
+
+@pytest.mark.slow
+def test_sandwich_keeps_the_residual_stream_bounded(tmp_path):
+    df = run_small(tmp_path, "peri-ln", {"n_layers": 4, "context_length": 32},
+                   {"dynamics": {"steps": 40, "every": 10, "batch_size": 8, "seq_len": 32}})
+    start = last_layer_at(df, "residual_rms", last=False)
+    end = last_layer_at(df, "residual_rms", last=True)
+    pre, sandwich = "base", "residual.kind=sandwich"
+    assert len(end) == 2
+    # pre-LN at lr 2e-2: the stream after the last layer grows manyfold over training;
+    # sandwich: every addition is normalised and it stays within a few times its start
+    assert (end[pre] > 10 * start[pre]).all(), (start, end)
+    assert (end[sandwich] < 4 * start[sandwich]).all(), (start, end)
+    assert (end[pre] > 5 * end[sandwich]).all()
+    # and the growth is with depth: each layer's stream above the one before, under pre-LN
+    rms = df[(df.metric == "residual_rms") & (df.step == df.step.max()) & (df.variant == pre)]
+    per_layer = rms.pivot_table(index="seed", columns="layer", values="value")
+    assert (per_layer.diff(axis=1).iloc[:, 1:] > 0).all().all(), per_layer
+
+
+@pytest.mark.slow
+def test_llama_block_at_equal_parameters_against_gpt2(tmp_path):
+    df = run_small(tmp_path, "llama-vs-gpt2", {},
+                   {"training": {"steps": 30, "batch_size": 4, "seq_len": 32}})
+    total = by_seed(df, "params", "total")
+    assert abs(total["llama"] / total["base"] - 1).max() < 0.001  # near-equal counts
+    loss = by_seed(df, "training", "eval_loss")
+    assert loss.notna().all().all() and len(loss) == 2
+    assert (loss["llama"] < loss["base"]).all(), loss
+
+
+@pytest.mark.slow
+def test_dyt_trains_but_trails_layernorm_at_this_scale(tmp_path):
+    df = run_small(tmp_path, "dyt-vs-layernorm", SMALL_MODEL,
+                   {"training": {"steps": 30, "batch_size": 4, "seq_len": 32},
+                    "gradients": {"batch_size": 4, "seq_len": 32}})
+    loss = by_seed(df, "training", "eval_loss")
+    first = df[(df.probe == "training") & (df.metric == "loss") & (df.step == 0)].pivot_table(
+        index="seed", columns="variant", values="value")
+    assert len(loss) == 2
+    assert (loss < first - 1.0).all().all(), (first, loss)  # both learn
+    # Zhu et al. find DyT matches LayerNorm; at this scale and length it trails it a little
+    # on every seed (the committed report: 0.09 at 400 steps), the gap the report states
+    gap = loss["norm.kind=dyt"] - loss["base"]
+    assert ((gap > 0) & (gap < 0.4)).all(), loss
+
+
+def layer_rows(variant: str, seed: int, metric: str, values: dict[tuple[int, int], float]):
+    return [{"variant": variant, "seed": seed, "probe": "dynamics", "metric": metric,
+             "scope": "layer", "name": "", "layer": layer, "step": step, "value": v}
+            for (step, layer), v in values.items()]
+
+
+def report_data(rows: list[dict], baseline: str = "a") -> ReportData:
+    frame = pd.DataFrame(rows)
+    return ReportData(runs=[], variants=pd.DataFrame(), units=pd.DataFrame(), rows=frame,
+                      baseline=baseline, order=["a", "b"])
+
+
+def test_reading_judges_the_logit_seed_by_seed():
+    rows = []
+    for seed, grow in ((0, 100.0), (1, 50.0)):
+        rows += layer_rows("a", seed, "max_attn_logit",
+                           {(0, 0): 2.0, (0, 1): 1.0, (10, 0): 2.0 * grow, (10, 1): 3.0})
+        rows += layer_rows("b", seed, "max_attn_logit",
+                           {(0, 0): 2.0, (0, 1): 4.0, (10, 0): 5.0, (10, 1): 6.0})
+    text = dynamics_reading(report_data(rows))[0]
+    # a: max over layers 2 -> 200 and 100 (mean 150), growth 100x and 50x; b: 4 -> 6, 1.5x
+    assert "a 2 → 150 (50 to 100x per seed); b 4 → 6 (1.5x per seed)" in text
+    assert "b's step-10 max attention logit is lower than a's on every seed (n=2" in text
+    rows += layer_rows("b", 2, "max_attn_logit", {(0, 0): 1.0, (10, 0): 1.0})
+    rows += layer_rows("a", 2, "max_attn_logit", {(0, 0): 1.0, (10, 0): 0.5})
+    text = dynamics_reading(report_data(rows))[0]
+    assert "lower than a's on 2 of 3 seeds" in text and "not a clear difference" in text
+
+
+def test_reading_residual_depth_ratio_at_the_last_step():
+    rows = []
+    for seed in (0, 1):
+        rows += layer_rows("a", seed, "residual_rms",
+                           {(0, 0): 1.0, (0, 2): 1.0, (5, 0): 1.0, (5, 1): 2.0, (5, 2): 4.0})
+        rows += layer_rows("b", seed, "residual_rms",
+                           {(0, 0): 1.0, (0, 2): 9.0, (5, 0): 2.0, (5, 2): 2.0 + seed})
+    ratio = depth_ratio(pd.DataFrame(rows), "residual_rms")
+    assert ratio.loc[0, "a"] == 4.0 and ratio.loc[1, "b"] == 1.5 and ratio.loc[0, "b"] == 1.0
+    text = dynamics_reading(report_data(rows))[0]
+    # after the last layer: a 1 -> 4, b 9 -> 2 and 3 (mean 2.5); b lower than a on each seed
+    assert "from the first recorded step to step 5: a 1 → 4; b 9 → 2.5." in text
+    assert "b's step-5 last-layer RMS is lower than a's on every seed (n=2" in text
+    assert "over that after the first: a 4x (4 per seed); b 1.25x (1 to 1.5 per seed)." in text
+
+
+def test_reading_has_no_dynamics_sentences_without_its_rows():
+    rows = [{"variant": "a", "seed": 0, "probe": "training", "metric": "eval_loss",
+             "scope": "model", "name": "", "layer": None, "step": None, "value": 1.0}]
+    assert dynamics_reading(report_data(rows)) == []
