@@ -102,3 +102,25 @@ def test_failed_compile_fails_only_its_unit(tiny, tmp_path, monkeypatch):
     failed = stored[stored["status"] == "failed"]
     assert list(failed["probe"]) == ["training"]
     assert "set compile: false" in failed["error"].iloc[0]
+
+
+def test_report_tables_show_compiled_runs_and_compile_time(tiny, tmp_path):
+    from variantlab.report import write_report
+    from variantlab.rows import row
+
+    def fake(name, spec, settings, **kwargs):  # rows of a compiled timing and training run
+        if name == "timing":
+            return [row("timing", "forward_median_s", 0.002, unit="s"),
+                    row("timing", "forward_compile_s", 7.5, unit="s"),
+                    row("timing", "compiled", float(settings.compile))]
+        return [row("training", "final_loss", 3.0),
+                row("training", "compiled", float(settings.compile))]
+
+    text = (f"name: c\nseeds: [0]\nmodel: {tiny}\nmeasure:\n"
+            "  timing: {seq_len: 16, passes: [forward], compile: true}\n"
+            "  training: {steps: 2, seq_len: 16, compile: true}\n")
+    summary = run_experiment(experiment_from_text(text), tmp_path / "runs", probe_fn=fake)
+    write_report([summary.store], tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert md.count("compiled (torch.compile)") == 2  # the timing and the training table
+    assert "forward compile time" in md and "7.5" in md
