@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
@@ -44,10 +44,12 @@ class TimingSettings(Strict):
     peak_flops: PositiveFloat | None = Field(
         None, description="device peak FLOP/s for MFU; default from the built-in table"
     )
+    compile: bool = Field(
+        False, description="run the model under torch.compile; compile time is timed apart")
 
 
-class TrainingSettings(Strict):
-    """A short AdamW run with linear warm-up and gradient clipping."""
+class TrainRunSettings(Strict):
+    """What every training run takes (the training and dynamics probes)."""
 
     steps: PositiveInt = 200
     lr: PositiveFloat = 3e-4
@@ -62,7 +64,13 @@ class TrainingSettings(Strict):
     device: Device = "auto"
 
 
-class DynamicsSettings(TrainingSettings):
+class TrainingSettings(TrainRunSettings):
+    """A short AdamW run with linear warm-up and gradient clipping."""
+
+    compile: bool = Field(False, description="run the model under torch.compile")
+
+
+class DynamicsSettings(TrainRunSettings):
     """A training run (training's settings) recording per-layer dynamics every ``every`` steps."""
 
     every: PositiveInt = Field(10, description="record every k-th optimizer step (and step 0)")
@@ -146,4 +154,4 @@ class StdlibData(Strict):
     max_files: PositiveInt | None = 200
 
 
-DataSpec = Annotated[Union[SyntheticData, TextData, StdlibData], Field(discriminator="source")]
+DataSpec = Annotated[SyntheticData | TextData | StdlibData, Field(discriminator="source")]

@@ -11,6 +11,12 @@ and IQR come from the blocks' per-call times (a ``Measurement``). ``forward`` ru
 Peak memory: the CUDA allocator's peak on GPU; on CPU the growth of the process's peak
 resident set (Linux VmHWM, reset through /proc/self/clear_refs; else ru_maxrss growth,
 which reads 0 when an earlier peak was higher).
+
+Compiled (``compile: true``): the passes call the model under ``torch.compile``. Each
+pass's first call, which traces and compiles its graph, is timed on its own
+(``{pass}_compile_s``: compile plus one call) and is not a warm-up call; the ``warmup``
+calls and the timed blocks come after it. ``compiled`` is 1 in every timing run's rows
+that was compiled, else 0. The SDPA backend is read from an eager forward.
 """
 
 from __future__ import annotations
@@ -18,14 +24,16 @@ from __future__ import annotations
 import math
 import platform
 import resource
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 from torch.utils import benchmark
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.overrides import TorchFunctionMode
 
 from .. import data as datalib
 from ..registry import Registry
@@ -34,6 +42,7 @@ from ..settings import TimingSettings
 from ..specs import Batch, ModelSpec
 from . import flops as flopslib
 from .common import autocast, make_model, resolve_device
+from .compiled import compile_errors, compile_model
 from .params import non_embedding_params
 
 BLOCK_S = 0.05  # target duration of one timed block
@@ -85,6 +94,19 @@ def time_fn(fn: Callable[[], None], warmup: int, repeats: int, label: str = "",
     number = max(1, math.ceil(block_s / max(estimate, 1e-9))) if estimate < block_s else 1
     raw = [timer.timeit(number).raw_times[0] for _ in range(repeats)]  # block totals
     return benchmark.Measurement(number, raw, timer._task_spec)
+
+
+def compile_time(fn: Callable[[], None], device: torch.device) -> float:
+    """Seconds of ``fn``'s first call under torch.compile (tracing, compiling, one run),
+    the accelerator synchronised; a compiler failure is a ``CompileError``."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    with compile_errors(True):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t0
 
 
 class _SDPAWatch(TorchFunctionMode):
@@ -148,7 +170,7 @@ class PeakMemory:
     def __init__(self, device: torch.device) -> None:
         self.device = device
 
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -199,8 +221,9 @@ def run(
     model.train()
     batch = datalib.batches(data, spec, settings.batch_size, settings.seq_len, 1, seed=seed,
                             base_dir=base_dir)[0].to(dev)
-    fns = pass_fns(model, spec, batch, settings.dtype, dev, list(settings.passes))
     backend = sdpa_backend(model, batch, settings.dtype, dev)
+    fns = pass_fns(compile_model(model, settings.compile), spec, batch, settings.dtype, dev,
+                   list(settings.passes))
     name = device_name(dev)
 
     # attention layers (self- and cross-), each 12*H*Q*T FLOPs per token; none in mlp
@@ -214,9 +237,13 @@ def run(
         peak = flopslib.peak_flops(name, settings.dtype)
 
     rows: list[Row] = []
+    if settings.compile:  # each pass's compile, timed apart before the measured passes
+        for pass_name, fn in fns.items():
+            rows.append(row("timing", f"{pass_name}_compile_s", compile_time(fn, dev), unit="s"))
     with PeakMemory(dev) as mem:
         for pass_name, fn in fns.items():
-            m = time_fn(fn, settings.warmup, settings.repeats, label=pass_name)
+            with compile_errors(settings.compile):
+                m = time_fn(fn, settings.warmup, settings.repeats, label=pass_name)
             tok_s = batch.n_tokens / m.median
             rows += [
                 row("timing", f"{pass_name}_median_s", m.median, unit="s"),
@@ -229,6 +256,7 @@ def run(
                 if peak:
                     rows.append(row("timing", f"{pass_name}_mfu", achieved / peak, unit="ratio"))
     rows.append(row("timing", "peak_memory_bytes", mem.bytes, unit="bytes"))
+    rows.append(row("timing", "compiled", float(settings.compile)))
     rows.append(row("timing", "flops_per_token", train_flops, unit="FLOP"))
     if peak:
         rows.append(row("timing", "peak_flops", peak, unit="FLOP/s"))

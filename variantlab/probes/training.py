@@ -12,7 +12,9 @@ run stops at the first non-finite loss.
   final loss is above the first step's by more than the run's own step-to-step noise can
   explain (3 standard deviations of the difference, at least 5% of the first loss), or it is
   more than twice the first loss. A short run on data that cannot be learned (random
-  tokens) wanders around its first loss and is not flagged.
+  tokens) wanders around its first loss and is not flagged;
+- ``compiled``: 1 when the run was compiled (``compile: true``: the model runs under
+  ``torch.compile``, :mod:`variantlab.probes.compiled`), else 0.
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ import torch
 from .. import data as datalib
 from ..registry import Registry
 from ..rows import Row, row
-from ..settings import TrainingSettings
+from ..settings import TrainingSettings, TrainRunSettings
 from ..specs import ModelSpec
 from .common import autocast, make_model, resolve_device
+from .compiled import compile_errors, compile_model
 
 #: Eval batches come from the data with this offset added to the unit's seed.
 EVAL_SEED_OFFSET = 1_000_003
@@ -88,7 +91,7 @@ def diverged(losses: list[float]) -> bool:
     return rise > margin
 
 
-def lr_at(step: int, settings: TrainingSettings) -> float:
+def lr_at(step: int, settings: TrainRunSettings) -> float:
     """Linear warm-up, then constant."""
     if settings.warmup_steps and step < settings.warmup_steps:
         return settings.lr * (step + 1) / settings.warmup_steps
@@ -106,22 +109,9 @@ def run(
                             weight_decay=settings.weight_decay)
     batches = datalib.batches(data, spec, settings.batch_size, settings.seq_len, settings.steps,
                               seed=seed, base_dir=base_dir)
-    losses: list[float] = []
-    for step, batch in enumerate(batches):
-        batch = batch.to(dev)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, settings)
-        opt.zero_grad(set_to_none=True)
-        with autocast(settings.dtype, dev):
-            loss = spec.loss(model(**batch.inputs), batch)
-        value = float(loss.detach())
-        losses.append(value)
-        if not math.isfinite(value):
-            break
-        loss.backward()
-        if settings.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
-        opt.step()
+    compiled = compile_model(model, settings.compile)
+    with compile_errors(settings.compile):
+        losses = train(model, compiled, opt, spec, batches, dev, settings)
 
     rows = [row("training", "loss", v, step=i) for i, v in enumerate(losses)]
     finite = [v for v in losses if math.isfinite(v)]
@@ -131,17 +121,45 @@ def run(
         row("training", "final_loss", final),
         row("training", "best_loss", min(finite) if finite else math.nan),
         row("training", "diverged", float(diverged(losses))),
+        row("training", "compiled", float(settings.compile)),
     ]
     if settings.eval_batches and math.isfinite(final):
         held = datalib.batches(data, spec, settings.batch_size, settings.seq_len,
                                settings.eval_batches, seed=seed + EVAL_SEED_OFFSET,
                                base_dir=base_dir)
-        rows.append(row("training", "eval_loss", eval_loss(model, spec, held, dev, settings)))
+        with compile_errors(settings.compile):
+            value = eval_loss(compiled, spec, held, dev, settings)
+        rows.append(row("training", "eval_loss", value))
     return rows
 
 
+def train(model: torch.nn.Module, compiled: torch.nn.Module, opt: torch.optim.Optimizer,
+          spec: ModelSpec, batches: list, dev: torch.device,
+          settings: TrainingSettings) -> list[float]:
+    """The AdamW loop: the loss per step, stopping at the first non-finite one. ``compiled``
+    runs the forward (``model`` itself, or it under torch.compile); ``model`` owns the
+    parameters that are clipped."""
+    losses: list[float] = []
+    for step, batch in enumerate(batches):
+        batch = batch.to(dev)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, settings)
+        opt.zero_grad(set_to_none=True)
+        with autocast(settings.dtype, dev):
+            loss = spec.loss(compiled(**batch.inputs), batch)
+        value = float(loss.detach())
+        losses.append(value)
+        if not math.isfinite(value):
+            break
+        loss.backward()
+        if settings.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+        opt.step()
+    return losses
+
+
 def eval_loss(model: torch.nn.Module, spec: ModelSpec, batches: list, dev: torch.device,
-              settings: TrainingSettings) -> float:
+              settings: TrainRunSettings) -> float:
     """Mean loss in eval mode over ``batches``, without gradients."""
     model.eval()
     total = 0.0

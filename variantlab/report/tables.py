@@ -66,8 +66,14 @@ def seed_metrics(data: ReportData) -> pd.DataFrame:
         add(_select(rows, "timing", f"{key}_tokens_per_s"), "timing", f"{key}_tokens_per_s",
             f"{label} throughput", "tokens/s")
         add(_select(rows, "timing", f"{key}_mfu"), "timing", f"{key}_mfu", f"{label} MFU", "%", 100)
+        add(_select(rows, "timing", f"{key}_compile_s"), "timing", f"{key}_compile_s",
+            f"{label} compile time", "s")
     add(_select(rows, "timing", "peak_memory_bytes"), "timing", "peak_memory_bytes",
         "peak memory", "MiB", 1 / 2**20)
+    for probe in ("timing", "training"):  # 1: under torch.compile (shown once any run was)
+        compiled = _select(rows, probe, "compiled")
+        if (compiled["value"] == 1).any():
+            add(compiled, probe, f"{probe}.compiled", "compiled (torch.compile)", "")
     for metric, label in (("final_loss", "final loss"), ("best_loss", "best loss"),
                           ("eval_loss", "eval loss"), ("diverged", "diverged")):
         add(_select(rows, "training", metric), "training", metric, label, "")
@@ -162,7 +168,8 @@ def summarize(data: ReportData, per_seed: pd.DataFrame | None = None) -> pd.Data
     summary["baseline_mean"] = summary["metric"].map(base)
     with np.errstate(divide="ignore", invalid="ignore"):
         summary["ratio"] = summary["mean"] / summary["baseline_mean"]
-    summary.loc[summary["metric"] == "diverged", "ratio"] = np.nan
+    flags = summary["metric"].isin(["diverged", "timing.compiled", "training.compiled"])
+    summary.loc[flags, "ratio"] = np.nan
     rank = {v: i for i, v in enumerate(data.order)}
     summary["_rank"] = summary["variant"].map(rank)
     summary = summary.sort_values(["_rank"], kind="stable").drop(columns="_rank")

@@ -1,0 +1,126 @@
+"""compile: true in the training and timing probes: same losses as eager, compile time apart,
+rows marked compiled, a clear failure (only that unit) when torch.compile fails."""
+
+import pytest
+import torch
+
+from variantlab.experiment import experiment_from_text
+from variantlab.probes import run_probe
+from variantlab.probes.compiled import CompileError, compile_errors, compile_model
+from variantlab.runner import plan_units, run_experiment
+from variantlab.store import results
+
+TRAIN = {"steps": 5, "lr": 3e-3, "batch_size": 4, "seq_len": 16, "eval_batches": 2,
+         "device": "cpu"}
+TIME = {"batch_size": 2, "seq_len": 16, "warmup": 1, "repeats": 2,
+        "passes": ["forward", "backward"], "device": "cpu"}
+
+
+def by_metric(rows, probe):
+    return {r["metric"]: r["value"] for r in rows if r["probe"] == probe and r["step"] is None
+            and r["scope"] == "model"}
+
+
+def losses(rows):
+    return [r["value"] for r in sorted((r for r in rows if r["metric"] == "loss"),
+                                       key=lambda r: r["step"])]
+
+
+@pytest.mark.slow
+def test_compiled_training_matches_eager_within_1e4(tiny):
+    eager = run_probe("training", tiny, TRAIN, seed=0)
+    compiled = run_probe("training", tiny, {**TRAIN, "compile": True}, seed=0)
+    assert len(losses(compiled)) == len(losses(eager)) == 5
+    assert losses(compiled) == pytest.approx(losses(eager), abs=1e-4)
+    assert losses(eager)[-1] != losses(eager)[0]  # the run really trained
+    e, c = by_metric(eager, "training"), by_metric(compiled, "training")
+    assert (e["compiled"], c["compiled"]) == (0.0, 1.0)
+    # eval_loss runs the compiled model again, in eval mode without gradients
+    assert c["eval_loss"] == pytest.approx(e["eval_loss"], abs=1e-4)
+    assert c["final_loss"] == pytest.approx(e["final_loss"], abs=1e-4)
+
+
+@pytest.mark.slow
+def test_compiled_timing_rows_are_marked_and_compile_time_is_apart(tiny):
+    rows = run_probe("timing", tiny, {**TIME, "compile": True}, seed=0)
+    m = by_metric(rows, "timing")
+    assert m["compiled"] == 1.0
+    for p in ("forward", "backward"):
+        # the first call compiles: far longer than a measured (compiled) call
+        assert m[f"{p}_compile_s"] > 10 * m[f"{p}_median_s"] > 0
+    eager = by_metric(run_probe("timing", tiny, TIME, seed=0), "timing")
+    assert eager["compiled"] == 0.0
+    assert not any(k.endswith("_compile_s") for k in eager)
+
+
+def test_compile_is_in_the_unit_key(tiny):
+    def keys(compile_):
+        text = (f"name: k\nseeds: [0]\nmodel: {tiny}\nmeasure:\n"
+                f"  training: {{steps: 2, seq_len: 16, compile: {str(compile_).lower()}}}\n"
+                f"  timing: {{seq_len: 16, compile: {str(compile_).lower()}}}\n")
+        return {u.probe: u.key for u in plan_units(experiment_from_text(text))}
+
+    eager, compiled = keys(False), keys(True)
+    assert eager["training"] != compiled["training"]
+    assert eager["timing"] != compiled["timing"]
+
+
+def test_dynamics_takes_no_compile_key(tiny):
+    with pytest.raises(Exception, match="compile"):
+        run_probe("dynamics", tiny, {"steps": 2, "compile": True}, seed=0)
+
+
+def test_compile_model_off_returns_the_model_itself():
+    model = torch.nn.Linear(2, 2)
+    assert compile_model(model, False) is model
+
+
+def test_compiler_failure_at_call_becomes_a_clear_error():
+    with pytest.raises(CompileError, match="set compile: false"):
+        with compile_errors(True):
+            raise torch._dynamo.exc.TorchDynamoException("graph break storm")
+    with pytest.raises(ValueError, match="model bug"):  # the model's own errors pass as they are
+        with compile_errors(True):
+            raise ValueError("model bug")
+
+
+def test_failed_compile_fails_only_its_unit(tiny, tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no C++ compiler found")
+
+    monkeypatch.setattr(torch, "compile", broken)
+    text = (f"name: c\nseeds: [0]\nmodel: {tiny}\nmeasure:\n  params: {{}}\n"
+            "  training: {steps: 2, batch_size: 2, seq_len: 8, device: cpu, compile: true}\n")
+    summary = run_experiment(experiment_from_text(text), tmp_path)
+    assert summary.done == 1
+    assert [u.probe for u, _ in summary.failed] == ["training"]
+    error = summary.failed[0][1]
+    assert "CompileError" in error and "no C++ compiler found" in error
+    assert "set compile: false" in error
+    stored = results(summary.store)
+    assert set(stored[stored["status"] == "ok"]["probe"]) == {"params"}
+    failed = stored[stored["status"] == "failed"]
+    assert list(failed["probe"]) == ["training"]
+    assert "set compile: false" in failed["error"].iloc[0]
+
+
+def test_report_tables_show_compiled_runs_and_compile_time(tiny, tmp_path):
+    from variantlab.report import write_report
+    from variantlab.rows import row
+
+    def fake(name, spec, settings, **kwargs):  # rows of a compiled timing and training run
+        if name == "timing":
+            return [row("timing", "forward_median_s", 0.002, unit="s"),
+                    row("timing", "forward_compile_s", 7.5, unit="s"),
+                    row("timing", "compiled", float(settings.compile))]
+        return [row("training", "final_loss", 3.0),
+                row("training", "compiled", float(settings.compile))]
+
+    text = (f"name: c\nseeds: [0]\nmodel: {tiny}\nmeasure:\n"
+            "  timing: {seq_len: 16, passes: [forward], compile: true}\n"
+            "  training: {steps: 2, seq_len: 16, compile: true}\n")
+    summary = run_experiment(experiment_from_text(text), tmp_path / "runs", probe_fn=fake)
+    write_report([summary.store], tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert md.count("compiled (torch.compile)") == 2  # the timing and the training table
+    assert "forward compile time" in md and "7.5" in md
