@@ -121,7 +121,8 @@ def main() -> None:
         for name, model in (("composed", composed), ("hand-written", hand)):
             results[name].append(time_fwd_bwd(model, idx, args.min_run_time).median)
     med = {k: sorted(v)[len(v) // 2] for k, v in results.items()}
-    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or platform.machine()
+    cpu_name = platform.processor() or platform.machine()
+    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else cpu_name
     lines = [
         f"forward+backward, gpt emb_dim={d} n_layers={args.layers} batch={args.batch} "
         f"seq={args.seq}, {args.device} ({device}), torch {torch.__version__}, "

@@ -2,12 +2,16 @@
 encoder_decoder (seed 001) and the deep mlp of seed 004's shortcut experiment."""
 
 from torch import nn
+from variantlab_plugins.blocks import (
+    DecoderBlock,
+    TokenEmbedding,
+    TransformerBlock,
+    final_norm,
+    lm_head,
+    numbered,
+)
 
 from variantlab.positions import position_ids_from_mask
-
-from variantlab_plugins.blocks import (
-    DecoderBlock, TokenEmbedding, TransformerBlock, final_norm, lm_head, numbered,
-)
 
 
 class BlockModel(nn.Module):

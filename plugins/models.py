@@ -5,10 +5,10 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from pydantic import Field, PositiveInt, model_validator
+from variantlab_plugins import families
 
 from variantlab import Batch, ModelSpec, hookimpl
 from variantlab.build import block_scope
-from variantlab_plugins import families
 
 
 def sublayer_residual_only(spec: ModelSpec, why: str) -> ModelSpec:

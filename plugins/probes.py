@@ -4,7 +4,11 @@ from variantlab import hookimpl
 from variantlab.probes import dynamics, gradients, params, timing, training
 from variantlab.probes.dynamics_report import dynamics_views
 from variantlab.settings import (
-    DynamicsSettings, GradientsSettings, ParamsSettings, TimingSettings, TrainingSettings,
+    DynamicsSettings,
+    GradientsSettings,
+    ParamsSettings,
+    TimingSettings,
+    TrainingSettings,
 )
 
 

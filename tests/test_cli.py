@@ -16,7 +16,6 @@ from click.testing import CliRunner
 
 from variantlab.cli import main
 
-
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
 VARIANTLAB = [sys.executable, "-m", "variantlab.cli"]

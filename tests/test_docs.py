@@ -4,10 +4,9 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import doc_plugins
 
 from variantlab.experiment import experiment_from_text
-
-from conftest import doc_plugins
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,7 +6,11 @@ from pathlib import Path
 import pytest
 
 from variantlab.experiment import (
-    Experiment, InputError, apply_overrides, experiment_from_text, load_experiment,
+    Experiment,
+    InputError,
+    apply_overrides,
+    experiment_from_text,
+    load_experiment,
     load_model_file,
 )
 from variantlab.registry import build_registry
@@ -220,7 +224,8 @@ def test_all_errors_of_all_variants_are_collected():
     assert "exp.yaml:7:12: model.n_heads: n_heads=4 does not divide emb_dim=30" in joined
     assert "(in variants 'emb_dim=30', 'residual.kind=postnorm,emb_dim=30')" in joined
     assert "exp.yaml:17:11: baseline: 'sdp' names no variant; did you mean 'sdpa'?" in joined
-    assert "exp.yaml:19:24: measure.gradients.seq_len: seq_len is above context_length=32 of every variant" in joined
+    assert ("exp.yaml:19:24: measure.gradients.seq_len: seq_len is above context_length=32 "
+            "of every variant") in joined
     assert "exp.yaml:12:29: grid.residual.kind[1]: unknown residual 'postnorm'" in joined
     assert len(msgs) == 6
 

@@ -18,7 +18,6 @@ import yaml
 from click.testing import CliRunner
 
 from variantlab.cli import main
-
 from variantlab.experiment import experiment_from_text
 from variantlab.registry import SLOTS, build_registry
 from variantlab.schema import experiment_schema

@@ -5,9 +5,9 @@ place), no traceback, and no run folder or store."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import torch

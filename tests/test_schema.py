@@ -10,14 +10,13 @@ import jsonschema
 import pytest
 import yaml
 from click.testing import CliRunner
+from conftest import SCALENORM, doc_plugins
 
 from variantlab.cli import main
 from variantlab.experiment import InputError, experiment_from_text
 from variantlab.registry import SLOTS, build_registry
 from variantlab.schema import DIALECT, experiment_schema, schema_json
 from variantlab.specs import ModelSpec
-
-from conftest import SCALENORM, doc_plugins
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,19 +8,22 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 from click.testing import CliRunner
+from conftest import TINY
 
 from variantlab.build import build_model
 from variantlab.cli import main
 from variantlab.registry import get_registry
 from variantlab.settings import GradientsSettings, ParamsSettings, TimingSettings, TrainingSettings
 from variantlab.sizeguard import (
-    _meta_cost, available_bytes, footprint, largest_fit, model_cost, refusal,
+    _meta_cost,
+    available_bytes,
+    footprint,
+    largest_fit,
+    model_cost,
+    refusal,
 )
 from variantlab.specs import parse_model_spec
-
-from conftest import TINY
 
 SDPA = {"attention": {"kind": "mha", "impl": "sdpa"}, "positional": "sinusoidal"}
 

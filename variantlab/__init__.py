@@ -2,12 +2,12 @@
 
 from typing import Any
 
-from .hookspecs import hookimpl
-from .specs import Batch, ComponentSpec, ModelSpec, parse_model_spec
 from .build import Parts, VariantWarning, build_model
 from .errors import PluginLoadError, SpecError
+from .hookspecs import hookimpl
 from .registry import build_registry, get_registry
 from .settings import ProbeSettings
+from .specs import Batch, ComponentSpec, ModelSpec, parse_model_spec
 
 __version__ = "0.1.0"
 

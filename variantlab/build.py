@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -23,15 +22,6 @@ def tag(module: nn.Module, slot: str, kind: str) -> nn.Module:
     module.variantlab_slot = slot
     module.variantlab_kind = kind
     return module
-
-
-def accepts(fn: Callable[..., Any], name: str) -> bool:
-    """Whether ``fn`` takes a keyword ``name`` (by name or through ``**kwargs``)."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):  # a builtin without a signature: pass only what is known
-        return False
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def block_scope(spec: ComponentSpec) -> bool:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import codecs
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

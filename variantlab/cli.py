@@ -20,7 +20,12 @@ from rich.table import Table
 
 from . import __version__
 from .clifmt import (
-    ProgressReporter, consoles, module_tree, param_table, plugins_table, print_summary,
+    ProgressReporter,
+    consoles,
+    module_tree,
+    param_table,
+    plugins_table,
+    print_summary,
 )
 from .errors import PluginLoadError, SpecError, format_loc
 from .registry import ALL_SLOTS

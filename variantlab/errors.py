@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 Loc = tuple  # key path: str keys and int list indices
 
@@ -37,10 +37,10 @@ class SpecError(ValueError):
         super().__init__("\n".join(str(i) for i in self.issues))
 
     @classmethod
-    def at(cls, loc: Sequence[object], message: str) -> "SpecError":
+    def at(cls, loc: Sequence[object], message: str) -> SpecError:
         return cls([SpecIssue(tuple(loc), message)])
 
-    def prefixed(self, prefix: Sequence[object]) -> "SpecError":
+    def prefixed(self, prefix: Sequence[object]) -> SpecError:
         return SpecError(SpecIssue(tuple(prefix) + i.loc, i.message) for i in self.issues)
 
 

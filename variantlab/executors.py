@@ -50,10 +50,18 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .runner import (
-    ResultSink, Unit, _run_unit, default_probe_fn, error_text, now_iso, plan_units,
-    run_in_process, unit_record,
+    ResultSink,
+    Unit,
+    _run_unit,
+    default_probe_fn,
+    error_text,
+    now_iso,
+    plan_units,
+    run_in_process,
+    unit_record,
 )
 from .store import UnitRecord
+
 
 @dataclass(frozen=True)
 class ExperimentSource:
@@ -67,7 +75,7 @@ class ExperimentSource:
 
     @classmethod
     def of(cls, experiment: Any, extra_plugins: Sequence[str] = (),
-           device: str | None = None) -> "ExperimentSource":
+           device: str | None = None) -> ExperimentSource:
         path = getattr(experiment, "path", None)
         return cls(experiment.source_text, str(path) if path else "<string>",
                    str(experiment.base_dir), tuple(extra_plugins), device)

@@ -18,7 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .checks import MAX_VARIANTS, grid_cap_message, grid_size, nonfinite, seed_problems
 from .errors import PluginLoadError, SpecError, pydantic_issues
 from .overrides import (  # apply_overrides is also imported from here by callers
-    apply_overrides, component_of, expansions, lookup, override_source, show,
+    apply_overrides,
+    component_of,
+    expansions,
+    lookup,
+    override_source,
+    show,
 )
 from .registry import SLOTS, Registry, build_registry
 from .settings import DataSpec, MeasureSpec, SyntheticData
@@ -186,7 +191,8 @@ def _registry(spec: ExperimentSpec, base_dir: Path, extra: Sequence[str], out: _
     wanted += [(None, p, Path.cwd()) for p in extra]
     for loc, target, where in wanted:
         try:
-            registry.load_guarded(target, "module", lambda t=target, w=where: registry.load(t, "module", w), True)
+            registry.load_guarded(target, "module",
+                                  lambda t=target, w=where: registry.load(t, "module", w), True)
         except PluginLoadError as exc:
             ok = False
             cause = exc.__cause__ or exc

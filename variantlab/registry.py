@@ -16,9 +16,10 @@ import os
 import sys
 import traceback
 import warnings
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import pluggy
 

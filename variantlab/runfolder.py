@@ -17,9 +17,9 @@ the run writes.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from . import store as _store
 from .store import STORE_FILE, Store, StoreError

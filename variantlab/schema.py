@@ -1,9 +1,9 @@
 """JSON Schema of the experiment file, for editors (yaml-language-server) and checks.
 
 The schema is generated, never written by hand: the top level and ``data`` come from their
-pydantic models, ``measure`` from the registered probes' settings models; ``model`` is a ``oneOf`` over the registered families
-(discriminated by ``family``), each component slot a ``oneOf`` over the registered kinds'
-own spec schemas (discriminated by ``kind``, or the string shorthand ``norm: layer``);
+pydantic models, ``measure`` from the registered probes' settings models; ``model`` is a
+``oneOf`` over the registered families (discriminated by ``family``), each component slot
+a ``oneOf`` over the registered kinds' own spec schemas (discriminated by ``kind``, or the string shorthand ``norm: layer``);
 ``grid`` and ``variants[].set`` list every dotted path a model of some registered family
 can take, each with the schema of its value. Plugins loaded into the registry (``--plugin``)
 appear like the built-ins. A new field in any of these models appears without a change here.
@@ -234,7 +234,7 @@ def _measure_schema(description: str, settings_defs: dict[str, str]) -> dict[str
 
 def _slot_schema(slot: str, kinds: list[str], refs: list[str]) -> dict[str, Any]:
     shorthand = {"type": "string", "enum": kinds,
-                 "description": f"shorthand for {{kind: NAME}} with the kind's defaults"}
+                 "description": "shorthand for {kind: NAME} with the kind's defaults"}
     return {
         "description": f"the {slot} component: {{kind: NAME, ...parameters}}",
         "oneOf": [shorthand, *({"$ref": _ref(r)} for r in refs)],

@@ -23,15 +23,17 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from .build import build_model
 from .registry import Registry
 from .specs import ModelSpec
+
 
 class EstimateError(RuntimeError):
     """The model could not be built or run on the meta device (e.g. a plugin that reads
@@ -47,7 +49,7 @@ class Cost:
     buffer_bytes: int
     activation_bytes: int
 
-    def line(self, other: "Cost", n: int) -> "Cost":
+    def line(self, other: Cost, n: int) -> Cost:
         """The cost at ``n`` layers, given ``self`` at 1 layer and ``other`` at 2."""
         return Cost(*(a + (n - 1) * (b - a) for a, b in zip(
             (self.params, self.param_bytes, self.buffer_bytes, self.activation_bytes),

@@ -31,11 +31,11 @@ class ComponentSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # no silent coercion
     kind: str
 
-    def warnings(self, model: "ModelSpec") -> list[str]:
+    def warnings(self, model: ModelSpec) -> list[str]:
         """Combinations that run but mislead, given the whole model (none by default)."""
         return []
 
-    def errors(self, model: "ModelSpec") -> list[tuple[str, str]]:
+    def errors(self, model: ModelSpec) -> list[tuple[str, str]]:
         """Combinations that cannot work, given the whole model, as ``(field, message)``
         pairs; the model spec then fails validation at ``<slot>.<field>`` (none by default)."""
         return []
@@ -81,7 +81,7 @@ class Batch:
     n_tokens: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to(self, device: torch.device | str) -> "Batch":
+    def to(self, device: torch.device | str) -> Batch:
         moved = {k: v.to(device) for k, v in self.inputs.items()}
         return Batch(moved, self.target.to(device), self.n_tokens, self.extra)
 
@@ -165,7 +165,7 @@ class ModelSpec(BaseModel):
         return n_heads
 
     @model_validator(mode="after")
-    def _components_fit(self, info: ValidationInfo) -> "ModelSpec":
+    def _components_fit(self, info: ValidationInfo) -> ModelSpec:
         """Each component's :meth:`ComponentSpec.errors`, and a positional that acts inside
         attention (rotary, ALiBi) paired with an attention that cannot take it."""
         issues = [SpecIssue((slot, field), message) for slot, comp in self.components().items()

@@ -196,7 +196,7 @@ class Store:
             raise StoreError(f"{self.path} is damaged (sqlite: {'; '.join(problems)}); move it "
                              "away (the run starts afresh) or use another --out")
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:

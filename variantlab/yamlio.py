@@ -39,7 +39,7 @@ class Position:
     col: int
 
     @classmethod
-    def of(cls, mark: Any) -> "Position":
+    def of(cls, mark: Any) -> Position:
         return cls(mark.line + 1, mark.column + 1)
 
 

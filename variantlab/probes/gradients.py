@@ -33,8 +33,14 @@ from ..rows import Row, row
 from ..settings import GradientsSettings
 from ..specs import ModelSpec
 from .common import (
-    describe, first_tensor, forward_hooks, layer_stacks, make_model, param_index,
-    resolve_device, stacked,
+    describe,
+    first_tensor,
+    forward_hooks,
+    layer_stacks,
+    make_model,
+    param_index,
+    resolve_device,
+    stacked,
 )
 
 METRICS = ("mean_abs_grad", "grad_norm", "max_abs_grad")
