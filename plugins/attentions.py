@@ -15,6 +15,7 @@ from variantlab_plugins.masks import attend_mask, dead_rows
 
 from variantlab import ComponentSpec, hookimpl
 from variantlab.positions import Positions
+from variantlab.roles import declare_role
 from variantlab.registry import get_registry
 from variantlab.specs import resolve_component
 
@@ -95,7 +96,7 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(q_dim, emb_dim, bias=out_bias)
         for role, linear in (("query", self.W_query), ("key", self.W_key),
                              ("value", self.W_value), ("attn_out", self.out_proj)):
-            linear.variantlab_role = role  # read by role-aware inits (deepnorm)
+            declare_role(linear, role)  # read by the inits (normal, deepnorm)
         self.dropout = nn.Dropout(drop_rate)
         if spec.qk_norm is not None:
             make = make_norm or _registry_norm

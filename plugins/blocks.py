@@ -3,6 +3,7 @@
 from torch import nn
 
 from variantlab.positions import Positions
+from variantlab.roles import mark
 
 
 class TransformerBlock(nn.Module):
@@ -50,7 +51,7 @@ class DecoderBlock(nn.Module):
 def numbered(blocks, start: int = 0):
     """Tag each block with its layer index (probes read per-layer numbers from the tags)."""
     for i, block in enumerate(blocks):
-        block.variantlab_layer = start + i
+        mark(block, layer=start + i)
     return blocks
 
 
@@ -64,7 +65,7 @@ class TokenEmbedding(nn.Module):
         self.tok_emb = nn.Embedding(vocab_size, emb_dim)
         if share is not None:
             self.tok_emb.weight = share.weight  # one tensor, counted once
-        self.tok_emb.variantlab_slot = "embedding"
+        mark(self.tok_emb, slot="embedding")
         self.pos_emb = parts.positional()
         self.drop_emb = nn.Dropout(drop_rate)
 
@@ -84,7 +85,7 @@ def final_norm(parts, spec) -> nn.Module:
 
 def lm_head(emb_dim: int, vocab_size: int, tie_to: nn.Embedding | None) -> nn.Linear:
     head = nn.Linear(emb_dim, vocab_size, bias=False)
-    head.variantlab_slot = "head"
+    mark(head, slot="head")
     if tie_to is not None:
         head.weight = tie_to.weight  # one tensor, counted once
     return head

@@ -6,6 +6,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from torch import nn
 
 from variantlab import ComponentSpec, hookimpl
+from variantlab.roles import declare_role
 
 
 class MLPSpec(ComponentSpec):
@@ -25,8 +26,8 @@ class MLP(nn.Module):
         self.layers = nn.Sequential(
             nn.Linear(emb_dim, hidden, bias=bias), activation, nn.Linear(hidden, emb_dim, bias=bias)
         )
-        self.layers[0].variantlab_role = "ffn_in"
-        self.layers[2].variantlab_role = "ffn_out"
+        declare_role(self.layers[0], "ffn_in")
+        declare_role(self.layers[2], "ffn_out")
 
     def forward(self, x):  # (B, T, emb_dim)
         return self.layers(x)
@@ -57,9 +58,9 @@ class GLU(nn.Module):
         self.W_up = nn.Linear(emb_dim, hidden, bias=bias)
         self.W_down = nn.Linear(hidden, emb_dim, bias=bias)
         self.activation = activation
-        self.W_gate.variantlab_role = "ffn_gate"
-        self.W_up.variantlab_role = "ffn_in"
-        self.W_down.variantlab_role = "ffn_out"
+        declare_role(self.W_gate, "ffn_gate")
+        declare_role(self.W_up, "ffn_in")
+        declare_role(self.W_down, "ffn_out")
 
     def forward(self, x):  # (B, T, emb_dim)
         hidden = self.activation(self.W_gate(x)) * self.W_up(x)  # (B, T, hidden)

@@ -12,6 +12,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from torch import nn
 
 from variantlab import ComponentSpec, hookimpl
+from variantlab.roles import OUTPUT_ROLES, role_of
 
 
 class DefaultInitSpec(ComponentSpec):
@@ -58,14 +59,22 @@ def xavier(spec: XavierInitSpec) -> Callable[[nn.Module], None]:
     return apply
 
 
-def output_projections(model: nn.Module) -> set[nn.Linear]:
-    """The last Linear of each attention and feed-forward sublayer: what writes to the
-    residual stream."""
-    found = set()
+def output_projections(model: nn.Module) -> set[nn.Module]:
+    """The Linears that write a sublayer's output to the residual stream, as their components
+    declare them (``variantlab_role`` ``attn_out`` / ``ffn_out``, see
+    :mod:`variantlab.roles`). An attention or feed-forward holding Linears but declaring no
+    output projection is an error: guessing (say, its last Linear) would scale the wrong one."""
+    found = {m for m in model.modules() if role_of(m) in OUTPUT_ROLES}
     for module in model.modules():
-        if getattr(module, "variantlab_slot", None) in ("attention", "feedforward"):
-            linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
-            found.update(linears[-1:])
+        slot = getattr(module, "variantlab_slot", None)
+        if slot in ("attention", "feedforward") and not any(
+                role_of(m) in OUTPUT_ROLES for m in module.modules()) and any(
+                isinstance(m, nn.Linear) for m in module.modules()):
+            raise ValueError(
+                f"init 'normal' scales each sublayer's output projection, but the "
+                f"{slot} '{getattr(module, 'variantlab_kind', '?')}' declares none; mark it "
+                f"with variantlab.roles.declare_role(linear, 'attn_out' or 'ffn_out'), or set "
+                f"init: {{kind: normal, scale_residual: false}}")
     return found
 
 
@@ -131,7 +140,7 @@ def deepnorm(spec: DeepNormInitSpec) -> Callable[[nn.Module], None]:
         n_layers = spec.n_layers or max(1, sum(
             hasattr(m, "variantlab_layer") for m in model.modules()))
         beta = deepnorm_beta(n_layers)
-        roles = [(m, getattr(m, "variantlab_role", None)) for m in model.modules()
+        roles = [(m, role_of(m)) for m in model.modules()
                  if isinstance(m, nn.Linear)]
         if not any(role in DEEPNORM_SCALED for _, role in roles):
             raise ValueError(

@@ -108,3 +108,24 @@ def test_normal_scale_counts_the_decoder_cross_attention():
     model = build({"kind": "normal"}, family="encoder_decoder")
     # encoder: attention + feed-forward; decoder: self-, cross-attention + feed-forward
     assert residual_additions(model) == 5 * TINY["n_layers"]
+
+
+def test_output_projections_are_declared_not_positional():
+    """The ``normal`` init scales the Linear a component declares as its output projection,
+    wherever it sits in registration order; a sublayer that declares none is refused."""
+    from variantlab.roles import declare_role, mark
+
+    class OutFirst(nn.Module):  # the output projection is registered before the input one
+        def __init__(self):
+            super().__init__()
+            self.proj = declare_role(nn.Linear(8, 4), "ffn_out")
+            self.expand = declare_role(nn.Linear(4, 8), "ffn_in")
+
+    sub = mark(OutFirst(), slot="feedforward", kind="out_first")
+    assert output_projections(nn.ModuleList([sub])) == {sub.proj}
+
+    undeclared = mark(nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 4)), slot="attention", kind="mine")
+    with pytest.raises(ValueError, match="attention 'mine' declares none.*declare_role"):
+        output_projections(nn.ModuleList([undeclared]))
+    with pytest.raises(ValueError, match="unknown role 'output'"):
+        declare_role(nn.Linear(2, 2), "output")

@@ -10,6 +10,7 @@ from torch import nn
 
 from .positions import accepts
 from .registry import Registry, get_registry
+from .roles import mark
 from .specs import ComponentSpec, ModelSpec, parse_model_spec
 
 
@@ -19,9 +20,7 @@ class VariantWarning(UserWarning):
 
 def tag(module: nn.Module, slot: str, kind: str) -> nn.Module:
     """Mark a module with the slot it fills; probes attribute parameters by these tags."""
-    module.variantlab_slot = slot
-    module.variantlab_kind = kind
-    return module
+    return mark(module, slot=slot, kind=kind)
 
 
 def block_scope(spec: ComponentSpec) -> bool:

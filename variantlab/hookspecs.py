@@ -28,8 +28,8 @@ def register_activations(register):
 def register_feedforwards(register):
     """``build(spec, emb_dim, make_activation) -> nn.Module``: (B, T, emb_dim) -> (B, T, emb_dim);
     ``make_activation()`` returns a fresh module of the model's activation slot. Optional keyword
-    ``bias`` (the model's ``ffn_bias``), passed only to builds that name it. Linears may carry a
-    ``variantlab_role`` (``ffn_in``, ``ffn_gate``, ``ffn_out``) that role-aware inits read."""
+    ``bias`` (the model's ``ffn_bias``), passed only to builds that name it. Declare the Linears'
+    roles with ``variantlab.roles.declare_role`` (``ffn_in``, ``ffn_gate``, ``ffn_out``)."""
 
 
 @hookspec
@@ -47,6 +47,9 @@ def register_attentions(register):
       ``positions`` fail validation.
     - ``make_norm(dim, spec=None)``: a norm of width dim (model's norm slot or ``spec``).
     - ``out_bias``: bias in the output projection (default True).
+
+    Declare the Linears' roles (``query``, ``key``, ``value``, ``attn_out``) with
+    ``variantlab.roles.declare_role``; the ``normal`` init scales the ``attn_out`` one.
 
     ``forward(x, memory=None, key_padding_mask=None)`` maps x (B, T, D) to (B, T, D);
     keys and values come from ``memory`` (B, S, D) when given (cross-attention), else from x;

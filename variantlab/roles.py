@@ -1,0 +1,42 @@
+"""Tags a component puts on its modules, so that inits and probes find what they need by
+declaration, never by position (registration order) or by name.
+
+- ``variantlab_role`` on a Linear: what it computes. ``query``, ``key``, ``value``,
+  ``attn_out``, ``ffn_in``, ``ffn_gate``, ``ffn_out``. A Linear whose role is in
+  :data:`OUTPUT_ROLES` writes to the residual stream (GPT-2's ``normal`` init scales those);
+  DeepNet's init reads the others.
+- ``variantlab_slot`` / ``variantlab_kind`` on a built component (set by the build).
+- ``variantlab_layer`` on a block: its index in the stack.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from torch import nn
+
+M = TypeVar("M", bound=nn.Module)
+
+#: roles of the Linears that write a sublayer's output into the residual stream
+OUTPUT_ROLES = frozenset({"attn_out", "ffn_out"})
+ROLES = frozenset({"query", "key", "value", "ffn_in", "ffn_gate"}) | OUTPUT_ROLES
+
+
+def declare_role(linear: M, role: str) -> M:
+    """Mark ``linear`` with ``role`` (one of :data:`ROLES`); returns it."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; expected one of {sorted(ROLES)}")
+    setattr(linear, "variantlab_role", role)  # noqa: B010 (nn.Module's __setattr__ is typed for tensors)
+    return linear
+
+
+def mark(module: M, **tags: object) -> M:
+    """Set ``variantlab_<name>`` = value on ``module`` for each keyword; returns it."""
+    for name, value in tags.items():
+        setattr(module, f"variantlab_{name}", value)
+    return module
+
+
+def role_of(module: nn.Module) -> str | None:
+    """The declared role of ``module``, or None."""
+    return getattr(module, "variantlab_role", None)
