@@ -15,8 +15,8 @@ from variantlab_plugins.masks import attend_mask, dead_rows
 
 from variantlab import ComponentSpec, hookimpl
 from variantlab.positions import Positions
-from variantlab.roles import declare_role
 from variantlab.registry import get_registry
+from variantlab.roles import declare_role
 from variantlab.specs import resolve_component
 
 

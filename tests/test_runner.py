@@ -30,7 +30,8 @@ class FakeExperiment:
     name: str = "fake"
     description: str = "runner test"
     seeds: tuple = (0, 1)
-    measure: Any = MeasureSpec(params={}, gradients={"batch_size": 2, "seq_len": 8})
+    measure: Any = MeasureSpec(params={}, gradients={"batch_size": 2, "seq_len": 8},
+                               registry=get_registry())
     data: Any = SyntheticData()
     baseline: str = "base"
     source_text: str = "name: fake\n"
@@ -88,7 +89,8 @@ def test_plan_order_and_keys(tiny):
 
 def test_timing_units_come_last_interleaved_across_variants(tiny):
     exp = make_experiment(tiny, measure=MeasureSpec(
-        params={}, timing={"batch_size": 1, "seq_len": 8}, gradients={"seq_len": 8}))
+        params={}, timing={"batch_size": 1, "seq_len": 8}, gradients={"seq_len": 8},
+        registry=get_registry()))
     order = [(u.variant.name, u.seed, u.probe) for u in plan_units(exp)]
     assert order[:3] == [("base", 0, "params"), ("base", 0, "gradients"), ("base", 1, "params")]
     assert [o for o in order if o[2] == "timing"] == order[-6:] == [

@@ -157,8 +157,8 @@ def size_problems(exp: Any, doc: YamlDoc, device: str | None,
                   only: set[str] | None = None) -> list[str]:
     """The size guard for every variant (those in ``only`` when given) and probe on the
     device it runs on."""
-    from .runner import resolve_device
     from .sizeguard import available_bytes, refusal
+    from .units import resolve_device
 
     out = []
     for probe, settings in exp.measure.probes().items():
@@ -195,7 +195,7 @@ def preflight(exp: Any, doc: YamlDoc, device: str | None = None,
               only: set[str] | None = None) -> list[str]:
     """Devices, data and sizes (of the variants in ``only`` when given); raises
     ``InputError`` listing every problem, returns the warnings (e.g. a non-UTF-8 corpus)."""
-    from .experiment import InputError
+    from .errors import InputError
 
     errors = []
     for probe, settings in exp.measure.probes().items():

@@ -168,8 +168,8 @@ def memory_lines(spec: Any, registry: Any, measure: Any | None) -> list[str]:
 
 
 def _memory_lines(spec: Any, registry: Any, measure: Any | None) -> list[str]:
-    from .runner import resolve_device
     from .sizeguard import available_bytes, footprint, model_cost
+    from .units import resolve_device
 
     cost = model_cost(spec, registry)
     lines = [f"parameters: {cost.params:,} ({human_bytes(cost.param_bytes)})"]

@@ -109,3 +109,11 @@ class PluginLoadError(RuntimeError):
 
 class DuplicateKindError(PluginLoadError):
     """The same kind registered twice in one slot."""
+
+
+class InputError(Exception):
+    """Bad input (exit code 2 in the CLI); each message is ``FILE:LINE:COL: key.path: ...``."""
+
+    def __init__(self, messages: Sequence[str]):
+        self.messages = list(dict.fromkeys(messages))
+        super().__init__("\n".join(self.messages))

@@ -49,18 +49,18 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .runner import (
+from .store import UnitRecord
+from .units import (
     ResultSink,
     Unit,
-    _run_unit,
     default_probe_fn,
     error_text,
     now_iso,
     plan_units,
     run_in_process,
+    run_unit,
     unit_record,
 )
-from .store import UnitRecord
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ def _compute(key: str) -> tuple[UnitRecord, list]:
         raise LookupError(f"unit {key[:12]} is not in the experiment as the worker rebuilt it "
                           "(did the YAML, a plugin, the data or variantlab itself change "
                           "during the run?)")
-    return _run_unit(unit, _STATE["experiment"], _STATE["probe_fn"])
+    return run_unit(unit, _STATE["experiment"], _STATE["probe_fn"])
 
 
 # -- the driver side ---------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .checks import MAX_VARIANTS, grid_cap_message, grid_size, nonfinite, seed_problems
-from .errors import PluginLoadError, SpecError, pydantic_issues
+from .errors import InputError, PluginLoadError, SpecError, pydantic_issues
 from .overrides import (  # apply_overrides is also imported from here by callers
     apply_overrides,
     component_of,
@@ -32,14 +32,6 @@ from .yamlio import YamlDoc, YamlError, load_yaml, read_text
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 MAX_NAME = 100  # characters (ASCII, so bytes): well under a folder name's 255
-
-
-class InputError(Exception):
-    """Bad input (exit code 2 in the CLI); each message is ``FILE:LINE:COL: key.path: ...``."""
-
-    def __init__(self, messages: Sequence[str]):
-        self.messages = list(dict.fromkeys(messages))
-        super().__init__("\n".join(self.messages))
 
 
 class NamedVariant(BaseModel):
@@ -272,7 +264,7 @@ def _measure(spec: ExperimentSpec, registry: Registry | None, out: _Collector) -
             valid[name] = probe.settings_cls.model_validate(raw)
         except ValidationError as exc:
             out.add_pydantic(exc, ("measure", name), list(probe.settings_cls.model_fields))
-    return MeasureSpec(valid)
+    return MeasureSpec(valid, registry=registry)
 
 
 def _cross_checks(

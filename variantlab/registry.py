@@ -166,19 +166,18 @@ class Registry:
         return staged
 
     def _check(self, comp: Component) -> None:
-        from .specs import ComponentSpec, ModelSpec
-
         old = self._components[comp.slot].get(comp.kind)
         if old is not None:
             raise DuplicateKindError(
                 f"{comp.slot} kind {comp.kind!r} is registered by both plugin {old.plugin!r} "
                 f"and plugin {comp.plugin!r}; uninstall or rename one of them"
             )
-        base = ModelSpec if comp.slot == "model" else ComponentSpec
-        if not (isinstance(comp.spec_cls, type) and issubclass(comp.spec_cls, base)):
+        base = "ModelSpec" if comp.slot == "model" else "ComponentSpec"
+        # the two bases declare which they are (variantlab.specs), so no import is needed here
+        if getattr(comp.spec_cls, "variantlab_spec_base", None) != base:
             raise PluginLoadError(
                 f"plugin {comp.plugin!r}: spec for {comp.slot} {comp.kind!r} must subclass "
-                f"variantlab.{base.__name__}"
+                f"variantlab.{base}"
             )
         key = "family" if comp.slot == "model" else "kind"
         declared = comp.spec_cls.model_fields[key].default

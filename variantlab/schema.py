@@ -3,7 +3,8 @@
 The schema is generated, never written by hand: the top level and ``data`` come from their
 pydantic models, ``measure`` from the registered probes' settings models; ``model`` is a
 ``oneOf`` over the registered families (discriminated by ``family``), each component slot
-a ``oneOf`` over the registered kinds' own spec schemas (discriminated by ``kind``, or the string shorthand ``norm: layer``);
+a ``oneOf`` over the registered kinds' own spec schemas (discriminated by ``kind``, or the
+string shorthand ``norm: layer``);
 ``grid`` and ``variants[].set`` list every dotted path a model of some registered family
 can take, each with the schema of its value. Plugins loaded into the registry (``--plugin``)
 appear like the built-ins. A new field in any of these models appears without a change here.

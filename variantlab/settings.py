@@ -91,12 +91,11 @@ class MeasureSpec:
                  **probes: Any) -> None:
         """``settings`` or keywords: probe name -> settings object, mapping or None (the
         probe does not run); mappings are validated by the probe registered in ``registry``
-        (default: :func:`variantlab.get_registry`)."""
+        (required then)."""
         given = {**(settings or {}), **probes}
-        if any(not isinstance(v, Strict) for v in given.values()) and registry is None:
-            from .registry import get_registry
-
-            registry = get_registry()
+        if any(not isinstance(v, Strict | None) for v in given.values()) and registry is None:
+            raise TypeError("MeasureSpec: pass registry= to validate probe settings given as "
+                            "mappings (or pass the probes' settings objects)")
         self._settings: dict[str, Strict] = {
             n: v if isinstance(v, Strict) else registry.probe(n).settings(v)
             for n, v in given.items() if v is not None}

@@ -29,6 +29,7 @@ class ComponentSpec(BaseModel):
     """Base of every component spec: ``kind`` plus the component's own parameters."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # no silent coercion
+    variantlab_spec_base: ClassVar[str] = "ComponentSpec"  # what the registry checks
     kind: str
 
     def warnings(self, model: ModelSpec) -> list[str]:
@@ -98,6 +99,7 @@ class ModelSpec(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # no silent coercion
+    variantlab_spec_base: ClassVar[str] = "ModelSpec"  # what the registry checks
     input_kind: ClassVar[str] = "tokens"
 
     family: str = Field(
