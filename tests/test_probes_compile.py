@@ -45,9 +45,11 @@ def test_compiled_timing_rows_are_marked_and_compile_time_is_apart(tiny):
     rows = run_probe("timing", tiny, {**TIME, "compile": True}, seed=0)
     m = by_metric(rows, "timing")
     assert m["compiled"] == 1.0
-    for p in ("forward", "backward"):
-        # the first call compiles: far longer than a measured (compiled) call
-        assert m[f"{p}_compile_s"] > 10 * m[f"{p}_median_s"] > 0
+    # the first forward traces and compiles: far longer than a measured (compiled) call
+    assert m["forward_compile_s"] > 10 * m["forward_median_s"] > 0
+    # the backward graph may be compiled with the forward one or at the first backward call
+    # (AOTAutograd decides), so its first call is only known to be timed apart
+    assert m["backward_compile_s"] > 0 and m["backward_median_s"] > 0
     eager = by_metric(run_probe("timing", tiny, TIME, seed=0), "timing")
     assert eager["compiled"] == 0.0
     assert not any(k.endswith("_compile_s") for k in eager)
