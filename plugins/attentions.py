@@ -98,13 +98,13 @@ class MultiHeadAttention(nn.Module):
                              ("value", self.W_value), ("attn_out", self.out_proj)):
             declare_role(linear, role)  # read by the inits (normal, deepnorm)
         self.dropout = nn.Dropout(drop_rate)
+        self.q_norm: nn.Module | None = None
+        self.k_norm: nn.Module | None = None
         if spec.qk_norm is not None:
             make = make_norm or _registry_norm
             per_head = self.scope == "head"
             self.q_norm = make(self.head_dim if per_head else q_dim, spec.qk_norm)
             self.k_norm = make(self.head_dim if per_head else kv_dim, spec.qk_norm)
-        else:
-            self.q_norm = self.k_norm = None
         # a reference, not a submodule: the positions live (once) in the token embedding
         self.__dict__["positions"] = positions if positions is not None else Positions()
         # the dynamics probe's hook point: while ``record_stats`` is true, each forward

@@ -119,7 +119,9 @@ def data_problems(exp: Any, doc: YamlDoc) -> tuple[list[str], list[str]]:
     from .data import DataError, text_files, token_stream
     from .settings import SyntheticData, TextData
 
-    data, errors, warns = exp.data, [], []
+    data = exp.data
+    errors: list[str] = []
+    warns: list[str] = []
     readers = {n: s for n, s in exp.measure.probes().items() if getattr(s, "seq_len", None)}
     token_variants = [v for v in exp.variants if v.spec.input_kind != "floats"]
     if not readers or not token_variants:

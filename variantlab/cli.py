@@ -304,7 +304,7 @@ def describe(path: str, max_variants: int, plugins: Sequence[str], as_yaml: bool
             warnings.simplefilter("ignore")
             model = _build_on_meta(v.spec, registry)
         stdout.print(module_tree(model))
-        stdout.print(param_table(count_rows(model)))
+        stdout.print(param_table(list(map(dict, count_rows(model)))))
 
 
 def _build_on_meta(spec: Any, registry: Any) -> Any:

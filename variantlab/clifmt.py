@@ -7,12 +7,15 @@ of it computes a number.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 def consoles() -> tuple[Console, Console]:
@@ -30,8 +33,8 @@ class ProgressReporter:
 
     def __init__(self, console: Console) -> None:
         self.console = console
-        self.progress = None
-        self.task = None
+        self.progress: Progress | None = None
+        self.task: Any = None
 
     def __enter__(self) -> Callable[[Any], None]:
         if self.console.is_terminal:

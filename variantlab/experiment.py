@@ -56,7 +56,7 @@ class ExperimentSpec(BaseModel):
     plugins: list[str] = Field(default_factory=list)
     data: DataSpec = Field(default_factory=SyntheticData)
     measure: dict[str, dict[str, Any] | None] = Field(
-        default_factory=lambda: {"params": {}},
+        default_factory=lambda: dict[str, dict[str, Any] | None](params={}),
         description="the probes to run, each with its settings; an absent probe is skipped")
 
     @field_validator("name")
@@ -142,7 +142,8 @@ class _Collector:
     """Messages gathered from every part of the file before one InputError is raised."""
 
     def __init__(self, doc: YamlDoc):
-        self.doc, self.messages = doc, []
+        self.doc = doc
+        self.messages: list[str] = []
 
     def add(self, loc: Sequence[object], message: str, at: str = "auto") -> None:
         self.messages.append(self.doc.message(tuple(loc), message, at))
@@ -179,12 +180,15 @@ def _parse_spec(doc: YamlDoc, out: _Collector) -> ExperimentSpec | None:
 def _registry(spec: ExperimentSpec, base_dir: Path, extra: Sequence[str], out: _Collector) -> Registry | None:
     registry = build_registry(base_dir=base_dir)
     ok = True
-    wanted = [(("plugins", i), p, base_dir) for i, p in enumerate(spec.plugins)]
+    wanted: list[tuple[tuple[str, int] | None, str, Path]] = [
+        (("plugins", i), p, base_dir) for i, p in enumerate(spec.plugins)]
     wanted += [(None, p, Path.cwd()) for p in extra]
     for loc, target, where in wanted:
+        def load(t: str = target, w: Path = where) -> None:
+            registry.load(t, "module", w)
+
         try:
-            registry.load_guarded(target, "module",
-                                  lambda t=target, w=where: registry.load(t, "module", w), True)
+            registry.load_guarded(target, "module", load, True)
         except PluginLoadError as exc:
             ok = False
             cause = exc.__cause__ or exc
@@ -286,11 +290,12 @@ def _cross_checks(
             out.add(("measure", probe, "seq_len"),
                     f"{what} is above context_length={ctx} of {names}; "
                     f"use seq_len <= {ctx} or raise context_length")
-    names = list(contexts)
-    if spec.baseline is not None and names and spec.baseline not in names:
-        close = difflib.get_close_matches(spec.baseline, names, n=1, cutoff=0.5)
+    variant_names = list(contexts)
+    if spec.baseline is not None and variant_names and spec.baseline not in variant_names:
+        close = difflib.get_close_matches(spec.baseline, variant_names, n=1, cutoff=0.5)
         hint = f"did you mean {close[0]!r}?" if close else "choose one of the variants."
-        out.add(("baseline",), f"{spec.baseline!r} names no variant; {hint} Variants: {', '.join(names)}")
+        out.add(("baseline",), f"{spec.baseline!r} names no variant; {hint} "
+                               f"Variants: {', '.join(variant_names)}")
 
 
 def experiment_from_text(
@@ -324,6 +329,7 @@ def experiment_from_text(
     _cross_checks(spec, measure, contexts, doc, out)
     if out.messages:
         raise InputError(out.messages)
+    assert registry is not None  # else _registry added a message and InputError was raised
     return Experiment(spec, real, base, text, registry, variants, doc, measure)
 
 
@@ -384,4 +390,5 @@ def load_model_doc(
     variants = _variants(shell, registry, out, ())[0] if registry is not None else []
     if out.messages:
         raise InputError(out.messages)
+    assert registry is not None  # else _registry added a message and InputError was raised
     return variants, registry, None

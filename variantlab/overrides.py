@@ -36,9 +36,9 @@ def valid_paths(model: Mapping[str, Any], registry: Registry) -> list[str] | Non
         if name in SLOTS:
             kind = component_of(model, name).get("kind")
             try:
-                fields = registry.get(name, kind).spec_cls.model_fields
+                fields = list(registry.get(name, str(kind)).spec_cls.model_fields)
             except SpecError:
-                fields = {"kind": None}
+                fields = ["kind"]
             paths += [f"{name}.{f}" for f in fields]
     return paths
 

@@ -61,7 +61,7 @@ def _default(name: str, info: FieldInfo) -> Any:
         return to_jsonable_python(info.default, fallback=repr)
     if info.default_factory is not None:
         try:
-            return to_jsonable_python(info.default_factory(), fallback=repr)
+            return to_jsonable_python(info.default_factory(), fallback=repr)  # type: ignore[call-arg]  # pydantic types it as maybe taking the data; TypeError below if so
         except TypeError:  # a factory that wants the validated data
             return None
     if name in DEFAULT_COMPONENTS:  # a model's slot: filled from the defaults

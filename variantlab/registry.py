@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pluggy
+from pydantic import BaseModel
 
 from . import hookspecs
 from .errors import DuplicateKindError, PluginLoadError, SpecError, unknown_name_message
@@ -43,7 +44,7 @@ class Component:
 
     slot: str
     kind: str
-    spec_cls: type
+    spec_cls: type[BaseModel]  # a ComponentSpec (or, for the model slot, ModelSpec) subclass
     build: Callable[..., Any]
     plugin: str
 
@@ -229,6 +230,8 @@ def import_target(target: str, base_dir: Path | None = None) -> object:
             raise FileNotFoundError(f"plugin file {str(path)!r} does not exist")
         mod_name = f"variantlab_local_{path.stem}_{abs(hash(str(path.resolve()))):x}"
         spec = importlib.util.spec_from_file_location(mod_name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import plugin file {str(path)!r} (not a Python source file?)")
         module = importlib.util.module_from_spec(spec)
         sys.modules[mod_name] = module
         try:

@@ -159,8 +159,9 @@ def layer_costs(spec: ModelSpec, registry: Registry,
     if key not in _CACHE:
         if len(_CACHE) > 1024:
             _CACHE.clear()
-        _CACHE[key] = tuple(_meta_cost(spec.model_copy(update={"n_layers": n}), registry, batch)
-                            for n in (1, 2))
+        one, two = (_meta_cost(spec.model_copy(update={"n_layers": n}), registry, batch)
+                    for n in (1, 2))
+        _CACHE[key] = (one, two)
     return _CACHE[key]
 
 

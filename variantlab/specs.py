@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -68,7 +68,8 @@ def resolve_component(
         raise SpecError.at(loc + ("kind",), f"missing; registered {slot} kinds: {kinds}")
     comp = registry.get(slot, value["kind"], loc + ("kind",))
     try:
-        return comp.spec_cls.model_validate(dict(value), context={"registry": registry})
+        return cast(ComponentSpec,
+                    comp.spec_cls.model_validate(dict(value), context={"registry": registry}))
     except ValidationError as exc:
         raise SpecError(pydantic_issues(exc, loc, list(comp.spec_cls.model_fields))) from None
 
@@ -256,7 +257,7 @@ def parse_model_spec(
                 issues += exc.issues
                 resolved.pop(slot)
     try:
-        spec = fam.spec_cls.model_validate(resolved, context={"registry": registry})
+        spec = cast(ModelSpec, fam.spec_cls.model_validate(resolved, context={"registry": registry}))
     except ValidationError as exc:
         issues += pydantic_issues(exc, loc, list(fam.spec_cls.model_fields))
     if issues:

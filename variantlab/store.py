@@ -191,7 +191,7 @@ class Store:
         return conn
 
     def _check_integrity(self) -> None:
-        problems = [r[0] for r in self.conn.execute("PRAGMA quick_check(3)")]
+        problems = [r[0] for r in self.db.execute("PRAGMA quick_check(3)")]
         if problems != ["ok"]:
             raise StoreError(f"{self.path} is damaged (sqlite: {'; '.join(problems)}); move it "
                              "away (the run starts afresh) or use another --out")
@@ -202,6 +202,13 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The open connection; a closed store says so instead of failing on None."""
+        if self.conn is None:
+            raise StoreError(f"{self.path} is closed; open the Store again to use it")
+        return self.conn
+
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()
@@ -210,7 +217,7 @@ class Store:
     # -- writing ------------------------------------------------------------------------
     def _transaction(self, statements: Iterable[tuple[str, Sequence[Any], bool]]) -> None:
         """Run ``(sql, args, many)`` statements as one transaction (all or nothing)."""
-        cur = self.conn.cursor()
+        cur = self.db.cursor()
         cur.execute("BEGIN IMMEDIATE")
         try:
             for sql, args, many in statements:
@@ -270,14 +277,14 @@ class Store:
 
     # -- reading ------------------------------------------------------------------------
     def meta(self) -> dict[str, str]:
-        return dict(self.conn.execute("SELECT key, value FROM meta"))
+        return dict(self.db.execute("SELECT key, value FROM meta"))
 
     def statuses(self) -> dict[str, str]:
         """Unit key -> ``ok`` or ``failed`` for every stored unit."""
-        return dict(self.conn.execute("SELECT key, status FROM units"))
+        return dict(self.db.execute("SELECT key, status FROM units"))
 
     def count_rows(self) -> int:
-        return self.conn.execute("SELECT COUNT(*) FROM rows").fetchone()[0]
+        return self.db.execute("SELECT COUNT(*) FROM rows").fetchone()[0]
 
 
 # -- reading a run -------------------------------------------------------------------------
@@ -314,7 +321,7 @@ def _frames(path: str | Path) -> RunData:
 def _read_frames(path: str | Path) -> RunData:
     with closing(Store(path, create=False)) as store:
         meta = _decode_meta(store.meta())
-        conn = store.conn
+        conn = store.db
         variants = pd.read_sql_query("SELECT * FROM variants ORDER BY position", conn)
         has_plan = conn.execute("SELECT COUNT(*) FROM plan").fetchone()[0] > 0
         # a planned unit is shown under each (variant, seed) that plans it: two variants with

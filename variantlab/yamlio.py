@@ -105,8 +105,9 @@ class YamlDoc:
             scalar = not isinstance(self.get(loc), (Mapping, list))
             if value and (scalar or not key):
                 return value
-            if key or value:
-                return key or value
+            found = key or value
+            if found:
+                return found
             loc = loc[:-1]
         return self.values.get((), Position(1, 1))
 

@@ -35,7 +35,7 @@ class Probe:
     """
 
     name: str
-    settings_cls: type
+    settings_cls: type[Strict]
     run: RunFn
     plugin: str
     views: tuple[ViewFn, ...] = ()
@@ -55,7 +55,7 @@ class Probe:
                         f"got {type(value).__name__}")
 
 
-def make_probe(plugin: str, name: str, settings_cls: type, run: RunFn, *,
+def make_probe(plugin: str, name: str, settings_cls: type[Strict], run: RunFn, *,
                views: Sequence[ViewFn] = (), serial: bool = False, device_free: bool = False,
                trains: bool = False) -> Probe:
     """A :class:`Probe`, or :class:`variantlab.errors.PluginLoadError` saying what is wrong."""

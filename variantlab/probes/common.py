@@ -84,7 +84,7 @@ def layer_stacks(model: nn.Module) -> list[tuple[int, nn.Module, str]]:
             name = prefix + cname
             child_stack = roots.get(name, stack)
             if hasattr(child, "variantlab_layer"):
-                found.append((int(child.variantlab_layer), child, child_stack))
+                found.append((int(getattr(child, "variantlab_layer")), child, child_stack))  # noqa: B009
             else:
                 walk(child, name + ".", child_stack)
 

@@ -75,12 +75,14 @@ def _recorder(model: nn.Module, record: dict[str, dict[Layer, float]]) -> list[A
 def _attention(modules: dict[Layer, list[nn.Module]], on: bool) -> None:
     for mods in modules.values():
         for m in mods:
-            m.record_stats, m.last_stats = on, None
+            setattr(m, "record_stats", on)  # noqa: B010 (attributes the attention reads)
+            setattr(m, "last_stats", None)  # noqa: B010
 
 
 def _attention_stats(modules: dict[Layer, list[nn.Module]], record: dict) -> None:
     for key, mods in modules.items():
-        stats = [m.last_stats for m in mods if m.last_stats is not None]
+        stats: list[dict[str, float]] = [
+            s for s in (getattr(m, "last_stats", None) for m in mods) if s is not None]
         if stats:
             record["max_attn_logit"][key] = max(s["max_logit"] for s in stats)
             record["attn_entropy"][key] = sum(s["entropy"] for s in stats) / len(stats)

@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import cycle, islice
+from typing import Any, cast
 
 import matplotlib
 
@@ -15,12 +16,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from .frame import ReportData  # noqa: E402
 from .tables import PASS_NAMES, SLOT_ORDER  # noqa: E402
 
-RC = {"svg.hashsalt": "variantlab", "svg.fonttype": "none", "font.size": 9,
+RC: dict[Any, Any] = {  # matplotlib types its keys as a Literal of every rc name
+   "svg.hashsalt": "variantlab", "svg.fonttype": "none", "font.size": 9,
       "axes.titlesize": 10, "figure.dpi": 100}
 LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P")
@@ -37,9 +40,16 @@ class Plot:
     skipped: str = ""
 
 
+def _palette(name: str) -> tuple:
+    """The colours of a qualitative matplotlib colormap (tab10, tab20)."""
+    cmap = plt.get_cmap(name)
+    assert isinstance(cmap, ListedColormap), name
+    return tuple(cast("Sequence[Any]", cmap.colors))
+
+
 def styles(n: int) -> list[dict]:
     """Distinct line styles for n variants: colour cycle, then dashes and markers beyond it."""
-    colors = plt.get_cmap("tab10" if n <= 10 else "tab20").colors
+    colors = _palette("tab10" if n <= 10 else "tab20")
     out = []
     for i in range(n):
         out.append({"color": colors[i % len(colors)],
@@ -232,7 +242,7 @@ def params_plot(data: ReportData) -> Plot:
     fig, (ax,) = _new(height=1.4 + 0.28 * _label_lines(variants))
     table = mean.pivot(index="variant", columns="name", values="value").reindex(variants)
     left = [0.0] * len(variants)
-    colors = plt.get_cmap("tab10").colors
+    colors = _palette("tab10")
     for slot, color in zip(slots, islice(cycle(colors), len(slots))):
         vals = table[slot].fillna(0).tolist()
         ax.barh(range(len(variants)), vals, left=left, label=slot, color=color)

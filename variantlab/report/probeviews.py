@@ -51,7 +51,7 @@ def generic_table(data: ReportData, probe: str) -> Table:
         mine = rows[rows["variant"] == variant]
         if not len(mine):
             continue
-        by = {k: [] for k in keys}
+        by: dict[Any, list[float]] = {k: [] for k in keys}
         for _, r in mine.iterrows():
             by[_key(r)].append(float(r["value"]))
         body.append([variant, str(mine["seed"].nunique())] + [_cell(v) for v in by.values()])

@@ -116,9 +116,9 @@ def sample_run(
                 failed = fail is not None and fail[:3] == (name, seed, probe)
                 urows.append({"key": key, "variant": name, "seed": seed, "probe": probe,
                               "status": "failed" if failed else "ok",
-                              "error": fail[3] if failed else None, "device": "cpu",
+                              "error": fail[3] if fail and failed else None, "device": "cpu",
                               "current": True})
-                if failed:
+                if fail and failed:
                     rows.append({"variant": name, "label": label, "seed": seed, "probe": probe,
                                  "metric": "error", "scope": "model", "name": "", "layer": None,
                                  "step": None, "value": math.nan, "unit": "", "unit_key": key,

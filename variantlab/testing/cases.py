@@ -99,7 +99,7 @@ def _optional_bias(registry: Registry, slot: str, spec: ComponentSpec, make: Cal
 
 def _attention_case(spec: ComponentSpec, registry: Registry) -> Case:
     sizes = dict(emb_dim=D, n_heads=HEADS, context_length=CTX, qkv_bias=True)
-    make = _maker(registry, "attention", spec, **sizes)
+    make = _maker(registry, "attention", spec, None, **sizes)
 
     def cross_and_padding() -> list[str]:
         """cross-attention and key padding mask"""

@@ -70,7 +70,8 @@ def _projection_loss(shape: Sequence[int]) -> Callable[[torch.Tensor], torch.Ten
 
 class Checker:
     def __init__(self, case: Case):
-        self.case, self.problems = case, []
+        self.case = case
+        self.problems: list[str] = []
 
     def fail(self, check: str, message: str) -> None:
         self.problems.append(f"{self.case.name}: {check}: {message}")
