@@ -340,10 +340,11 @@ def report(runs: Sequence[str], out: str | None, baseline: str | None,
     from .runs import find_runs
 
     stdout, err = consoles()
-    if plugins:
+    registry = None
+    if plugins:  # probe plugins: their report views (else their rows get a generic table)
         from .registry import build_registry
 
-        build_registry(extra=plugins, base_dir=Path.cwd())
+        registry = build_registry(extra=plugins, base_dir=Path.cwd())
     refs = find_runs(runs)  # every path checked before anything is written
     first = Path(runs[0])
     out_dir = Path(out) if out else (first.parent if first.is_file() else first) / "report"
@@ -351,7 +352,7 @@ def report(runs: Sequence[str], out: str | None, baseline: str | None,
     if blocker is not None and not blocker.is_dir():
         raise SpecError.at(("--out",), f"{out_dir}: {blocker} is a file, not a folder; "
                            "choose another --out for the report")
-    sys.exit(_write_report(stdout, err, [r.store for r in refs], out_dir, baseline))
+    sys.exit(_write_report(stdout, err, [r.store for r in refs], out_dir, baseline, registry))
 
 
 # -- plugins -----------------------------------------------------------------------------

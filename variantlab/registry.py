@@ -292,8 +292,3 @@ def get_registry() -> Registry:
         _DEFAULT = build_registry()
     return _DEFAULT
 
-
-def reset_registry() -> None:
-    """Forget the default registry (after installing a plugin in the same process)."""
-    global _DEFAULT
-    _DEFAULT = None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from typing import TypedDict
 
-ROW_COLUMNS = ("probe", "metric", "scope", "name", "layer", "step", "value", "unit")
 SCOPES = ("model", "slot", "layer", "parameter", "info")
 
 
