@@ -2,12 +2,16 @@
 
 import json
 import re
+import textwrap
 import warnings
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
+from click.testing import CliRunner
+
+from variantlab.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,3 +77,63 @@ def doc_plugins(text: str, folder: Path) -> list[str]:
         (folder / "weightnorms.py").write_text(code)
         plugins.append(str(folder / "weightnorms.py"))
     return plugins
+
+
+# -- experiment text and the CLI ----------------------------------------------------------
+
+#: TINY as a flow mapping for experiment YAML written by tests
+TINY_MODEL = ("{family: gpt, vocab_size: 64, context_length: 32, emb_dim: 32, n_heads: 4, "
+              "n_layers: 2, drop_rate: 0.0}")
+
+#: a ``model:`` block of experiment YAML (TINY with a tanh GELU)
+MODEL = """\
+model:
+  family: gpt
+  vocab_size: 64
+  context_length: 32
+  emb_dim: 32
+  n_heads: 4
+  n_layers: 2
+  drop_rate: 0.0
+  activation: {kind: gelu, approximate: tanh}
+"""
+
+
+def exp(body: str = "", head: str = "name: demo\n") -> str:
+    return head + MODEL + textwrap.dedent(body)
+
+
+def invoke(*args: str):
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+#: a plugin file whose norm registers fine and fails in forward
+BROKEN_PLUGIN = '''
+from typing import Literal
+
+import torch
+from torch import nn
+
+import variantlab
+
+
+class BrokenSpec(variantlab.ComponentSpec):
+    kind: Literal["broken"] = "broken"
+
+
+class Broken(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        raise RuntimeError("broken norm: forward is not implemented")
+
+
+@variantlab.hookimpl
+def register_norms(register):
+    register("broken", BrokenSpec, lambda spec, dim: Broken(dim))
+'''

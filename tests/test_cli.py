@@ -12,44 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
-
-from variantlab.cli import main
+from conftest import BROKEN_PLUGIN, TINY_MODEL, invoke
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
 VARIANTLAB = [sys.executable, "-m", "variantlab.cli"]
-
-TINY_MODEL = ("{family: gpt, vocab_size: 64, context_length: 32, emb_dim: 32, n_heads: 4, "
-              "n_layers: 2, drop_rate: 0.0}")
-
-BROKEN_PLUGIN = '''
-from typing import Literal
-
-import torch
-from torch import nn
-
-import variantlab
-
-
-class BrokenSpec(variantlab.ComponentSpec):
-    kind: Literal["broken"] = "broken"
-
-
-class Broken(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.scale = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x):
-        raise RuntimeError("broken norm: forward is not implemented")
-
-
-@variantlab.hookimpl
-def register_norms(register):
-    register("broken", BrokenSpec, lambda spec, dim: Broken(dim))
-'''
-
 
 def write_exp(tmp_path: Path, name="clitest", seeds="[0, 1]", grid=None, extra="",
               gradients="{batch_size: 2, seq_len: 16, batches: 1}") -> Path:
@@ -59,13 +26,6 @@ def write_exp(tmp_path: Path, name="clitest", seeds="[0, 1]", grid=None, extra="
     path = tmp_path / f"{name}.yaml"
     path.write_text(text)
     return path
-
-
-def invoke(*args: str):
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result
 
 
 def sorted_rows(run_dir: Path) -> pd.DataFrame:
@@ -304,8 +264,13 @@ def test_gpt2_124m_stores_the_seed_parameter_count(tmp_path):
 SMALL_EXAMPLES = {"seed-shortcut", "xiong-fig3"}
 
 
+# these run end to end at small settings in test_published_findings.py, which also asserts
+# their findings; their full runs (minutes each) are what reports/ holds
+SMALL_SETTINGS_ELSEWHERE = {"qk-norm-logits", "peri-ln", "llama-vs-gpt2", "dyt-vs-layernorm"}
+
+
 def _example_params() -> list:
-    paths = sorted(EXPERIMENTS.glob("*.yaml")) if EXPERIMENTS.is_dir() else []
+    paths = sorted(p for p in EXPERIMENTS.glob("*.yaml") if p.stem not in SMALL_SETTINGS_ELSEWHERE)
     return [pytest.param(p, id=p.stem, marks=() if p.stem in SMALL_EXAMPLES
                          else (pytest.mark.slow,)) for p in paths]
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 from click.testing import CliRunner
-from test_experiment import exp
+from conftest import exp
 
 from variantlab.cli import main
 

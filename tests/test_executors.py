@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_cli import BROKEN_PLUGIN, TINY_MODEL, invoke
+from conftest import BROKEN_PLUGIN, TINY_MODEL, invoke
 
 from variantlab.store import load_run
 

@@ -4,6 +4,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import exp
 
 from variantlab.experiment import (
     Experiment,
@@ -14,22 +15,6 @@ from variantlab.experiment import (
     load_model_file,
 )
 from variantlab.registry import build_registry
-
-MODEL = """\
-model:
-  family: gpt
-  vocab_size: 64
-  context_length: 32
-  emb_dim: 32
-  n_heads: 4
-  n_layers: 2
-  drop_rate: 0.0
-  activation: {kind: gelu, approximate: tanh}
-"""
-
-
-def exp(body: str = "", head: str = "name: demo\n") -> str:
-    return head + MODEL + textwrap.dedent(body)
 
 
 def errors(text: str, **kw) -> list[str]:

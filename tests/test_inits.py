@@ -3,6 +3,7 @@
 import math
 import warnings
 
+import conftest
 import pytest
 import torch
 from torch import nn
@@ -10,8 +11,7 @@ from variantlab_plugins.inits import output_projections, residual_additions
 
 import variantlab as vl
 
-TINY = {"family": "gpt", "vocab_size": 64, "context_length": 32, "emb_dim": 32, "n_heads": 4,
-        "n_layers": 2, "drop_rate": 0.0, "qkv_bias": True}
+TINY = {**conftest.TINY, "qkv_bias": True}
 
 
 def build(init: dict | None, seed: int = 0, **more) -> nn.Module:

@@ -4,6 +4,7 @@ separate dropout rates, three-way embedding sharing; defaults build the same mod
 import types
 from typing import Literal
 
+import conftest
 import pytest
 import torch
 from torch import nn
@@ -13,8 +14,7 @@ from variantlab import SpecError
 from variantlab.testing import check_component, component_problems
 
 REGISTRY = vl.build_registry(entry_points=False)
-TINY = {"family": "gpt", "vocab_size": 64, "context_length": 16, "emb_dim": 32, "n_heads": 4,
-        "n_layers": 2, "drop_rate": 0.0}
+TINY = {**conftest.TINY, "context_length": 16}
 GPT2_124M = {"family": "gpt", "vocab_size": 50257, "context_length": 1024, "emb_dim": 768,
              "n_heads": 12, "n_layers": 12, "drop_rate": 0.0, "tie_weights": True}
 

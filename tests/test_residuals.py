@@ -5,6 +5,7 @@ import math
 import types
 from typing import Literal
 
+import conftest
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,8 +18,7 @@ from variantlab.testing import check_component
 
 REGISTRY = vl.build_registry(entry_points=False)
 D = 4
-TINY = {"family": "gpt", "vocab_size": 64, "context_length": 16, "emb_dim": 32, "n_heads": 4,
-        "n_layers": 2, "drop_rate": 0.0}
+TINY = {**conftest.TINY, "context_length": 16}
 
 
 def ln(x, scale=None, shift=None):
