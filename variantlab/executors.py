@@ -5,7 +5,7 @@ Units other than ``timing`` are computed in ``N`` worker processes
 a process that holds CUDA or torch's thread pools can hang or crash). Nothing built from
 plugins crosses the process boundary: each worker rebuilds the experiment from its YAML text
 and path (the same ``--plugin`` modules; plugin files are loaded from disk again), looks the
-unit up by its key in its own :func:`~variantlab.runner.plan_units` and sends back plain
+unit up by its key in its own :func:`~variantlab.units.plan_units` and sends back plain
 data, the :class:`~variantlab.store.UnitRecord` and the rows. A unit whose code raises
 ``SystemExit`` (``sys.exit()`` in a plugin) or another ``BaseException`` fails alone, in a
 worker as in process; the worker and the pool go on. Each worker uses

@@ -1,6 +1,6 @@
 """What a unit's numbers depend on beyond its spec: code, library versions and data.
 
-A unit key (:func:`variantlab.runner.unit_key`) hashes, besides the resolved spec, the probe
+A unit key (:func:`variantlab.units.unit_key`) hashes, besides the resolved spec, the probe
 settings, the device and the seed:
 
 * ``code``: sha256 over the files (content, never mtime) of the ``variantlab`` package and

@@ -31,8 +31,8 @@ from ..registry import Registry
 from ..rows import Row, row
 from ..settings import DynamicsSettings
 from ..specs import ModelSpec
-from .common import autocast, first_tensor, layer_stacks, make_model, param_index, resolve_device
-from .training import EVAL_SEED_OFFSET, eval_loss, lr_at
+from .common import autocast, first_tensor, layer_stacks, param_index
+from .training import EVAL_SEED_OFFSET, eval_loss, lr_at, setup
 
 Layer = tuple[str, int]  # (stack, layer index)
 METRICS = ("grad_norm", "update_ratio", "residual_rms", "max_attn_logit", "attn_entropy")
@@ -92,13 +92,7 @@ def run(
     spec: ModelSpec, settings: DynamicsSettings, *, seed: int, data: Any = None,
     base_dir: Path | str = ".", device: str | None = None, registry: Registry | None = None,
 ) -> list[Row]:
-    dev = resolve_device(device or settings.device)
-    model = make_model(spec, seed, registry, dev)
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=settings.lr,
-                            weight_decay=settings.weight_decay)
-    batches = datalib.batches(data, spec, settings.batch_size, settings.seq_len, settings.steps,
-                              seed=seed, base_dir=base_dir)
+    dev, model, opt, batches = setup(spec, settings, seed, data, base_dir, device, registry)
     layers, attn = layer_params(model), attention_modules(model)
     rows: list[Row] = []
     for step, batch in enumerate(batches):

@@ -98,10 +98,11 @@ def lr_at(step: int, settings: TrainRunSettings) -> float:
     return settings.lr
 
 
-def run(
-    spec: ModelSpec, settings: TrainingSettings, *, seed: int, data: Any = None,
-    base_dir: Path | str = ".", device: str | None = None, registry: Registry | None = None,
-) -> list[Row]:
+def setup(spec: ModelSpec, settings: TrainRunSettings, seed: int, data: Any,
+          base_dir: Path | str, device: str | None, registry: Registry | None,
+          ) -> tuple[torch.device, torch.nn.Module, torch.optim.Optimizer, Any]:
+    """``(device, model in train mode, AdamW, batches)`` of a training run (training and
+    dynamics probes alike)."""
     dev = resolve_device(device or settings.device)
     model = make_model(spec, seed, registry, dev)
     model.train()
@@ -109,6 +110,14 @@ def run(
                             weight_decay=settings.weight_decay)
     batches = datalib.batches(data, spec, settings.batch_size, settings.seq_len, settings.steps,
                               seed=seed, base_dir=base_dir)
+    return dev, model, opt, batches
+
+
+def run(
+    spec: ModelSpec, settings: TrainingSettings, *, seed: int, data: Any = None,
+    base_dir: Path | str = ".", device: str | None = None, registry: Registry | None = None,
+) -> list[Row]:
+    dev, model, opt, batches = setup(spec, settings, seed, data, base_dir, device, registry)
     compiled = compile_model(model, settings.compile)
     with compile_errors(settings.compile):
         losses = train(model, compiled, opt, spec, batches, dev, settings)
