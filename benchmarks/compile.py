@@ -17,8 +17,11 @@ import sys
 
 import torch
 
+import variantlab as vl
 from variantlab.probes import run_probe
 from variantlab.probes.timing import device_name
+
+REG = vl.get_registry()
 
 BASE = {"family": "gpt", "vocab_size": 1024, "context_length": 64, "emb_dim": 64,
         "n_heads": 4, "n_layers": 2, "drop_rate": 0.0}
@@ -32,7 +35,7 @@ VARIANTS = {
 def measure(model: dict, compile_: bool, repeats: int) -> dict[str, float]:
     settings = {"batch_size": 4, "seq_len": 64, "passes": ["backward"], "warmup": 3,
                 "repeats": repeats, "device": "cpu", "compile": compile_}
-    rows = run_probe("timing", model, settings, seed=0)
+    rows = run_probe("timing", model, settings, seed=0, registry=REG)
     return {r["metric"]: r["value"] for r in rows if r["scope"] == "model"}
 
 

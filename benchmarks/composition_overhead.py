@@ -19,6 +19,8 @@ from torch.utils import benchmark
 
 import variantlab as vl
 
+REG = vl.get_registry()
+
 
 class HandBlock(nn.Module):
     def __init__(self, d: int, n_heads: int):
@@ -109,7 +111,7 @@ def main() -> None:
         "attention": {"kind": "mha", "impl": "sdpa"},
     }
     torch.manual_seed(0)
-    composed = vl.build_model(spec).to(args.device)
+    composed = vl.build_model(spec, REG).to(args.device)
     hand = HandGPT(vocab, ctx, d, n_heads, args.layers).to(args.device)
     hand.load_state_dict(hand_state(composed.state_dict()))
     idx = torch.randint(0, vocab, (args.batch, args.seq), device=args.device)

@@ -24,6 +24,8 @@ from torch.utils import benchmark
 
 import variantlab as vl
 
+REG = vl.get_registry()
+
 
 class HandRMSNorm(nn.Module):
     def __init__(self, d: int, eps: float = 1e-5):
@@ -164,11 +166,11 @@ def main() -> None:
     ap.add_argument("--markdown", help="also write the tables to this file")
     args = ap.parse_args()
     torch.manual_seed(0)
-    composed = vl.build_model(llama_spec(args, "sdpa"))
+    composed = vl.build_model(llama_spec(args, "sdpa"), REG)
     hidden = composed.trf_blocks[0].ff.sublayer.W_up.out_features
     hand = HandLlama(args.vocab, args.emb_dim, args.heads, args.kv_heads, hidden, args.layers)
     hand.load_state_dict(hand_state(composed.state_dict()))
-    naive = vl.build_model(llama_spec(args, "naive"))
+    naive = vl.build_model(llama_spec(args, "naive"), REG)
     naive.load_state_dict(composed.state_dict())
     idx = torch.randint(0, args.vocab, (args.batch, args.seq))
     with torch.no_grad():

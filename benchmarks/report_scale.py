@@ -21,9 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import variantlab as vl
 from variantlab.report import write_report
 from variantlab.report.sample import sample_grid
 from variantlab.store import Store, UnitRecord
+
+REG = vl.get_registry()
 
 AXES: dict[str, list] = {"activation.kind": ["gelu", "relu", "silu", "tanh"],
         "norm.kind": ["layer", "rms", "batch"], "residual.shortcut": [True, False],
@@ -65,7 +68,7 @@ def measure(scale: int, work: Path) -> dict:
                       probes=("params", "gradients"))
     store = store_run(run, work / f"grid{scale}")
     start = time.perf_counter()
-    files = write_report([store], work / f"report{scale}")
+    files = write_report([store], work / f"report{scale}", registry=REG)
     seconds = time.perf_counter() - start
     return {"scale": scale, "variants": len(run.variants), "rows": len(run.rows),
             "seconds": seconds, "html_bytes": files.html.stat().st_size,

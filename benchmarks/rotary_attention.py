@@ -18,6 +18,8 @@ from variantlab_plugins.rotary import RotaryPositions
 
 import variantlab as vl
 
+REG = vl.get_registry()
+
 
 def attention_layer(impl: str, args: argparse.Namespace) -> torch.nn.Module:
     comp = vl.get_registry().get("attention", "mha")
@@ -33,7 +35,7 @@ def llama_like(impl: str, args: argparse.Namespace) -> torch.nn.Module:
         "n_heads": args.heads, "n_layers": 2, "drop_rate": 0.0, "norm": "rms",
         "activation": "silu", "feedforward": "glu", "positional": "rotary",
         "attention": {"kind": "mha", "impl": impl, "n_kv_heads": args.kv_heads},
-    })
+    }, REG)
 
 
 def time_pair(name: str, make, inputs, args) -> list[tuple[str, float, float]]:

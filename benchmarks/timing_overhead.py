@@ -27,6 +27,8 @@ from variantlab.probes import run_probe
 from variantlab.probes.timing import device_name, time_fn
 from variantlab.settings import SyntheticData
 
+REG = vl.get_registry()
+
 MODEL = {
     "family": "gpt", "vocab_size": 1024, "context_length": 64, "emb_dim": 64,
     "n_heads": 4, "n_layers": 2, "drop_rate": 0.0,
@@ -36,9 +38,9 @@ MODEL = {
 def bare_median(spec, batch_size: int, seq_len: int, seed: int, device: str,
                 warmup: int, repeats: int) -> tuple[float, float]:
     torch.manual_seed(seed)
-    model = vl.build_model(spec).to(device)
+    model = vl.build_model(spec, REG).to(device)
     model.train()
-    (batch,) = datalib.batches(SyntheticData(), spec, batch_size, seq_len, 1, seed=seed)
+    (batch,) = datalib.batches(SyntheticData(), spec, batch_size, seq_len, 1, seed=seed, registry=REG)
     idx, target = batch.inputs["idx"].to(device), batch.target.to(device)
 
     def fwd_bwd() -> None:
@@ -50,7 +52,7 @@ def bare_median(spec, batch_size: int, seq_len: int, seed: int, device: str,
 
 
 def probe_median(spec, settings: dict, seed: int) -> tuple[float, float]:
-    rows = run_probe("timing", spec, settings, seed=seed)
+    rows = run_probe("timing", spec, settings, seed=seed, registry=REG)
     got = {r["metric"]: r["value"] for r in rows if r["scope"] == "model"}
     return got["backward_median_s"], got["backward_iqr_s"]
 
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    spec = resolve_spec(MODEL)
+    spec = resolve_spec(MODEL, REG)
     settings = {"batch_size": args.batch_size, "seq_len": args.seq_len, "passes": ["backward"],
                 "warmup": 3, "repeats": args.repeats, "device": args.device}
     probe, bare = [], []
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         f"| timing probe | {p_med * 1e3:.3f} | {p_iqr * 1e3:.3f} | {ratio:.4f} |\n"
         f"| bare torch loop | {b_med * 1e3:.3f} | {b_iqr * 1e3:.3f} | 1.0000 |\n"
     )
-    n_params = sum(p.numel() for p in vl.build_model(spec).parameters())
+    n_params = sum(p.numel() for p in vl.build_model(spec, REG).parameters())
     desc = (f"forward+backward of a gpt (emb_dim {MODEL['emb_dim']}, {MODEL['n_layers']} layers, "
             f"{MODEL['n_heads']} heads, vocab {MODEL['vocab_size']}, {n_params:,} parameters), "
             f"batch {args.batch_size} x {args.seq_len} tokens, float32, {args.rounds} alternating "

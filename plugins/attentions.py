@@ -15,9 +15,8 @@ from variantlab_plugins.masks import attend_mask, dead_rows
 
 from variantlab import ComponentSpec, hookimpl
 from variantlab.positions import Positions
-from variantlab.registry import get_registry
 from variantlab.roles import declare_role
-from variantlab.specs import resolve_component
+from variantlab.specs import context_registry, resolve_component
 
 
 class MHASpec(ComponentSpec):
@@ -55,8 +54,7 @@ class MHASpec(ComponentSpec):
     def _resolve_norm(cls, value: Any, info: ValidationInfo) -> Any:
         if value is None or value == "none" or isinstance(value, ComponentSpec):
             return None if value == "none" else value
-        registry = (info.context or {}).get("registry") or get_registry()
-        return resolve_component("norm", value, registry)
+        return resolve_component("norm", value, context_registry(info, "attention.qk_norm"))
 
     def errors(self, model) -> list[tuple[str, str]]:
         kv, heads = self.n_kv_heads, model.n_heads
@@ -65,10 +63,6 @@ class MHASpec(ComponentSpec):
             return [("n_kv_heads", f"n_kv_heads={kv} does not divide n_heads={heads}; choose "
                      f"one of {choices}")]
         return []
-
-
-def _registry_norm(dim: int, spec: ComponentSpec) -> nn.Module:
-    return get_registry().get("norm", spec.kind).build(spec, dim=dim)
 
 
 class MultiHeadAttention(nn.Module):
@@ -101,7 +95,10 @@ class MultiHeadAttention(nn.Module):
         self.q_norm: nn.Module | None = None
         self.k_norm: nn.Module | None = None
         if spec.qk_norm is not None:
-            make = make_norm or _registry_norm
+            if make_norm is None:
+                raise TypeError("qk_norm needs make_norm (build_model passes the model's; "
+                                "pass one when building the attention by hand)")
+            make = make_norm
             per_head = self.scope == "head"
             self.q_norm = make(self.head_dim if per_head else q_dim, spec.qk_norm)
             self.k_norm = make(self.head_dim if per_head else kv_dim, spec.qk_norm)

@@ -1,163 +1,212 @@
-"""Model families' modules: gpt (seed 004), block (seed 000), encoder, decoder,
-encoder_decoder (seed 001) and the deep mlp of seed 004's shortcut experiment."""
+"""Model families: a spec class (ModelSpec plus the family's own fields), a build (the
+modules in :mod:`variantlab_plugins.models`) and a task: how the models are fed and scored."""
 
-from torch import nn
-from variantlab_plugins.blocks import (
-    DecoderBlock,
-    TokenEmbedding,
-    TransformerBlock,
-    final_norm,
-    lm_head,
-    numbered,
-)
+from typing import Literal
 
-from variantlab.positions import position_ids_from_mask
+import torch
+import torch.nn.functional as F
+from pydantic import Field, PositiveInt, model_validator
+from variantlab_plugins import models
+
+from variantlab import ModelSpec, hookimpl
+from variantlab.build import block_scope
+from variantlab.tasks import NEXT_TOKEN, Batch, Task
 
 
-class BlockModel(nn.Module):
+def sublayer_residual_only(spec: ModelSpec, why: str) -> ModelSpec:
+    """Refuse a block-scope residual kind (e.g. ``parallel``) in a family that cannot use one."""
+    if block_scope(spec.residual):
+        raise ValueError(
+            f"residual {spec.residual.kind!r} wraps a whole attention + feed-forward block, but "
+            f"family {spec.family!r} {why}; choose a per-sublayer residual kind such as pre_norm")
+    return spec
+
+
+class FloatsToZero(Task):
+    """Random float inputs (B, T, emb_dim) scored by MSE to zero (seed 004's print_gradients)."""
+
+    inputs = "floats"
+
+    def batch(self, spec, batch_size, seq_len, *, tokens=None, generator=None) -> Batch:
+        x = torch.rand(self.input_shape(spec, batch_size, seq_len), generator=generator)
+        target = torch.zeros(self.target_shape(spec, tuple(x.shape)))
+        return Batch({"x": x}, target, n_tokens=batch_size * seq_len)
+
+    def input_shape(self, spec, batch_size: int, seq_len: int) -> tuple[int, ...]:
+        return (batch_size, seq_len, spec.emb_dim)
+
+    def target_shape(self, spec, in_shape: tuple[int, ...]) -> tuple[int, ...]:
+        return in_shape
+
+    def loss(self, spec, output, batch):
+        return F.mse_loss(output, batch.target)
+
+    def output_shape(self, spec, batch):
+        return tuple(batch.target.shape)
+
+
+class MLPRows(FloatsToZero):
+    """Rows of ``layer_sizes[0]`` floats (the spec's fixed ``inputs``, else random), scored by
+    MSE to zero at the last width."""
+
+    def batch(self, spec, batch_size, seq_len, *, tokens=None, generator=None) -> Batch:
+        if spec.inputs is None:
+            return super().batch(spec, batch_size, seq_len, generator=generator)
+        x = torch.tensor(spec.inputs)  # (rows, layer_sizes[0])
+        target = torch.zeros(len(spec.inputs), spec.layer_sizes[-1])
+        return Batch({"x": x}, target, n_tokens=len(spec.inputs))
+
+    def input_shape(self, spec, batch_size, seq_len):
+        return (batch_size, spec.layer_sizes[0])
+
+    def target_shape(self, spec, in_shape):
+        return (in_shape[0], spec.layer_sizes[-1])
+
+
+class MaskedTokens(Task):
+    """Masked-token prediction (BERT, Devlin et al. 2019): a ``mask_prob`` share of the
+    positions (position 0 always) get token ``vocab_size - 1`` and only they are scored."""
+
+    def batch(self, spec, batch_size, seq_len, *, tokens=None, generator=None) -> Batch:
+        base = super().batch(spec, batch_size, seq_len, tokens=tokens, generator=generator)
+        idx = base.inputs["idx"]  # (B, T)
+        masked = torch.rand(idx.shape, generator=generator) < spec.mask_prob
+        masked[:, 0] = True  # at least one scored position per row
+        target = torch.where(masked, idx, torch.full_like(idx, -100))
+        idx = torch.where(masked, torch.full_like(idx, spec.vocab_size - 1), idx)
+        return Batch({"idx": idx}, target, n_tokens=idx.numel())
+
+
+class NextTokenOverMemory(Task):
+    """Next-token prediction with a random memory (B, S, emb_dim) to cross-attend to."""
+
+    def batch(self, spec, batch_size, seq_len, *, tokens=None, generator=None) -> Batch:
+        base = super().batch(spec, batch_size, seq_len, tokens=tokens, generator=generator)
+        memory = torch.randn(batch_size, seq_len, spec.emb_dim, generator=generator)
+        return Batch({**base.inputs, "memory": memory}, base.target, base.n_tokens)
+
+
+class Reverse(Task):
+    """Reverse the source sequence (a task that needs cross-attention), teacher-forced: the
+    decoder reads the reversed target shifted right behind a token 0."""
+
+    def batch(self, spec, batch_size, seq_len, *, tokens=None, generator=None) -> Batch:
+        base = super().batch(spec, batch_size, seq_len, tokens=tokens, generator=generator)
+        src = base.inputs["idx"]  # (B, T)
+        target = src.flip(1)  # (B, T)
+        bos = torch.zeros_like(target[:, :1])
+        tgt = torch.cat([bos, target[:, :-1]], dim=1)  # (B, T) shifted right
+        return Batch({"src": src, "tgt": tgt}, target, n_tokens=2 * src.numel())
+
+
+class BlockSpec(ModelSpec):
     """One transformer block on float input (B, T, emb_dim), as seed 000 runs it."""
 
-    def __init__(self, spec, parts):
-        super().__init__()
-        self.block = numbered([TransformerBlock(parts, causal=spec.causal_attention)])[0]
+    family: Literal["block"] = "block"
+    causal_attention: bool = Field(
+        True, description="mask future positions in the block's attention (the seed's block does)")
 
-    def forward(self, x):  # (B, T, D)
-        return self.block(x)
+    @property
+    def causal(self) -> bool:
+        return self.causal_attention
 
 
-class GPTModel(nn.Module):
+class MLPFamilySpec(ModelSpec):
+    """Deep MLP of seed 004's shortcut experiment: Linear -> activation per layer, in residuals."""
+
+    family: Literal["mlp"] = "mlp"
+    layer_sizes: list[PositiveInt] = Field(
+        [3, 3, 3, 3, 3, 1], min_length=2, description="widths from input to output: one layer "
+        "per consecutive pair; a width change turns that layer's shortcut off")
+    drop_rate: float = Field(
+        0.0, ge=0.0, lt=1.0, description="dropout on each layer's output in its residual wrapper")
+    inputs: list[list[float]] | None = Field(
+        None, description="fixed input rows (the seed feeds [[1, 0, -1]]); random if unset"
+    )
+
+    @property
+    def causal(self) -> bool:
+        return False
+
+    @model_validator(mode="after")
+    def _sublayer_residual(self):
+        return sublayer_residual_only(self, "has no attention, only Linear layers")
+
+    @model_validator(mode="after")
+    def _shortcut_switchable(self):
+        sizes = self.layer_sizes
+        widths_change = any(a != b for a, b in zip(sizes[:-1], sizes[1:]))
+        if widths_change and "shortcut" not in type(self.residual).model_fields:
+            raise ValueError(
+                f"residual {self.residual.kind!r} has no 'shortcut' option, which layer_sizes "
+                "that change width need; use pre_norm or post_norm"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _inputs_fit(self):
+        if self.inputs is not None and any(len(r) != self.layer_sizes[0] for r in self.inputs):
+            raise ValueError(f"every row of inputs needs layer_sizes[0]={self.layer_sizes[0]} values")
+        return self
+
+
+class GPTSpec(ModelSpec):
     """Decoder-only language model (GPT-2, Radford et al. 2019; seed 004's GPTModel)."""
 
-    def __init__(self, spec, parts):
-        super().__init__()
-        self.embed = TokenEmbedding(parts, spec.vocab_size, spec.emb_dim, spec.drop("emb"))
-        self.trf_blocks = nn.Sequential(
-            *numbered([TransformerBlock(parts, causal=True) for _ in range(spec.n_layers)])
-        )
-        self.final_norm = final_norm(parts, spec)
-        self.out_head = lm_head(
-            spec.emb_dim, spec.vocab_size, self.embed.tok_emb if spec.tie_weights else None
-        )
-
-    def forward(self, idx, attention_mask=None):  # (B, T)
-        """Logits (B, T, vocab_size). ``attention_mask`` (B, T), as in Hugging Face: 1 at
-        tokens, 0 at padding; padded keys get no attention, and positions count real tokens
-        only (:func:`variantlab.positions.position_ids_from_mask`), so a left-padded row's
-        tokens get the outputs of the unpadded sequence. Outputs at pads are meaningless."""
-        if attention_mask is None:
-            x = self.trf_blocks(self.embed(idx))  # (B, T, D)
-            return self.out_head(self.final_norm(x))  # (B, T, vocab_size)
-        position_ids = position_ids_from_mask(attention_mask)  # (B, T)
-        extra = {}
-        if getattr(self.embed.pos_emb, "rotates", False):
-            extra["position_ids"] = position_ids  # the attentions rotate by them
-        x = self.embed(idx, position_ids=position_ids)  # (B, T, D)
-        for block in self.trf_blocks:
-            x = block(x, key_padding_mask=attention_mask == 0, **extra)
-        return self.out_head(self.final_norm(x))  # (B, T, vocab_size)
+    family: Literal["gpt"] = "gpt"
 
 
-class Encoder(nn.Module):
-    """Bidirectional stack with key padding masks and a final norm."""
+class EncoderSpec(ModelSpec):
+    """Bidirectional encoder scored by masked-token prediction (BERT-style, Devlin et al. 2019).
 
-    def __init__(self, spec, parts, start_layer: int = 0):
-        super().__init__()
-        self.embed = TokenEmbedding(parts, spec.vocab_size, spec.emb_dim, spec.drop("emb"))
-        self.layers = nn.ModuleList(numbered(
-            [TransformerBlock(parts, causal=False) for _ in range(spec.n_layers)], start_layer
-        ))
-        self.norm = final_norm(parts, spec)
+    Masked positions get token ``vocab_size - 1``; only they are scored.
+    """
 
-    def forward(self, src, padding_mask=None):  # (B, S)
-        x = self.embed(src)  # (B, S, D)
-        for layer in self.layers:
-            x = layer(x, key_padding_mask=padding_mask)
-        return self.norm(x)
+    family: Literal["encoder"] = "encoder"
+    mask_prob: float = Field(
+        0.15, gt=0.0, lt=1.0, description="fraction of positions masked and scored (position 0 "
+        "always is)")
+
+    @property
+    def causal(self) -> bool:
+        return False
 
 
-class Decoder(nn.Module):
-    """Masked self-attention and cross-attention layers, then a final norm (seed 001)."""
+class DecoderSpec(ModelSpec):
+    """Seed 001's decoder stack (self- and cross-attention) over a given memory (B, S, D).
 
-    def __init__(self, spec, parts, start_layer: int = 0, share: nn.Embedding | None = None):
-        super().__init__()
-        self.embed = TokenEmbedding(
-            parts, spec.vocab_size, spec.emb_dim, spec.drop("emb"), share=share)
-        self.layers = nn.ModuleList(
-            numbered([DecoderBlock(parts) for _ in range(spec.n_layers)], start_layer)
-        )
-        self.norm = final_norm(parts, spec)
+    The memory is an input of the forward; random here.
+    """
 
-    def forward(self, tgt, memory, memory_padding_mask=None, tgt_padding_mask=None):
-        x = self.embed(tgt)  # (B, T, D)
-        for layer in self.layers:
-            x = layer(x, memory, memory_padding_mask, tgt_padding_mask)
-        return self.norm(x)
+    family: Literal["decoder"] = "decoder"
+
+    @model_validator(mode="after")
+    def _sublayer_residual(self):
+        return sublayer_residual_only(self, "has three sublayers per layer (cross-attention)")
 
 
-class EncoderModel(nn.Module):
-    """Encoder with a projection to the vocabulary (masked-token prediction)."""
+class EncoderDecoderSpec(ModelSpec):
+    """Encoder-decoder Transformer (Vaswani et al. 2017; seed 001), trained to reverse its input.
 
-    def __init__(self, spec, parts):
-        super().__init__()
-        self.encoder = Encoder(spec, parts)
-        tie = self.encoder.embed.tok_emb if spec.tie_weights else None
-        self.out_head = lm_head(spec.emb_dim, spec.vocab_size, tie)
+    Reversing the source sequence is a task that needs cross-attention.
+    """
 
-    def forward(self, idx, padding_mask=None):  # (B, T)
-        return self.out_head(self.encoder(idx, padding_mask))  # (B, T, vocab_size)
+    family: Literal["encoder_decoder"] = "encoder_decoder"
+    share_embeddings: bool = Field(
+        False, description="encoder embedding, decoder embedding and output projection are one "
+        "matrix (Vaswani et al. 2017, sec. 3.4); needs one vocabulary for source and target")
 
-
-class DecoderModel(nn.Module):
-    """Decoder over a given memory (B, S, D), projected to the vocabulary."""
-
-    def __init__(self, spec, parts):
-        super().__init__()
-        self.decoder = Decoder(spec, parts)
-        tie = self.decoder.embed.tok_emb if spec.tie_weights else None
-        self.out_head = lm_head(spec.emb_dim, spec.vocab_size, tie)
-
-    def forward(self, idx, memory, memory_padding_mask=None, padding_mask=None):
-        h = self.decoder(idx, memory, memory_padding_mask, padding_mask)  # (B, T, D)
-        return self.out_head(h)  # (B, T, vocab_size)
+    @model_validator(mode="after")
+    def _sublayer_residual(self):
+        return sublayer_residual_only(
+            self, "has three sublayers per decoder layer (cross-attention)")
 
 
-class EncoderDecoderModel(nn.Module):
-    """The original Transformer (Vaswani et al. 2017; seed 001): encoder, decoder with
-    cross-attention over the encoder output, projection to the vocabulary. With
-    ``share_embeddings`` the encoder's embedding, the decoder's and the output projection are
-    one matrix (Vaswani et al. 2017, sec. 3.4)."""
-
-    def __init__(self, spec, parts):
-        super().__init__()
-        self.encoder = Encoder(spec, parts)
-        shared = self.encoder.embed.tok_emb if spec.share_embeddings else None
-        self.decoder = Decoder(spec, parts, start_layer=spec.n_layers, share=shared)
-        tie = self.decoder.embed.tok_emb if spec.tie_weights or spec.share_embeddings else None
-        self.out_head = lm_head(spec.emb_dim, spec.vocab_size, tie)
-
-    def forward(self, src, tgt, src_padding_mask=None, tgt_padding_mask=None):
-        memory = self.encoder(src, src_padding_mask)  # (B, S, D)
-        h = self.decoder(tgt, memory, src_padding_mask, tgt_padding_mask)  # (B, T, D)
-        return self.out_head(h)  # (B, T, vocab_size)
-
-
-class DeepMLP(nn.Module):
-    """Seed 004's shortcut experiment: Linear -> activation per layer, each in the residual
-    slot; the shortcut is applied only where a layer keeps its width."""
-
-    def __init__(self, spec, parts):
-        super().__init__()
-        sizes = spec.layer_sizes
-        layers = []
-        for d_in, d_out in zip(sizes[:-1], sizes[1:]):
-            sublayer = nn.Sequential(nn.Linear(d_in, d_out), parts.activation())
-            residual = spec.residual
-            if d_in != d_out and "shortcut" in type(residual).model_fields:
-                residual = residual.model_copy(update={"shortcut": False})
-            layers.append(parts.residual(sublayer, d_in, d_out, spec=residual))
-        self.layers = nn.ModuleList(numbered(layers))
-
-    def forward(self, x):  # (B, layer_sizes[0])
-        for layer in self.layers:
-            x = layer(x)
-        return x  # (B, layer_sizes[-1])
+@hookimpl
+def register_families(register):
+    register("block", BlockSpec, models.BlockModel, task=FloatsToZero())
+    register("gpt", GPTSpec, models.GPTModel, task=NEXT_TOKEN)
+    register("encoder", EncoderSpec, models.EncoderModel, task=MaskedTokens())
+    register("decoder", DecoderSpec, models.DecoderModel, task=NextTokenOverMemory())
+    register("encoder_decoder", EncoderDecoderSpec, models.EncoderDecoderModel, task=Reverse())
+    register("mlp", MLPFamilySpec, models.DeepMLP, task=MLPRows())

@@ -17,10 +17,15 @@ REG = vl.get_registry()
 def make(emb_dim=8, n_heads=4, causal=True, positions=None, out_bias=True, drop_rate=0.0,
          **options):
     comp = REG.get("attention", "mha")
-    spec = comp.spec_cls.model_validate(options)
+    spec = comp.spec_cls.model_validate(options, context={"registry": REG})
     return comp.build(spec, emb_dim=emb_dim, n_heads=n_heads, context_length=16,
                       drop_rate=drop_rate, qkv_bias=True, causal=causal, positions=positions,
-                      out_bias=out_bias)
+                      out_bias=out_bias, make_norm=registry_norm)
+
+
+def registry_norm(dim, spec):
+    """A norm of width ``dim`` as the spec says (what build_model's make_norm gives)."""
+    return REG.get("norm", spec.kind).build(spec, dim=dim)
 
 
 def by_hand(q_heads, k_heads, v_heads, allowed):
@@ -193,7 +198,7 @@ def test_cross_attention_ignores_rotary_and_alibi():
 # -- validation ---------------------------------------------------------------------------
 def test_n_kv_heads_that_does_not_divide_n_heads_is_a_located_error(tiny):
     with pytest.raises(vl.SpecError) as info:
-        vl.parse_model_spec({**tiny, "attention": {"kind": "mha", "n_kv_heads": 3}})
+        vl.parse_model_spec({**tiny, "attention": {"kind": "mha", "n_kv_heads": 3}}, REG)
     (issue,) = info.value.issues
     assert issue.loc == ("attention", "n_kv_heads")
     assert "n_kv_heads=3 does not divide n_heads=4; choose one of 1, 2, 4" in issue.message
@@ -201,7 +206,7 @@ def test_n_kv_heads_that_does_not_divide_n_heads_is_a_located_error(tiny):
 
 def test_bad_qk_norm_kind_is_a_located_error(tiny):
     with pytest.raises(vl.SpecError) as info:
-        vl.parse_model_spec({**tiny, "attention": {"kind": "mha", "qk_norm": {"kind": "rsm"}}})
+        vl.parse_model_spec({**tiny, "attention": {"kind": "mha", "qk_norm": {"kind": "rsm"}}}, REG)
     assert info.value.issues[0].loc[:2] == ("attention", "qk_norm")
     assert "did you mean 'rms'?" in str(info.value)
 
@@ -225,17 +230,17 @@ def test_validate_command_points_at_the_yaml_line(tmp_path):
 
 def test_qk_norm_spec_round_trips(tiny):
     spec = vl.parse_model_spec({**tiny, "attention": {
-        "kind": "mha", "qk_norm": {"kind": "rms", "eps": 1e-6}, "qk_norm_scope": "projection"}})
+        "kind": "mha", "qk_norm": {"kind": "rms", "eps": 1e-6}, "qk_norm_scope": "projection"}}, REG)
     assert spec.attention.qk_norm.kind == "rms" and spec.attention.qk_norm.eps == 1e-6
-    assert vl.parse_model_spec(spec.to_data()) == spec
-    assert vl.parse_model_spec({**tiny, "attention": {"kind": "mha", "qk_norm": "none"}}
+    assert vl.parse_model_spec(spec.to_data(), REG) == spec
+    assert vl.parse_model_spec({**tiny, "attention": {"kind": "mha", "qk_norm": "none"}}, REG
                                ).attention.qk_norm is None
 
 
 def test_llama_style_model_builds_with_the_expected_parameters(tiny):
     spec = {**tiny, "positional": "rotary", "norm": "rms", "attention": {
         "kind": "mha", "n_kv_heads": 2, "qk_norm": {"kind": "rms"}, "impl": "sdpa"}}
-    model = vl.build_model(spec)
+    model = vl.build_model(spec, REG)
     att = model.trf_blocks[0].att.sublayer
     assert att.W_key.weight.shape == (16, 32) and att.q_norm.scale.shape == (8,)
     idx = torch.randint(0, 64, (2, 8))

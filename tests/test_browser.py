@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
+import variantlab as vl
 from variantlab.report import write_report
 from variantlab.report.sample import sample_run
+
+REG = vl.get_registry()
 
 CHROMIUM = Path("/usr/bin/chromium")
 EVIL = "<img src=x onerror=alert(1)>"
@@ -30,7 +33,7 @@ def test_report_html_in_chromium(tmp_path):
     from playwright import sync_api
     run = sample_run(((EVIL, {}, 1.05), ("post_norm", {"residual.kind": "post_norm"}, 2.0),
                       ("batch", {"norm.kind": "batch"}, 1.2)))
-    files = write_report([run], tmp_path)
+    files = write_report([run], tmp_path, registry=REG)
     url = files.html.resolve().as_uri()
     requests, console_errors, page_errors, dialogs = [], [], [], []
     with sync_api.sync_playwright() as pw:
@@ -88,7 +91,7 @@ def test_sweep_report_sorts_and_filters_in_chromium(tmp_path):
     shifts.update({("c", k): 0.013 * k for k in range(8)})
     run = sample_grid({"a": list(range(8)), "b": hostile, "c": list(range(8))}, shifts,
                       seeds=(0,), probes=("params", "gradients", "training"))
-    files = write_report([run], tmp_path)
+    files = write_report([run], tmp_path, registry=REG)
     url = files.html.resolve().as_uri()
     requests, errors, dialogs = [], [], []
     with sync_api.sync_playwright() as pw:

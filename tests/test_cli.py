@@ -182,7 +182,7 @@ def test_plugins_lists_and_json(tmp_path):
     assert result.exit_code == 0 and "rms" in result.output and "attention" not in result.output
     data = json.loads(invoke("plugins", "--json").output)
     kinds = {(r["slot"], r["kind"]) for r in data["components"]}
-    assert ("norm", "layer") in kinds and ("model", "gpt") in kinds
+    assert ("norm", "layer") in kinds and ("family", "gpt") in kinds
     (tmp_path / "broken_norm.py").write_text(BROKEN_PLUGIN)
     result = invoke("plugins", "--slot", "norm", "--plugin", tmp_path / "broken_norm.py")
     assert "broken" in result.output

@@ -3,14 +3,17 @@
 import pytest
 import torch
 
+import variantlab as vl
 from variantlab import data as datalib
 from variantlab.build import resolve_spec
 from variantlab.settings import StdlibData, SyntheticData, TextData
 
+REG = vl.get_registry()
+
 
 @pytest.fixture
 def spec(tiny):
-    return resolve_spec(tiny)
+    return resolve_spec(tiny, REG)
 
 
 def same(a, b):
@@ -20,9 +23,9 @@ def same(a, b):
 
 @pytest.mark.parametrize("source", [SyntheticData(), SyntheticData(task="recall")])
 def test_synthetic_is_deterministic_and_shaped(spec, source):
-    a = datalib.batches(source, spec, 3, 16, 2, seed=5)
-    b = datalib.batches(source, spec, 3, 16, 2, seed=5)
-    c = datalib.batches(source, spec, 3, 16, 2, seed=6)
+    a = datalib.batches(source, spec, 3, 16, 2, seed=5, registry=REG)
+    b = datalib.batches(source, spec, 3, 16, 2, seed=5, registry=REG)
+    c = datalib.batches(source, spec, 3, 16, 2, seed=6, registry=REG)
     assert len(a) == 2
     assert a[0].inputs["idx"].shape == (3, 16) and a[0].target.shape == (3, 16)
     assert a[0].n_tokens == 48
@@ -36,7 +39,7 @@ def test_batches_leave_the_global_rng_alone(spec):
     torch.manual_seed(1)
     expected = torch.rand(3)
     torch.manual_seed(1)
-    datalib.batches(SyntheticData(), spec, 2, 8, 2, seed=0)
+    datalib.batches(SyntheticData(), spec, 2, 8, 2, seed=0, registry=REG)
     assert torch.equal(torch.rand(3), expected)
 
 
@@ -53,7 +56,7 @@ def test_recall_answers_repeat_the_pairs():
 def test_text_source_tokenises_and_folds(tmp_path, spec):
     (tmp_path / "a.txt").write_text("Every effort moves you " * 40)
     (tmp_path / "b.txt").write_text("forward " * 40)
-    got = datalib.batches(TextData(path="*.txt"), spec, 2, 8, 3, seed=0, base_dir=tmp_path)
+    got = datalib.batches(TextData(path="*.txt"), spec, 2, 8, 3, seed=0, base_dir=tmp_path, registry=REG)
     ids = got[0].inputs["idx"]
     assert ids.shape == (2, 8)
     stream = datalib.token_stream(tuple(str(p) for p in datalib.text_files("*.txt", tmp_path)))
@@ -65,27 +68,28 @@ def test_text_source_tokenises_and_folds(tmp_path, spec):
 
 def test_text_source_names_the_pattern_when_nothing_matches(tmp_path, spec):
     with pytest.raises(datalib.DataError, match=r"data.path 'corpus/\*\*/\*.md'"):
-        datalib.batches(TextData(path="corpus/**/*.md"), spec, 2, 8, 1, seed=0, base_dir=tmp_path)
+        datalib.batches(TextData(path="corpus/**/*.md"), spec, 2, 8, 1, seed=0, base_dir=tmp_path,
+                        registry=REG)
 
 
 def test_text_too_short_says_so(tmp_path, spec):
     (tmp_path / "t.txt").write_text("hi")
     with pytest.raises(datalib.DataError, match="fewer than seq_len"):
-        datalib.batches(TextData(path="t.txt"), spec, 2, 8, 1, seed=0, base_dir=tmp_path)
+        datalib.batches(TextData(path="t.txt"), spec, 2, 8, 1, seed=0, base_dir=tmp_path, registry=REG)
 
 
 def test_stdlib_corpus(spec):
     files = datalib.stdlib_files(5)
     assert len(files) == 5 and files == sorted(files)
     assert all(f.suffix == ".py" for f in files)
-    a = datalib.batches(StdlibData(max_files=5), spec, 2, 16, 2, seed=3)
-    b = datalib.batches(StdlibData(max_files=5), spec, 2, 16, 2, seed=3)
+    a = datalib.batches(StdlibData(max_files=5), spec, 2, 16, 2, seed=3, registry=REG)
+    b = datalib.batches(StdlibData(max_files=5), spec, 2, 16, 2, seed=3, registry=REG)
     assert same(a, b) and a[0].inputs["idx"].shape == (2, 16)
 
 
 def test_float_families_ignore_tokens():
-    spec = resolve_spec({"family": "block", "emb_dim": 32, "n_heads": 4, "context_length": 16})
-    got = datalib.batches(TextData(path="nothing/*.txt"), spec, 2, 8, 2, seed=0)
+    spec = resolve_spec({"family": "block", "emb_dim": 32, "n_heads": 4, "context_length": 16}, REG)
+    got = datalib.batches(TextData(path="nothing/*.txt"), spec, 2, 8, 2, seed=0, registry=REG)
     assert got[0].inputs["x"].shape == (2, 8, 32)
-    again = datalib.batches(None, spec, 2, 8, 2, seed=0)
+    again = datalib.batches(None, spec, 2, 8, 2, seed=0, registry=REG)
     assert torch.equal(got[1].inputs["x"], again[1].inputs["x"])

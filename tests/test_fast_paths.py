@@ -102,14 +102,15 @@ def test_causal_attention_ignores_the_future():
 def test_whole_models_agree_across_attention_impls(tiny, family):
     spec = {**tiny, "family": family}
     torch.manual_seed(1)
-    naive = vl.build_model({**spec, "attention": {"kind": "mha", "impl": "naive"}}).eval()
-    sdpa = vl.build_model({**spec, "attention": {"kind": "mha", "impl": "sdpa"}}).eval()
+    naive = vl.build_model({**spec, "attention": {"kind": "mha", "impl": "naive"}}, REG).eval()
+    sdpa = vl.build_model({**spec, "attention": {"kind": "mha", "impl": "sdpa"}}, REG).eval()
     sdpa.load_state_dict(naive.state_dict())
-    batch = naive.variantlab_spec.make_batch(2, 8, generator=torch.Generator().manual_seed(0))
+    task = vl.task_for(naive.variantlab_spec, REG)
+    batch = task.batch(naive.variantlab_spec, 2, 8, generator=torch.Generator().manual_seed(0))
     outs = []
     for model in (naive, sdpa):
         out = model(**batch.inputs)
-        model.variantlab_spec.loss(out, batch).backward()
+        task.loss(model.variantlab_spec, out, batch).backward()
         outs.append((out.detach(), {n: p.grad for n, p in model.named_parameters()}))
     assert_same(*outs)
 

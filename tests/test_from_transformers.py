@@ -5,8 +5,11 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+import variantlab as vl  # noqa: E402
 from variantlab import from_transformers  # noqa: E402
 from variantlab.hfimport import ConversionError  # noqa: E402
+
+REG = vl.get_registry()
 
 BASE = dict(hidden_size=32, num_attention_heads=4, intermediate_size=48, num_hidden_layers=2,
             vocab_size=64, max_position_embeddings=32)
@@ -35,7 +38,7 @@ def test_llama_logits_equal(name, impl):
     torch.manual_seed(0)
     config = transformers.LlamaConfig(**BASE, **LLAMA[name], attn_implementation="eager")
     hf = perturbed(transformers.LlamaForCausalLM(config))
-    spec, model = from_transformers(hf, impl=impl)
+    spec, model = from_transformers(hf, REG, impl=impl)
     model.eval()
     assert spec.attention.impl == impl
     assert n_params(model) == n_params(hf)
@@ -50,13 +53,13 @@ def test_llama_logits_equal(name, impl):
 def test_unsupported_class_and_options_are_named():
     with pytest.raises(ConversionError, match="GPT2Model"):
         from_transformers(transformers.GPT2Model(transformers.GPT2Config(
-            n_embd=32, n_layer=1, n_head=4, vocab_size=64)))
+            n_embd=32, n_layer=1, n_head=4, vocab_size=64)), REG)
     cfg = transformers.LlamaConfig(**BASE, hidden_act="gelu_fast")
     with pytest.raises(ConversionError, match="hidden_act='gelu_fast'"):
-        from_transformers(transformers.LlamaForCausalLM(cfg))
+        from_transformers(transformers.LlamaForCausalLM(cfg), REG)
     cfg = transformers.LlamaConfig(**BASE, rope_scaling={"rope_type": "linear", "factor": 2.0})
     with pytest.raises(ConversionError, match="rope_scaling"):
-        from_transformers(transformers.LlamaForCausalLM(cfg))
+        from_transformers(transformers.LlamaForCausalLM(cfg), REG)
 
 
 QWEN3 = {
@@ -71,7 +74,7 @@ def test_qwen3_logits_equal(name, impl):
     torch.manual_seed(0)
     config = transformers.Qwen3Config(**BASE, **QWEN3[name], attn_implementation="eager")
     hf = perturbed(transformers.Qwen3ForCausalLM(config))
-    spec, model = from_transformers(hf, impl=impl)
+    spec, model = from_transformers(hf, REG, impl=impl)
     model.eval()
     assert n_params(model) == n_params(hf)
     idx = torch.randint(0, 64, (2, 10))
@@ -84,7 +87,7 @@ def test_llama_left_padded_mask(impl):
     torch.manual_seed(0)
     config = transformers.LlamaConfig(**BASE, **LLAMA["gqa-untied"], attn_implementation="eager")
     hf = perturbed(transformers.LlamaForCausalLM(config))
-    _, model = from_transformers(hf, impl=impl)
+    _, model = from_transformers(hf, REG, impl=impl)
     model.eval()
     idx = torch.randint(0, 64, (2, 8))
     mask = torch.ones(2, 8, dtype=torch.long)
@@ -102,9 +105,9 @@ def test_spec_yaml_round_trips_to_an_equal_spec():
     import variantlab as vl
 
     config = transformers.Qwen3Config(**BASE, **QWEN3["gqa-headdim-untied"])
-    spec, _ = from_transformers(transformers.Qwen3ForCausalLM(config), impl="sdpa")
+    spec, _ = from_transformers(transformers.Qwen3ForCausalLM(config), REG, impl="sdpa")
     doc = yaml.safe_load(vl.spec_yaml(spec))
-    back = vl.parse_model_spec(doc["model"])
+    back = vl.parse_model_spec(doc["model"], REG)
     assert back == spec
     assert back.attention.qk_norm.eps == config.rms_norm_eps
     assert back.attention.head_dim == 16 and back.attention.n_kv_heads == 2
@@ -118,14 +121,14 @@ def test_describe_yaml_prints_a_spec_that_loads_back(tmp_path):
     from variantlab.cli import main
 
     config = transformers.LlamaConfig(**BASE, **LLAMA["mqa-headdim"])
-    spec, _ = from_transformers(transformers.LlamaForCausalLM(config))
+    spec, _ = from_transformers(transformers.LlamaForCausalLM(config), REG)
     path = tmp_path / "llama.yaml"
     path.write_text(vl.spec_yaml(spec))
     result = CliRunner().invoke(main, ["describe", "--yaml", str(path)])
     assert result.exit_code == 0, result.output
     docs = [d for d in yaml.safe_load_all(result.output) if d]
     assert len(docs) == 1
-    assert vl.parse_model_spec(docs[0]["model"]) == spec
+    assert vl.parse_model_spec(docs[0]["model"], REG) == spec
 
 
 # -- every class: several configs each, perturbed, logits equal in both implementations ------
@@ -171,7 +174,7 @@ def hf_model(family, kwargs):
 @pytest.mark.parametrize("case", list(CASES))
 def test_every_class_logits_equal(case, impl):
     hf = hf_model(*CASES[case])
-    spec, model = from_transformers(hf, impl=impl)
+    spec, model = from_transformers(hf, REG, impl=impl)
     model.eval()
     assert spec.attention.impl == impl
     assert n_params(model) == n_params(hf)
@@ -189,7 +192,7 @@ def test_every_class_logits_equal(case, impl):
                                   "llama-biases-gelu-tanh", "qwen3-gqa-headdim-bias"])
 def test_every_class_left_padded_mask(case, impl):
     hf = hf_model(*CASES[case])
-    _, model = from_transformers(hf, impl=impl)
+    _, model = from_transformers(hf, REG, impl=impl)
     model.eval()
     idx = torch.randint(0, 64, (3, 9))
     mask = torch.ones(3, 9, dtype=torch.long)
@@ -204,20 +207,20 @@ def test_every_class_left_padded_mask(case, impl):
 
 
 def test_mapped_options_reach_the_spec():
-    spec, _ = from_transformers(hf_model(*CASES["neox-parallel-partial"]))
+    spec, _ = from_transformers(hf_model(*CASES["neox-parallel-partial"]), REG)
     assert spec.residual.kind == "parallel" and spec.residual.shared_norm is False
     assert spec.positional.fraction == 0.25 and spec.norm.kind == "layer"
-    spec, _ = from_transformers(hf_model(*CASES["neox-sequential-nobias-tied"]))
+    spec, _ = from_transformers(hf_model(*CASES["neox-sequential-nobias-tied"]), REG)
     assert spec.residual.kind == "pre_norm" and spec.positional.theta == 500.0
     assert not spec.qkv_bias and not spec.attn_out_bias
-    spec, _ = from_transformers(hf_model(*CASES["olmo2-gqa-untied-bias"]))
+    spec, _ = from_transformers(hf_model(*CASES["olmo2-gqa-untied-bias"]), REG)
     assert spec.residual.kind == "post_sublayer"
     assert spec.attention.qk_norm_scope == "projection" and spec.attention.n_kv_heads == 2
-    spec, _ = from_transformers(hf_model(*CASES["llama-biases-gelu-tanh"]))
+    spec, _ = from_transformers(hf_model(*CASES["llama-biases-gelu-tanh"]), REG)
     assert spec.feedforward.bias and spec.qkv_bias and spec.attn_out_bias
     assert spec.activation.kind == "gelu" and spec.activation.approximate == "tanh"
     spec, _ = from_transformers(hf_model("GPT2", dict(GPT2_BASE, embd_pdrop=0.2, attn_pdrop=0.3,
-                                                      resid_pdrop=0.4)))
+                                                      resid_pdrop=0.4)), REG)
     assert (spec.drop("emb"), spec.drop("attn"), spec.drop("resid")) == (0.2, 0.3, 0.4)
     assert spec.positional.kind == "learned" and spec.feedforward.hidden_dim == 128
 
@@ -244,7 +247,7 @@ def test_unsupported_options_name_option_and_value(family, kwargs, match):
     head = "LMHeadModel" if family == "GPT2" else "ForCausalLM"
     model = getattr(transformers, f"{family}{head}")(config)
     with pytest.raises(ConversionError, match=match):
-        from_transformers(model)
+        from_transformers(model, REG)
 
 
 @pytest.mark.parametrize("case", ["gpt2-untied-relu-inner", "neox-parallel-partial",
@@ -254,10 +257,10 @@ def test_spec_yaml_round_trips_for_every_class(case):
 
     import variantlab as vl
 
-    spec, model = from_transformers(hf_model(*CASES[case]))
-    back = vl.parse_model_spec(yaml.safe_load(vl.spec_yaml(spec))["model"])
+    spec, model = from_transformers(hf_model(*CASES[case]), REG)
+    back = vl.parse_model_spec(yaml.safe_load(vl.spec_yaml(spec))["model"], REG)
     assert back == spec
-    assert n_params(vl.build_model(back)) == n_params(model)
+    assert n_params(vl.build_model(back, REG)) == n_params(model)
 
 
 def test_rotary_settings_from_older_config_attributes():

@@ -67,10 +67,13 @@ def test_attention_equals_transformers(name, impl):
     for p in ref.parameters():  # random norm scales and biases, not their 1 / 0 inits
         torch.nn.init.normal_(p, std=0.3)
     bias = getattr(config, "attention_bias", False) or name.startswith("neox")
-    comp = vl.get_registry().get("attention", "mha")
-    ours = comp.build(comp.spec_cls.model_validate({**options, "impl": impl}), emb_dim=D,
-                      n_heads=H, context_length=16, drop_rate=0.0, qkv_bias=bias, causal=True,
-                      positions=RotaryPositions(theta, fraction), out_bias=bias).eval()
+    registry = vl.get_registry()
+    comp = registry.get("attention", "mha")
+    spec = comp.spec_cls.model_validate({**options, "impl": impl}, context={"registry": registry})
+    ours = comp.build(spec, emb_dim=D, n_heads=H, context_length=16, drop_rate=0.0,
+                      qkv_bias=bias, causal=True, positions=RotaryPositions(theta, fraction),
+                      out_bias=bias,
+                      make_norm=lambda dim, s: registry.get("norm", s.kind).build(s, dim=dim)).eval()
     assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in ref.parameters())
     copy_weights(ours, ref, name)
 

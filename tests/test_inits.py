@@ -11,12 +11,14 @@ from variantlab_plugins.inits import output_projections, residual_additions
 
 import variantlab as vl
 
+REG = vl.get_registry()
+
 TINY = {**conftest.TINY, "qkv_bias": True}
 
 
 def build(init: dict | None, seed: int = 0, **more) -> nn.Module:
     torch.manual_seed(seed)
-    return vl.build_model({**TINY, **more, **({"init": init} if init else {})})
+    return vl.build_model({**TINY, **more, **({"init": init} if init else {})}, REG)
 
 
 def linears(model: nn.Module) -> list[nn.Linear]:
@@ -24,7 +26,7 @@ def linears(model: nn.Module) -> list[nn.Linear]:
 
 
 def test_default_is_pytorch_init_and_the_spec_default():
-    assert vl.parse_model_spec(TINY).init.kind == "default"
+    assert vl.parse_model_spec(TINY, REG).init.kind == "default"
     a, b = build({"kind": "default"}), build(None, seed=0)  # no init key: the same
     for (name, p), q in zip(a.named_parameters(), b.parameters()):
         assert torch.equal(p, q), name
@@ -79,7 +81,7 @@ def test_same_seed_same_parameters_and_tied_weights_stay_tied():
 
 def test_unknown_init_kind_suggests():
     with pytest.raises(vl.SpecError, match="xavier"):
-        vl.parse_model_spec({**TINY, "init": {"kind": "xavir"}})
+        vl.parse_model_spec({**TINY, "init": {"kind": "xavir"}}, REG)
 
 
 @pytest.mark.parametrize("kind, shortcut, per_layer", [

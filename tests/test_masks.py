@@ -63,7 +63,7 @@ def left_pad(idx, n, pad_id=0):
 def test_padded_rows_equal_the_unpadded_sequences(tiny, impl, positional):
     spec = {**tiny, "positional": positional,
             "attention": {"kind": "mha", "impl": impl, "n_kv_heads": 2}}
-    model = vl.build_model(spec).eval()
+    model = vl.build_model(spec, REG).eval()
     a, b = torch.randint(1, 64, (1, 6)), torch.randint(1, 64, (1, 4))
     ref_a, ref_b = model(a), model(b)
     b_left, b_mask = left_pad(b, 2, pad_id=5)  # left padding (generation style)
@@ -79,7 +79,7 @@ def test_padded_rows_equal_the_unpadded_sequences(tiny, impl, positional):
 
 
 def test_mask_of_ones_changes_nothing_and_gradients_stay_finite(tiny):
-    model = vl.build_model({**tiny, "positional": "rotary"})
+    model = vl.build_model({**tiny, "positional": "rotary"}, REG)
     idx = torch.randint(0, 64, (2, 7))
     torch.testing.assert_close(model(idx, attention_mask=torch.ones(2, 7)), model(idx))
     mask = torch.ones(2, 7, dtype=torch.long)

@@ -144,7 +144,8 @@ def test_three_way_embedding_sharing():
     weight = shared.encoder.embed.tok_emb.weight
     assert shared.decoder.embed.tok_emb.weight is weight and shared.out_head.weight is weight
     assert n_params(build({**base, "tie_weights": True})) - n_params(shared) == 64 * 32
-    batch = vl.parse_model_spec(base, REGISTRY).make_batch(2, 6)
+    spec = vl.parse_model_spec(base, REGISTRY)
+    batch = vl.task_for(spec, REGISTRY).batch(spec, 2, 6)
     loss = torch.nn.functional.cross_entropy(
         shared(**batch.inputs).flatten(0, 1), batch.target.flatten())
     loss.backward()
@@ -174,7 +175,7 @@ def test_defaults_build_the_same_model_as_before():
     ("encoder_decoder", {"share_embeddings": True, "norm_bias": False, "final_norm": False}),
 ])
 def test_new_model_keys_pass_the_conformance_kit(family, keys):
-    check_component("model", {"family": family, **keys}, registry=REGISTRY)
+    check_component("family", {"family": family, **keys}, registry=REGISTRY)
 
 
 class IgnoresBiasSpec(vl.ComponentSpec):

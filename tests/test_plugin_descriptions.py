@@ -32,10 +32,10 @@ def test_doc_is_one_line_and_families_describe_their_own_fields(builtin_rows):
     rows = {(r["slot"], r["kind"]): r for r in builtin_rows}
     assert all("\n" not in r["doc"] for r in builtin_rows)
     assert rows[("norm", "rms")]["doc"].startswith("RMSNorm (Zhang & Sennrich 2019)")
-    mlp = {p["name"]: p for p in rows[("model", "mlp")]["params"]}
+    mlp = {p["name"]: p for p in rows[("family", "mlp")]["params"]}
     assert "widths" in mlp["layer_sizes"]["description"]
     assert "input rows" in mlp["inputs"]["description"]
-    gpt = {p["name"]: p for p in rows[("model", "gpt")]["params"]}
+    gpt = {p["name"]: p for p in rows[("family", "gpt")]["params"]}
     assert "output projection" in gpt["tie_weights"]["description"]
 
 

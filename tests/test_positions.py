@@ -114,7 +114,7 @@ def test_position_ids_count_real_tokens():
 @pytest.mark.parametrize("family", ["gpt", "encoder", "encoder_decoder"])
 @pytest.mark.parametrize("positional", ["learned", "sinusoidal", "rotary", "alibi", "none"])
 def test_one_positions_module_shared_by_reference(tiny, family, positional):
-    model = vl.build_model({**tiny, "family": family, "positional": positional})
+    model = vl.build_model({**tiny, "family": family, "positional": positional}, REG)
     embeds = [m for m in model.modules() if getattr(m, "variantlab_slot", "") == "positional"]
     atts = [m for m in model.modules() if getattr(m, "variantlab_slot", "") == "attention"]
     assert len(embeds) == (2 if family == "encoder_decoder" else 1)
@@ -129,11 +129,11 @@ def test_one_positions_module_shared_by_reference(tiny, family, positional):
 
 def test_rotary_and_alibi_change_the_model_but_not_its_parameters(tiny):
     torch.manual_seed(0)
-    base = vl.build_model({**tiny, "positional": "none"})
+    base = vl.build_model({**tiny, "positional": "none"}, REG)
     idx = torch.randint(0, 64, (2, 8))
     outs = {}
     for kind in ("rotary", "alibi"):
-        model = vl.build_model({**tiny, "positional": kind})
+        model = vl.build_model({**tiny, "positional": kind}, REG)
         assert model.state_dict().keys() == base.state_dict().keys()
         model.load_state_dict(base.state_dict())
         outs[kind] = model(idx)

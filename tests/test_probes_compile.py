@@ -4,11 +4,14 @@ rows marked compiled, a clear failure (only that unit) when torch.compile fails.
 import pytest
 import torch
 
+import variantlab as vl
 from variantlab.experiment import experiment_from_text
 from variantlab.probes import run_probe
 from variantlab.probes.compiled import CompileError, compile_errors, compile_model
 from variantlab.runner import plan_units, run_experiment
 from variantlab.store import results
+
+REG = vl.get_registry()
 
 TRAIN = {"steps": 5, "lr": 3e-3, "batch_size": 4, "seq_len": 16, "eval_batches": 2,
          "device": "cpu"}
@@ -28,8 +31,8 @@ def losses(rows):
 
 @pytest.mark.slow
 def test_compiled_training_matches_eager_within_1e4(tiny):
-    eager = run_probe("training", tiny, TRAIN, seed=0)
-    compiled = run_probe("training", tiny, {**TRAIN, "compile": True}, seed=0)
+    eager = run_probe("training", tiny, TRAIN, seed=0, registry=REG)
+    compiled = run_probe("training", tiny, {**TRAIN, "compile": True}, seed=0, registry=REG)
     assert len(losses(compiled)) == len(losses(eager)) == 5
     assert losses(compiled) == pytest.approx(losses(eager), abs=1e-4)
     assert losses(eager)[-1] != losses(eager)[0]  # the run really trained
@@ -42,7 +45,7 @@ def test_compiled_training_matches_eager_within_1e4(tiny):
 
 @pytest.mark.slow
 def test_compiled_timing_rows_are_marked_and_compile_time_is_apart(tiny):
-    rows = run_probe("timing", tiny, {**TIME, "compile": True}, seed=0)
+    rows = run_probe("timing", tiny, {**TIME, "compile": True}, seed=0, registry=REG)
     m = by_metric(rows, "timing")
     assert m["compiled"] == 1.0
     # the first forward traces and compiles: far longer than a measured (compiled) call
@@ -50,7 +53,7 @@ def test_compiled_timing_rows_are_marked_and_compile_time_is_apart(tiny):
     # the backward graph may be compiled with the forward one or at the first backward call
     # (AOTAutograd decides), so its first call is only known to be timed apart
     assert m["backward_compile_s"] > 0 and m["backward_median_s"] > 0
-    eager = by_metric(run_probe("timing", tiny, TIME, seed=0), "timing")
+    eager = by_metric(run_probe("timing", tiny, TIME, seed=0, registry=REG), "timing")
     assert eager["compiled"] == 0.0
     assert not any(k.endswith("_compile_s") for k in eager)
 
@@ -69,7 +72,7 @@ def test_compile_is_in_the_unit_key(tiny):
 
 def test_dynamics_takes_no_compile_key(tiny):
     with pytest.raises(Exception, match="compile"):
-        run_probe("dynamics", tiny, {"steps": 2, "compile": True}, seed=0)
+        run_probe("dynamics", tiny, {"steps": 2, "compile": True}, seed=0, registry=REG)
 
 
 def test_compile_model_off_returns_the_model_itself():
@@ -122,7 +125,7 @@ def test_report_tables_show_compiled_runs_and_compile_time(tiny, tmp_path):
             "  timing: {seq_len: 16, passes: [forward], compile: true}\n"
             "  training: {steps: 2, seq_len: 16, compile: true}\n")
     summary = run_experiment(experiment_from_text(text), tmp_path / "runs", probe_fn=fake)
-    write_report([summary.store], tmp_path / "report")
+    write_report([summary.store], tmp_path / "report", registry=REG)
     md = (tmp_path / "report" / "report.md").read_text()
     assert md.count("compiled (torch.compile)") == 2  # the timing and the training table
     assert "forward compile time" in md and "7.5" in md

@@ -5,10 +5,14 @@ import math
 import pytest
 import torch
 
+import variantlab as vl
 from variantlab import build_model, parse_model_spec
 from variantlab import data as datalib
 from variantlab.probes import run_probe
 from variantlab.probes.dynamics import METRICS, layer_params
+from variantlab.tasks import task_for
+
+REG = vl.get_registry()
 
 SETTINGS = {"steps": 5, "every": 2, "batch_size": 2, "seq_len": 16, "device": "cpu"}
 
@@ -19,8 +23,8 @@ def by(rows, metric):
 
 @pytest.mark.parametrize("impl", ["naive", "sdpa"])
 def test_records_five_quantities_per_layer_every_k_steps(tiny, impl):
-    spec = parse_model_spec({**tiny, "attention": {"kind": "mha", "impl": impl}})
-    rows = run_probe("dynamics", spec, SETTINGS, seed=1)
+    spec = parse_model_spec({**tiny, "attention": {"kind": "mha", "impl": impl}}, REG)
+    rows = run_probe("dynamics", spec, SETTINGS, seed=1, registry=REG)
     for metric in METRICS:
         got = by(rows, metric)
         assert set(got) == {(i, s) for i in (0, 1) for s in (0, 2, 4)}, metric
@@ -34,7 +38,7 @@ def test_records_five_quantities_per_layer_every_k_steps(tiny, impl):
 
 def test_naive_and_sdpa_report_the_same_attention_numbers(tiny):
     naive, sdpa = (run_probe("dynamics", parse_model_spec(
-        {**tiny, "attention": {"kind": "mha", "impl": impl}}), SETTINGS, seed=2)
+        {**tiny, "attention": {"kind": "mha", "impl": impl}}, REG), SETTINGS, seed=2, registry=REG)
         for impl in ("naive", "sdpa"))
     for metric in ("max_attn_logit", "attn_entropy", "residual_rms", "grad_norm"):
         a, b = by(naive, metric), by(sdpa, metric)
@@ -44,11 +48,11 @@ def test_naive_and_sdpa_report_the_same_attention_numbers(tiny):
 
 
 def test_max_logit_and_entropy_match_a_hand_computation(tiny):
-    spec = parse_model_spec(tiny)
-    rows = run_probe("dynamics", spec, {**SETTINGS, "steps": 1}, seed=5)
+    spec = parse_model_spec(tiny, REG)
+    rows = run_probe("dynamics", spec, {**SETTINGS, "steps": 1}, seed=5, registry=REG)
     torch.manual_seed(5)
-    model = build_model(spec)
-    (batch,) = datalib.batches(None, spec, 2, 16, 1, seed=5)
+    model = build_model(spec, REG)
+    (batch,) = datalib.batches(None, spec, 2, 16, 1, seed=5, registry=REG)
     seen = {}
 
     def hook(layer):
@@ -76,14 +80,14 @@ def test_max_logit_and_entropy_match_a_hand_computation(tiny):
 
 def test_update_ratio_and_grad_norm_match_an_adamw_step_by_hand(tiny):
     lr, wd, eps = 1e-2, 0.1, 1e-8
-    spec = parse_model_spec(tiny)
+    spec = parse_model_spec(tiny, REG)
     rows = run_probe("dynamics", spec, {**SETTINGS, "steps": 1, "every": 1, "lr": lr,
-                                        "weight_decay": wd, "grad_clip": None}, seed=7)
+                                        "weight_decay": wd, "grad_clip": None}, seed=7, registry=REG)
     torch.manual_seed(7)
-    model = build_model(spec)
+    model = build_model(spec, REG)
     model.train()
-    (batch,) = datalib.batches(None, spec, 2, 16, 1, seed=7)
-    spec.loss(model(**batch.inputs), batch).backward()
+    (batch,) = datalib.batches(None, spec, 2, 16, 1, seed=7, registry=REG)
+    task_for(spec, REG).loss(spec, model(**batch.inputs), batch).backward()
     for (stack, layer), params in layer_params(model).items():
         w = [p.detach() for p in params]
         g = [p.grad for p in params]
@@ -99,6 +103,6 @@ def test_update_ratio_and_grad_norm_match_an_adamw_step_by_hand(tiny):
 
 
 def test_unknown_setting_and_every_zero_are_refused(tiny):
-    spec = parse_model_spec(tiny)
+    spec = parse_model_spec(tiny, REG)
     with pytest.raises(Exception, match="every"):
-        run_probe("dynamics", spec, {"every": 0}, seed=0)
+        run_probe("dynamics", spec, {"every": 0}, seed=0, registry=REG)

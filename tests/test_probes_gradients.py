@@ -10,6 +10,9 @@ from variantlab import data as datalib
 from variantlab.build import resolve_spec
 from variantlab.probes import run_probe
 from variantlab.settings import SyntheticData
+from variantlab.tasks import task_for
+
+REG = vl.get_registry()
 
 NO_SHORTCUT = [2.0174e-04, 1.2011e-04, 7.1520e-04, 1.3989e-03, 5.0496e-03]
 WITH_SHORTCUT = [0.22170, 0.20694, 0.32897, 0.26657, 1.32585]
@@ -28,7 +31,7 @@ def test_seed_shortcut_experiment(shortcut, expected):
         "activation": {"kind": "gelu", "approximate": "tanh"}, "norm": {"kind": "none"},
         "residual": {"kind": "pre_norm", "shortcut": shortcut},
     }
-    rows = run_probe("gradients", spec, {"batches": 1}, seed=123)
+    rows = run_probe("gradients", spec, {"batches": 1}, seed=123, registry=REG)
     grads = pick(rows, "mean_abs_grad", "parameter")
     weights = [v for (name, _), v in grads.items() if name.endswith("weight")]
     assert weights == pytest.approx(expected, rel=1e-4)
@@ -37,20 +40,20 @@ def test_seed_shortcut_experiment(shortcut, expected):
 
 
 def hand_grads(tiny, seed, n):
-    spec = resolve_spec(tiny)
+    spec = resolve_spec(tiny, REG)
     torch.manual_seed(seed)
-    model = vl.build_model(spec)
-    batches = datalib.batches(SyntheticData(), spec, 2, 8, n, seed=seed)
+    model = vl.build_model(spec, REG)
+    batches = datalib.batches(SyntheticData(), spec, 2, 8, n, seed=seed, registry=REG)
     per_batch = []
     for b in batches:
         model.zero_grad()
-        spec.loss(model(**b.inputs), b).backward()
+        task_for(spec, REG).loss(spec, model(**b.inputs), b).backward()
         per_batch.append({k: p.grad.clone() for k, p in model.named_parameters()})
     return model, per_batch
 
 
 def test_norms_equal_a_hand_computation(tiny):
-    rows = run_probe("gradients", tiny, {**SETTINGS, "mode": "eval"}, seed=4)
+    rows = run_probe("gradients", tiny, {**SETTINGS, "mode": "eval"}, seed=4, registry=REG)
     _, (g,) = hand_grads(tiny, 4, 1)
     name = next(k for k in g if k.startswith("trf_blocks.1.ff.") and k.endswith("weight"))
     w = g[name]
@@ -71,7 +74,7 @@ def test_norms_equal_a_hand_computation(tiny):
 
 
 def test_gradients_are_averaged_over_batches_before_the_norm(tiny):
-    rows = run_probe("gradients", tiny, {**SETTINGS, "batches": 3}, seed=2)
+    rows = run_probe("gradients", tiny, {**SETTINGS, "batches": 3}, seed=2, registry=REG)
     _, grads = hand_grads(tiny, 2, 3)
     name = "trf_blocks.0.att.sublayer.W_query.weight"
     mean_grad = sum(g[name] for g in grads) / 3
@@ -82,7 +85,7 @@ def test_gradients_are_averaged_over_batches_before_the_norm(tiny):
 
 
 def test_row_schema_and_residual_rms(tiny):
-    rows = run_probe("gradients", {**tiny, "n_layers": 3}, SETTINGS, seed=0)
+    rows = run_probe("gradients", {**tiny, "n_layers": 3}, SETTINGS, seed=0, registry=REG)
     assert {r["scope"] for r in rows} == {"model", "parameter", "layer"}
     rms = pick(rows, "residual_rms", "layer")
     assert sorted(layer for _, layer in rms) == [0, 1, 2]
@@ -94,11 +97,11 @@ def test_row_schema_and_residual_rms(tiny):
 
 
 def test_residual_rms_matches_the_layer_output(tiny):
-    spec = resolve_spec(tiny)
-    rows = run_probe("gradients", tiny, SETTINGS, seed=1)
+    spec = resolve_spec(tiny, REG)
+    rows = run_probe("gradients", tiny, SETTINGS, seed=1, registry=REG)
     torch.manual_seed(1)
-    model = vl.build_model(spec)
-    (batch,) = datalib.batches(SyntheticData(), spec, 2, 8, 1, seed=1)
+    model = vl.build_model(spec, REG)
+    (batch,) = datalib.batches(SyntheticData(), spec, 2, 8, 1, seed=1, registry=REG)
     with torch.no_grad():
         h = model.trf_blocks[0](model.embed(batch.inputs["idx"]))
     assert pick(rows, "residual_rms", "layer")[("", 0)] == pytest.approx(
@@ -106,8 +109,9 @@ def test_residual_rms_matches_the_layer_output(tiny):
 
 
 def test_nan_loss_raises_naming_the_variant(tiny, monkeypatch):
-    spec = resolve_spec(tiny)
-    monkeypatch.setattr(type(spec), "loss", lambda self, out, batch: out.sum() * float("nan"))
+    spec = resolve_spec(tiny, REG)
+    task = type(vl.task_for(spec, REG))
+    monkeypatch.setattr(task, "loss", lambda self, spec, out, batch: out.sum() * float("nan"))
     with pytest.raises(FloatingPointError, match="non-finite outputs") as info:
-        run_probe("gradients", spec, SETTINGS, seed=0)
+        run_probe("gradients", spec, SETTINGS, seed=0, registry=REG)
     assert "norm layer" in str(info.value) and "family gpt" in str(info.value)

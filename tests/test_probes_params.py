@@ -5,6 +5,8 @@ import pytest
 import variantlab as vl
 from variantlab.probes import PROBES, run_probe
 
+REG = vl.get_registry()
+
 
 def by(rows, metric, scope="model"):
     return {(r["name"], r["layer"]): r["value"] for r in rows
@@ -14,13 +16,13 @@ def by(rows, metric, scope="model"):
 def test_probe_names():
     assert PROBES == ("params", "gradients", "timing", "training", "dynamics")
     with pytest.raises(ValueError, match="unknown probe 'flops'"):
-        run_probe("flops", {"family": "gpt"}, None, seed=0)
+        run_probe("flops", {"family": "gpt"}, None, seed=0, registry=REG)
 
 
 def test_totals_match_unique_parameters(tiny):
-    rows = run_probe("params", tiny, None, seed=0)
+    rows = run_probe("params", tiny, None, seed=0, registry=REG)
     assert all(r["probe"] == "params" and r["unit"] == "count" for r in rows)
-    model = vl.build_model(tiny)
+    model = vl.build_model(tiny, REG)
     total = sum(p.numel() for p in model.parameters())
     assert by(rows, "total")[("", None)] == total == 30_400
     assert by(rows, "trainable")[("", None)] == total
@@ -39,8 +41,8 @@ def test_totals_match_unique_parameters(tiny):
 
 
 def test_tied_weights_counted_once(tiny):
-    untied = by(run_probe("params", tiny, None, seed=0), "total")[("", None)]
-    tied_rows = run_probe("params", {**tiny, "tie_weights": True}, None, seed=0)
+    untied = by(run_probe("params", tiny, None, seed=0, registry=REG), "total")[("", None)]
+    tied_rows = run_probe("params", {**tiny, "tie_weights": True}, None, seed=0, registry=REG)
     assert by(tied_rows, "total")[("", None)] == untied - 64 * 32
     assert ("head", None) not in by(tied_rows, "params", "slot")
     assert sum(by(tied_rows, "params", "slot").values()) == untied - 64 * 32
@@ -48,13 +50,13 @@ def test_tied_weights_counted_once(tiny):
 
 def test_gpt2_124m_seed_counts():
     spec = {"family": "gpt", "n_layers": 12, "emb_dim": 768, "n_heads": 12}
-    rows = run_probe("params", spec, None, seed=0)
+    rows = run_probe("params", spec, None, seed=0, registry=REG)
     assert by(rows, "total")[("", None)] == 163_009_536
     assert by(rows, "non_embedding")[("", None)] == 163_009_536 - 50257 * 768 - 1024 * 768
 
 
 def test_untagged_parameters_fall_under_other():
-    rows = run_probe("params", {"family": "mlp", "norm": "none"}, None, seed=0)
+    rows = run_probe("params", {"family": "mlp", "norm": "none"}, None, seed=0, registry=REG)
     slots = by(rows, "params", "slot")
     # each Linear sits in a residual wrapper, the innermost tagged module
     assert set(k[0] for k in slots) == {"residual"}

@@ -5,7 +5,10 @@ import math
 import pytest
 import torch
 
+import variantlab as vl
 from variantlab.probes import flops, run_probe
+
+REG = vl.get_registry()
 
 TINY_TIMING = {"batch_size": 2, "seq_len": 16, "warmup": 1, "repeats": 3,
                "passes": ["forward", "backward", "step"], "device": "cpu"}
@@ -21,7 +24,7 @@ def info_rows(rows):
 
 
 def test_rows_on_cpu(tiny):
-    rows = run_probe("timing", tiny, TINY_TIMING, seed=0)
+    rows = run_probe("timing", tiny, TINY_TIMING, seed=0, registry=REG)
     m = model_rows(rows)
     for p in ("forward", "backward", "step"):
         assert m[f"{p}_median_s"] > 0
@@ -41,25 +44,25 @@ def test_rows_on_cpu(tiny):
 
 
 def test_only_the_passes_asked_for(tiny):
-    rows = run_probe("timing", tiny, {**TINY_TIMING, "passes": ["forward"]}, seed=0)
+    rows = run_probe("timing", tiny, {**TINY_TIMING, "passes": ["forward"]}, seed=0, registry=REG)
     assert not any(r["metric"].startswith(("backward", "step")) for r in rows)
 
 
 def test_sdpa_backend_is_reported(tiny):
     spec = {**tiny, "attention": {"kind": "mha", "impl": "sdpa"}}
-    rows = run_probe("timing", spec, {**TINY_TIMING, "passes": ["forward"]}, seed=0)
+    rows = run_probe("timing", spec, {**TINY_TIMING, "passes": ["forward"]}, seed=0, registry=REG)
     assert info_rows(rows)["sdpa_backend"] in {"flash", "efficient", "math", "cudnn"}
 
 
 def test_mlp_family_has_no_attention_term():
     spec = {"family": "mlp", "layer_sizes": [8, 8, 8, 1], "norm": "none"}
-    rows = run_probe("timing", spec, {**TINY_TIMING, "passes": ["backward"]}, seed=0)
+    rows = run_probe("timing", spec, {**TINY_TIMING, "passes": ["backward"]}, seed=0, registry=REG)
     assert model_rows(rows)["flops_per_token"] == 6 * (3 * (64 + 8) - 64 - 8 + 8 + 1)
 
 
 def test_bfloat16_autocast_on_cpu(tiny):
     rows = run_probe("timing", tiny, {**TINY_TIMING, "dtype": "bfloat16",
-                                      "passes": ["backward"]}, seed=0)
+                                      "passes": ["backward"]}, seed=0, registry=REG)
     assert info_rows(rows)["dtype"] == "bfloat16"
     assert model_rows(rows)["backward_median_s"] > 0
 
@@ -67,7 +70,7 @@ def test_bfloat16_autocast_on_cpu(tiny):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")
 def test_missing_cuda_is_a_clear_error(tiny):
     with pytest.raises(RuntimeError, match="no CUDA device"):
-        run_probe("timing", tiny, TINY_TIMING, seed=0, device="cuda")
+        run_probe("timing", tiny, TINY_TIMING, seed=0, device="cuda", registry=REG)
 
 
 def test_peak_table():
@@ -82,7 +85,7 @@ def test_peak_table():
 def test_cuda_rows(tiny):
     spec = {**tiny, "attention": {"kind": "mha", "impl": "sdpa"}}
     rows = run_probe("timing", spec, {**TINY_TIMING, "dtype": "bfloat16", "device": "auto"},
-                     seed=0)
+                     seed=0, registry=REG)
     m = model_rows(rows)
     for p in ("forward", "backward", "step"):
         assert m[f"{p}_flops_per_s"] > 0

@@ -4,8 +4,12 @@ import math
 
 import pytest
 
+import variantlab as vl
 from variantlab.probes import run_probe, training
 from variantlab.settings import SyntheticData, TrainingSettings
+from variantlab.tasks import task_for
+
+REG = vl.get_registry()
 
 RECALL = SyntheticData(task="recall")
 
@@ -21,7 +25,7 @@ def model_rows(rows):
 
 def test_loss_decreases_on_a_tiny_model(tiny):
     settings = {"steps": 30, "lr": 3e-3, "batch_size": 8, "seq_len": 32, "device": "cpu"}
-    rows = run_probe("training", tiny, settings, seed=0, data=RECALL)
+    rows = run_probe("training", tiny, settings, seed=0, data=RECALL, registry=REG)
     losses = curve(rows)
     assert len(losses) == 30
     assert [r["step"] for r in rows if r["metric"] == "loss"] == list(range(30))
@@ -35,15 +39,15 @@ def test_loss_decreases_on_a_tiny_model(tiny):
 
 def test_same_seed_same_curve(tiny):
     settings = {"steps": 5, "lr": 1e-3, "batch_size": 4, "seq_len": 16, "device": "cpu"}
-    a = curve(run_probe("training", tiny, settings, seed=3))
-    b = curve(run_probe("training", tiny, settings, seed=3))
+    a = curve(run_probe("training", tiny, settings, seed=3, registry=REG))
+    b = curve(run_probe("training", tiny, settings, seed=3, registry=REG))
     assert a == b
 
 
 def test_huge_learning_rate_is_flagged(tiny):
     settings = {"steps": 20, "lr": 1e4, "batch_size": 4, "seq_len": 16, "grad_clip": None,
                 "weight_decay": 0.0, "device": "cpu"}
-    rows = run_probe("training", tiny, settings, seed=0, data=RECALL)
+    rows = run_probe("training", tiny, settings, seed=0, data=RECALL, registry=REG)
     m = model_rows(rows)
     assert m["diverged"] == 1.0
     losses = curve(rows)
@@ -59,26 +63,26 @@ def test_eval_loss_is_the_eval_mode_loss_on_fresh_batches(tiny):
 
     settings = TrainingSettings(steps=3, lr=1e-3, batch_size=4, seq_len=16, device="cpu",
                                 eval_batches=2)
-    spec = resolve_spec({**tiny, "norm": {"kind": "batch"}, "drop_rate": 0.2})
+    spec = resolve_spec({**tiny, "norm": {"kind": "batch"}, "drop_rate": 0.2}, REG)
     with pytest.warns(VariantWarning, match="future positions"):  # BatchNorm, on purpose
-        rows = training.run(spec, settings, seed=1, data=RECALL)
+        rows = training.run(spec, settings, seed=1, data=RECALL, registry=REG)
     # redo it by hand: same init, same steps, then eval mode on batches of another seed
     with pytest.warns(VariantWarning):
-        model = make_model(spec, 1, None, torch.device("cpu"))
+        model = make_model(spec, 1, REG, torch.device("cpu"))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
-    for batch in datalib.batches(RECALL, spec, 4, 16, 3, seed=1):
+    for batch in datalib.batches(RECALL, spec, 4, 16, 3, seed=1, registry=REG):
         opt.zero_grad()
-        spec.loss(model(**batch.inputs), batch).backward()
+        task_for(spec, REG).loss(spec, model(**batch.inputs), batch).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
     model.eval()
-    held = datalib.batches(RECALL, spec, 4, 16, 2, seed=1 + training.EVAL_SEED_OFFSET)
+    held = datalib.batches(RECALL, spec, 4, 16, 2, seed=1 + training.EVAL_SEED_OFFSET, registry=REG)
     with torch.no_grad():
-        want = sum(float(spec.loss(model(**b.inputs), b)) for b in held) / 2
+        want = sum(float(task_for(spec, REG).loss(spec, model(**b.inputs), b)) for b in held) / 2
     assert model_rows(rows)["eval_loss"] == pytest.approx(want, rel=1e-5)
     with pytest.warns(VariantWarning):
         none = training.run(spec, settings.model_copy(update={"eval_batches": 0}), seed=1,
-                            data=RECALL)
+                            data=RECALL, registry=REG)
     assert "eval_loss" not in model_rows(none)
 
 
@@ -94,7 +98,7 @@ def test_short_run_on_random_tokens_is_not_flagged(tiny, seed):
     """5 steps on unlearnable random tokens: the loss wanders above its first value by
     noise (about 0.1-0.2 nats here), which is no divergence."""
     settings = {"steps": 5, "lr": 1e-3, "batch_size": 4, "seq_len": 16, "device": "cpu"}
-    rows = run_probe("training", tiny, settings, seed=seed)
+    rows = run_probe("training", tiny, settings, seed=seed, registry=REG)
     losses = curve(rows)
     assert all(math.isfinite(v) for v in losses)
     assert model_rows(rows)["diverged"] == 0.0
@@ -103,7 +107,7 @@ def test_short_run_on_random_tokens_is_not_flagged(tiny, seed):
 def test_blow_up_with_finite_losses_is_flagged(tiny):
     """lr 1.0 with clipping: every loss finite, but the run ends far above where it began."""
     settings = {"steps": 20, "lr": 1.0, "batch_size": 4, "seq_len": 16, "device": "cpu"}
-    rows = run_probe("training", tiny, settings, seed=2)
+    rows = run_probe("training", tiny, settings, seed=2, registry=REG)
     losses = curve(rows)
     assert all(math.isfinite(v) for v in losses)
     m = model_rows(rows)
@@ -114,7 +118,7 @@ def test_blow_up_with_finite_losses_is_flagged(tiny):
 def test_nan_loss_is_flagged_and_stops_the_run(tiny):
     settings = {"steps": 20, "lr": 1e4, "batch_size": 4, "seq_len": 16, "grad_clip": None,
                 "device": "cpu"}
-    rows = run_probe("training", tiny, settings, seed=0, data=RECALL)
+    rows = run_probe("training", tiny, settings, seed=0, data=RECALL, registry=REG)
     losses = curve(rows)
     assert not math.isfinite(losses[-1]) and len(losses) < 20
     assert model_rows(rows)["diverged"] == 1.0

@@ -15,7 +15,7 @@ EXPECTED = {
                  "parallel"},
     "positional": {"learned", "sinusoidal", "none"},
     "init": {"default", "xavier", "normal", "deepnorm"},
-    "model": {"block", "gpt", "encoder", "decoder", "encoder_decoder", "mlp"},
+    "family": {"block", "gpt", "encoder", "decoder", "encoder_decoder", "mlp"},
 }
 
 
@@ -28,7 +28,7 @@ def test_builtins_cover_every_slot():
         f"variantlab_plugins.{m}" for m in BUILTIN_MODULES
     ]
     assert reg.get("norm", "layer").plugin == "variantlab_plugins.norms"
-    assert sources["variantlab_plugins.models"] == "builtin"
+    assert sources["variantlab_plugins.families"] == "builtin"
 
 
 def test_builtins_are_registered_through_pluggy_hooks():

@@ -23,7 +23,7 @@ def test_walk_covers_every_slot():
 
 @pytest.mark.parametrize(("slot", "kind"), CASES, ids=[f"{s}-{k}" for s, k in CASES])
 def test_registered_kind_conforms(slot, kind):
-    spec = {"family": kind} if slot == "model" else {"kind": kind}
+    spec = {"family": kind} if slot == "family" else {"kind": kind}
     check_component(slot, spec, registry=REGISTRY)
 
 

@@ -11,11 +11,14 @@ import pandas as pd
 import pytest
 from conftest import store_of
 
+import variantlab as vl
 from variantlab.report import build_context, gather, write_report
 from variantlab.report.plots import build_plots, styles, to_svg
 from variantlab.report.render import browse_script, md_escape
 from variantlab.report.sample import sample_run
 from variantlab.report.tables import summarize
+
+REG = vl.get_registry()
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("VARIANTLAB_UPDATE_GOLDEN") == "1"
@@ -34,7 +37,7 @@ def _golden(name: str, text: str) -> None:
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
-    return write_report([sample_run()], out)
+    return write_report([sample_run()], out, registry=REG)
 
 
 def _summary(**kw) -> tuple[pd.DataFrame, object]:
@@ -76,7 +79,7 @@ def test_summary_numbers_follow_the_sample_formulas():
 
 def test_reading_is_computed_from_the_numbers():
     data = gather([sample_run()])
-    context, _ = build_context(data)
+    context, _ = build_context(data, registry=REG)
     text = "\n".join(context["reading"])
     assert "post_norm: FFN gradient norm rises 4.0x from layer 0 to layer 2" in text
     assert "pre_norm: 1.1x" in text
@@ -89,7 +92,7 @@ def test_reading_is_computed_from_the_numbers():
     # sdpa (index 1) runs 15 ms per forward; a third of that is 2.0x faster than 10 ms
     faster.rows.loc[(faster.rows["variant"] == "sdpa")
                     & faster.rows["metric"].str.endswith("_median_s"), "value"] /= 3
-    context, _ = build_context(gather([faster]))
+    context, _ = build_context(gather([faster]), registry=REG)
     assert any("forward+backward: sdpa is 2.01x faster than naive on every seed" in line
                for line in context["reading"])
 
@@ -118,7 +121,7 @@ def test_markdown_escape():
 def test_hostile_variant_name_is_escaped_everywhere(tmp_path):
     run = sample_run(((EVIL, {}, 1.0), ("b|c", {"norm.kind": "rms"}, 2.0)), fail=None,
                      diverge=None)
-    files = write_report([run], tmp_path)
+    files = write_report([run], tmp_path, registry=REG)
     html = files.html.read_text(encoding="utf-8")
     assert EVIL not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
     md = files.markdown.read_text(encoding="utf-8")
@@ -140,8 +143,8 @@ def test_html_is_self_contained(report):
 
 
 def test_svg_output_is_deterministic(tmp_path):
-    a = write_report([sample_run()], tmp_path / "a")
-    b = write_report([sample_run()], tmp_path / "b")
+    a = write_report([sample_run()], tmp_path / "a", registry=REG)
+    b = write_report([sample_run()], tmp_path / "b", registry=REG)
     for pa, pb in zip(a.plots, b.plots):
         assert pa.read_bytes() == pb.read_bytes(), pa.name
     assert a.html.read_bytes() == b.html.read_bytes()
@@ -165,7 +168,7 @@ def test_every_plot_has_title_and_labelled_axes():
 def test_plot_without_data_is_skipped_with_a_reason(tmp_path):
     run = sample_run(fail=None, diverge=None)
     run.rows = run.rows[run.rows["probe"] != "training"]
-    files = write_report([run], tmp_path)
+    files = write_report([run], tmp_path, registry=REG)
     md = files.markdown.read_text(encoding="utf-8")
     assert "Skipped: no training curves" in md
     assert not (tmp_path / "training.svg").exists()
@@ -189,7 +192,7 @@ def test_baseline_choice_and_unknown_baseline(tmp_path):
     assert _value(summary, "post_norm", "total", "ratio") == 1.0
     assert _value(summary, "pre_norm", "forward_median_s", "ratio") == pytest.approx(10.1 / 15.1)
     with pytest.raises(ValueError, match="no such variant; choose one of: pre_norm"):
-        write_report([sample_run()], tmp_path, baseline="nope")
+        write_report([sample_run()], tmp_path, baseline="nope", registry=REG)
 
 
 def test_several_runs_prefix_clashing_names(tmp_path):
@@ -199,7 +202,7 @@ def test_several_runs_prefix_clashing_names(tmp_path):
     data = gather([a, b])
     assert data.order == ["exp-a/pre_norm", "post_norm", "batch", "exp-b/pre_norm", "rms"]
     assert data.baseline == "exp-a/pre_norm"
-    files = write_report([a, b], tmp_path)
+    files = write_report([a, b], tmp_path, registry=REG)
     md = files.markdown.read_text(encoding="utf-8")
     assert "## Run: exp-a" in md and "## Run: exp-b" in md
     assert "| variant | experiment |" in md
@@ -211,8 +214,8 @@ def _store_sample(path: Path) -> Path:
 
 def test_report_from_a_real_store_matches_the_in_memory_one(tmp_path):
     store = _store_sample(tmp_path / "sample")
-    from_store = write_report([store], tmp_path / "out")
-    direct = write_report([sample_run()], tmp_path / "direct")
+    from_store = write_report([store], tmp_path / "out", registry=REG)
+    direct = write_report([sample_run()], tmp_path / "direct", registry=REG)
     assert from_store.csv.read_text() == direct.csv.read_text()
     assert from_store.markdown.read_text() == direct.markdown.read_text()
 

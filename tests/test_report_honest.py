@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from torch import nn
 
+import variantlab as vl
 from variantlab.probes import run_probe
 from variantlab.probes.common import layer_stacks, param_index, stack_roots
 from variantlab.report import build_context, gather
@@ -18,6 +19,8 @@ from variantlab.report.sample import sample_run
 from variantlab.report.tables import depth_ratios, summarize
 from variantlab.store import Store, UnitRecord, load_run
 
+REG = vl.get_registry()
+
 ENC_DEC = {"family": "encoder_decoder", "vocab_size": 64, "context_length": 32, "emb_dim": 32,
            "n_heads": 4, "n_layers": 2, "drop_rate": 0.0}
 GRADS = {"batch_size": 2, "seq_len": 16, "batches": 1}
@@ -25,7 +28,7 @@ GRADS = {"batch_size": 2, "seq_len": 16, "batches": 1}
 
 @pytest.fixture(scope="module")
 def enc_dec_rows():
-    return run_probe("gradients", dict(ENC_DEC), GRADS, seed=0)
+    return run_probe("gradients", dict(ENC_DEC), GRADS, seed=0, registry=REG)
 
 
 def _layer(rows, metric):
@@ -41,7 +44,7 @@ def test_encoder_decoder_layer_rows_name_their_stack(enc_dec_rows):
                                                         "feedforward", "norm"}
     assert set(_layer(enc_dec_rows, "residual_rms")) == {(0, "encoder/"), (1, "encoder/"),
                                                          (2, "decoder/"), (3, "decoder/")}
-    params = run_probe("params", dict(ENC_DEC), {}, seed=0)
+    params = run_probe("params", dict(ENC_DEC), {}, seed=0, registry=REG)
     per_layer = _layer(params, "params")
     # a decoder layer holds a cross-attention beside its self-attention: 16,800 vs 12,608
     assert per_layer == {(0, "encoder/"): 12608, (1, "encoder/"): 12608,
@@ -49,7 +52,7 @@ def test_encoder_decoder_layer_rows_name_their_stack(enc_dec_rows):
 
 
 def test_one_stack_models_keep_plain_names(tiny):
-    rows = run_probe("gradients", tiny, GRADS, seed=0)
+    rows = run_probe("gradients", tiny, GRADS, seed=0, registry=REG)
     names = {n for (_, n) in _layer(rows, "grad_norm")}
     assert "/" not in "".join(names) and "all" in names
     assert set(_layer(rows, "residual_rms")) == {(0, ""), (1, "")}
@@ -97,7 +100,7 @@ def test_report_names_each_stack(enc_dec_rows):
                     & (summary["metric"] == "first_layer_mean_abs_grad.decoder")]
     assert first["mean"].iloc[0] == pytest.approx(
         _layer(enc_dec_rows, "mean_abs_grad")[(2, "decoder/weights")])
-    context, plots = build_context(data)
+    context, plots = build_context(data, registry=REG)
     reading = " ".join(context["reading"])
     assert "Encoder: " in reading and "Decoder: " in reading
     assert "from layer 0 to layer 1" in reading and "from layer 2 to layer 3" in reading
@@ -173,7 +176,7 @@ def test_timings_from_different_invocations_are_said_so(tmp_path):
     summary = summarize(data)
     text = timing_speed(data, summary)
     assert "timed in different invocations of `variantlab run` on seed(s) 0, 1" in text
-    context, _ = build_context(data)
+    context, _ = build_context(data, registry=REG)
     timing = next(t for t in context["sections"] if t.title == "Timing")
     assert timing.columns[:3] == ["variant", "n", "timed in run"]
     assert [row[2] for row in timing.rows] == ["#1", "#2", "#2"]
@@ -182,7 +185,7 @@ def test_timings_from_different_invocations_are_said_so(tmp_path):
     together = gather([_stored(tmp_path / "one", [("pre_norm", "post_norm", "batch")])])
     text = timing_speed(together, summarize(together))
     assert "invocations" not in text
-    context, _ = build_context(together)
+    context, _ = build_context(together, registry=REG)
     timing = next(t for t in context["sections"] if t.title == "Timing")
     assert "timed in run" not in timing.columns and "invocations" not in timing.note
 

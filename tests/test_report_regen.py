@@ -16,7 +16,10 @@ import pandas as pd
 import pytest
 import yaml
 
+import variantlab as vl
 from variantlab.report import write_report
+
+REG = vl.get_registry()
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden"
@@ -65,7 +68,7 @@ def _rerun(experiment: Path, out: Path) -> Path:
                          ids=lambda p: p.name if isinstance(p, Path) else str(p))
 def test_committed_report_regenerates(experiment: Path, committed: Path, tmp_path):
     run_dir = _rerun(experiment, tmp_path)
-    files = write_report([run_dir], tmp_path / "report")
+    files = write_report([run_dir], tmp_path / "report", registry=REG)
 
     old = pd.read_csv(committed / "summary.csv")
     new = pd.read_csv(files.csv)

@@ -10,9 +10,12 @@ import pytest
 import yaml
 from conftest import TINY, store_of
 
+import variantlab as vl
 from variantlab.report import build_context, gather, write_report
 from variantlab.report.effects import find_grid, interval, run_grid, t975
 from variantlab.report.sample import sample_grid, sample_run
+
+REG = vl.get_registry()
 
 
 def _effects(path) -> pd.DataFrame:
@@ -33,7 +36,7 @@ def test_effects_rank_the_axis_that_matters_over_the_one_that_does_not(tmp_path)
            "measure": {"training": {"steps": 30, "lr": 3e-3, "batch_size": 8, "seq_len": 32}}}
     exp = experiment_from_text(yaml.safe_dump(doc), "sweep.yaml", base_dir=tmp_path)
     run_dir = run_experiment(exp, tmp_path / "runs").run_dir
-    files = write_report([run_dir], tmp_path / "report")
+    files = write_report([run_dir], tmp_path / "report", registry=REG)
     eff = _effects(files.effects)
     loss = eff[eff["metric"] == "eval_loss"].reset_index(drop=True)
     assert list(loss["axis"]) == ["residual.shortcut", "attention.impl",
@@ -44,7 +47,7 @@ def test_effects_rank_the_axis_that_matters_over_the_one_that_does_not(tmp_path)
     assert top["effect"] > 0.05 and top["low"] > 0  # without the shortcut: worse, surely
     assert none["value"] == "sdpa" and none["effect"] == 0
     assert none["low"] <= 0 <= none["high"]
-    reading = build_context(gather([run_dir]))[0]["reading"]
+    reading = build_context(gather([run_dir]), registry=REG)[0]["reading"]
     assert any("matters: residual.shortcut" in line and "no clear effect" in line
                and "attention.impl" in line for line in reading)
 
@@ -54,7 +57,7 @@ def test_main_effects_are_paired_differences_with_t_intervals():
     run = sample_grid({"a": [0, 1, 2], "b": ["x", "y"]}, shifts, seeds=(0, 1, 2))
     noisy = run.rows["metric"].eq("eval_loss") & run.rows["variant"].eq("a=1,b=y")
     run.rows.loc[noisy, "value"] += 0.03 * run.rows.loc[noisy, "seed"].astype(float)
-    context, _ = build_context(gather([run]))
+    context, _ = build_context(gather([run]), registry=REG)
     main = context["effects_frame"].main
     loss = main[main["metric"] == "eval_loss"].set_index(["axis", "value"])
     # a=1 vs a=0: 0.5 in every pair but those of b=y, where seed s adds 0.03 s
@@ -86,7 +89,7 @@ def test_interactions_find_an_effect_that_depends_on_another_axis():
     run = sample_grid({"a": [0, 1], "b": [0, 1], "c": [0, 1]}, {("a", 1): 1.0}, seeds=(0, 1))
     both = run.rows["variant"].str.contains("a=1,b=1") & run.rows["metric"].eq("eval_loss")
     run.rows.loc[both, "value"] += 2.0  # a's effect is 2.0 larger where b=1
-    effects = build_context(gather([run]))[0]["effects_frame"]
+    effects = build_context(gather([run]), registry=REG)[0]["effects_frame"]
     pair = effects.pairs.set_index("axis")
     assert pair.loc["a × b", "effect"] == pytest.approx(2.0)
     assert pair.loc["a × b", "low"] == pytest.approx(2.0)
@@ -100,13 +103,13 @@ def test_grid_comes_from_the_stored_yaml_when_the_meta_has_none(tmp_path):
     run.meta["yaml"] = yaml.safe_dump({"name": "g", "grid": grid})
     assert run_grid(run.meta) == {"norm.kind": ["layer", "rms"]}
     store = store_of(run, tmp_path / "g")
-    effects = _effects(write_report([store], tmp_path / "r").effects)
+    effects = _effects(write_report([store], tmp_path / "r", registry=REG).effects)
     row = effects[(effects["metric"] == "eval_loss")].iloc[0]
     assert (row["axis"], row["value"]) == ("norm.kind", "rms")
 
 
 def test_named_variants_keep_the_per_variant_reading(tmp_path):
-    files = write_report([sample_run()], tmp_path)
+    files = write_report([sample_run()], tmp_path, registry=REG)
     assert files.effects.read_text() == "axis,value,metric,effect,low,high,n\n"
     md = files.markdown.read_text()
     assert "## Effects of each axis" not in md
@@ -119,7 +122,7 @@ def test_reading_stays_short_on_a_large_grid():
     run = sample_grid(grid, {("c", False): 1.0}, seeds=(0,))
     warned = run.variants.index[:40]
     run.variants.loc[warned, "warnings_json"] = '["attention: odd head size"]'
-    context, plots = build_context(gather([run]))
+    context, plots = build_context(gather([run]), registry=REG)
     reading = context["reading"]
     assert len(reading) <= 10
     assert sum(len(line) for line in reading) < 3000
@@ -144,14 +147,14 @@ def test_the_same_variant_in_two_runs_is_shown_side_by_side(tmp_path):
     slower = (after_run.rows["metric"] == "eval_loss") & (after_run.rows["variant"] == "batch")
     after_run.rows.loc[slower, "value"] += 0.5
     after = store_of(after_run, tmp_path / "after" / "sample")
-    context, _ = build_context(gather([before, after]))
+    context, _ = build_context(gather([before, after]), registry=REG)
     across = context["across"]
     assert across.columns == ["variant", "metric", "before/sample", "after/sample",
                               "after/sample − before/sample"]
     rows = {(r[0], r[1]): r for r in across.rows}
     assert rows[("batch", "eval loss")][-1] == "+0.5"
     assert rows[("pre_norm", "eval loss")][-1] == "0"
-    files = write_report([before, after], tmp_path / "r")
+    files = write_report([before, after], tmp_path / "r", registry=REG)
     assert "## Across runs" in files.markdown.read_text()
 
 
@@ -159,7 +162,7 @@ def test_effects_of_two_runs_come_from_one_run_only(tmp_path):
     grid = {"a": [0, 1], "b": [0, 1]}
     first = store_of(sample_grid(grid, {("a", 1): 1.0}), tmp_path / "x" / "g")
     second = store_of(sample_grid(grid, {("a", 1): 5.0}), tmp_path / "y" / "g")
-    context, _ = build_context(gather([first, second]))
+    context, _ = build_context(gather([first, second]), registry=REG)
     main = context["effects_frame"].main
     a = main[(main["axis"] == "a") & (main["metric"] == "eval_loss")].iloc[0]
     assert a["effect"] == pytest.approx(1.0) and a["n"] == 4  # x's pairs only, never pooled
@@ -169,17 +172,17 @@ def test_effects_of_two_runs_come_from_one_run_only(tmp_path):
 
 
 def test_a_grid_of_one_value_per_axis_has_no_effects(tmp_path):
-    files = write_report([sample_grid({"a": [0], "b": ["x"]})], tmp_path)
+    files = write_report([sample_grid({"a": [0], "b": ["x"]})], tmp_path, registry=REG)
     assert files.effects.read_text() == "axis,value,metric,effect,low,high,n\n"
     assert "## Effects of each axis" not in files.markdown.read_text()
 
 
 def test_heatmaps_of_an_earlier_report_do_not_stay_behind(tmp_path):
     grid = sample_grid({"a": [0, 1], "b": [0, 1], "c": [0, 1]}, {("a", 1): 1.0, ("b", 1): 0.5})
-    files = write_report([grid], tmp_path)
+    files = write_report([grid], tmp_path, registry=REG)
     assert sorted(p.name for p in files.plots if p.name.startswith("heatmap")) == [
         "heatmap1.svg", "heatmap2.svg", "heatmap3.svg"]
-    write_report([sample_run()], tmp_path)  # no grid: no heatmaps
+    write_report([sample_run()], tmp_path, registry=REG)  # no grid: no heatmaps
     assert not list(tmp_path.glob("heatmap*.svg"))
 
 
@@ -215,7 +218,7 @@ def test_a_named_variant_repeating_a_grid_combination_is_not_a_second_cell():
                              ignore_index=True)
     run.rows = pd.concat([run.rows, extra.rows], ignore_index=True)
     run.units = pd.concat([run.units, extra.units], ignore_index=True)
-    effects = build_context(gather([run]))[0]["effects_frame"]
+    effects = build_context(gather([run]), registry=REG)[0]["effects_frame"]
     assert list(effects.grid.cells["variant"]) == ["a=0", "a=1"]
     loss = effects.main[effects.main["metric"] == "eval_loss"].iloc[0]
     assert loss["effect"] == pytest.approx(1.0) and loss["n"] == 2

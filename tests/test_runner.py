@@ -6,11 +6,14 @@ from typing import Any
 
 import pytest
 
+import variantlab as vl
 from variantlab import get_registry, parse_model_spec
 from variantlab.rows import row
 from variantlab.runner import plan_units, run_experiment, unit_key
 from variantlab.settings import MeasureSpec, SyntheticData
 from variantlab.store import Store, load_run, results
+
+REG = vl.get_registry()
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ def make_experiment(tiny, **kw) -> FakeExperiment:
     variants = []
     for name, over in [("base", {}), ("rms", {"norm": {"kind": "rms"}}),
                        ("relu", {"activation": {"kind": "relu"}})]:
-        spec = parse_model_spec({**tiny, **over})
+        spec = parse_model_spec({**tiny, **over}, REG)
         label = "base" if not over else f"{next(iter(over))}.kind={over[next(iter(over))]['kind']}"
         variants.append(FakeVariant(name, label, {}, spec))
     return FakeExperiment(variants=variants, **kw)

@@ -253,14 +253,15 @@ def test_plugin_kinds_and_families_appear(tmp_path):
         "from typing import Literal\n"
         "from pydantic import Field\n"
         "from variantlab import ModelSpec, hookimpl\n"
-        "from variantlab_plugins.families import GPTModel\n"
+        "from variantlab.tasks import NEXT_TOKEN\n"
+        "from variantlab_plugins.models import GPTModel\n"
         "class WideSpec(ModelSpec):\n"
         "    '''A GPT with a width knob.'''\n"
         "    family: Literal['wide'] = 'wide'\n"
         "    width_mult: int = Field(2, ge=1, description='how much wider')\n"
         "@hookimpl\n"
-        "def register_models(register):\n"
-        "    register('wide', WideSpec, GPTModel)\n")
+        "def register_families(register):\n"
+        "    register('wide', WideSpec, GPTModel, task=NEXT_TOKEN)\n")
     plain = jsonschema.Draft7Validator(experiment_schema(build_registry(entry_points=False)))
     registry = build_registry(extra=[str(SCALENORM), str(tmp_path / "wide.py")],
                               entry_points=False)

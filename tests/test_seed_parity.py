@@ -5,6 +5,8 @@ import torch
 
 import variantlab as vl
 
+REG = vl.get_registry()
+
 GPT_CONFIG_124M = {
     "vocab_size": 50257, "context_length": 1024, "emb_dim": 768, "n_heads": 12,
     "n_layers": 12, "drop_rate": 0.1, "qkv_bias": False,
@@ -28,7 +30,7 @@ def n_params(model: torch.nn.Module) -> int:
 def test_block_matches_seed_000():
     torch.manual_seed(123)
     x = torch.rand(2, 4, 768)
-    block = vl.build_model({"family": "block", **GPT_CONFIG_124M, **SEED_COMPONENTS})
+    block = vl.build_model({"family": "block", **GPT_CONFIG_124M, **SEED_COMPONENTS}, REG)
     block.train()
     out = block(x)
     assert out.shape == (2, 4, 768)
@@ -40,11 +42,11 @@ def test_block_matches_seed_000():
 @pytest.mark.parametrize("tie, expected", [(False, 163_009_536), (True, 124_412_160)])
 def test_gpt_parameter_counts(tie, expected):
     spec = {"family": "gpt", **GPT_CONFIG_124M, **SEED_COMPONENTS, "tie_weights": tie}
-    assert n_params(vl.build_model(spec)) == expected
+    assert n_params(vl.build_model(spec, REG)) == expected
 
 
 def test_tied_head_shares_the_embedding_tensor():
-    model = vl.build_model({"family": "gpt", **GPT_CONFIG_124M, "tie_weights": True})
+    model = vl.build_model({"family": "gpt", **GPT_CONFIG_124M, "tie_weights": True}, REG)
     assert model.out_head.weight is model.embed.tok_emb.weight
 
 
@@ -55,7 +57,7 @@ def test_mlp_shortcut_gradients_match_seed_004(shortcut, expected):
         "family": "mlp", "layer_sizes": [3, 3, 3, 3, 3, 1],
         "activation": {"kind": "gelu", "approximate": "tanh"}, "norm": {"kind": "none"},
         "residual": {"kind": "pre_norm", "shortcut": shortcut},
-    })
+    }, REG)
     out = model(torch.tensor([[1.0, 0.0, -1.0]]))
     torch.nn.MSELoss()(out, torch.tensor([[0.0]])).backward()
     got = [p.grad.abs().mean().item() for n, p in model.named_parameters() if "weight" in n]
@@ -64,13 +66,13 @@ def test_mlp_shortcut_gradients_match_seed_004(shortcut, expected):
 
 def test_same_seed_same_parameters(tiny):
     torch.manual_seed(7)
-    a = vl.build_model(tiny).state_dict()
+    a = vl.build_model(tiny, REG).state_dict()
     torch.manual_seed(7)
-    b = vl.build_model(tiny).state_dict()
+    b = vl.build_model(tiny, REG).state_dict()
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
     torch.manual_seed(8)
-    c = vl.build_model(tiny).state_dict()
+    c = vl.build_model(tiny, REG).state_dict()
     assert not torch.equal(a["embed.tok_emb.weight"], c["embed.tok_emb.weight"])
 
 

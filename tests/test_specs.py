@@ -8,12 +8,14 @@ import torch
 import variantlab as vl
 from variantlab.errors import SpecError
 
+REG = vl.get_registry()
+
 
 def refuse(spec: dict) -> SpecError:
     """build_model must raise SpecError and consume no randomness (nothing was built)."""
     state = torch.get_rng_state()
     with pytest.raises(SpecError) as info:
-        vl.build_model(spec)
+        vl.build_model(spec, REG)
     assert torch.equal(state, torch.get_rng_state()), "a module was built before the error"
     return info.value
 
@@ -79,7 +81,7 @@ def test_unknown_family():
 
 
 def test_component_shorthand_and_defaults(tiny):
-    spec = vl.parse_model_spec({**tiny, "norm": "rms"})
+    spec = vl.parse_model_spec({**tiny, "norm": "rms"}, REG)
     assert spec.norm.kind == "rms" and spec.norm.eps == 1e-5
     assert spec.activation.kind == "gelu" and spec.activation.approximate == "tanh"
     assert spec.attention.impl == "naive" and spec.residual.shortcut is True
@@ -87,24 +89,27 @@ def test_component_shorthand_and_defaults(tiny):
 
 def test_spec_round_trips_through_plain_data(tiny):
     spec = vl.parse_model_spec({**tiny, "family": "mlp", "layer_sizes": [4, 4, 2],
-                                "feedforward": {"kind": "glu", "hidden_dim": 48}})
+                                "feedforward": {"kind": "glu", "hidden_dim": 48}}, REG)
     data = spec.to_data()
     assert data["feedforward"] == {"kind": "glu", "hidden_mult": 8 / 3, "hidden_dim": 48,
                                    "bias": False}
-    again = vl.parse_model_spec(data)
+    again = vl.parse_model_spec(data, REG)
     assert again == spec and type(again) is type(spec)
 
 
-def test_model_spec_class_accepts_mappings(tiny):
-    spec = vl.ModelSpec(**{**tiny, "norm": {"kind": "rms"}})
+def test_model_spec_class_accepts_mappings_given_a_registry(tiny):
+    data = {**tiny, "norm": {"kind": "rms"}}
+    with pytest.raises(TypeError, match=r"needs a registry: use variantlab.parse_model_spec"):
+        vl.ModelSpec(**data)  # no global registry to fall back on
+    spec = vl.ModelSpec.model_validate(data, context={"registry": REG})
     assert spec.norm.kind == "rms"
-    model = vl.build_model(spec)
+    model = vl.build_model(spec, REG)
     assert sum(p.numel() for p in model.parameters()) > 0
 
 
 def test_batchnorm_in_causal_model_warns_and_runs(tiny):
     with pytest.warns(vl.VariantWarning, match="future"):
-        model = vl.build_model({**tiny, "norm": {"kind": "batch"}})
+        model = vl.build_model({**tiny, "norm": {"kind": "batch"}}, REG)
     assert any("pool over future positions" in w for w in model.variantlab_warnings)
     assert model.variantlab_spec.warnings() == model.variantlab_warnings
     idx = torch.randint(0, 64, (4, 8))
@@ -119,17 +124,17 @@ def test_batchnorm_leaks_the_future_in_training(tiny):
     """The warning is true: in train mode a token's output depends on later tokens."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vl.VariantWarning)
-        model = vl.build_model({**tiny, "norm": {"kind": "batch"}}).train()
+        model = vl.build_model({**tiny, "norm": {"kind": "batch"}}, REG).train()
     idx = torch.randint(0, 64, (2, 8))
     changed = idx.clone()
     changed[:, -1] = (changed[:, -1] + 1) % 64
     assert not torch.allclose(model(idx)[:, 0], model(changed)[:, 0])
-    ln = vl.build_model(tiny).train()
+    ln = vl.build_model(tiny, REG).train()
     torch.testing.assert_close(ln(idx)[:, 0], ln(changed)[:, 0])
 
 
 def test_no_warning_for_batchnorm_in_encoder(tiny):
     with warnings.catch_warnings():
         warnings.simplefilter("error", vl.VariantWarning)
-        model = vl.build_model({**tiny, "family": "encoder", "norm": {"kind": "batch"}})
+        model = vl.build_model({**tiny, "family": "encoder", "norm": {"kind": "batch"}}, REG)
     assert model.variantlab_warnings == []

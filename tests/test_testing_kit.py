@@ -32,8 +32,8 @@ def test_builtins_with_parameters_pass(registry):
     check_component("attention", {"kind": "mha", "impl": "sdpa"}, registry=registry)
     check_component("feedforward", {"kind": "glu", "hidden_dim": 40}, registry=registry)
     check_component("residual", {"kind": "post_norm", "shortcut": False}, registry=registry)
-    check_component("model", {"family": "gpt", "tie_weights": True}, registry=registry)
-    check_component("model", {"family": "mlp", "layer_sizes": [3, 5, 5, 2]}, registry=registry)
+    check_component("family", {"family": "gpt", "tie_weights": True}, registry=registry)
+    check_component("family", {"family": "mlp", "layer_sizes": [3, 5, 5, 2]}, registry=registry)
 
 
 def test_a_good_plugin_file_passes():

@@ -7,13 +7,15 @@ from .errors import PluginLoadError, SpecError
 from .hookspecs import hookimpl
 from .registry import build_registry, get_registry
 from .settings import ProbeSettings
-from .specs import Batch, ComponentSpec, ModelSpec, parse_model_spec
+from .specs import ComponentSpec, ModelSpec, parse_model_spec
+from .tasks import Batch, Task, task_for
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Batch", "ComponentSpec", "ModelSpec", "Parts", "PluginLoadError", "ProbeSettings", "SpecError",
-    "VariantWarning", "build_model", "build_registry", "from_transformers", "get_registry", "hookimpl",
+    "Task", "VariantWarning", "build_model", "build_registry", "from_transformers", "get_registry",
+    "hookimpl", "task_for",
     "spec_yaml",
     "parse_model_spec", "results", "__version__",
 ]
@@ -27,9 +29,11 @@ def results(path):
     return _results(path)
 
 
-def from_transformers(hf_model: Any, impl: str = "naive") -> tuple[ModelSpec, Any]:
+def from_transformers(hf_model: Any, registry: Any, impl: str = "naive",
+                      ) -> tuple[ModelSpec, Any]:
     """``(spec, model)``: the variantlab spec equal to a Hugging Face transformers causal LM
-    and a variantlab model holding copies of its weights (float32 logits equal within 1e-4).
+    and a variantlab model holding copies of its weights (float32 logits equal within 1e-4),
+    built with ``registry`` (``variantlab.get_registry()``: the built-in components suffice).
 
     Classes: ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM``, ``LlamaForCausalLM``,
     ``Qwen3ForCausalLM``, ``Olmo2ForCausalLM``, with their tied or untied embeddings, biases,
@@ -41,7 +45,7 @@ def from_transformers(hf_model: Any, impl: str = "naive") -> tuple[ModelSpec, An
     ``.[hf]`` extra."""
     from .hfimport import from_transformers as _convert
 
-    return _convert(hf_model, impl=impl)
+    return _convert(hf_model, registry, impl=impl)
 
 
 def spec_yaml(spec, name="imported"):

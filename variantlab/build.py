@@ -9,7 +9,7 @@ from typing import Any
 from torch import nn
 
 from .positions import accepts
-from .registry import Registry, get_registry
+from .registry import Registry
 from .roles import mark
 from .specs import ComponentSpec, ModelSpec, parse_model_spec
 
@@ -125,21 +125,20 @@ class Parts:
         return self.positions
 
 
-def resolve_spec(spec: ModelSpec | Mapping[str, Any], registry: Registry | None = None) -> ModelSpec:
+def resolve_spec(spec: ModelSpec | Mapping[str, Any], registry: Registry) -> ModelSpec:
     """The family's own spec class for ``spec`` (validating a mapping on the way)."""
-    registry = registry or get_registry()
     if isinstance(spec, ModelSpec):
-        fam = registry.get("model", spec.family, ("family",))
+        fam = registry.get("family", spec.family, ("family",))
         if isinstance(spec, fam.spec_cls):
             return spec
     return parse_model_spec(spec, registry)
 
 
-def build_model(spec: ModelSpec | Mapping[str, Any], registry: Registry | None = None) -> nn.Module:
-    """Build the model a spec describes. Same seed before it, same parameters."""
-    registry = registry or get_registry()
+def build_model(spec: ModelSpec | Mapping[str, Any], registry: Registry) -> nn.Module:
+    """Build the model a spec describes with the components of ``registry`` (e.g.
+    :func:`variantlab.get_registry`). Same seed before it, same parameters."""
     spec = resolve_spec(spec, registry)
-    fam = registry.get("model", spec.family, ("family",))
+    fam = registry.get("family", spec.family, ("family",))
     model = fam.build(spec, Parts(spec, registry))
     init = registry.get("init", spec.init.kind, ("init", "kind"))
     init.build(spec.init)(model)

@@ -118,12 +118,14 @@ def data_problems(exp: Any, doc: YamlDoc) -> tuple[list[str], list[str]]:
     """(errors, warnings) about ``data:`` for the probes that read it."""
     from .data import DataError, text_files, token_stream
     from .settings import SyntheticData, TextData
+    from .tasks import task_for
 
     data = exp.data
     errors: list[str] = []
     warns: list[str] = []
     readers = {n: s for n, s in exp.measure.probes().items() if getattr(s, "seq_len", None)}
-    token_variants = [v for v in exp.variants if v.spec.input_kind != "floats"]
+    token_variants = [v for v in exp.variants
+                      if task_for(v.spec, exp.registry).inputs != "floats"]
     if not readers or not token_variants:
         return errors, warns
     if isinstance(data, SyntheticData) and data.task == "recall":

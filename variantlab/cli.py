@@ -197,7 +197,7 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 
 def _write_report(stdout: Any, err: Any, runs: Sequence[Path], out_dir: Path,
-                  baseline: str | None, registry: Any = None) -> int:
+                  baseline: str | None, registry: Any) -> int:
     from .report import write_report
 
     try:
@@ -340,11 +340,10 @@ def report(runs: Sequence[str], out: str | None, baseline: str | None,
     from .runs import find_runs
 
     stdout, err = consoles()
-    registry = None
-    if plugins:  # probe plugins: their report views (else their rows get a generic table)
-        from .registry import build_registry
+    from .registry import build_registry
 
-        registry = build_registry(extra=plugins, base_dir=Path.cwd())
+    # the built-in probes' and --plugin probes' report views (other probes: a generic table)
+    registry = build_registry(extra=plugins, base_dir=Path.cwd())
     refs = find_runs(runs)  # every path checked before anything is written
     first = Path(runs[0])
     out_dir = Path(out) if out else (first.parent if first.is_file() else first) / "report"

@@ -5,8 +5,8 @@ left alone so model initialisation stays the seeds'). Text is tokenised with GPT
 (:mod:`variantlab.tokenizer`); token ids at or above the model's ``vocab_size`` are folded
 with ``id % vocab_size`` so a small model can read a real corpus (folding merges unrelated
 tokens, so a small-vocabulary model sees a harder, noisier language than GPT-2 does).
-Families whose ``input_kind`` is ``"floats"`` ignore the source and get the family's own
-float inputs from ``spec.make_batch``.
+Every batch is made by the family's task (:mod:`variantlab.tasks`) from token rows; a task
+whose ``inputs`` is ``"floats"`` ignores the source and makes its own float inputs.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from pathlib import Path
 
 import torch
 
+from .registry import Registry
 from .settings import StdlibData, SyntheticData, TextData
-from .specs import Batch, ModelSpec
+from .specs import ModelSpec
+from .tasks import Batch, task_for
 from .tokenizer import ENDOFTEXT_ID, gpt2_encoding
 
 __all__ = ["DataError", "batches", "recall_tokens", "stdlib_files", "text_files", "token_stream"]
@@ -38,13 +40,16 @@ def batches(
     n: int,
     *,
     seed: int,
+    registry: Registry,
     base_dir: Path | str = ".",
 ) -> list[Batch]:
-    """``n`` batches of ``batch_size`` rows of ``seq_len`` positions for ``spec``'s family."""
+    """``n`` batches of ``batch_size`` rows of ``seq_len`` positions for ``spec``'s family,
+    made by the family's task in ``registry``."""
     data = data if data is not None else SyntheticData()
     gen = torch.Generator().manual_seed(int(seed))
-    if spec.input_kind == "floats":
-        return [spec.make_batch(batch_size, seq_len, generator=gen) for _ in range(n)]
+    task = task_for(spec, registry)
+    if task.inputs == "floats":
+        return [task.batch(spec, batch_size, seq_len, generator=gen) for _ in range(n)]
     vocab = spec.vocab_size
     out = []
     if isinstance(data, SyntheticData):
@@ -53,7 +58,7 @@ def batches(
                 tokens = recall_tokens(batch_size, seq_len + 1, vocab, generator=gen)
             else:
                 tokens = torch.randint(0, vocab, (batch_size, seq_len + 1), generator=gen)
-            out.append(spec.make_batch(batch_size, seq_len, tokens=tokens, generator=gen))
+            out.append(task.batch(spec, batch_size, seq_len, tokens=tokens, generator=gen))
         return out
     if isinstance(data, TextData):
         files = text_files(data.path, base_dir)
@@ -72,7 +77,7 @@ def batches(
         starts = torch.randint(0, stream.numel() - seq_len - 1, (batch_size,), generator=gen)
         offsets = torch.arange(seq_len + 1)
         tokens = stream[starts[:, None] + offsets[None, :]]  # (B, seq_len + 1)
-        out.append(spec.make_batch(batch_size, seq_len, tokens=tokens, generator=gen))
+        out.append(task.batch(spec, batch_size, seq_len, tokens=tokens, generator=gen))
     return out
 
 

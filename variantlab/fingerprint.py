@@ -126,9 +126,7 @@ def _used_components(data: Any, slot: str | None = None) -> Iterator[tuple[str, 
 def variant_code(spec_data: Mapping[str, Any], registry: Any) -> dict[str, str]:
     """Plugin name -> source digest for each non-core plugin that registered a component
     of this spec (its family and every slot); empty for built-in components only."""
-    if registry is None:
-        return {}
-    used = {("model", spec_data.get("family"))} | set(_used_components(spec_data))
+    used = {("family", spec_data.get("family"))} | set(_used_components(spec_data))
     out: dict[str, str] = {}
     for slot, kind in sorted(used, key=str):
         try:
@@ -145,7 +143,7 @@ def variant_code(spec_data: Mapping[str, Any], registry: Any) -> dict[str, str]:
 def probe_code(probe: Any, registry: Any) -> dict[str, str]:
     """Plugin name -> source digest of the non-core plugin that registered ``probe``
     (a :class:`variantlab.probes.base.Probe`); empty for a built-in probe."""
-    if registry is None or probe.plugin.startswith("variantlab_plugins."):
+    if probe.plugin.startswith("variantlab_plugins."):
         return {}
     module = registry.pm.get_plugin(probe.plugin)
     return {probe.plugin: module_digest(module) or f"unhashable:{probe.plugin}"}

@@ -91,10 +91,12 @@ def register_inits(register):
 
 
 @hookspec
-def register_models(register):
-    """Model families. ``spec_cls`` subclasses :class:`variantlab.ModelSpec` with a ``family``
-    literal; ``build(spec, parts) -> nn.Module`` assembles the model from ``parts``
-    (a :class:`variantlab.build.Parts`), whose methods build each slot's component."""
+def register_families(register):
+    """Model families: ``register(family, spec_cls, build, *, task)``. ``spec_cls`` subclasses
+    :class:`variantlab.ModelSpec` with a ``family`` literal; ``build(spec, parts) -> nn.Module``
+    assembles the model from ``parts`` (a :class:`variantlab.build.Parts`), whose methods build
+    each slot's component; ``task``, a :class:`variantlab.tasks.Task`, makes the batches its
+    forward takes (``forward(**batch.inputs)``) and scores the output."""
 
 
 @hookspec

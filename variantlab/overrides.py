@@ -27,7 +27,7 @@ def component_of(model: Mapping[str, Any], slot: str) -> dict[str, Any]:
 def valid_paths(model: Mapping[str, Any], registry: Registry) -> list[str] | None:
     """Every dotted path an override may name for this model (None: unknown family)."""
     try:
-        fam = registry.get("model", model.get("family", "gpt"))
+        fam = registry.get("family", model.get("family", "gpt"))
     except SpecError:
         return None
     paths = []

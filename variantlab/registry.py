@@ -28,11 +28,11 @@ from . import hookspecs
 from .errors import DuplicateKindError, PluginLoadError, SpecError, unknown_name_message
 
 SLOTS = ("norm", "activation", "feedforward", "attention", "residual", "positional", "init")
-ALL_SLOTS = SLOTS + ("model",)
-HOOKS = {slot: f"register_{slot}s" for slot in ALL_SLOTS}
+ALL_SLOTS = SLOTS + ("family",)
+HOOKS = {**{slot: f"register_{slot}s" for slot in SLOTS}, "family": "register_families"}
 BUILTIN_MODULES = (
     "norms", "activations", "feedforwards", "attentions", "residuals", "positionals", "inits",
-    "models", "probes",
+    "families", "probes",
 )
 PROBE_HOOK = "register_probes"
 ENTRY_POINT_GROUP = "variantlab"
@@ -40,13 +40,15 @@ ENTRY_POINT_GROUP = "variantlab"
 
 @dataclass(frozen=True)
 class Component:
-    """One registered kind: its slot, spec class, build function and source plugin."""
+    """One registered kind: its slot, spec class, build function and source plugin; a family
+    also has its :class:`variantlab.tasks.Task` (how its models are fed and scored)."""
 
     slot: str
     kind: str
-    spec_cls: type[BaseModel]  # a ComponentSpec (or, for the model slot, ModelSpec) subclass
+    spec_cls: type[BaseModel]  # a ComponentSpec (or, for the family slot, ModelSpec) subclass
     build: Callable[..., Any]
     plugin: str
+    task: Any = None  # families only: a variantlab.tasks.Task
 
 
 @dataclass(frozen=True)
@@ -86,8 +88,7 @@ class Registry:
         try:
             return self._components[slot][kind]
         except (KeyError, TypeError):
-            what = "model family" if slot == "model" else slot
-            raise SpecError.at(loc, unknown_name_message(what, kind, self.kinds(slot))) from None
+            raise SpecError.at(loc, unknown_name_message(slot, kind, self.kinds(slot))) from None
 
     def probe_names(self) -> list[str]:
         """The registered probes' names, built-ins first, in registration order."""
@@ -132,8 +133,13 @@ class Registry:
                 if impl.plugin_name != name:
                     continue
 
-                def register(kind: str, spec_cls: type, build: Callable, _slot: str = slot):
-                    staged.append(Component(_slot, kind, spec_cls, build, name))
+                def register(kind: str, spec_cls: type, build: Callable, *, task: Any = None,
+                             _slot: str = slot) -> None:
+                    if (task is None) == (_slot == "family"):
+                        what = "needs" if task is None else "is only for families, not"
+                        raise PluginLoadError(f"plugin {name!r}: register({kind!r}, ...) task= "
+                                              f"{what} {_slot} kinds")
+                    staged.append(Component(_slot, kind, spec_cls, build, name, task))
 
                 impl.function(register=register)
         seen: dict[tuple[str, str], Component] = {}
@@ -173,14 +179,14 @@ class Registry:
                 f"{comp.slot} kind {comp.kind!r} is registered by both plugin {old.plugin!r} "
                 f"and plugin {comp.plugin!r}; uninstall or rename one of them"
             )
-        base = "ModelSpec" if comp.slot == "model" else "ComponentSpec"
+        base = "ModelSpec" if comp.slot == "family" else "ComponentSpec"
         # the two bases declare which they are (variantlab.specs), so no import is needed here
         if getattr(comp.spec_cls, "variantlab_spec_base", None) != base:
             raise PluginLoadError(
                 f"plugin {comp.plugin!r}: spec for {comp.slot} {comp.kind!r} must subclass "
                 f"variantlab.{base}"
             )
-        key = "family" if comp.slot == "model" else "kind"
+        key = "family" if comp.slot == "family" else "kind"
         declared = comp.spec_cls.model_fields[key].default
         if declared != comp.kind:
             raise PluginLoadError(
@@ -189,6 +195,10 @@ class Registry:
             )
         if not callable(comp.build):
             raise PluginLoadError(f"plugin {comp.plugin!r}: build for {comp.kind!r} is not callable")
+        if comp.task is not None and not all(
+                callable(getattr(comp.task, m, None)) for m in ("batch", "loss", "output_shape")):
+            raise PluginLoadError(f"plugin {comp.plugin!r}: task of family {comp.kind!r} must be a "
+                                  "variantlab.tasks.Task (batch, loss and output_shape methods)")
 
     def load(self, target: str, source: str = "module", base_dir: Path | None = None) -> None:
         """Import ``target`` (a module name or a ``.py`` file) and register it."""

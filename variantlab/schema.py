@@ -94,7 +94,7 @@ def experiment_schema(registry: Registry | None = None) -> dict[str, Any]:
     from .experiment import ExperimentSpec
 
     registry = registry or build_registry()
-    families = registry.components("model")
+    families = registry.components("family")
     parts = [(c.slot, c.kind, c.spec_cls) for s in SLOTS for c in registry.components(s)]
     probes = registry.probes()
     classes = [ExperimentSpec, *(c.spec_cls for c in families), *(cls for _, _, cls in parts),
@@ -190,7 +190,7 @@ def _family_defs(defs: dict, families: list, name_of: dict, docs: dict) -> list[
     family_refs = []
     for comp in families:
         name = _claim(defs, name_of[comp.spec_cls], "family", comp.kind, f"family {comp.kind!r}",
-                      docs.get(("model", comp.kind), ""), required=comp.kind != default_family)
+                      docs.get(("family", comp.kind), ""), required=comp.kind != default_family)
         props = defs[name].setdefault("properties", {})
         for slot in SLOTS:
             if slot in props:

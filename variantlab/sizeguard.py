@@ -33,6 +33,7 @@ import torch
 from .build import build_model
 from .registry import Registry
 from .specs import ModelSpec
+from .tasks import Task, task_for
 
 
 class EstimateError(RuntimeError):
@@ -117,12 +118,13 @@ def _meta_cost_unguarded(spec: ModelSpec, registry: Registry,
         params = list(model.parameters())
         counted = {id(p) for p in params}
         buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
-        act = _activation_bytes(model, spec, counted, *batch) if batch else 0
+        act = _activation_bytes(model, spec, task_for(spec, registry), counted, *batch) \
+            if batch else 0
     return Cost(sum(p.numel() for p in params),
                 sum(p.numel() * p.element_size() for p in params), buffer_bytes, act)
 
 
-def _activation_bytes(model: torch.nn.Module, spec: ModelSpec, params: set[int],
+def _activation_bytes(model: torch.nn.Module, spec: ModelSpec, task: Task, params: set[int],
                       batch_size: int, seq_len: int) -> int:
     """Bytes of the tensors autograd saves for backward in one forward of the family's loss,
     plus the output and its gradient (parameters, and views of them, are not counted)."""
@@ -138,10 +140,10 @@ def _activation_bytes(model: torch.nn.Module, spec: ModelSpec, params: set[int],
         return t
 
     model.train()
-    batch = spec.make_batch(batch_size, seq_len)
+    batch = task.batch(spec, batch_size, seq_len)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = model(**batch.inputs)
-        spec.loss(out, batch)
+        task.loss(spec, out, batch)
     out_t = out if isinstance(out, torch.Tensor) else None
     return total + (2 * out_t.numel() * out_t.element_size() if out_t is not None else 0)
 
@@ -229,7 +231,7 @@ def largest_fit(spec: ModelSpec, registry: Registry, fp: Footprint, available: i
     t2 = at(spec.model_copy(update={"n_layers": 2}))
     if t1 <= available and t2 > t1 and spec.n_layers > 1:
         return "n_layers", min(spec.n_layers - 1, math.floor((available - t1) / (t2 - t1)) + 1)
-    if spec.input_kind == "tokens" and spec.vocab_size > 4:
+    if task_for(spec, registry).inputs == "tokens" and spec.vocab_size > 4:
         half = spec.vocab_size // 2
         t_half = at(spec.model_copy(update={"vocab_size": half}))
         slope = (fp.total - t_half) / (spec.vocab_size - half)

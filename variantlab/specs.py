@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
 
-import torch
-import torch.nn.functional as F
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -22,7 +19,18 @@ from pydantic import (
 
 from .errors import SpecError, SpecIssue, pydantic_issues
 from .positions import accepts
-from .registry import SLOTS, Registry, get_registry
+from .registry import SLOTS, Registry
+
+
+def context_registry(info: ValidationInfo, what: str) -> Registry:
+    """The registry a validator resolves kinds in: the one passed as validation context
+    (``model_validate(data, context={"registry": registry})``); there is no default."""
+    registry = (info.context or {}).get("registry")
+    if registry is None:
+        raise TypeError(f"validating {what} resolves component kinds, which needs a registry: "
+                        "use variantlab.parse_model_spec(data, registry) or pass "
+                        "context={'registry': registry} to model_validate")
+    return registry
 
 
 class ComponentSpec(BaseModel):
@@ -74,20 +82,6 @@ def resolve_component(
         raise SpecError(pydantic_issues(exc, loc, list(comp.spec_cls.model_fields))) from None
 
 
-@dataclass
-class Batch:
-    """Keyword inputs of a model's forward and the target of its loss."""
-
-    inputs: dict[str, torch.Tensor]
-    target: torch.Tensor
-    n_tokens: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to(self, device: torch.device | str) -> Batch:
-        moved = {k: v.to(device) for k, v in self.inputs.items()}
-        return Batch(moved, self.target.to(device), self.n_tokens, self.extra)
-
-
 def _slot_help(slot: str) -> str:
     return f"the {slot}: {{kind: NAME, ...}}; kinds: `variantlab plugins --slot {slot}`"
 
@@ -95,16 +89,15 @@ def _slot_help(slot: str) -> str:
 class ModelSpec(BaseModel):
     """A model: the seeds' GPT_CONFIG_124M keys, a family, and one component per slot.
 
-    Families subclass it with a ``family`` literal and their own fields; ``input_kind`` says
-    what the family's forward takes and :meth:`make_batch` builds such inputs.
+    Plain data: families subclass it with a ``family`` literal and their own fields; how a
+    family's models are fed and scored is the family's :class:`variantlab.tasks.Task`.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # no silent coercion
     variantlab_spec_base: ClassVar[str] = "ModelSpec"  # what the registry checks
-    input_kind: ClassVar[str] = "tokens"
 
     family: str = Field(
-        "gpt", description="the model family (`variantlab plugins --slot model`)")
+        "gpt", description="the model family (`variantlab plugins --slot family`)")
     vocab_size: PositiveInt = Field(
         50257, description="number of token ids: embedding rows and output logits")
     context_length: PositiveInt = Field(
@@ -149,7 +142,7 @@ class ModelSpec(BaseModel):
     def _resolve_components(cls, data: Any, info: ValidationInfo) -> Any:
         if not isinstance(data, Mapping):
             return data
-        registry = (info.context or {}).get("registry") or get_registry()
+        registry = context_registry(info, "a model")
         out = dict(data)
         for slot in SLOTS:
             out[slot] = resolve_component(slot, out.get(slot, DEFAULT_COMPONENTS[slot]), registry)
@@ -175,11 +168,8 @@ class ModelSpec(BaseModel):
                   for field, message in comp.errors(self)]
         positional = self.positional
         if getattr(positional, "acts_in_attention", False):
-            registry = (info.context or {}).get("registry") or get_registry()
-            try:
-                attention = registry.get("attention", self.attention.kind)
-            except SpecError:  # validated without the registry that has it: cannot judge
-                attention = None
+            attention = context_registry(info, "a model").get(
+                "attention", self.attention.kind, ("attention", "kind"))
             if attention is not None and not accepts(attention.build, "positions"):
                 issues.append(SpecIssue(("positional", "kind"), (
                     f"positional {positional.kind!r} acts inside attention, but attention "
@@ -214,39 +204,16 @@ class ModelSpec(BaseModel):
         """Plain data (JSON-safe) that :func:`parse_model_spec` turns back into this spec."""
         return self.model_dump(mode="json")
 
-    # -- what the family's forward takes ---------------------------------------------
-    def make_batch(
-        self,
-        batch_size: int,
-        seq_len: int,
-        *,
-        tokens: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
-    ) -> Batch:
-        """Next-token batch from ``tokens`` (B, seq_len + 1), or random tokens."""
-        if tokens is None:
-            tokens = torch.randint(
-                0, self.vocab_size, (batch_size, seq_len + 1), generator=generator
-            )
-        idx, target = tokens[:, :-1], tokens[:, 1:]  # (B, T) each
-        return Batch({"idx": idx}, target, n_tokens=idx.numel())
 
-    def loss(self, output: torch.Tensor, batch: Batch) -> torch.Tensor:
-        """Next-token cross-entropy over (B, T, vocab_size) logits."""
-        return F.cross_entropy(output.flatten(0, 1), batch.target.flatten())
-
-
-def parse_model_spec(
-    data: Any, registry: Registry | None = None, loc: tuple = ()
-) -> ModelSpec:
-    """Validate a mapping against its family's spec class; every issue has its key path."""
-    registry = registry or get_registry()
+def parse_model_spec(data: Any, registry: Registry, loc: tuple = ()) -> ModelSpec:
+    """Validate a mapping against its family's spec class in ``registry`` (e.g.
+    :func:`variantlab.get_registry`); every issue has its key path."""
     if isinstance(data, ModelSpec):
         data = data.model_dump()
     if not isinstance(data, Mapping):
         raise SpecError.at(loc, f"expected a mapping of model settings, got {data!r}")
     family = data.get("family", ModelSpec.model_fields["family"].default)
-    fam = registry.get("model", family, loc + ("family",))
+    fam = registry.get("family", family, loc + ("family",))
     issues = []
     resolved = dict(data)
     for slot in SLOTS:

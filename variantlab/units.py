@@ -26,7 +26,6 @@ import torch
 
 from . import __version__
 from .fingerprint import data_fingerprint, environment, probe_code, variant_code
-from .registry import get_registry
 from .store import Store, UnitRecord
 
 
@@ -104,7 +103,7 @@ def plan_units(experiment: Any, device: str | None = None) -> list[Unit]:
     if content is not None:
         data_data = {**data_data, "content": content}
     probes = experiment.measure.probes()
-    registry = getattr(experiment, "registry", None) or get_registry()
+    registry = experiment.registry
     found = {name: registry.probe(name, ("measure", name)) for name in probes}
     units = []
     for variant in experiment.variants:

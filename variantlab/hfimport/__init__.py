@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from ..build import build_model
+from ..registry import Registry
 from ..specs import ModelSpec, parse_model_spec
 from .common import ConversionError
 from .gpt2 import gpt2_spec, gpt2_state
@@ -32,9 +33,11 @@ CONVERTERS: dict[str, Converter] = {
 }
 
 
-def from_transformers(hf_model: Any, impl: str = "naive") -> tuple[ModelSpec, torch.nn.Module]:
+def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
+                      ) -> tuple[ModelSpec, torch.nn.Module]:
     """The variantlab spec equal to ``hf_model`` and a variantlab model holding copies of its
-    weights (logits equal in float32). ``impl`` picks the attention implementation."""
+    weights (logits equal in float32), built with the built-in components of ``registry``.
+    ``impl`` picks the attention implementation."""
     name = type(hf_model).__name__
     if name not in CONVERTERS:
         raise ConversionError.at(["transformers"], f"class {name} is not supported; "
@@ -42,8 +45,8 @@ def from_transformers(hf_model: Any, impl: str = "naive") -> tuple[ModelSpec, to
     make_spec, make_state = CONVERTERS[name]
     data = make_spec(hf_model.config)
     data["attention"]["impl"] = impl
-    spec = parse_model_spec(data)
-    model = build_model(spec)
+    spec = parse_model_spec(data, registry)
+    model = build_model(spec, registry)
     state = {k: v.detach().clone() for k, v in make_state(hf_model).items()}
     if spec.tie_weights:
         state.pop("out_head.weight")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..build import resolve_spec
-from ..registry import Registry, get_registry
+from ..registry import Registry
 from ..rows import Row
 from ..settings import DataSpec, SyntheticData
 from ..specs import ModelSpec
@@ -31,20 +31,19 @@ def run_probe(
     data: DataSpec | None = None,
     base_dir: Path | str = ".",
     device: str | None = None,
-    registry: Registry | None = None,
+    registry: Registry,
 ) -> list[Row]:
-    """Run probe ``name`` (registered in ``registry``, default the default registry) on the
-    variant ``spec``; ``device`` overrides the settings' device.
+    """Run probe ``name`` (registered in ``registry``, e.g. :func:`variantlab.get_registry`)
+    on the variant ``spec``; ``device`` overrides the settings' device.
 
     ``settings`` may be the probe's settings object, a mapping of its fields, or None for
     the defaults. Raises (never returns partial rows) when the variant cannot be measured.
     """
-    reg = registry if registry is not None else get_registry()
     try:
-        probe = reg.probe(name)
+        probe = registry.probe(name)
     except Exception:
-        raise ValueError(f"unknown probe {name!r}; probes are {', '.join(reg.probe_names())}") \
-            from None
+        raise ValueError(f"unknown probe {name!r}; probes are "
+                         f"{', '.join(registry.probe_names())}") from None
     settings = probe.settings(dict(settings) if isinstance(settings, Mapping) else settings)
     spec = resolve_spec(spec, registry)
     return list(probe.run(

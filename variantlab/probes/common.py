@@ -137,7 +137,7 @@ def autocast(dtype: str, device: torch.device) -> contextlib.AbstractContextMana
 
 
 def make_model(
-    spec: ModelSpec, seed: int, registry: Registry | None, device: torch.device | None = None
+    spec: ModelSpec, seed: int, registry: Registry, device: torch.device | None = None
 ) -> nn.Module:
     """``torch.manual_seed(seed)`` then ``build_model``: the seeds' initialisation."""
     torch.manual_seed(seed)

@@ -90,9 +90,10 @@ def _attention_stats(modules: dict[Layer, list[nn.Module]], record: dict) -> Non
 
 def run(
     spec: ModelSpec, settings: DynamicsSettings, *, seed: int, data: Any = None,
-    base_dir: Path | str = ".", device: str | None = None, registry: Registry | None = None,
+    base_dir: Path | str = ".", device: str | None = None, registry: Registry,
 ) -> list[Row]:
-    dev, model, opt, batches = setup(spec, settings, seed, data, base_dir, device, registry)
+    dev, model, opt, batches, loss_fn = setup(spec, settings, seed, data, base_dir, device,
+                                              registry)
     layers, attn = layer_params(model), attention_modules(model)
     rows: list[Row] = []
     for step, batch in enumerate(batches):
@@ -106,7 +107,7 @@ def run(
         _attention(attn, watch)
         try:
             with autocast(settings.dtype, dev):
-                loss = spec.loss(model(**batch.inputs), batch)
+                loss = loss_fn(model(**batch.inputs), batch)
         finally:
             for h in hooks:
                 h.remove()
@@ -136,8 +137,8 @@ def run(
     if settings.eval_batches and not diverged:
         held = datalib.batches(data, spec, settings.batch_size, settings.seq_len,
                                settings.eval_batches, seed=seed + EVAL_SEED_OFFSET,
-                               base_dir=base_dir)
-        rows.append(row("dynamics", "eval_loss", eval_loss(model, spec, held, dev, settings)))
+                               registry=registry, base_dir=base_dir)
+        rows.append(row("dynamics", "eval_loss", eval_loss(model, loss_fn, held, dev, settings)))
     return rows
 
 

@@ -1,6 +1,6 @@
 """Gradients at initialisation, per parameter and per layer, and the residual-stream RMS.
 
-The family's loss (``spec.loss``: next-token cross-entropy for token models, MSE to zero
+The family's loss (its task's ``loss``: next-token cross-entropy for token models, MSE to zero
 for float families) is back-propagated on ``batches`` batches; each batch's loss is divided
 by the number of batches, so the accumulated ``.grad`` is the mean gradient, and every
 statistic is taken of that mean (Xiong et al. 2020 average gradients over batches before
@@ -32,6 +32,7 @@ from ..registry import Registry
 from ..rows import Row, row
 from ..settings import GradientsSettings
 from ..specs import ModelSpec
+from ..tasks import task_for
 from .common import (
     describe,
     first_tensor,
@@ -61,15 +62,16 @@ def grad_stats(grads: list[torch.Tensor]) -> dict[str, float]:
 
 def run(
     spec: ModelSpec, settings: GradientsSettings, *, seed: int, data: Any = None,
-    base_dir: Path | str = ".", device: str | None = None, registry: Registry | None = None,
+    base_dir: Path | str = ".", device: str | None = None, registry: Registry,
 ) -> list[Row]:
     dev = resolve_device(device or "cpu")
     model = make_model(spec, seed, registry, dev)
     model.train(settings.mode == "train")
     batches = datalib.batches(
         data, spec, settings.batch_size, settings.seq_len, settings.batches,
-        seed=seed, base_dir=base_dir,
+        seed=seed, registry=registry, base_dir=base_dir,
     )
+    task = task_for(spec, registry)
     stacks = layer_stacks(model)
     layers = [(i, m) for i, m, _ in stacks]
     rms_sum: dict[int, float] = defaultdict(float)
@@ -84,7 +86,7 @@ def run(
     with forward_hooks(layers, record_rms):
         for i, batch in enumerate(batches):
             batch = batch.to(dev)
-            loss = spec.loss(model(**batch.inputs), batch)
+            loss = task.loss(spec, model(**batch.inputs), batch)
             if not torch.isfinite(loss):
                 raise FloatingPointError(
                     f"gradients: the loss is {float(loss.detach())} on batch {i + 1} of {len(batches)} at "

@@ -50,7 +50,7 @@ def non_embedding_params(model: nn.Module) -> int:
 
 
 def run(
-    spec: ModelSpec, settings: ParamsSettings, *, seed: int, registry: Registry | None = None,
+    spec: ModelSpec, settings: ParamsSettings, *, seed: int, registry: Registry,
     **_: Any,
 ) -> list[Row]:
     """Count the parameters of the model ``spec`` builds (no data, no device)."""

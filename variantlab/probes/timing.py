@@ -39,7 +39,8 @@ from .. import data as datalib
 from ..registry import Registry
 from ..rows import Row, row
 from ..settings import TimingSettings
-from ..specs import Batch, ModelSpec
+from ..specs import ModelSpec
+from ..tasks import Batch, Task, task_for
 from . import flops as flopslib
 from .common import autocast, make_model, resolve_device
 from .compiled import compile_errors, compile_model
@@ -48,9 +49,10 @@ from .params import non_embedding_params
 BLOCK_S = 0.05  # target duration of one timed block
 
 
-def pass_fns(model: torch.nn.Module, spec: ModelSpec, batch: Batch, dtype: str,
+def pass_fns(model: torch.nn.Module, spec: ModelSpec, task: Task, batch: Batch, dtype: str,
              device: torch.device, passes: list[str]) -> dict[str, Callable[[], None]]:
-    """A zero-argument closure per pass; ``step`` owns an AdamW optimizer."""
+    """A zero-argument closure per pass; ``step`` owns an AdamW optimizer; losses are
+    ``task``'s."""
     inputs = batch.inputs
 
     def forward() -> None:
@@ -60,7 +62,7 @@ def pass_fns(model: torch.nn.Module, spec: ModelSpec, batch: Batch, dtype: str,
     def backward() -> None:
         model.zero_grad(set_to_none=True)
         with autocast(dtype, device):
-            loss = spec.loss(model(**inputs), batch)
+            loss = task.loss(spec, model(**inputs), batch)
         loss.backward()
 
     fns: dict[str, Callable[[], None]] = {}
@@ -214,16 +216,16 @@ def device_name(device: torch.device) -> str:
 
 def run(
     spec: ModelSpec, settings: TimingSettings, *, seed: int, data: Any = None,
-    base_dir: Path | str = ".", device: str | None = None, registry: Registry | None = None,
+    base_dir: Path | str = ".", device: str | None = None, registry: Registry,
 ) -> list[Row]:
     dev = resolve_device(device or settings.device)
     model = make_model(spec, seed, registry, dev)
     model.train()
     batch = datalib.batches(data, spec, settings.batch_size, settings.seq_len, 1, seed=seed,
-                            base_dir=base_dir)[0].to(dev)
+                            registry=registry, base_dir=base_dir)[0].to(dev)
     backend = sdpa_backend(model, batch, settings.dtype, dev)
-    fns = pass_fns(compile_model(model, settings.compile), spec, batch, settings.dtype, dev,
-                   list(settings.passes))
+    fns = pass_fns(compile_model(model, settings.compile), spec, task_for(spec, registry), batch,
+                   settings.dtype, dev, list(settings.passes))
     name = device_name(dev)
 
     # attention layers (self- and cross-), each 12*H*Q*T FLOPs per token; none in mlp

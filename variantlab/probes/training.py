@@ -19,7 +19,9 @@ run stops at the first non-finite loss.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +32,11 @@ from ..registry import Registry
 from ..rows import Row, row
 from ..settings import TrainingSettings, TrainRunSettings
 from ..specs import ModelSpec
+from ..tasks import Batch, task_for
 from .common import autocast, make_model, resolve_device
 from .compiled import compile_errors, compile_model
+
+Loss = Callable[[Any, Batch], torch.Tensor]  # (model output, batch) -> scalar loss
 
 #: Eval batches come from the data with this offset added to the unit's seed.
 EVAL_SEED_OFFSET = 1_000_003
@@ -99,28 +104,28 @@ def lr_at(step: int, settings: TrainRunSettings) -> float:
 
 
 def setup(spec: ModelSpec, settings: TrainRunSettings, seed: int, data: Any,
-          base_dir: Path | str, device: str | None, registry: Registry | None,
-          ) -> tuple[torch.device, torch.nn.Module, torch.optim.Optimizer, Any]:
-    """``(device, model in train mode, AdamW, batches)`` of a training run (training and
-    dynamics probes alike)."""
+          base_dir: Path | str, device: str | None, registry: Registry,
+          ) -> tuple[torch.device, torch.nn.Module, torch.optim.Optimizer, Any, Loss]:
+    """``(device, model in train mode, AdamW, batches, loss)`` of a training run (training and
+    dynamics probes alike); ``loss(output, batch)`` is the family task's."""
     dev = resolve_device(device or settings.device)
     model = make_model(spec, seed, registry, dev)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=settings.lr,
                             weight_decay=settings.weight_decay)
     batches = datalib.batches(data, spec, settings.batch_size, settings.seq_len, settings.steps,
-                              seed=seed, base_dir=base_dir)
-    return dev, model, opt, batches
+                              seed=seed, registry=registry, base_dir=base_dir)
+    return dev, model, opt, batches, functools.partial(task_for(spec, registry).loss, spec)
 
 
 def run(
     spec: ModelSpec, settings: TrainingSettings, *, seed: int, data: Any = None,
-    base_dir: Path | str = ".", device: str | None = None, registry: Registry | None = None,
+    base_dir: Path | str = ".", device: str | None = None, registry: Registry,
 ) -> list[Row]:
-    dev, model, opt, batches = setup(spec, settings, seed, data, base_dir, device, registry)
+    dev, model, opt, batches, loss = setup(spec, settings, seed, data, base_dir, device, registry)
     compiled = compile_model(model, settings.compile)
     with compile_errors(settings.compile):
-        losses = train(model, compiled, opt, spec, batches, dev, settings)
+        losses = train(model, compiled, opt, loss, batches, dev, settings)
 
     rows = [row("training", "loss", v, step=i) for i, v in enumerate(losses)]
     finite = [v for v in losses if math.isfinite(v)]
@@ -135,15 +140,15 @@ def run(
     if settings.eval_batches and math.isfinite(final):
         held = datalib.batches(data, spec, settings.batch_size, settings.seq_len,
                                settings.eval_batches, seed=seed + EVAL_SEED_OFFSET,
-                               base_dir=base_dir)
+                               registry=registry, base_dir=base_dir)
         with compile_errors(settings.compile):
-            value = eval_loss(compiled, spec, held, dev, settings)
+            value = eval_loss(compiled, loss, held, dev, settings)
         rows.append(row("training", "eval_loss", value))
     return rows
 
 
 def train(model: torch.nn.Module, compiled: torch.nn.Module, opt: torch.optim.Optimizer,
-          spec: ModelSpec, batches: list, dev: torch.device,
+          loss_fn: Loss, batches: list, dev: torch.device,
           settings: TrainingSettings) -> list[float]:
     """The AdamW loop: the loss per step, stopping at the first non-finite one. ``compiled``
     runs the forward (``model`` itself, or it under torch.compile); ``model`` owns the
@@ -155,7 +160,7 @@ def train(model: torch.nn.Module, compiled: torch.nn.Module, opt: torch.optim.Op
             group["lr"] = lr_at(step, settings)
         opt.zero_grad(set_to_none=True)
         with autocast(settings.dtype, dev):
-            loss = spec.loss(compiled(**batch.inputs), batch)
+            loss = loss_fn(compiled(**batch.inputs), batch)
         value = float(loss.detach())
         losses.append(value)
         if not math.isfinite(value):
@@ -167,7 +172,7 @@ def train(model: torch.nn.Module, compiled: torch.nn.Module, opt: torch.optim.Op
     return losses
 
 
-def eval_loss(model: torch.nn.Module, spec: ModelSpec, batches: list, dev: torch.device,
+def eval_loss(model: torch.nn.Module, loss_fn: Loss, batches: list, dev: torch.device,
               settings: TrainRunSettings) -> float:
     """Mean loss in eval mode over ``batches``, without gradients."""
     model.eval()
@@ -176,5 +181,5 @@ def eval_loss(model: torch.nn.Module, spec: ModelSpec, batches: list, dev: torch
         for batch in batches:
             batch = batch.to(dev)
             with autocast(settings.dtype, dev):
-                total += float(spec.loss(model(**batch.inputs), batch))
+                total += float(loss_fn(model(**batch.inputs), batch))
     return total / len(batches)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..registry import Registry
 from .effects import compute_effects, effects_csv
 from .findings import reading
 from .frame import ReportData, gather
@@ -44,10 +45,10 @@ class ReportFiles:
     effects: Path | None = None
 
 
-def build_context(data: ReportData, registry: Any = None) -> tuple[dict[str, Any], list[Plot]]:
+def build_context(data: ReportData, registry: Registry) -> tuple[dict[str, Any], list[Plot]]:
     """Everything the templates show, and the plots (figures not yet rendered); probes
-    beyond the core sections show their views from ``registry`` (default: the default
-    registry) or a generic table. A grid's effects come first (``effects``: None without
+    beyond the core sections show their views from ``registry`` or, when it lacks them, a
+    generic table. A grid's effects come first (``effects``: None without
     a grid)."""
     per_seed = seed_metrics(data)
     summary = summarize(data, per_seed)
@@ -76,8 +77,8 @@ def build_context(data: ReportData, registry: Any = None) -> tuple[dict[str, Any
     return context, plots
 
 
-def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None,
-                 registry: Any = None) -> ReportFiles:
+def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None, *,
+                 registry: Registry) -> ReportFiles:
     """Write report.md (+ SVG files), report.html and summary.csv into ``out_dir``.
 
     ``runs``: results stores (``results.sqlite``, its run folder, or a folder of run
@@ -86,6 +87,8 @@ def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None
     (``RUN/variant``) where names clash, so runs are never pooled.
     ``baseline``: the variant the ratios compare against (default: the first run's
     baseline, else its first variant). Raises ValueError for an unknown baseline.
+    ``registry`` (e.g. :func:`variantlab.get_registry`, or one with the run's ``--plugin``
+    modules) gives the probes' report views.
     """
     if isinstance(runs, (str, Path)):
         runs = [runs]

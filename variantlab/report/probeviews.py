@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..registry import Registry
 from .frame import ReportData
 from .plots import Plot
 from .tables import SECTIONS, Table, fmt
@@ -16,13 +17,9 @@ from .tables import SECTIONS, Table, fmt
 CORE_SECTIONS = frozenset(s for s, _, _ in SECTIONS)
 
 
-def probe_views(data: ReportData, registry: Any = None) -> tuple[list[Table], list[Plot]]:
+def probe_views(data: ReportData, registry: Registry) -> tuple[list[Table], list[Plot]]:
     """Tables and plots of every probe in the rows beyond the core sections, in the order
-    the probes first appear."""
-    if registry is None:
-        from ..registry import get_registry
-
-        registry = get_registry()
+    the probes first appear; a probe ``registry`` does not have gets a generic table."""
     tables: list[Table] = []
     plots: list[Plot] = []
     probes = list(dict.fromkeys(data.rows["probe"])) if len(data.rows) else []

@@ -36,12 +36,12 @@ def component_problems(
     registry = registry or build_registry(extra=plugins)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", VariantWarning)
-        if slot == "model":
+        if slot == "family":
             data = dict(spec if isinstance(spec, Mapping) else {"family": spec})
-            registry.get("model", data.get("family", "gpt"), ("family",))
-            return family_problems("model", data, registry, families)
+            registry.get("family", data.get("family", "gpt"), ("family",))
+            return family_problems("family", data, registry, families)
         if slot not in SLOTS:
-            raise ValueError(f"unknown slot {slot!r}; choose one of {', '.join(SLOTS)}, model")
+            raise ValueError(f"unknown slot {slot!r}; choose one of {', '.join(SLOTS)}, family")
         comp_spec = resolve_component(slot, spec, registry, (slot,))  # SpecError: bad spec
         problems = round_trip(comp_spec.model_dump(mode="json"),
                                lambda d: resolve_component(slot, d, registry), comp_spec,
@@ -62,7 +62,7 @@ def check_component(
     """Check a component against its slot's contract; raise AssertionError listing every
     broken point. ``plugins`` are module names or ``.py`` paths loaded on top of the
     built-ins and installed entry points; ``families`` limits (and requires) the families
-    tried, default every registered family that has the slot. ``slot="model"`` checks a
+    tried, default every registered family that has the slot. ``slot="family"`` checks a
     model family: ``spec`` is then a model mapping such as ``{"family": "gpt"}``."""
     problems = component_problems(slot, spec, plugins, families=families, registry=registry)
     if problems:

@@ -99,7 +99,14 @@ def _optional_bias(registry: Registry, slot: str, spec: ComponentSpec, make: Cal
 
 def _attention_case(spec: ComponentSpec, registry: Registry) -> Case:
     sizes = dict(emb_dim=D, n_heads=HEADS, context_length=CTX, qkv_bias=True)
-    make = _maker(registry, "attention", spec, None, **sizes)
+    default_norm = _default("norm", registry)
+
+    def make_norm(dim: int, norm: ComponentSpec | None = None) -> nn.Module:
+        """What build_model passes: a norm of the model's kind, or of ``norm``."""
+        norm = norm or default_norm
+        return registry.get("norm", norm.kind).build(norm, dim=dim)
+
+    make = _maker(registry, "attention", spec, {"make_norm": make_norm}, **sizes)
 
     def cross_and_padding() -> list[str]:
         """cross-attention and key padding mask"""
@@ -251,4 +258,4 @@ def standalone_case(slot: str, spec: ComponentSpec, registry: Registry) -> Case:
         make = _maker(registry, slot, spec, emb_dim=D, context_length=CTX)
         return Case("positional (standalone)", make, x, expect=(B, T, D),
                     extra=[_shape_kept(make, (B, CTX, D), "input as long as context_length")])
-    raise ValueError(f"unknown slot {slot!r}; choose one of {', '.join(SLOTS + ('model',))}")
+    raise ValueError(f"unknown slot {slot!r}; choose one of {', '.join(SLOTS + ('family',))}")

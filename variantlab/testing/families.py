@@ -12,17 +12,17 @@ from ..build import build_model
 from ..errors import SpecError
 from ..registry import Registry
 from ..specs import ModelSpec, parse_model_spec
+from ..tasks import task_for
 from .checker import TINY_MODEL, B, Case, Checker, T, gen
 
 
 def _model_case(spec: ModelSpec, registry: Registry) -> Case:
-    batch = spec.make_batch(B, T, generator=gen())
-    out_shape = tuple(batch.target.shape)
-    if spec.input_kind == "tokens":
-        out_shape += (spec.vocab_size,)
+    task = task_for(spec, registry)
+    batch = task.batch(spec, B, T, generator=gen())
     return Case(
         f"in family {spec.family!r}", lambda: build_model(spec, registry), (), dict(batch.inputs),
-        expect=out_shape, loss=lambda out: spec.loss(out, batch.to(out.device)),
+        expect=task.output_shape(spec, batch),
+        loss=lambda out: task.loss(spec, out, batch.to(out.device)),
         zero_grad_is_bug=False)
 
 
@@ -48,16 +48,16 @@ def round_trip(data: Any, parse: Callable[[Any], Any], original: Any, what: str)
 def family_problems(slot: str, spec: Any, registry: Registry,
                      families: Sequence[str] | None) -> list[str]:
     problems, fitted = [], []
-    names = list(families) if families is not None else registry.kinds("model")
+    names = list(families) if families is not None else registry.kinds("family")
     for family in names:
         data = {**TINY_MODEL, "family": family}
-        if slot == "model":
+        if slot == "family":
             data.update({k: v for k, v in spec.items() if k != "family"})
         else:
             data[slot] = spec.model_dump(mode="json")
         try:
             model_spec = parse_model_spec(data, registry)
-            if slot != "model" and not _uses(build_model(model_spec, registry), slot, spec.kind):
+            if slot != "family" and not _uses(build_model(model_spec, registry), slot, spec.kind):
                 raise SpecError.at((slot,), f"family {family!r} has no {slot} slot")
         except Exception as exc:
             if families is not None:  # named explicitly: it must fit

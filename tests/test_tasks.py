@@ -1,0 +1,102 @@
+"""Families' tasks: batching and loss live with the family plugin, looked up in the registry."""
+
+import pytest
+import torch
+
+import variantlab as vl
+from variantlab import data as datalib
+from variantlab.errors import PluginLoadError
+from variantlab.probes import run_probe
+from variantlab.settings import SyntheticData, TextData
+
+REG = vl.get_registry()
+
+FAMILY = '''
+from typing import Literal
+from variantlab import ModelSpec, hookimpl
+from variantlab.tasks import Task
+from variantlab_plugins.models import GPTModel
+
+class DoubledLoss(Task):
+    """Next-token cross-entropy, doubled: a task the core knows nothing of."""
+    def loss(self, spec, output, batch):
+        return 2 * super().loss(spec, output, batch)
+
+class TwiceSpec(ModelSpec):
+    family: Literal["twice"] = "twice"
+
+@hookimpl
+def register_families(register):
+    register("twice", TwiceSpec, GPTModel, task=DoubledLoss())
+'''
+
+
+def plugin(tmp_path, text, name="fam.py"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_probes_score_with_the_family_plugins_task(tmp_path, tiny):
+    registry = vl.build_registry([plugin(tmp_path, FAMILY)], entry_points=False)
+    settings = {"batch_size": 2, "seq_len": 8, "batches": 1}
+    gpt = run_probe("gradients", tiny, settings, seed=3, registry=registry)
+    twice = run_probe("gradients", {**tiny, "family": "twice"}, settings, seed=3,
+                      registry=registry)
+    loss = {r["probe"]: r["value"] for r in gpt if r["metric"] == "loss"}["gradients"]
+    doubled = {r["probe"]: r["value"] for r in twice if r["metric"] == "loss"}["gradients"]
+    assert doubled == pytest.approx(2 * loss, rel=1e-6)  # same weights, same batch, its loss
+
+
+def test_task_for_names_the_family_and_data_uses_its_batches(tiny):
+    spec = vl.parse_model_spec({**tiny, "family": "encoder"}, REG)
+    task = vl.task_for(spec, REG)
+    assert type(task).__name__ == "MaskedTokens"
+    (batch,) = datalib.batches(None, spec, 2, 8, 1, seed=0, registry=REG)
+    masked = batch.target != -100  # only masked positions are scored
+    assert masked[:, 0].all() and (batch.inputs["idx"][masked] == spec.vocab_size - 1).all()
+    assert task.output_shape(spec, batch) == (2, 8, spec.vocab_size)
+
+
+def test_float_tasks_ignore_the_data_source(tiny):
+    spec = vl.parse_model_spec({**tiny, "family": "block"}, REG)
+    text = datalib.batches(TextData(path="nothing/*.txt"), spec, 2, 8, 1, seed=4, registry=REG)
+    synthetic = datalib.batches(SyntheticData(), spec, 2, 8, 1, seed=4, registry=REG)
+    assert text[0].inputs["x"].shape == (2, 8, tiny["emb_dim"])
+    assert torch.equal(text[0].inputs["x"], synthetic[0].inputs["x"])
+
+
+@pytest.mark.parametrize("hook, call, message", [
+    ("register_families", "register('bare', S, GPTModel)", "task= needs family kinds"),
+    ("register_norms", "register('tasked', N, lambda spec, dim: None, task=NEXT_TOKEN)",
+     "task= is only for families, not norm kinds"),
+    ("register_families", "register('bare', S, GPTModel, task=object())",
+     "must be a variantlab.tasks.Task"),
+])
+def test_registry_refuses_a_family_without_a_task_and_a_task_elsewhere(tmp_path, hook, call,
+                                                                         message):
+    text = f'''
+from typing import Literal
+from variantlab import ComponentSpec, ModelSpec, hookimpl
+from variantlab.tasks import NEXT_TOKEN
+from variantlab_plugins.models import GPTModel
+
+class S(ModelSpec):
+    family: Literal["bare"] = "bare"
+
+class N(ComponentSpec):
+    kind: Literal["tasked"] = "tasked"
+
+@hookimpl
+def {hook}(register):
+    {call}
+'''
+    with pytest.raises(PluginLoadError, match=message):
+        vl.build_registry([plugin(tmp_path, text)], entry_points=False)
+
+
+def test_no_registry_no_default(tiny):
+    with pytest.raises(TypeError):
+        vl.build_model(tiny)  # type: ignore[call-arg]  # the registry is always explicit
+    with pytest.raises(TypeError, match="needs a registry"):
+        vl.ModelSpec.model_validate(tiny)
