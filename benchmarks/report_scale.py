@@ -13,7 +13,6 @@ times the variants (a 7th axis of 10 values).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -44,8 +43,8 @@ def grid(scale: int) -> dict[str, list]:
 def store_run(run, folder: Path) -> Path:
     """A RunData written through the store's own API, unit by unit."""
     with Store(folder) as store:
-        variants = [{"name": r["name"], "label": r["label"], "spec": json.loads(r["spec_json"]),
-                     "overrides": json.loads(r["overrides_json"]), "warnings": []}
+        variants = [{"name": r["name"], "label": r["label"], "spec": r["spec"],
+                     "overrides": r["overrides"], "warnings": []}
                     for r in run.variants.to_dict("records")]
         plan = [(u["key"], u["variant"], int(u["seed"]), u["probe"])
                 for u in run.units.to_dict("records")]

@@ -1,6 +1,5 @@
 """Shared fixtures: tiny models (emb_dim 32, 2 layers) keep the suite fast."""
 
-import json
 import re
 import textwrap
 import warnings
@@ -45,10 +44,8 @@ def store_of(run, folder: Path) -> Path:
 
     """Write a RunData (see variantlab.report.sample) into a real results store."""
     with Store(folder) as store:
-        variants = [{"name": r["name"], "label": r["label"], "spec": json.loads(r["spec_json"]),
-                     "overrides": json.loads(r["overrides_json"]),
-                     "warnings": json.loads(r["warnings_json"])}
-                    for _, r in run.variants.iterrows()]
+        variants = run.variants[["name", "label", "spec", "overrides", "warnings"]]
+        variants = variants.to_dict("records")
         plan = [(u["key"], u["variant"], int(u["seed"]), u["probe"])
                 for _, u in run.units.iterrows()]
         store.write_experiment(run.meta, variants, plan)
@@ -58,7 +55,8 @@ def store_of(run, folder: Path) -> Path:
                         for k, v in r.items()} for r in rows.to_dict("records")]
             store.save_unit(UnitRecord(key=u["key"], variant=u["variant"], seed=int(u["seed"]),
                                        probe=u["probe"], settings_json="{}", status=u["status"],
-                                       error=u["error"], device="cpu"), records)
+                                       error=None if pd.isna(u["error"]) else u["error"],
+                                       device="cpu"), records)
     return folder
 
 

@@ -212,7 +212,7 @@ def test_seed_shortcut_experiment_stores_the_seed_gradients(tmp_path):
     result = invoke("run", example("seed-shortcut.yaml"), "--out", tmp_path, "--no-report")
     assert result.exit_code == 0, result.output
     run = load_run(next(tmp_path.iterdir()))
-    shortcut = {row.name: json.loads(row.spec_json)["residual"]["shortcut"]
+    shortcut = {row.name: row.spec["residual"]["shortcut"]
                 for row in run.variants.itertuples()}
     assert sorted(shortcut.values()) == [False, True]
     df = run.rows

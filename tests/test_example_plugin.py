@@ -93,7 +93,7 @@ def test_experiment_with_scale_norm_runs_and_is_stored(site, tmp_path):
                              "--no-report"], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     run = store.load_run(tmp_path / "runs" / "scalenorm-check")
-    specs = {row.name: json.loads(row.spec_json) for row in run.variants.itertuples()}
+    specs = {row.name: row.spec for row in run.variants.itertuples()}
     (scale_variant,) = [n for n, s in specs.items() if s["norm"]["kind"] == "scale"]
     (layer_variant,) = [n for n, s in specs.items() if s["norm"]["kind"] == "layer"]
     assert specs[scale_variant]["norm"] == {"kind": "scale", "eps": 1e-5, "init": None}

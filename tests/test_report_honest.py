@@ -2,7 +2,6 @@
 layers within one stack; timings say which invocation of ``run`` measured them, and the
 report says when compared timings were not measured side by side."""
 
-import json
 import sqlite3
 from contextlib import closing
 
@@ -151,7 +150,7 @@ def _save(store, run, variants):
 def _stored(tmp_path, sessions):
     """The sample run stored by one Store session per group of variants."""
     run = sample_run(seeds=(0, 1), fail=None, diverge=None)
-    variants = [{"name": r["name"], "label": r["label"], "spec": json.loads(r["spec_json"]),
+    variants = [{"name": r["name"], "label": r["label"], "spec": r["spec"],
                  "overrides": {}, "warnings": []} for _, r in run.variants.iterrows()]
     plan = [(u["key"], u["variant"], int(u["seed"]), u["probe"]) for _, u in run.units.iterrows()]
     for group in sessions:

@@ -4,6 +4,7 @@ that stay readable at hundreds of variants, runs side by side."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -98,9 +99,10 @@ def test_interactions_find_an_effect_that_depends_on_another_axis():
 
 def test_grid_comes_from_the_stored_yaml_when_the_meta_has_none(tmp_path):
     run = sample_grid({"norm.kind": ["layer", "rms"]}, {("norm.kind", "rms"): -0.5})
-    grid = run.meta.pop("grid")
+    grid = run.meta.grid
+    run.meta = replace(run.meta, grid=None)
     assert find_grid(gather([run])) is None
-    run.meta["yaml"] = yaml.safe_dump({"name": "g", "grid": grid})
+    run.meta = replace(run.meta, yaml=yaml.safe_dump({"name": "g", "grid": grid}))
     assert run_grid(run.meta) == {"norm.kind": ["layer", "rms"]}
     store = store_of(run, tmp_path / "g")
     effects = _effects(write_report([store], tmp_path / "r", registry=REG).effects)
@@ -121,7 +123,8 @@ def test_reading_stays_short_on_a_large_grid():
             "e": ["p", "q", "r"], "f": [0.1, 0.2]}  # 576 variants
     run = sample_grid(grid, {("c", False): 1.0}, seeds=(0,))
     warned = run.variants.index[:40]
-    run.variants.loc[warned, "warnings_json"] = '["attention: odd head size"]'
+    run.variants.loc[warned, "warnings"] = pd.Series([["attention: odd head size"]] * 40,
+                                                     index=warned, dtype=object)
     context, plots = build_context(gather([run]), registry=REG)
     reading = context["reading"]
     assert len(reading) <= 10

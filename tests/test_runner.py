@@ -112,8 +112,8 @@ def test_run_stores_everything_and_rerun_computes_nothing(tiny, tmp_path):
     first = df[(df.variant == "rms") & (df.seed == 1) & (df.probe == "gradients")]
     assert first["value"].tolist() == [109.0, 1.0] and first["label"].iloc[0] == "norm.kind=rms"
     run = load_run(summary.run_dir)
-    assert run.meta["experiment"] == "fake" and run.meta["yaml"] == "name: fake\n"
-    assert run.meta["measure"]["gradients"]["seq_len"] == 8
+    assert run.meta.experiment == "fake" and run.meta.yaml == "name: fake\n"
+    assert run.meta.measure["gradients"]["seq_len"] == 8
     assert run.variants["name"].tolist() == ["base", "rms", "relu"]
 
     again = Recorder()

@@ -55,8 +55,8 @@ def test_load_run_meta_and_frames(tmp_path):
     with setup_store(tmp_path) as store:
         store.save_unit(record("k1"), [row("params", "total", 1)])
     run = load_run(tmp_path)
-    assert run.meta["experiment"] == "exp" and run.meta["seeds"] == [0, 1]
-    assert run.meta["data"] == {"source": "synthetic"}
+    assert run.meta.experiment == "exp" and run.meta.seeds == [0, 1]
+    assert run.meta.data == {"source": "synthetic"}
     assert run.variants["name"].tolist() == ["a", "b"]
     assert run.variants["position"].tolist() == [0, 1]
     assert run.units["key"].tolist() == ["k1"] and run.units["current"].tolist() == [True]

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from . import __version__
+from .contract import RunMeta
 from .store import STORE_FILE
 from .units import (  # noqa: F401 (re-exported: callers and tests import them from here)
     ResultSink,
@@ -40,24 +41,25 @@ def run_dir_for(experiment: Any, out: str | Path = "runs") -> Path:
     return Path(out) / experiment.name
 
 
-def experiment_meta(experiment: Any) -> dict[str, Any]:
+def experiment_meta(experiment: Any) -> RunMeta:
+    """What the store keeps about the experiment as run now."""
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    return {
-        "experiment": experiment.name,
-        "description": experiment.description or "",
-        "yaml": experiment.source_text or "",
-        "created": now,
-        "updated": now,
-        "experiment_file": experiment_file(experiment) or "",
-        "variantlab_version": __version__,
-        "torch_version": torch.__version__,
-        "seeds": list(experiment.seeds),
-        "baseline": experiment.baseline or "",
-        "data": plain(experiment.data),
-        "measure": plain(experiment.measure),
+    return RunMeta(
+        experiment=experiment.name,
+        description=experiment.description or "",
+        yaml=experiment.source_text or "",
+        created=now,
+        updated=now,
+        experiment_file=experiment_file(experiment) or "",
+        variantlab_version=__version__,
+        torch_version=torch.__version__,
+        seeds=list(experiment.seeds),
+        baseline=experiment.baseline or "",
+        data=plain(experiment.data) or {},
+        measure=plain(experiment.measure) or {},
         # the grid's axes, so that the report pairs variants by them (effects)
-        "grid": plain(dict(getattr(getattr(experiment, "spec", None), "grid", None) or {})),
-    }
+        grid=plain(dict(getattr(getattr(experiment, "spec", None), "grid", None) or {})),
+    )
 
 
 def _variant_rows(variants: Iterable[Any]) -> list[dict[str, Any]]:

@@ -30,6 +30,8 @@ from typing import Any
 
 import pandas as pd
 
+from .contract import RESULTS, UNITS, VARIANTS, ContractError, RunData, RunMeta, conform, describe
+
 STORE_FILE = "results.sqlite"
 
 SCHEMA = """
@@ -52,10 +54,9 @@ CREATE TABLE IF NOT EXISTS plan (
 CREATE INDEX IF NOT EXISTS plan_by_key ON plan(key);
 """
 
-RESULT_COLUMNS = (
-    "experiment", "variant", "label", "seed", "probe", "metric", "scope", "name", "layer",
-    "step", "value", "unit", "unit_key", "status", "error", "run",
-)
+#: units columns added after the first stores were written: name -> SQL type. An older store
+#: opened to write gets them added; one read only has them read as missing.
+ADDED_UNIT_COLUMNS = {"invocation": "TEXT"}
 
 
 def store_path(path: str | Path) -> Path:
@@ -105,14 +106,15 @@ def new_invocation() -> str:
 
 
 def _add_missing_columns(conn: sqlite3.Connection) -> None:
-    """Migrate a store written before ``units.invocation`` existed (a read-only one is
-    left as it is; its units read back with no invocation)."""
+    """Migrate a store written before :data:`ADDED_UNIT_COLUMNS` existed (a read-only one is
+    left as it is; its units read back with those missing)."""
     have = {r[1] for r in conn.execute("PRAGMA table_info(units)")}
-    if "invocation" not in have:
-        try:
-            conn.execute("ALTER TABLE units ADD COLUMN invocation TEXT")
-        except sqlite3.OperationalError:
-            pass
+    for name, sql_type in ADDED_UNIT_COLUMNS.items():
+        if name not in have:
+            try:
+                conn.execute(f"ALTER TABLE units ADD COLUMN {name} {sql_type}")
+            except sqlite3.OperationalError:
+                pass
 
 
 class StoreError(ValueError):
@@ -232,14 +234,14 @@ class Store:
 
     def write_experiment(
         self,
-        meta: Mapping[str, Any],
+        meta: RunMeta | Mapping[str, Any],
         variants: Sequence[Mapping[str, Any]],
         plan: Sequence[tuple[str, str, int, str]],
     ) -> None:
         """Meta (values stored as text; non-strings as JSON), the experiment's variants and
         its unit plan ``(key, variant, seed, probe)``, replacing those of an earlier run."""
         created = self.meta().get("created")
-        meta = dict(meta)
+        meta = meta.stored() if isinstance(meta, RunMeta) else dict(meta)
         if created is not None:
             meta["created"] = created  # first run's time; "updated" says the latest
         meta_rows = [(k, v if isinstance(v, str) else _json(v)) for k, v in meta.items()]
@@ -288,96 +290,109 @@ class Store:
 
 
 # -- reading a run -------------------------------------------------------------------------
-def _decode_meta(raw: Mapping[str, str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key in ("seeds", "data", "measure"):
-            try:
-                out[key] = json.loads(value)
-                continue
-            except (TypeError, ValueError):
-                pass
-        out[key] = value
-    return out
-
-
-@dataclass
-class RunData:
-    """Everything in one results store, as pandas frames."""
-
-    meta: dict
-    variants: pd.DataFrame
-    units: pd.DataFrame
-    rows: pd.DataFrame  # the results() frame
-
-
 def _frames(path: str | Path) -> RunData:
     try:
         return _read_frames(path)
     except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
         raise _not_a_store(store_path(path), exc) from None
+    except ContractError as exc:
+        raise StoreError(f"{store_path(path)}: {exc}; the file was not written by variantlab "
+                         "run (or is damaged): run the experiment again into a fresh --out"
+                         ) from None
+
+
+_ROWS_SQL = """
+    SELECT COALESCE(p.variant, u.variant) AS variant, COALESCE(p.seed, u.seed) AS seed,
+           r.probe, r.metric, r.scope, r.name, r.layer, r.step, r.value, r.unit,
+           u.key AS unit_key, u.status, u.error,
+           COALESCE(p.position, 1e18) AS _pos, r.rowid AS _rid
+    FROM units u
+    JOIN rows r ON r.unit_key = u.key
+    LEFT JOIN plan p ON p.key = u.key
+    WHERE u.status = 'ok' AND {current}
+    UNION ALL
+    SELECT COALESCE(p.variant, u.variant), COALESCE(p.seed, u.seed), u.probe, 'error',
+           'model', '', NULL, NULL, NULL, '', u.key, u.status, u.error,
+           COALESCE(p.position, 1e18), 0
+    FROM units u
+    LEFT JOIN plan p ON p.key = u.key
+    WHERE u.status = 'failed' AND {current}
+    ORDER BY _pos, _rid
+"""
 
 
 def _read_frames(path: str | Path) -> RunData:
+    run = store_path(path).resolve().parent.name  # runs.find_runs may lengthen it
     with closing(Store(path, create=False)) as store:
-        meta = _decode_meta(store.meta())
+        meta = RunMeta.decode(store.meta(), run=run)
         conn = store.db
         variants = pd.read_sql_query("SELECT * FROM variants ORDER BY position", conn)
         has_plan = conn.execute("SELECT COUNT(*) FROM plan").fetchone()[0] > 0
         # a planned unit is shown under each (variant, seed) that plans it: two variants with
         # the same resolved spec share one computed unit
-        current = "p.key IS NOT NULL" if has_plan else "1"
         units = pd.read_sql_query(
             "SELECT u.*, (SELECT MIN(position) FROM plan p WHERE p.key = u.key) AS _pos "
             "FROM units u ORDER BY COALESCE(_pos, 1e18), u.rowid",
             conn,
         )
-        rows = pd.read_sql_query(
-            f"""
-            SELECT COALESCE(p.variant, u.variant) AS variant, COALESCE(p.seed, u.seed) AS seed,
-                   r.probe, r.metric, r.scope, r.name, r.layer, r.step, r.value, r.unit,
-                   u.key AS unit_key, u.status, u.error,
-                   COALESCE(p.position, 1e18) AS _pos, r.rowid AS _rid
-            FROM units u
-            JOIN rows r ON r.unit_key = u.key
-            LEFT JOIN plan p ON p.key = u.key
-            WHERE u.status = 'ok' AND {current}
-            UNION ALL
-            SELECT COALESCE(p.variant, u.variant), COALESCE(p.seed, u.seed), u.probe, 'error',
-                   'model', '', NULL, NULL, NULL, '', u.key, u.status, u.error,
-                   COALESCE(p.position, 1e18), 0
-            FROM units u
-            LEFT JOIN plan p ON p.key = u.key
-            WHERE u.status = 'failed' AND {current}
-            ORDER BY _pos, _rid
-            """,
-            conn,
-        )
+        rows = pd.read_sql_query(_ROWS_SQL.format(current="p.key IS NOT NULL" if has_plan
+                                                  else "1"), conn)
     units["current"] = units["_pos"].notna() if has_plan else True
-    units = units.drop(columns="_pos")
+    for name in ADDED_UNIT_COLUMNS:  # a read-only store older than the column
+        if name not in units.columns:
+            units[name] = None
+    return RunData(meta=meta, variants=_decoded_variants(variants),
+                   units=conform(units, UNITS, "the units table"),
+                   rows=_results_frame(rows, meta, variants))
+
+
+def _decoded(name: str, text: Any, what: str, default: Any) -> Any:
+    if text is None or (isinstance(text, float) and math.isnan(text)):
+        return default
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        raise ContractError(f"variant {name!r}: {what} is not JSON ({str(text)[:60]!r})"
+                            ) from None
+    if not isinstance(value, type(default)):
+        raise ContractError(f"variant {name!r}: {what} is not a {type(default).__name__}")
+    return value
+
+
+def _decoded_variants(frame: pd.DataFrame) -> pd.DataFrame:
+    """The variants table with its JSON columns decoded (spec, overrides, warnings)."""
+    for col, default in (("spec", {}), ("overrides", {}), ("warnings", [])):
+        frame[col] = pd.Series([_decoded(n, t, f"{col}_json", default) for n, t in
+                                zip(frame["name"], frame[f"{col}_json"])], dtype=object)
+    return conform(frame, VARIANTS, "the variants table")
+
+
+def _results_frame(rows: pd.DataFrame, meta: RunMeta, variants: pd.DataFrame) -> pd.DataFrame:
     labels = dict(zip(variants["name"], variants["label"]))
     rows["label"] = rows["variant"].map(labels).fillna(rows["variant"])
-    rows.insert(0, "experiment", meta.get("experiment", ""))
-    rows["run"] = store_path(path).resolve().parent.name  # runs.find_runs may lengthen it
-    for col in ("seed", "layer", "step"):
-        rows[col] = rows[col].astype("Int64")
-    rows["value"] = rows["value"].astype(float)  # NULL -> NaN
+    rows["experiment"] = meta.experiment
+    rows["run"] = meta.run
     for col in ("name", "unit"):
         rows[col] = rows[col].fillna("")
-    rows = rows[list(RESULT_COLUMNS)].reset_index(drop=True)
-    return RunData(meta=meta, variants=variants, units=units, rows=rows)
+    return conform(rows, RESULTS, "the rows table")
 
 
 def results(path: str | Path) -> pd.DataFrame:
     """Tidy frame of every stored row (``path`` = results.sqlite or its run folder).
 
-    Columns: experiment, variant, label, seed, probe, metric, scope, name, layer, step,
-    value, unit, unit_key, status, error, run (the run folder's name). A failed unit is one row with status
-    ``failed``, metric ``error``, value NaN and its message in ``error``.
+    A failed unit is one row with status ``failed``, metric ``error``, value NaN and its
+    message in ``error``. The columns (:data:`variantlab.contract.RESULTS`), in order:
+
+    {columns}
     """
     return _frames(path).rows
 
 
+if results.__doc__:  # None under python -OO
+    results.__doc__ = results.__doc__.format(columns=describe(RESULTS).replace("\n", "\n    "))
+
+
 def load_run(path: str | Path) -> RunData:
-    """Meta (seeds, data, measure decoded from JSON), variants, units and rows."""
+    """Meta (decoded: :class:`variantlab.contract.RunMeta`), variants (spec, overrides and
+    warnings decoded), units and rows: see :mod:`variantlab.contract`."""
     return _frames(path)

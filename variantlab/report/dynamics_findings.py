@@ -151,7 +151,7 @@ def dynamics_loss(data: ReportData) -> str | None:
         return None
     table = part.pivot_table(index="seed", columns="variant", values="value")
     parts = [f"{v} {fmt(table[v].mean())}" for v in data.order if v in table]
-    rates = {(run.get("measure") or {}).get(PROBE, {}).get("lr") for run in data.runs}
+    rates = {run.measure.get(PROBE, {}).get("lr") for run in data.runs}
     at = f" at lr {fmt(rates.pop())}" if len(rates) == 1 and None not in rates else ""
     return (f"Eval loss after the dynamics run{at} (mean over seeds): " + "; ".join(parts) + "."
             + _versus(table, data.baseline, "dynamics eval loss", ratio=False))

@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from ..contract import RunMeta
 from .frame import ReportData
 
 #: metric in seed_metrics -> how the report names it, and whether lower is better
@@ -96,17 +97,13 @@ def value_text(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-def run_grid(meta: Mapping[str, Any]) -> dict[str, list[Any]]:
-    """A stored run's ``grid:``: from its meta (``grid``), else from its stored YAML."""
-    grid = meta.get("grid")
-    if isinstance(grid, str):
+def run_grid(meta: RunMeta) -> dict[str, list[Any]]:
+    """A stored run's ``grid:``: from its meta (``grid``), else (a store older than the grid
+    in the meta) from its stored YAML."""
+    grid: Any = meta.grid
+    if grid is None:
         try:
-            grid = json.loads(grid)
-        except ValueError:
-            grid = None
-    if not isinstance(grid, Mapping):
-        try:
-            doc = yaml.safe_load(meta.get("yaml") or "") or {}
+            doc = yaml.safe_load(meta.yaml or "") or {}
         except yaml.YAMLError:
             doc = {}
         grid = doc.get("grid") if isinstance(doc, Mapping) else None
@@ -120,7 +117,7 @@ def find_grid(data: ReportData) -> Grid | None:
     whose overrides are one combination of it belong to it. Effects come from one run, so
     runs (before and after a change, say) are never pooled; the across-runs table compares
     them."""
-    found = next(((m["run"], g) for m in data.runs if (g := run_grid(m))), None)
+    found = next(((m.run, g) for m in data.runs if (g := run_grid(m))), None)
     if found is None:
         return None
     run, first = found

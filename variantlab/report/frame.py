@@ -5,20 +5,19 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
 
-ROW_FIELDS = ("experiment", "variant", "label", "seed", "probe", "metric", "scope", "name",
-              "layer", "step", "value", "unit", "unit_key", "status", "error")
+from ..contract import RESULTS, UNITS, VARIANTS, RunData, RunMeta, conform
 
 
 @dataclass
 class ReportData:
     """Everything a report shows, with one display name per variant (``variant`` column)."""
 
-    runs: list[dict[str, Any]]  # parsed meta of each run, in the order given
+    runs: list[RunMeta]  # each run's meta, in the order given; ``run`` is its unique label
     variants: pd.DataFrame  # run, experiment, variant, stored_name, label, spec, overrides, warnings
     units: pd.DataFrame  # run, experiment, variant, seed, probe, status, error, device, ...
     rows: pd.DataFrame  # ok rows only; ``variant`` is the display name
@@ -30,45 +29,25 @@ class ReportData:
         return sorted({int(s) for s in self.rows["seed"].dropna()}) if len(self.rows) else []
 
 
-def _json(value: Any, default: Any) -> Any:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return default
-    if isinstance(value, (bytes, str)):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
-def parse_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """Meta as stored (strings, JSON strings) -> plain Python values."""
-    out = dict(meta)
-    for key in ("seeds", "data", "measure", "grid"):
-        if key in out:
-            out[key] = _json(out[key], None)
-    return out
-
-
-def _is_run_data(run: Any) -> bool:
-    return hasattr(run, "rows") and hasattr(run, "meta")
-
-
-def load_runs(runs: Sequence[Any]) -> list[tuple[Any, str]]:
+def load_runs(runs: Sequence[Any]) -> list[tuple[RunData, str]]:
     """Each run loaded, with a label unique among them (see :mod:`variantlab.runs`).
 
     Paths may name a store, a run folder or a folder of run folders; one store given twice
     (in any spelling) is read once. A ``RunData`` is labelled by its experiment's name.
     """
     from ..runs import find_runs
-    from ..store import load_run  # the runner engineer's store; imported late
+    from ..store import load_run
 
-    paths = [r for r in runs if not _is_run_data(r)]
+    paths = [r for r in runs if not isinstance(r, RunData)]
     refs = iter(find_runs(paths)) if paths else iter(())
-    loaded: list[tuple[Any, str]] = []
+    loaded: list[tuple[RunData, str]] = []
     for run in runs:
-        if _is_run_data(run):
-            loaded.append((run, str(parse_meta(run.meta).get("experiment") or "run")))
+        if isinstance(run, RunData):
+            if not isinstance(run.meta, RunMeta):
+                raise TypeError(f"a RunData's meta is a {type(run.meta).__name__}, not a "
+                                "variantlab.contract.RunMeta; build it with RunMeta(...) or "
+                                "RunMeta.decode(stored) as store.load_run does")
+            loaded.append((run, run.meta.experiment or "run"))
         else:  # every path's runs at the first path's place, in order
             loaded.extend((load_run(ref.store), ref.label) for ref in refs)
     labels = [label for _, label in loaded]
@@ -92,27 +71,25 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _variants_frame(run: Any, experiment: str) -> pd.DataFrame:
-    frame = run.variants.copy() if run.variants is not None else pd.DataFrame()
-    if "name" not in frame.columns:  # no variants table: fall back to the rows
-        names = list(dict.fromkeys(run.rows.get("variant", pd.Series(dtype=str))))
-        labels = dict(zip(run.rows.get("variant", []), run.rows.get("label", [])))
-        frame = pd.DataFrame({"name": names, "label": [labels.get(n, n) for n in names]})
-    if "position" in frame.columns:
-        frame = frame.sort_values("position", kind="stable")
-    out = pd.DataFrame({
+def checked(run: RunData, label: str) -> RunData:
+    """``run`` with frames of the contract's columns and dtypes (:mod:`variantlab.contract`);
+    ContractError (a ValueError) naming the run and what its frames lack."""
+    return RunData(meta=run.meta,
+                   variants=conform(run.variants, VARIANTS, f"run {label}: variants"),
+                   units=conform(run.units, UNITS, f"run {label}: units"),
+                   rows=conform(run.rows, RESULTS, f"run {label}: rows"))
+
+
+def _variants_frame(variants: pd.DataFrame, experiment: str, label: str) -> pd.DataFrame:
+    return pd.DataFrame({
         "experiment": experiment,
-        "stored_name": frame["name"].astype(str).tolist(),
-        "label": [str(x) for x in frame.get("label", frame["name"])],
-        "spec": [_json(x, {}) for x in frame.get("spec_json", [None] * len(frame))],
-        "overrides": [_json(x, {}) for x in frame.get("overrides_json", [None] * len(frame))],
-        "warnings": [_json(x, []) for x in frame.get("warnings_json", [None] * len(frame))],
-    })
-    return out
-
-
-def _empty_rows() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=object) for c in ROW_FIELDS})
+        "stored_name": variants["name"].tolist(),
+        "label": variants["label"].tolist(),
+        "spec": variants["spec"].tolist(),
+        "overrides": variants["overrides"].tolist(),
+        "warnings": variants["warnings"].tolist(),
+        "run": label,
+    }, columns=["experiment", "stored_name", "label", "spec", "overrides", "warnings", "run"])
 
 
 def gather(runs: Sequence[Any], baseline: str | None = None) -> ReportData:
@@ -120,22 +97,18 @@ def gather(runs: Sequence[Any], baseline: str | None = None) -> ReportData:
     several runs share a name, so that nothing is pooled across runs)."""
     if not runs:
         raise ValueError("no runs given: pass at least one results store or its folder")
-    loaded = load_runs(list(runs))
-    metas = [parse_meta(r.meta) for r, _ in loaded]
-    frames, unit_frames, row_frames = [], [], []
-    for i, ((run, label), meta) in enumerate(zip(loaded, metas)):
-        experiment = str(meta.get("experiment") or f"run{i + 1}")
-        meta["experiment"], meta["run"] = experiment, label
-        frames.append(_variants_frame(run, experiment).assign(run=label))
-        rows = run.rows.copy() if run.rows is not None and len(run.rows) else _empty_rows()
-        rows["experiment"], rows["run"] = experiment, label
-        row_frames.append(rows)
-        units = run.units.copy() if run.units is not None else pd.DataFrame()
-        if "current" in units.columns:  # units of an older version of the YAML stay out
-            units = units[units["current"].astype(bool)]
-        units["experiment"], units["run"] = experiment, label
-        unit_frames.append(units)
+    metas, frames, unit_frames, row_frames = [], [], [], []
+    for i, (given, label) in enumerate(load_runs(list(runs))):
+        run = checked(given, label)
+        experiment = run.meta.experiment or f"run{i + 1}"
+        metas.append(replace(run.meta, experiment=experiment, run=label))
+        frames.append(_variants_frame(run.variants, experiment, label))
+        units = run.units[run.units["current"]]  # units of an older YAML version stay out
+        units = units.assign(experiment=experiment, run=label)
+        rows = run.rows.assign(experiment=experiment, run=label)
         rows["invocation"] = _invocations(rows, units)
+        unit_frames.append(units)
+        row_frames.append(rows)
     variants = pd.concat(frames, ignore_index=True)
     clash = variants["stored_name"].duplicated(keep=False)
     variants["variant"] = [
@@ -145,30 +118,25 @@ def gather(runs: Sequence[Any], baseline: str | None = None) -> ReportData:
     names = {(r, n): d for r, n, d in zip(variants["run"], variants["stored_name"],
                                           variants["variant"])}
 
-    def rename(frame: pd.DataFrame, column: str) -> pd.DataFrame:
-        if column in frame.columns and len(frame):
+    def rename(frame: pd.DataFrame) -> pd.DataFrame:
+        if len(frame):
             frame["variant"] = [names.get((r, str(n)), f"{r}/{n}")
-                                for r, n in zip(frame["run"], frame[column])]
+                                for r, n in zip(frame["run"], frame["variant"])]
         return frame
 
-    units = pd.concat([rename(u, "variant") for u in unit_frames], ignore_index=True)
-    rows = pd.concat([rename(r, "variant") for r in row_frames], ignore_index=True)
-    if "status" in rows.columns:
-        rows = rows[rows["status"].fillna("ok") == "ok"]
-    rows = rows[rows["metric"] != "error"].reset_index(drop=True)
-    rows["value"] = pd.to_numeric(rows["value"], errors="coerce")
+    units = pd.concat([rename(u) for u in unit_frames], ignore_index=True)
+    rows = pd.concat([rename(r) for r in row_frames], ignore_index=True)
+    rows = rows[(rows["status"] == "ok") & (rows["metric"] != "error")].reset_index(drop=True)
     rows["stack"], rows["name"] = split_stacks(rows)
     order = list(variants["variant"])
     chosen = _baseline(baseline, metas, variants, order)
-    return ReportData(runs=metas, variants=variants.reset_index(drop=True), units=units,
-                      rows=rows, baseline=chosen, order=order)
+    return ReportData(runs=metas, variants=variants, units=units, rows=rows, baseline=chosen,
+                      order=order)
 
 
 def _invocations(rows: pd.DataFrame, units: pd.DataFrame) -> list:
     """Per row: the invocation of ``variantlab run`` that measured its unit (None if the
     store predates the record)."""
-    if not {"key", "invocation"} <= set(units.columns) or "unit_key" not in rows.columns:
-        return [None] * len(rows)
     known = dict(zip(units["key"], units["invocation"]))
     return [known.get(k) if isinstance(known.get(k), str) else None for k in rows["unit_key"]]
 
@@ -209,7 +177,7 @@ def split_stacks(rows: pd.DataFrame) -> tuple[list[str], list[str]]:
     return stacks, names
 
 
-def _baseline(given: str | None, metas: list[dict], variants: pd.DataFrame,
+def _baseline(given: str | None, metas: list[RunMeta], variants: pd.DataFrame,
               order: list[str]) -> str:
     if given is not None:
         if given in order:
@@ -222,8 +190,8 @@ def _baseline(given: str | None, metas: list[dict], variants: pd.DataFrame,
                              + ", ".join(hits))
         raise ValueError(f"--baseline {given!r}: no such variant; choose one of: "
                          + ", ".join(order))
-    stored = metas[0].get("baseline")
-    first = variants[variants["run"] == metas[0]["run"]]
+    stored = metas[0].baseline
+    first = variants[variants["run"] == metas[0].run]
     hits = first.loc[first["stored_name"] == stored, "variant"].tolist()
     return hits[0] if hits else order[0]
 

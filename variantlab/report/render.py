@@ -11,6 +11,7 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup
 
+from ..contract import RunMeta
 from .frame import ReportData
 from .tables import Table
 
@@ -58,7 +59,7 @@ def headers(data: ReportData) -> list[Header]:
     """One header per run: what was measured, when, on what."""
     out = []
     for meta in data.runs:
-        rows = data.rows[data.rows["run"] == meta["run"]]
+        rows = data.rows[data.rows["run"] == meta.run]
         info = rows[rows["scope"] == "info"]
 
         def text(metric: str, info: pd.DataFrame = info) -> str:
@@ -68,30 +69,28 @@ def headers(data: ReportData) -> list[Header]:
         device = text("device")
         units = data.units
         if not device and "device" in units.columns:
-            mine = units[units["run"] == meta["run"]]
+            mine = units[units["run"] == meta.run]
             device = ", ".join(dict.fromkeys(str(d) for d in mine["device"].dropna()))
-        seeds = meta.get("seeds") or sorted({int(s) for s in rows["seed"].dropna()})
+        seeds = meta.seeds or sorted({int(s) for s in rows["seed"].dropna()})
         out.append(Header(
-            run=str(meta.get("run", meta.get("experiment", ""))),
-            experiment=str(meta.get("experiment", "")),
-            description=str(meta.get("description") or ""),
-            date=str(meta.get("created") or "unknown"),
-            variantlab_version=str(meta.get("variantlab_version") or "unknown"),
-            torch_version=str(meta.get("torch_version") or text("torch_version") or "unknown"),
+            run=meta.run or meta.experiment,
+            experiment=meta.experiment,
+            description=meta.description,
+            date=meta.created or "unknown",
+            variantlab_version=meta.variantlab_version or "unknown",
+            torch_version=meta.torch_version or text("torch_version") or "unknown",
             device=device or "unknown",
             dtype=text("dtype") or _settings_dtype(meta) or "float32",
-            seeds=", ".join(str(s) for s in seeds) if isinstance(seeds, list) else str(seeds),
+            seeds=", ".join(str(s) for s in seeds),
         ))
     return out
 
 
-def _settings_dtype(meta: dict) -> str:
-    measure = meta.get("measure") or {}
-    if isinstance(measure, dict):
-        for probe in ("timing", "training"):
-            settings = measure.get(probe) or {}
-            if isinstance(settings, dict) and settings.get("dtype"):
-                return str(settings["dtype"])
+def _settings_dtype(meta: RunMeta) -> str:
+    for probe in ("timing", "training"):
+        settings = meta.measure.get(probe) or {}
+        if isinstance(settings, dict) and settings.get("dtype"):
+            return str(settings["dtype"])
     return ""
 
 
@@ -122,6 +121,6 @@ def browse_script() -> str:
 
 
 def title_of(data: ReportData) -> str:
-    names = list(dict.fromkeys(m["experiment"] for m in data.runs))
+    names = list(dict.fromkeys(m.experiment for m in data.runs))
     runs = f" ({len(data.runs)} runs)" if len(data.runs) > len(names) else ""
     return "variantlab report: " + " + ".join(names) + runs

@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
 
-from ..store import RESULT_COLUMNS, RunData
+from ..contract import RESULTS, UNITS, VARIANTS, RunData, RunMeta, conform, names
 
 BASE_SPEC: dict[str, Any] = {
     "family": "gpt", "vocab_size": 64, "context_length": 32, "emb_dim": 32, "n_heads": 4,
@@ -97,27 +98,28 @@ def sample_run(
     diverge: tuple[str, int] | None = ("batch", 1),
 ) -> RunData:
     """A RunData shaped like ``store.load_run``'s, with the numbers of the formulas above."""
-    meta = {"experiment": experiment, "description": "A fixed synthetic run for tests.",
-            "created": "2025-01-01T00:00:00+00:00", "variantlab_version": "0.1.0",
-            "torch_version": "2.13.0", "seeds": list(seeds), "baseline": variants[0][0],
-            "data": {"source": "synthetic"}, "measure": {}}
+    meta = RunMeta(experiment=experiment, description="A fixed synthetic run for tests.",
+                   created="2025-01-01T00:00:00+00:00", variantlab_version="0.1.0",
+                   torch_version="2.13.0", seeds=list(seeds), baseline=variants[0][0],
+                   data={"source": "synthetic"}, run=experiment)
     vrows, urows, rows = [], [], []
     for i, (name, overrides, growth) in enumerate(variants):
         spec = _apply(BASE_SPEC, overrides)
         label = ",".join(f"{k}={v}" for k, v in overrides.items()) or "base"
         warn = ["norm: BatchNorm in a causal model pools statistics over future positions"] \
             if spec["norm"]["kind"] == "batch" else []
-        vrows.append({"name": name, "label": label, "position": i, "spec_json": json.dumps(spec),
-                      "overrides_json": json.dumps(overrides), "warnings_json": json.dumps(warn)})
+        vrows.append({"name": name, "label": label, "position": i, "spec": spec,
+                      "overrides": dict(overrides), "warnings": warn})
         for seed in seeds:
             probes = _variant_rows(i, seed, growth, diverge == (name, seed))
             for probe, prows in probes.items():
                 key = f"{name}-{seed}-{probe}"
                 failed = fail is not None and fail[:3] == (name, seed, probe)
-                urows.append({"key": key, "variant": name, "seed": seed, "probe": probe,
-                              "status": "failed" if failed else "ok",
-                              "error": fail[3] if fail and failed else None, "device": "cpu",
-                              "current": True})
+                urows.append(dict.fromkeys(names(UNITS)) | {
+                    "key": key, "variant": name, "seed": seed, "probe": probe,
+                    "settings_json": "{}", "status": "failed" if failed else "ok",
+                    "error": fail[3] if fail and failed else None, "device": "cpu",
+                    "current": True})
                 if fail and failed:
                     rows.append({"variant": name, "label": label, "seed": seed, "probe": probe,
                                  "metric": "error", "scope": "model", "name": "", "layer": None,
@@ -126,13 +128,10 @@ def sample_run(
                     continue
                 rows += [dict(x, variant=name, label=label, seed=seed, unit_key=key,
                               status="ok", error=None) for x in prows]
-    frame = pd.DataFrame(rows)
-    frame.insert(0, "experiment", experiment)
-    frame["run"] = experiment
-    for col in ("seed", "layer", "step"):
-        frame[col] = frame[col].astype("Int64")
-    return RunData(meta=meta, variants=pd.DataFrame(vrows), units=pd.DataFrame(urows),
-                   rows=frame[list(RESULT_COLUMNS)])
+    frame = pd.DataFrame(rows).assign(experiment=experiment, run=experiment)
+    return RunData(meta=meta, variants=conform(pd.DataFrame(vrows), VARIANTS, "sample variants"),
+                   units=conform(pd.DataFrame(urows), UNITS, "sample units"),
+                   rows=conform(frame, RESULTS, "sample rows"))
 
 
 def sample_grid(
@@ -156,7 +155,7 @@ def sample_grid(
     variants = [(",".join(f"{k}={_show(v)}" for k, v in c.items()), c, 1.0 + 0.01 * (i % 7))
                 for i, c in enumerate(combos)]
     run = sample_run(variants, seeds, experiment=experiment, fail=None, diverge=None)
-    run.meta["grid"] = {k: list(v) for k, v in grid.items()}
+    run.meta = replace(run.meta, grid={k: list(v) for k, v in grid.items()})
     shift = {name: sum(shifts.get((k, v), 0.0) for k, v in c.items())
              for (name, c, _) in variants}
     rows = run.rows
