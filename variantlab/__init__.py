@@ -23,7 +23,8 @@ __all__ = [
 
 def results(path):
     """Tidy DataFrame of every stored row, with a ``run`` column: ``path`` is a run folder,
-    its results.sqlite, a folder of run folders (``run --out``), or a list of these."""
+    its results.sqlite, a folder of run folders (``run --out``), or a list of these. Its
+    columns and dtypes: ``variantlab.contract.RESULTS``."""
     from .runs import results as _results
 
     return _results(path)

@@ -90,9 +90,6 @@ def names(columns: Sequence[Column]) -> tuple[str, ...]:
     return tuple(c.name for c in columns)
 
 
-RESULT_COLUMNS = names(RESULTS)
-
-
 def describe(columns: Sequence[Column]) -> str:
     """One line per column, ``name (kind): meaning``: for docstrings and help."""
     return "\n".join(f"- ``{c.name}`` ({c.kind}): {c.meaning}" for c in columns)
