@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import BROKEN_PLUGIN, TINY_MODEL, invoke
+from conftest import ALL_PROBES, BROKEN_PLUGIN, FAST_PROBES, invoke, stored, write_exp
 
 from variantlab.store import load_run
 
@@ -43,39 +43,6 @@ class Killer(nn.Module):
 def register_norms(register):
     register("killer", KillerSpec, lambda spec, dim: Killer())
 '''
-
-ALL_PROBES = """measure:
-  params: {}
-  gradients: {batch_size: 2, seq_len: 16, batches: 1}
-  training: {steps: 3, batch_size: 2, seq_len: 16, eval_batches: 1, device: cpu}
-  timing: {batch_size: 2, seq_len: 16, passes: [forward], warmup: 0, repeats: 2, device: cpu}
-"""
-FAST_PROBES = "measure:\n  params: {}\n  gradients: {batch_size: 2, seq_len: 16, batches: 1}\n"
-
-
-def write_exp(tmp_path: Path, grid: str, seeds: str = "[0]", measure: str = FAST_PROBES,
-              plugin: str | None = None) -> Path:
-    """``pooltest.yaml``; ``plugin``: the text of a plugin file it loads (``bad_norm.py``)."""
-    text = f"name: pooltest\nseeds: {seeds}\nmodel: {TINY_MODEL}\ngrid:\n{grid}"
-    if plugin:
-        (tmp_path / "bad_norm.py").write_text(plugin)
-        text += "plugins: [bad_norm.py]\n"
-    path = tmp_path / "pooltest.yaml"
-    path.write_text(text + measure)
-    return path
-
-
-def stored(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Units and rows, sorted, without what differs between two runs (times, timings, the
-    invocation id)."""
-    with closing(sqlite3.connect(run_dir / "results.sqlite")) as conn:
-        units = pd.read_sql_query("SELECT * FROM units ORDER BY key", conn)
-        rows = pd.read_sql_query("SELECT * FROM rows", conn)
-    units = units.drop(columns=["started_at", "finished_at", "duration_s", "invocation"])
-    rows.loc[rows.probe == "timing", "value"] = None
-    cols = ["unit_key", "probe", "metric", "scope", "name", "layer", "step", "unit"]
-    return units, rows.sort_values(cols, na_position="first").reset_index(drop=True)
-
 
 def test_pool_stores_the_in_process_results_and_times_after_it(tmp_path):
     exp = write_exp(tmp_path, "  norm.kind: [layer, rms]\n", measure=ALL_PROBES)

@@ -1,0 +1,270 @@
+"""``variantlab run --executor ray``: against a Ray cluster these tests start on this machine
+(a head node and a worker node, one CPU each, token authentication on) and reach by its
+address, as a real cluster is reached. The same rows as in process, bit for bit; a killed
+worker's unit retried or failed while the rest completes; plugin files beside the YAML and
+``--plugin`` files shipped to the workers; bad input refused before a store exists; Ctrl-C
+cancels the tasks in flight and keeps what finished."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import ALL_PROBES, FAST_PROBES, TINY_MODEL, invoke, stored, write_exp
+
+from variantlab.store import load_run
+
+
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Cluster:
+    address: str
+    temp_dir: Path
+    env: dict[str, str]
+
+
+def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    ray = Path(sys.executable).parent / "ray"
+    with open(log, "w") as out:
+        return subprocess.Popen([str(ray), "start", *args, "--block"], env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _wait_started(proc: subprocess.Popen, log: Path, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while "Ray runtime started" not in log.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"ray start did not come up:\n{log.read_text()}")
+        time.sleep(0.2)
+
+
+def _stop(proc: subprocess.Popen, timeout: float = 5) -> None:
+    """SIGTERM to the node's process group, SIGKILL to what is left after ``timeout``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=timeout)
+            time.sleep(0.5)  # its children leave the group a moment after it
+            os.killpg(proc.pid, 0)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            continue
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[Cluster]:
+    """A head node and a worker node on loopback addresses, one CPU each, for the session."""
+    pytest.importorskip("ray")
+    temp = Path(tempfile.mkdtemp(prefix="vl-ray-", dir="/tmp"))  # Unix sockets: short paths
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
+           "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    port = free_port()
+    common = ["--num-cpus", "1", "--temp-dir", str(temp), "--disable-usage-stats"]
+    nodes = [_start(["--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
+                     "--include-dashboard=false", *common], env, temp / "head.log")]
+    try:
+        _wait_started(nodes[0], temp / "head.log")
+        nodes.append(_start(["--address", f"127.0.0.1:{port}", *common], env,
+                            temp / "worker.log"))
+        _wait_started(nodes[1], temp / "worker.log")
+        yield Cluster(f"127.0.0.1:{port}", temp, env)
+    finally:
+        for node in reversed(nodes):
+            _stop(node)
+        import shutil
+
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def run_cli(cluster: Cluster, *args: object, cwd: Path | None = None) -> tuple[int, str]:
+    """``variantlab run ARGS --executor ray --address ADDR`` as its own process (a driver
+    with the cluster's token in its environment): exit code and output."""
+    cmd = [sys.executable, "-m", "variantlab.cli", "run", *map(str, args), "--no-report",
+           "--executor", "ray", "--address", cluster.address]
+    done = subprocess.run(cmd, env=cluster.env, cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+    return done.returncode, done.stdout + done.stderr
+
+
+# -- bad input: refused before anything runs or is written --------------------------------
+def test_unknown_executor_exits_2_naming_the_choices(tmp_path):
+    exp = write_exp(tmp_path, "  norm.kind: [layer, rms]\n")
+    result = invoke("run", exp, "--out", tmp_path / "runs", "--executor", "slurm")
+    assert result.exit_code == 2, result.output
+    assert "--executor: unknown executor 'slurm'. Registered: inprocess, pool, ray" \
+        in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--executor", "pool", "--address", "10.0.0.1:6379"],
+     "--address: the pool executor does not take it (it takes: --workers)"),
+    (["--address", "10.0.0.1:6379"],
+     "--address: the inprocess executor does not take it"),
+    (["--executor", "ray", "--retries", "-1"],
+     "--retries: Input should be greater than or equal to 0 (given: -1)"),
+    (["--executor", "ray", "--address", "10.0.0.1:6379", "--workers", "2"],
+     "--workers: sizes a local Ray instance; a cluster at --address has its own size"),
+    (["--executor", "ray", "--address", "no-port-here"],
+     "--address: 'no-port-here' is not HOST:PORT"),
+    (["--executor-option", "partition"], "--executor-option: 'partition' is not KEY=VALUE"),
+])
+def test_executor_options_are_checked_before_compute(tmp_path, args, message):
+    pytest.importorskip("ray")
+    exp = write_exp(tmp_path, "  norm.kind: [layer, rms]\n")
+    result = invoke("run", exp, "--out", tmp_path / "runs", *args)
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split()), result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_address_nothing_answers_on_exits_2_quickly(tmp_path):
+    pytest.importorskip("ray")
+    exp = write_exp(tmp_path, "  norm.kind: [layer, rms]\n")
+    t0 = time.monotonic()
+    result = invoke("run", exp, "--out", tmp_path / "runs", "--executor", "ray",
+                    "--address", f"127.0.0.1:{free_port()}")
+    assert result.exit_code == 2, result.output
+    assert "--address: no Ray cluster answers at 127.0.0.1:" in result.output
+    assert "ray start --head" in result.output and time.monotonic() - t0 < 20
+    assert not (tmp_path / "runs").exists()
+
+
+def test_ray_without_the_package_says_how_to_install_it(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    exp = write_exp(tmp_path, "  norm.kind: [layer, rms]\n")
+    result = invoke("run", exp, "--out", tmp_path / "runs", "--executor", "ray",
+                    "--address", "10.0.0.1:6379")
+    assert result.exit_code == 2, result.output
+    assert "ray needs the ray package to reach 10.0.0.1:6379: pip install 'variantlab[ray]'" \
+        in " ".join(result.output.split())
+    assert not (tmp_path / "runs").exists()
+
+
+# -- against the cluster ------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.xdist_group("ray")
+def test_ray_by_address_stores_the_in_process_rows_bit_for_bit(tmp_path, ray_cluster):
+    exp = write_exp(tmp_path, "  norm.kind: [layer, rms]\n", measure=ALL_PROBES)
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert invoke("run", exp, "--out", one, "--no-report").exit_code == 0
+    code, output = run_cli(ray_cluster, exp, "--out", two)
+    assert code == 0, output
+    assert f"8 unit(s), Ray cluster at {ray_cluster.address}" in output
+    assert "8 unit(s): 8 computed, 0 stored already, 0 failed" in output
+    units_1, rows_1 = stored(one / "pooltest")
+    units_2, rows_2 = stored(two / "pooltest")
+    assert set(rows_2.probe) == {"params", "gradients", "training", "timing"}
+    pd.testing.assert_frame_equal(units_1, units_2)
+    pd.testing.assert_frame_equal(rows_1, rows_2)  # float values bit for bit
+
+    # timing units: started after every other unit had finished, one at a time
+    units = load_run(two / "pooltest").units
+    timing, others = units[units.probe == "timing"], units[units.probe != "timing"]
+    assert timing.started_at.min() >= others.finished_at.max()
+    first, second = timing.sort_values("started_at").itertuples()
+    assert second.started_at >= first.finished_at
+
+    code, output = run_cli(ray_cluster, exp, "--out", two)
+    assert code == 0 and "8 unit(s): 0 computed, 8 stored already, 0 failed" in output
+
+
+# a probe that says where its plugin file was imported from and where it ran
+WHERE_PLUGIN = '''
+import os
+
+import variantlab
+from variantlab.rows import row
+
+
+class WhereSettings(variantlab.ProbeSettings):
+    pass
+
+
+def run(spec, settings, *, seed, data, base_dir, device, registry):
+    here = os.path.dirname(os.path.abspath(__file__))
+    return [row("where", "plugin_dir", 1, scope="info", name=here),
+            row("where", "cwd", 1, scope="info", name=os.getcwd())]
+
+
+@variantlab.hookimpl
+def register_probes(register):
+    register("where", WhereSettings, run, device_free=True)
+'''
+
+# a norm kind from a --plugin file in another folder
+EXTRA_NORM = '''
+from typing import Literal
+
+from torch import nn
+
+import variantlab
+
+
+class HalfSpec(variantlab.ComponentSpec):
+    kind: Literal["half_layer"] = "half_layer"
+
+
+@variantlab.hookimpl
+def register_norms(register):
+    register("half_layer", HalfSpec, lambda spec, dim: nn.LayerNorm(dim))
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("ray")
+def test_plugin_files_reach_the_workers(tmp_path, ray_cluster, monkeypatch):
+    folder, elsewhere = tmp_path / "exp", tmp_path / "elsewhere"
+    folder.mkdir()
+    elsewhere.mkdir()
+    (folder / "where.py").write_text(WHERE_PLUGIN)
+    (elsewhere / "extra_norm.py").write_text(EXTRA_NORM)
+    exp = folder / "where.yaml"
+    exp.write_text(f"name: where\nseeds: [0, 1]\nmodel: {TINY_MODEL}\n"
+                   "grid:\n  norm.kind: [layer, half_layer]\nplugins: [where.py]\n"
+                   + FAST_PROBES + "  where: {}\n")
+    monkeypatch.chdir(tmp_path)  # --plugin files are named relative to this folder
+    code, output = run_cli(ray_cluster, exp, "--out", tmp_path / "runs",
+                           "--plugin", "elsewhere/extra_norm.py", cwd=tmp_path)
+    assert code == 0, output
+    assert "12 unit(s): 12 computed, 0 stored already, 0 failed" in output
+    rows = load_run(tmp_path / "runs" / "where").rows
+    where = rows[rows.probe == "where"]
+    # imported from the copy of the experiment's folder Ray unpacked for its workers
+    for name in where.name:
+        assert not Path(name).is_relative_to(folder) and \
+            Path(name).is_relative_to(ray_cluster.temp_dir), name
+    # the variant built with the norm from --plugin, on the workers, matches in process
+    same = invoke("run", exp, "--out", tmp_path / "local", "--no-report",
+                  "--plugin", "elsewhere/extra_norm.py")
+    assert same.exit_code == 0, same.output
+    _, ray_rows = stored(tmp_path / "runs" / "where")
+    _, local_rows = stored(tmp_path / "local" / "where")
+    pick = ["gradients", "params"]
+    pd.testing.assert_frame_equal(
+        ray_rows[ray_rows.probe.isin(pick)].reset_index(drop=True),
+        local_rows[local_rows.probe.isin(pick)].reset_index(drop=True))
