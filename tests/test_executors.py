@@ -190,3 +190,56 @@ def test_run_experiment_checks_workers_and_probe_fn(tmp_path):
         run_experiment(exp, tmp_path, workers=0)
     with pytest.raises(TypeError, match="probe_fn .*must be picklable"):
         run_experiment(exp, tmp_path, workers=2, probe_fn=lambda *a, **k: [])
+
+
+# an executor from a plugin file: the units in reverse order, in this process
+REVERSE_EXECUTOR = '''
+import variantlab
+from variantlab.executors.base import Executor
+from variantlab.units import run_in_process
+
+
+class ReverseOptions(variantlab.ProbeSettings):
+    label: str = "reverse"
+
+
+class Reverse(Executor):
+    def __init__(self, options):
+        self.options = options
+
+    def describe(self):
+        return f"{self.options.label} order"
+
+    def run(self, sink, units, experiment, context):
+        return run_in_process(sink, list(reversed(units)), experiment, context.probe_fn,
+                              context.fail_fast)
+
+
+@variantlab.hookimpl
+def register_executors(register):
+    register("reverse", ReverseOptions, Reverse)
+'''
+
+
+def test_an_executor_from_a_plugin_runs_the_experiment(tmp_path):
+    exp = write_exp(tmp_path, "  norm.kind: [layer, rms]\n")
+    (tmp_path / "reverse.py").write_text(REVERSE_EXECUTOR)
+    plugin = str(tmp_path / "reverse.py")
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert invoke("run", exp, "--out", one, "--no-report").exit_code == 0
+    result = invoke("run", exp, "--out", two, "--no-report", "--plugin", plugin,
+                    "--executor", "reverse", "--executor-option", "label=backwards")
+    assert result.exit_code == 0, result.output
+    assert "4 unit(s), backwards order" in result.output
+    lines = [x for x in result.output.splitlines() if x.startswith("[")]
+    assert [x.split("]")[0] for x in lines] == ["[4/4", "[3/4", "[2/4", "[1/4"]
+    pd.testing.assert_frame_equal(stored(one / "pooltest")[1], stored(two / "pooltest")[1])
+
+    bad = invoke("run", exp, "--out", tmp_path / "three", "--plugin", plugin,
+                 "--executor", "reverse", "--executor-option", "lable=x", "--workers", "2")
+    assert bad.exit_code == 2, bad.output
+    out = " ".join(bad.output.split())
+    assert "--executor-option lable: the reverse executor does not take it " \
+           "(it takes: --executor-option label)" in out
+    assert "--workers: the reverse executor does not take it" in out
+    assert not (tmp_path / "three").exists()

@@ -129,10 +129,9 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     units (--executor, --workers); a second run on the same run folder refuses to start
     while this one writes.
     """
+    from .executors.base import make_executor
     from .experiment import load_experiment
     from .runner import check_rerun, plan_units, run_experiment, select_variants
-
-    from .executors.base import make_executor
 
     stdout, err = consoles()
     if workers is not None and workers < 1:
@@ -141,7 +140,7 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     options = _executor_options(workers, address, retries, executor_options)
     exp = load_experiment(experiment, extra_plugins=plugins, max_variants=max_variants)
     runner_ = make_executor(exp.registry, executor, options)  # before any check that computes
-    _check_device_option(device)
+    _check_device_option(device, runner_.runs_here)
     try:
         selected = select_variants(exp, only)
     except ValueError as exc:
@@ -150,7 +149,7 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
         check_rerun(exp, rerun)
     except ValueError as exc:
         raise SpecError.at(("--rerun",), str(exc).removeprefix("--rerun: ")) from None
-    _print_checks(err, exp, device, selected)  # before the run folder exists
+    _print_checks(err, exp, device, selected, runner_.runs_here)  # before the run folder exists
     for v in exp.variants:
         for w in v.warnings:
             err.print(f"warning: {escape(v.name)}: {escape(w)}", soft_wrap=True)
@@ -206,8 +205,9 @@ def _valid_device(device: str) -> bool:
     return re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", device) is not None
 
 
-def _check_device_option(device: str | None) -> None:
-    """``--device``: a device name, and one this machine has."""
+def _check_device_option(device: str | None, here: bool = True) -> None:
+    """``--device``: a device name, and one this machine has (``here``: the units run on
+    this machine)."""
     from .checks import device_problem
 
     if device is None:
@@ -215,17 +215,17 @@ def _check_device_option(device: str | None) -> None:
     if not _valid_device(device):
         raise SpecError.at(("--device",), f"{device!r} is not a device; use cpu, cuda, cuda:N, "
                                           "mps or auto")
-    problem = device_problem(device)
+    problem = device_problem(device) if here else None
     if problem:
         raise SpecError.at(("--device",), problem)
 
 
 def _print_checks(err: Any, exp: Any, device: str | None,
-                  only: set[str] | None = None) -> None:
+                  only: set[str] | None = None, here: bool = True) -> None:
     """Devices, data and the size guard (:func:`variantlab.checks.preflight`); warnings."""
     from .checks import preflight
 
-    for line in preflight(exp, exp.doc, device, only=only):
+    for line in preflight(exp, exp.doc, device, only=only, here=here):
         err.print(f"warning: data: {escape(line)}", soft_wrap=True)
 
 

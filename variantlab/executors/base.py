@@ -50,6 +50,10 @@ class RunContext:
 class Executor(ABC):
     """Computes units for a run; see the module docstring for the order of the calls."""
 
+    #: the units run on this machine, so its devices and memory are checked before the run
+    #: (false for a cluster elsewhere: ``device: cuda`` on a driver without a GPU is fine)
+    runs_here: bool = True
+
     def describe(self) -> str:
         """A few words for the run's first line (``2 worker processes``); may be empty."""
         return ""
@@ -57,6 +61,7 @@ class Executor(ABC):
     def prepare(self, experiment: Any, units: Sequence[tuple[int, Unit]],
                 context: RunContext) -> None:
         """Check and connect before anything is computed or written."""
+        return None
 
     @abstractmethod
     def run(self, sink: ResultSink, units: Sequence[tuple[int, Unit]], experiment: Any,
@@ -65,6 +70,7 @@ class Executor(ABC):
 
     def close(self) -> None:
         """Release what ``prepare`` took (connections, processes)."""
+        return None
 
 
 def option_flag(name: str) -> str:
@@ -168,33 +174,37 @@ class ExperimentSource:
         return cls(experiment.source_text, str(path) if path else "<string>",
                    str(experiment.base_dir), tuple(extra_plugins), device)
 
-    def load(self) -> tuple[Any, dict[str, Unit]]:
-        """The experiment and its units by key, as :func:`plan_units` gives them."""
+    def load(self, device: str | None = None) -> tuple[Any, dict[str, Unit]]:
+        """The experiment and its units by key, as :func:`plan_units` gives them with
+        ``device`` (default: the run's ``--device``)."""
         from ..experiment import experiment_from_text
 
         exp = experiment_from_text(self.text, self.path, base_dir=self.base_dir,
                                    extra_plugins=self.extra_plugins, max_variants=None,
                                    plugin_paths=dict(self.plugin_paths))
-        return exp, {u.key: u for u in plan_units(exp, self.device)}
+        return exp, {u.key: u for u in plan_units(exp, device or self.device)}
 
 
-_LOADED: dict[ExperimentSource, tuple[Any, dict[str, Unit]]] = {}
+_LOADED: dict[tuple[ExperimentSource, str | None], tuple[Any, dict[str, Unit]]] = {}
 
 
-def compute(source: ExperimentSource, key: str,
-            probe_fn: Callable[..., list]) -> tuple[UnitRecord, list]:
+def compute(source: ExperimentSource, key: str, probe_fn: Callable[..., list],
+            device: str | None = None) -> tuple[UnitRecord, list]:
     """Run the unit ``key`` of ``source`` in this (worker) process, rebuilding the
-    experiment on first use; an experiment that cannot be rebuilt or lacks the unit raises."""
-    if source not in _LOADED:
+    experiment on first use; an experiment that cannot be rebuilt or lacks the unit raises.
+    ``device``: the unit's device as the driver resolved it (``auto`` is the driver's
+    machine's answer, which another machine may not share), else the run's ``--device``."""
+    if (source, device) not in _LOADED:
         try:
-            loaded = source.load()
+            loaded = source.load(device)
         except (Exception, SystemExit) as exc:  # a plugin that exits is an error here too
             messages = getattr(exc, "messages", None) or [str(exc)]
             raise RuntimeError("the worker could not rebuild the experiment: "
                                + "; ".join(map(str, messages))) from None
-        _LOADED.clear()  # one experiment per worker: a new run's replaces the last
-        _LOADED[source] = loaded
-    experiment, units = _LOADED[source]
+        if _LOADED and next(iter(_LOADED))[0] != source:
+            _LOADED.clear()  # one experiment per worker: a new run's replaces the last
+        _LOADED[(source, device)] = loaded
+    experiment, units = _LOADED[(source, device)]
     unit = units.get(key)
     if unit is None:
         raise LookupError(f"unit {key[:12]} is not in the experiment as the worker rebuilt it "

@@ -17,7 +17,7 @@ from .base import Executor, RunContext
 class InProcessOptions(Strict):
     """No options: everything runs in this process."""
 
-    workers: Literal[1] = Field(1, description="always 1: use --executor pool or ray for more")
+    workers: Literal[1] = Field(default=1, description="always 1: use --executor pool or ray for more")
 
 
 class InProcessExecutor(Executor):

@@ -48,12 +48,13 @@ from .pool import cpu_count
 class RayOptions(Strict):
     """``--address``, ``--workers`` (a local instance's CPUs) and ``--retries``."""
 
-    address: str | None = Field(None, description="a running cluster; none: a local instance")
-    workers: PositiveInt | None = Field(None, description="CPUs of the local instance")
-    retries: NonNegativeInt = Field(2, description="retries of a task whose worker died")
+    address: str | None = Field(default=None, description="a running cluster; none: a local instance")
+    workers: PositiveInt | None = Field(default=None, description="CPUs of the local instance")
+    retries: NonNegativeInt = Field(default=2, description="retries of a task whose worker died")
 
 
-def _task(source: ExperimentSource, key: str, probe_fn: Callable[..., list], threads: int,
+def _task(source: ExperimentSource, key: str, device: str | None,
+          probe_fn: Callable[..., list], threads: int,
           shipped: ray_env.Shipped | None) -> tuple[dict[str, Any], list]:
     """One unit in a Ray worker: ``(record as a dict, rows)``."""
     import torch
@@ -64,7 +65,7 @@ def _task(source: ExperimentSource, key: str, probe_fn: Callable[..., list], thr
     torch.set_num_threads(threads)
     if shipped is not None:
         source = replace(source, plugin_paths=tuple(shipped.paths().items()))
-    record, rows = compute(source, key, probe_fn)
+    record, rows = compute(source, key, probe_fn, device)
     return asdict(record), rows
 
 
@@ -85,6 +86,10 @@ class RayExecutor(Executor):
         self.shipped: ray_env.Shipped | None = None
         self.folder = False
         self.capacity = (0.0, 0.0)
+
+    @property
+    def runs_here(self) -> bool:  # type: ignore[override]
+        return not self.options.address
 
     def describe(self) -> str:
         if self.options.address:
@@ -234,5 +239,6 @@ class _Submitter:
         ref = self.remote.options(
             num_cpus=cpus, num_gpus=gpus, max_retries=self.retries, retry_exceptions=False,
             name=f"variantlab {unit.title}",
-        ).remote(self.args[0], unit.key, self.args[1], max(1, int(cpus)), self.shipped)
+        ).remote(self.args[0], unit.key, unit.device, self.args[1], max(1, int(cpus)),
+                 self.shipped)
         return ref, (cpus, gpus)
