@@ -129,7 +129,7 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     units (--executor, --workers); a second run on the same run folder refuses to start
     while this one writes.
     """
-    from .executors.base import make_executor
+    from .executors.base import command_line_options, make_executor
     from .experiment import load_experiment
     from .runner import check_rerun, plan_units, run_experiment, select_variants
 
@@ -137,7 +137,8 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     if workers is not None and workers < 1:
         raise SpecError.at(("--workers",), f"{workers} is not a number of processes; use 1 "
                                            "(everything in this process, the default) or more")
-    options = _executor_options(workers, address, retries, executor_options)
+    options = command_line_options(workers=workers, address=address, retries=retries,
+                                   pairs=executor_options)
     exp = load_experiment(experiment, extra_plugins=plugins, max_variants=max_variants)
     runner_ = make_executor(exp.registry, executor, options)  # before any check that computes
     _check_device_option(device, runner_.runs_here)
@@ -178,25 +179,6 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
                                  exp.registry)
         code = max(code, min(reported, EXIT_FAILED))
     sys.exit(code)
-
-
-def _executor_options(workers: int | None, address: str | None, retries: int | None,
-                      pairs: Sequence[str]) -> dict[str, Any]:
-    """The executor options given on the command line (flags and ``--executor-option``)."""
-    import yaml
-
-    given = {"workers": workers, "address": address, "retries": retries}
-    options = {k: v for k, v in given.items() if v is not None}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise SpecError.at(("--executor-option",), f"{pair!r} is not KEY=VALUE "
-                               "(e.g. --executor-option partition=gpu)")
-        try:
-            options[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            options[key.strip()] = value
-    return options
 
 
 def _valid_device(device: str) -> bool:

@@ -78,6 +78,24 @@ def option_flag(name: str) -> str:
     return FLAGS.get(name, f"--executor-option {name}")
 
 
+def command_line_options(pairs: Sequence[str] = (), **flags: Any) -> dict[str, Any]:
+    """Executor options from the flags given (``None``: not given) and ``KEY=VALUE``
+    pairs (``--executor-option``, VALUE read as YAML)."""
+    import yaml
+
+    options = {k: v for k, v in flags.items() if v is not None}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SpecError.at(("--executor-option",), f"{pair!r} is not KEY=VALUE "
+                               "(e.g. --executor-option partition=gpu)")
+        try:
+            options[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            options[key.strip()] = value
+    return options
+
+
 def default_executor(workers: int | None) -> str:
     """``--executor`` when not given: the process pool for ``--workers N > 1``."""
     return "pool" if workers is not None and workers > 1 else "inprocess"
