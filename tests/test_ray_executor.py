@@ -1,101 +1,34 @@
 """``variantlab run --executor ray``: against a Ray cluster these tests start on this machine
-(a head node and a worker node, one CPU each, token authentication on) and reach by its
-address, as a real cluster is reached. The same rows as in process, bit for bit; a killed
-worker's unit retried or failed while the rest completes; plugin files beside the YAML and
-``--plugin`` files shipped to the workers; bad input refused before a store exists; Ctrl-C
-cancels the tasks in flight and keeps what finished."""
+(a head node and a worker node, one CPU each, token authentication on; one per test run,
+:mod:`ray_cluster`) and reach by its address, as a real cluster is reached. The same rows as
+in process, bit for bit; a killed worker's unit retried or failed while the rest completes;
+plugin files beside the YAML and ``--plugin`` files shipped to the workers; bad input refused
+before a store exists; Ctrl-C cancels the tasks in flight and keeps what finished."""
 
 from __future__ import annotations
 
 import os
-import secrets
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from conftest import ALL_PROBES, FAST_PROBES, TINY_MODEL, invoke, stored, write_exp
+from ray_cluster import Cluster, free_port, shared_cluster
 
 from variantlab.store import load_run
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Cluster:
-    address: str
-    temp_dir: Path
-    env: dict[str, str]
-
-
-def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    ray = Path(sys.executable).parent / "ray"
-    with open(log, "w") as out:
-        return subprocess.Popen([str(ray), "start", *args, "--block"], env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def _wait_started(proc: subprocess.Popen, log: Path, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while "Ray runtime started" not in log.read_text():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"ray start did not come up:\n{log.read_text()}")
-        time.sleep(0.2)
-
-
-def _stop(proc: subprocess.Popen, timeout: float = 5) -> None:
-    """SIGTERM to the node's process group, SIGKILL to what is left after ``timeout``."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=timeout)
-            time.sleep(0.5)  # its children leave the group a moment after it
-            os.killpg(proc.pid, 0)
-        except (subprocess.TimeoutExpired, ProcessLookupError):
-            continue
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 @pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[Cluster]:
-    """A head node and a worker node on loopback addresses, one CPU each, for the session."""
+def ray_cluster(tmp_path_factory) -> Iterator[Cluster]:
+    """A head and a worker node on this machine, shared by the run (tests/ray_cluster.py)."""
     pytest.importorskip("ray")
-    temp = Path(tempfile.mkdtemp(prefix="vl-ray-", dir="/tmp"))  # Unix sockets: short paths
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
-           "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-    port = free_port()
-    common = ["--num-cpus", "1", "--temp-dir", str(temp), "--disable-usage-stats"]
-    nodes = [_start(["--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
-                     "--include-dashboard=false", *common], env, temp / "head.log")]
-    try:
-        _wait_started(nodes[0], temp / "head.log")
-        nodes.append(_start(["--address", f"127.0.0.1:{port}", *common], env,
-                            temp / "worker.log"))
-        _wait_started(nodes[1], temp / "worker.log")
-        yield Cluster(f"127.0.0.1:{port}", temp, env)
-    finally:
-        for node in reversed(nodes):
-            _stop(node)
-        import shutil
-
-        shutil.rmtree(temp, ignore_errors=True)
+    with shared_cluster(tmp_path_factory) as cluster:
+        yield cluster
 
 
 def run_cli(cluster: Cluster, *args: object, cwd: Path | None = None) -> tuple[int, str]:
@@ -167,7 +100,6 @@ def test_ray_without_the_package_says_how_to_install_it(tmp_path, monkeypatch):
 
 # -- against the cluster ------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.xdist_group("ray")
 def test_ray_by_address_stores_the_in_process_rows_bit_for_bit(tmp_path, ray_cluster):
     exp = write_exp(tmp_path, "  norm.kind: [layer, rms]\n", measure=ALL_PROBES)
     one, two = tmp_path / "one", tmp_path / "two"
@@ -236,7 +168,6 @@ def register_norms(register):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("ray")
 def test_plugin_files_reach_the_workers(tmp_path, ray_cluster, monkeypatch):
     folder, elsewhere = tmp_path / "exp", tmp_path / "elsewhere"
     folder.mkdir()
@@ -316,7 +247,6 @@ def _kill_workers(pids: Path, proc: subprocess.Popen, plan: dict[str, int]) -> d
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("ray")
 def test_a_killed_worker_is_retried_then_failed_and_the_rest_completes(tmp_path, ray_cluster):
     pids = tmp_path / "pids"
     pids.mkdir()
