@@ -1,8 +1,10 @@
 """Shared fixtures: tiny models (emb_dim 32, 2 layers) keep the suite fast."""
 
 import re
+import sqlite3
 import textwrap
 import warnings
+from contextlib import closing
 from pathlib import Path
 
 import pandas as pd
@@ -135,3 +137,37 @@ class Broken(nn.Module):
 def register_norms(register):
     register("broken", BrokenSpec, lambda spec, dim: Broken(dim))
 '''
+
+
+# -- runs through an executor compared with the in-process run ------------------------------
+ALL_PROBES = """measure:
+  params: {}
+  gradients: {batch_size: 2, seq_len: 16, batches: 1}
+  training: {steps: 3, batch_size: 2, seq_len: 16, eval_batches: 1, device: cpu}
+  timing: {batch_size: 2, seq_len: 16, passes: [forward], warmup: 0, repeats: 2, device: cpu}
+"""
+FAST_PROBES = "measure:\n  params: {}\n  gradients: {batch_size: 2, seq_len: 16, batches: 1}\n"
+
+
+def write_exp(tmp_path: Path, grid: str, seeds: str = "[0]", measure: str = FAST_PROBES,
+              plugin: str | None = None) -> Path:
+    """``pooltest.yaml``; ``plugin``: the text of a plugin file it loads (``bad_norm.py``)."""
+    text = f"name: pooltest\nseeds: {seeds}\nmodel: {TINY_MODEL}\ngrid:\n{grid}"
+    if plugin:
+        (tmp_path / "bad_norm.py").write_text(plugin)
+        text += "plugins: [bad_norm.py]\n"
+    path = tmp_path / "pooltest.yaml"
+    path.write_text(text + measure)
+    return path
+
+
+def stored(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Units and rows, sorted, without what differs between two runs (times, timings, the
+    invocation id)."""
+    with closing(sqlite3.connect(run_dir / "results.sqlite")) as conn:
+        units = pd.read_sql_query("SELECT * FROM units ORDER BY key", conn)
+        rows = pd.read_sql_query("SELECT * FROM rows", conn)
+    units = units.drop(columns=["started_at", "finished_at", "duration_s", "invocation"])
+    rows.loc[rows.probe == "timing", "value"] = None
+    cols = ["unit_key", "probe", "metric", "scope", "name", "layer", "step", "unit"]
+    return units, rows.sort_values(cols, na_position="first").reset_index(drop=True)

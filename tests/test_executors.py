@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import BROKEN_PLUGIN, TINY_MODEL, invoke
+from conftest import ALL_PROBES, BROKEN_PLUGIN, FAST_PROBES, invoke, stored, write_exp
 
 from variantlab.store import load_run
 
@@ -43,39 +43,6 @@ class Killer(nn.Module):
 def register_norms(register):
     register("killer", KillerSpec, lambda spec, dim: Killer())
 '''
-
-ALL_PROBES = """measure:
-  params: {}
-  gradients: {batch_size: 2, seq_len: 16, batches: 1}
-  training: {steps: 3, batch_size: 2, seq_len: 16, eval_batches: 1, device: cpu}
-  timing: {batch_size: 2, seq_len: 16, passes: [forward], warmup: 0, repeats: 2, device: cpu}
-"""
-FAST_PROBES = "measure:\n  params: {}\n  gradients: {batch_size: 2, seq_len: 16, batches: 1}\n"
-
-
-def write_exp(tmp_path: Path, grid: str, seeds: str = "[0]", measure: str = FAST_PROBES,
-              plugin: str | None = None) -> Path:
-    """``pooltest.yaml``; ``plugin``: the text of a plugin file it loads (``bad_norm.py``)."""
-    text = f"name: pooltest\nseeds: {seeds}\nmodel: {TINY_MODEL}\ngrid:\n{grid}"
-    if plugin:
-        (tmp_path / "bad_norm.py").write_text(plugin)
-        text += "plugins: [bad_norm.py]\n"
-    path = tmp_path / "pooltest.yaml"
-    path.write_text(text + measure)
-    return path
-
-
-def stored(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Units and rows, sorted, without what differs between two runs (times, timings, the
-    invocation id)."""
-    with closing(sqlite3.connect(run_dir / "results.sqlite")) as conn:
-        units = pd.read_sql_query("SELECT * FROM units ORDER BY key", conn)
-        rows = pd.read_sql_query("SELECT * FROM rows", conn)
-    units = units.drop(columns=["started_at", "finished_at", "duration_s", "invocation"])
-    rows.loc[rows.probe == "timing", "value"] = None
-    cols = ["unit_key", "probe", "metric", "scope", "name", "layer", "step", "unit"]
-    return units, rows.sort_values(cols, na_position="first").reset_index(drop=True)
-
 
 def test_pool_stores_the_in_process_results_and_times_after_it(tmp_path):
     exp = write_exp(tmp_path, "  norm.kind: [layer, rms]\n", measure=ALL_PROBES)
@@ -223,3 +190,56 @@ def test_run_experiment_checks_workers_and_probe_fn(tmp_path):
         run_experiment(exp, tmp_path, workers=0)
     with pytest.raises(TypeError, match="probe_fn .*must be picklable"):
         run_experiment(exp, tmp_path, workers=2, probe_fn=lambda *a, **k: [])
+
+
+# an executor from a plugin file: the units in reverse order, in this process
+REVERSE_EXECUTOR = '''
+import variantlab
+from variantlab.executors.base import Executor
+from variantlab.units import run_in_process
+
+
+class ReverseOptions(variantlab.ProbeSettings):
+    label: str = "reverse"
+
+
+class Reverse(Executor):
+    def __init__(self, options):
+        self.options = options
+
+    def describe(self):
+        return f"{self.options.label} order"
+
+    def run(self, sink, units, experiment, context):
+        return run_in_process(sink, list(reversed(units)), experiment, context.probe_fn,
+                              context.fail_fast)
+
+
+@variantlab.hookimpl
+def register_executors(register):
+    register("reverse", ReverseOptions, Reverse)
+'''
+
+
+def test_an_executor_from_a_plugin_runs_the_experiment(tmp_path):
+    exp = write_exp(tmp_path, "  norm.kind: [layer, rms]\n")
+    (tmp_path / "reverse.py").write_text(REVERSE_EXECUTOR)
+    plugin = str(tmp_path / "reverse.py")
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert invoke("run", exp, "--out", one, "--no-report").exit_code == 0
+    result = invoke("run", exp, "--out", two, "--no-report", "--plugin", plugin,
+                    "--executor", "reverse", "--executor-option", "label=backwards")
+    assert result.exit_code == 0, result.output
+    assert "4 unit(s), backwards order" in result.output
+    lines = [x for x in result.output.splitlines() if x.startswith("[")]
+    assert [x.split("]")[0] for x in lines] == ["[4/4", "[3/4", "[2/4", "[1/4"]
+    pd.testing.assert_frame_equal(stored(one / "pooltest")[1], stored(two / "pooltest")[1])
+
+    bad = invoke("run", exp, "--out", tmp_path / "three", "--plugin", plugin,
+                 "--executor", "reverse", "--executor-option", "lable=x", "--workers", "2")
+    assert bad.exit_code == 2, bad.output
+    out = " ".join(bad.output.split())
+    assert "--executor-option lable: the reverse executor does not take it " \
+           "(it takes: --executor-option label)" in out
+    assert "--workers: the reverse executor does not take it" in out
+    assert not (tmp_path / "three").exists()

@@ -95,12 +95,24 @@ def main() -> None:
 @click.option("--device", default=None, help="Override every probe's device (cpu, cuda, ...).")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first unit that fails.")
 @click.option("--no-report", is_flag=True, help="Do not write the report at the end.")
-@click.option("--workers", type=int, default=1, show_default=True, metavar="N",
-              help="Processes that compute the units. 1: all in this process. N > 1: params, "
-                   "gradients and training units run in N spawned worker processes with "
-                   "cpu_count/N torch threads each; timing units still run in this process, "
-                   "one at a time, after the pool has finished (concurrent work would "
-                   "distort timings). Results are the same either way.")
+@click.option("--workers", type=int, default=None, metavar="N",
+              help="Processes that compute the units. 1 (the default): all in this process. "
+                   "N > 1: params, gradients and training units run in N spawned worker "
+                   "processes with cpu_count/N torch threads each; timing units still run in "
+                   "this process, one at a time, after the pool has finished (concurrent work "
+                   "would distort timings). With --executor ray: the CPUs of the local Ray "
+                   "instance. Results are the same either way.")
+@click.option("--executor", default=None, metavar="NAME",
+              help="What computes the units: inprocess, pool, ray or a plugin's executor "
+                   "(default: inprocess, or pool with --workers N > 1). See docs/distributed.md.")
+@click.option("--address", default=None, metavar="ADDR",
+              help="--executor ray: the Ray cluster to run on (HOST:PORT as `ray start --head` "
+                   "prints it, ray://HOST:PORT or auto); without it a local Ray instance.")
+@click.option("--retries", type=int, default=None, metavar="N",
+              help="--executor ray: times a unit whose worker process or node died is tried "
+                   "again before it is stored failed (default 2).")
+@click.option("--executor-option", "executor_options", multiple=True, metavar="KEY=VALUE",
+              help="Another option of the executor (a plugin's), VALUE read as YAML; repeatable.")
 @click.option("--rerun", is_flag=False, flag_value="all", default=None, metavar="[PROBE]",
               help="Compute again units stored already: all of them, or only PROBE's "
                    "(e.g. --rerun gradients). Bare --rerun goes after EXPERIMENT.")
@@ -108,22 +120,28 @@ def main() -> None:
 @plugin_option
 @bad_input_exits
 def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail_fast: bool,
-        no_report: bool, workers: int, rerun: str | None, max_variants: int,
-        plugins: Sequence[str]) -> None:
+        no_report: bool, workers: int | None, executor: str | None, address: str | None,
+        retries: int | None, executor_options: Sequence[str], rerun: str | None,
+        max_variants: int, plugins: Sequence[str]) -> None:
     """Run every unit of EXPERIMENT not stored yet; write the report.
 
-    Only this process writes the store, one transaction per unit, whatever --workers says;
-    a second run on the same run folder refuses to start while this one writes.
+    Only this process writes the store, one transaction per unit, whatever computes the
+    units (--executor, --workers); a second run on the same run folder refuses to start
+    while this one writes.
     """
+    from .executors.base import command_line_options, make_executor
     from .experiment import load_experiment
     from .runner import check_rerun, plan_units, run_experiment, select_variants
 
     stdout, err = consoles()
-    if workers < 1:
+    if workers is not None and workers < 1:
         raise SpecError.at(("--workers",), f"{workers} is not a number of processes; use 1 "
                                            "(everything in this process, the default) or more")
+    options = command_line_options(workers=workers, address=address, retries=retries,
+                                   pairs=executor_options)
     exp = load_experiment(experiment, extra_plugins=plugins, max_variants=max_variants)
-    _check_device_option(device)
+    runner_ = make_executor(exp.registry, executor, options)  # before any check that computes
+    _check_device_option(device, runner_.runs_here)
     try:
         selected = select_variants(exp, only)
     except ValueError as exc:
@@ -132,14 +150,14 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
         check_rerun(exp, rerun)
     except ValueError as exc:
         raise SpecError.at(("--rerun",), str(exc).removeprefix("--rerun: ")) from None
-    _print_checks(err, exp, device, selected)  # before the run folder exists
+    _print_checks(err, exp, device, selected, runner_.runs_here)  # before the run folder exists
     for v in exp.variants:
         for w in v.warnings:
             err.print(f"warning: {escape(v.name)}: {escape(w)}", soft_wrap=True)
     n_units = sum(u.variant.name in selected for u in plan_units(exp, device))
-    pool = f", {workers} worker processes" if workers > 1 else ""
+    where = f", {runner_.describe()}" if runner_.describe() else ""
     stdout.print(f"{escape(exp.name)}: {len(selected)} variant(s), {len(exp.seeds)} seed(s), "
-                 f"{n_units} unit(s){pool}")
+                 f"{n_units} unit(s){where}")
     import warnings
 
     from .build import VariantWarning
@@ -150,7 +168,7 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     try:
         with ProgressReporter(stdout) as report_progress:
             summary = run_experiment(exp, out, only=only, device=device, fail_fast=fail_fast,
-                                     progress=report_progress, workers=workers,
+                                     progress=report_progress, executor=runner_,
                                      extra_plugins=plugins, rerun=rerun)
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -169,8 +187,9 @@ def _valid_device(device: str) -> bool:
     return re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", device) is not None
 
 
-def _check_device_option(device: str | None) -> None:
-    """``--device``: a device name, and one this machine has."""
+def _check_device_option(device: str | None, here: bool = True) -> None:
+    """``--device``: a device name, and one this machine has (``here``: the units run on
+    this machine)."""
     from .checks import device_problem
 
     if device is None:
@@ -178,17 +197,17 @@ def _check_device_option(device: str | None) -> None:
     if not _valid_device(device):
         raise SpecError.at(("--device",), f"{device!r} is not a device; use cpu, cuda, cuda:N, "
                                           "mps or auto")
-    problem = device_problem(device)
+    problem = device_problem(device) if here else None
     if problem:
         raise SpecError.at(("--device",), problem)
 
 
 def _print_checks(err: Any, exp: Any, device: str | None,
-                  only: set[str] | None = None) -> None:
+                  only: set[str] | None = None, here: bool = True) -> None:
     """Devices, data and the size guard (:func:`variantlab.checks.preflight`); warnings."""
     from .checks import preflight
 
-    for line in preflight(exp, exp.doc, device, only=only):
+    for line in preflight(exp, exp.doc, device, only=only, here=here):
         err.print(f"warning: data: {escape(line)}", soft_wrap=True)
 
 

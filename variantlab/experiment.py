@@ -26,7 +26,7 @@ from .overrides import (  # apply_overrides is also imported from here by caller
     show,
 )
 from .registry import SLOTS, Registry, build_registry
-from .settings import DataSpec, MeasureSpec, SyntheticData
+from .settings import DataSpec, MeasureSpec, ProbeResources, SyntheticData
 from .specs import ModelSpec, parse_model_spec
 from .yamlio import YamlDoc, YamlError, load_yaml, read_text
 
@@ -58,6 +58,10 @@ class ExperimentSpec(BaseModel):
     measure: dict[str, dict[str, Any] | None] = Field(
         default_factory=lambda: dict[str, dict[str, Any] | None](params={}),
         description="the probes to run, each with its settings; an absent probe is skipped")
+    resources: dict[str, ProbeResources] = Field(
+        default_factory=dict,
+        description="probe name -> the CPUs and GPUs each of its units reserves under "
+                    "--executor ray (not part of unit keys)")
 
     @field_validator("name")
     @classmethod
@@ -177,15 +181,19 @@ def _parse_spec(doc: YamlDoc, out: _Collector) -> ExperimentSpec | None:
         return None
 
 
-def _registry(spec: ExperimentSpec, base_dir: Path, extra: Sequence[str], out: _Collector) -> Registry | None:
+def _registry(spec: ExperimentSpec, base_dir: Path, extra: Sequence[str], out: _Collector,
+              paths: Mapping[str, str] | None = None) -> Registry | None:
+    """The registry with the experiment's plugins and ``extra``; ``paths``: plugin target ->
+    the file to import it from instead (a worker's shipped copy)."""
     registry = build_registry(base_dir=base_dir)
+    paths = paths or {}
     ok = True
     wanted: list[tuple[tuple[str, int] | None, str, Path]] = [
         (("plugins", i), p, base_dir) for i, p in enumerate(spec.plugins)]
     wanted += [(None, p, Path.cwd()) for p in extra]
     for loc, target, where in wanted:
         def load(t: str = target, w: Path = where) -> None:
-            registry.load(t, "module", w)
+            registry.load(t, "module", w, paths.get(t))
 
         try:
             registry.load_guarded(target, "module", load, True)
@@ -290,6 +298,11 @@ def _cross_checks(
             out.add(("measure", probe, "seq_len"),
                     f"{what} is above context_length={ctx} of {names}; "
                     f"use seq_len <= {ctx} or raise context_length")
+    for probe in spec.resources:
+        if probe not in measure:
+            out.add(("resources", probe), f"no probe {probe!r} runs in this experiment; "
+                    f"resources are set per probe of measure: "
+                    f"({', '.join(measure.probes()) or 'none'})", at="key")
     variant_names = list(contexts)
     if spec.baseline is not None and variant_names and spec.baseline not in variant_names:
         close = difflib.get_close_matches(spec.baseline, variant_names, n=1, cutoff=0.5)
@@ -301,11 +314,14 @@ def _cross_checks(
 def experiment_from_text(
     text: str, path: str | Path = "<string>", *, base_dir: str | Path | None = None,
     extra_plugins: Sequence[str] = (), max_variants: int | None = MAX_VARIANTS,
+    plugin_paths: Mapping[str, str] | None = None,
 ) -> Experiment:
     """Parse, expand and validate an experiment; raises :class:`InputError` listing all problems.
 
     A grid of more than ``max_variants`` variants is refused before anything is expanded
-    (None: no limit, for a worker process rebuilding an experiment its driver accepted)."""
+    (None: no limit, for a worker process rebuilding an experiment its driver accepted).
+    ``plugin_paths``: plugin (as named in ``plugins:`` or ``extra_plugins``) -> the file to
+    import it from, for a worker on another machine; the plugin keeps its name."""
     real = None if str(path).startswith("<") else Path(path)
     base = Path(base_dir) if base_dir is not None else (real.parent if real else Path.cwd())
     try:
@@ -323,7 +339,7 @@ def experiment_from_text(
     n_named = len(spec.variants)
     if max_variants is not None and grid_size(spec.grid, n_named) > max_variants:
         raise InputError(out.messages + [grid_cap_message(doc, spec.grid, n_named, max_variants)])
-    registry = _registry(spec, base, extra_plugins, out)
+    registry = _registry(spec, base, extra_plugins, out, plugin_paths)
     variants, contexts = _variants(spec, registry, out, ("model",)) if registry else ([], {})
     measure = _measure(spec, registry, out)
     _cross_checks(spec, measure, contexts, doc, out)

@@ -121,3 +121,19 @@ def register_probes(register):
     - ``device_free``: its numbers do not depend on the device (like params);
     - ``trains``: it takes optimizer steps (the size guard counts the optimizer's state).
     """
+
+
+@hookspec
+def register_executors(register):
+    """What computes a run's units (``variantlab run --executor NAME``).
+    ``register(name, options_cls, factory)``:
+
+    - ``name``: the value of ``--executor`` (the built-ins: ``inprocess``, ``pool``, ``ray``);
+    - ``options_cls``: a strict pydantic model (:class:`variantlab.ProbeSettings` works) of
+      the options the executor takes; its fields are filled from the command line
+      (``--workers``, ``--address``, ``--retries`` and ``--executor-option KEY=VALUE``),
+      and a flag the class lacks is refused before anything runs;
+    - ``factory(options) -> executor``: a
+      :class:`variantlab.executors.base.Executor` (``prepare``, ``run``, ``close``,
+      ``describe``), made once per run.
+    """

@@ -32,9 +32,10 @@ ALL_SLOTS = SLOTS + ("family",)
 HOOKS = {**{slot: f"register_{slot}s" for slot in SLOTS}, "family": "register_families"}
 BUILTIN_MODULES = (
     "norms", "activations", "feedforwards", "attentions", "residuals", "positionals", "inits",
-    "families", "probes",
+    "families", "probes", "executors",
 )
 PROBE_HOOK = "register_probes"
+EXECUTOR_HOOK = "register_executors"
 ENTRY_POINT_GROUP = "variantlab"
 
 
@@ -49,6 +50,16 @@ class Component:
     build: Callable[..., Any]
     plugin: str
     task: Any = None  # families only: a variantlab.tasks.Task
+
+
+@dataclass(frozen=True)
+class ExecutorEntry:
+    """One registered executor: ``factory(options)`` makes it from an ``options_cls``."""
+
+    name: str
+    options_cls: type[BaseModel]
+    factory: Callable[[Any], Any]
+    plugin: str
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,7 @@ class Registry:
         self.plugins: list[tuple[str, str]] = []  # (name, source) in load order
         self.failures: list[PluginFailure] = []
         self._probes: dict[str, Any] = {}  # name -> variantlab.probes.base.Probe
+        self._executors: dict[str, ExecutorEntry] = {}
 
     # -- lookups ---------------------------------------------------------------------
     def kinds(self, slot: str) -> list[str]:
@@ -106,6 +118,17 @@ class Registry:
             raise SpecError.at(loc, unknown_name_message("probe", name, self.probe_names())) \
                 from None
 
+    def executor_names(self) -> list[str]:
+        return sorted(self._executors)
+
+    def executor(self, name: str, loc: Sequence[object] = ("--executor",)) -> ExecutorEntry:
+        """The executor ``name`` or a :class:`SpecError` that lists the registered ones."""
+        try:
+            return self._executors[name]
+        except (KeyError, TypeError):
+            raise SpecError.at(loc, unknown_name_message("executor", name,
+                                                         self.executor_names())) from None
+
     # -- loading ---------------------------------------------------------------------
     def load_module(self, plugin: object, name: str, source: str) -> None:
         """Register one plugin object (usually a module); all or nothing."""
@@ -116,11 +139,13 @@ class Registry:
             self.pm.check_pending()
             staged = self._collect(name)
             probes = self._collect_probes(name)
+            executors = self._collect_executors(name)
             for comp in staged:
                 self._check(comp)
             for comp in staged:
                 self._components[comp.slot][comp.kind] = comp
             self._probes.update(probes)
+            self._executors.update(executors)
         except BaseException:
             self.pm.unregister(name=name)
             raise
@@ -172,6 +197,30 @@ class Registry:
             impl.function(register=register)
         return staged
 
+    def _collect_executors(self, name: str) -> dict[str, ExecutorEntry]:
+        staged: dict[str, ExecutorEntry] = {}
+        for impl in getattr(self.pm.hook, EXECUTOR_HOOK).get_hookimpls():
+            if impl.plugin_name != name:
+                continue
+
+            def register(executor: str, options_cls: type[BaseModel],
+                         factory: Callable[[Any], Any]) -> None:
+                old = staged.get(executor) or self._executors.get(executor)
+                if old is not None:
+                    raise DuplicateKindError(
+                        f"executor {executor!r} is registered by both plugin {old.plugin!r} "
+                        f"and plugin {name!r}; uninstall or rename one of them")
+                if not (isinstance(options_cls, type) and issubclass(options_cls, BaseModel)):
+                    raise PluginLoadError(f"plugin {name!r}: the options of executor "
+                                          f"{executor!r} must be a pydantic model class")
+                if not callable(factory):
+                    raise PluginLoadError(f"plugin {name!r}: the factory of executor "
+                                          f"{executor!r} is not callable")
+                staged[executor] = ExecutorEntry(executor, options_cls, factory, name)
+
+            impl.function(register=register)
+        return staged
+
     def _check(self, comp: Component) -> None:
         old = self._components[comp.slot].get(comp.kind)
         if old is not None:
@@ -200,9 +249,11 @@ class Registry:
             raise PluginLoadError(f"plugin {comp.plugin!r}: task of family {comp.kind!r} must be a "
                                   "variantlab.tasks.Task (batch, loss and output_shape methods)")
 
-    def load(self, target: str, source: str = "module", base_dir: Path | None = None) -> None:
-        """Import ``target`` (a module name or a ``.py`` file) and register it."""
-        module = import_target(target, base_dir)
+    def load(self, target: str, source: str = "module", base_dir: Path | None = None,
+             path: str | None = None) -> None:
+        """Import ``target`` (a module name or a ``.py`` file) and register it under that
+        name; ``path``: the file to import instead (a copy shipped to another machine)."""
+        module = import_target(path or target, base_dir)
         self.load_module(module, name=target, source=source)
 
     def load_guarded(self, name: str, source: str, loader: Callable[[], None], strict: bool) -> None:

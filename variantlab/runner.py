@@ -1,15 +1,15 @@
 """Experiment -> units -> results store: resume, failure isolation, choice of executor.
 
 Units and their keys are planned in :mod:`variantlab.units`. A rerun skips units stored
-``ok`` (unless ``rerun`` names them), retries ``failed`` ones and computes new ones. Units run
-here one after another (:func:`variantlab.units.run_in_process`) or, with ``workers > 1``, in
-a pool of worker processes (:mod:`variantlab.executors`); both report to one
-:class:`variantlab.units.ResultSink`, the only writer of the store.
+``ok`` (unless ``rerun`` names them), retries ``failed`` ones and computes new ones. An
+executor computes them (:mod:`variantlab.executors`: in this process, a pool of worker
+processes, Ray tasks, or a plugin's), looked up by name in the experiment's registry; every
+executor reports to one :class:`variantlab.units.ResultSink`, the only writer of the store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ import torch
 
 from . import __version__
 from .contract import RunMeta
+from .executors.base import Executor, RunContext, make_executor
 from .store import STORE_FILE
 from .units import (  # noqa: F401 (re-exported: callers and tests import them from here)
     ResultSink,
@@ -96,6 +97,8 @@ def run_experiment(
     workers: int = 1,
     extra_plugins: Sequence[str] = (),
     rerun: str | None = None,
+    executor: str | Executor | None = None,
+    executor_options: Mapping[str, Any] | None = None,
 ) -> RunSummary:
     """Run every unit not yet stored ok; store each with its rows or its error.
 
@@ -104,15 +107,18 @@ def run_experiment(
     computes those units again although they are stored. Ctrl-C stops after storing the
     finished units; the summary says ``interrupted``.
 
+    ``executor``: a registered executor's name (the experiment's registry: built-ins and
+    plugins) made from ``executor_options``, or an executor already made
+    (:func:`variantlab.executors.base.make_executor`); by default ``inprocess`` for
+    ``workers=1`` and ``pool`` (``workers`` spawned processes, which rebuild the experiment
+    from its YAML text with ``extra_plugins``; timing units run here after the pool) for
+    more. Whichever computes, only this process writes the store. An unknown executor or
+    options it refuses raise :class:`~variantlab.errors.SpecError`, and so does whatever the
+    executor's ``prepare`` finds (an unreachable Ray cluster, say), before anything exists.
+
     Before computing anything the run folder is made and locked for this process, and its
     store opened (:func:`variantlab.runfolder.open_run`): a folder another run is writing,
     an unusable ``out`` or store raise :class:`~variantlab.store.StoreError`.
-
-    ``workers=1`` computes every unit in this process. ``workers=N > 1`` computes all but
-    the timing units in N spawned worker processes (:mod:`variantlab.executors`), which
-    rebuild the experiment from its YAML text with ``extra_plugins`` (the ``--plugin``
-    modules; ``probe_fn`` must be picklable); timing units then run here, one at a time,
-    after the pool has finished. Either way only this process writes the store.
     """
     from .runfolder import open_run
 
@@ -120,30 +126,31 @@ def run_experiment(
         raise ValueError(f"workers must be 1 or more, got {workers}")
     selected = select_variants(experiment, only)
     check_rerun(experiment, rerun)
+    if not isinstance(executor, Executor):
+        options = {**({"workers": workers} if workers > 1 else {}), **(executor_options or {})}
+        executor = make_executor(experiment.registry, executor, options)
     run_dir = run_dir_for(experiment, out)
     plan = plan_units(experiment, device)
     todo = [(i, u) for i, u in enumerate(u for u in plan if u.variant.name in selected)]
     again = {u.key for _, u in todo if rerun in ("all", u.probe)}
     summary = RunSummary(run_dir=run_dir, store=run_dir / STORE_FILE, total=len(todo))
-    with open_run(run_dir, experiment_file(experiment)) as store:
-        store.write_experiment(
-            experiment_meta(experiment),
-            _variant_rows(experiment.variants),
-            [(u.key, u.variant.name, u.seed, u.probe) for u in plan],
-        )
-        sink = ResultSink(store, summary, progress or (lambda event: None), again)
-        try:
-            if workers == 1:
-                run_in_process(sink, todo, experiment, probe_fn, fail_fast)
-            else:
-                from .executors import run_with_pool
-
-                run_with_pool(sink, todo, experiment, workers=workers, device=device,
-                              fail_fast=fail_fast, probe_fn=probe_fn,
-                              extra_plugins=extra_plugins)
-        except KeyboardInterrupt:
-            summary.interrupted = True
-            summary.interrupted_unit = next(iter(sink.in_flight.values()), None)
+    context = RunContext(device, fail_fast, probe_fn, tuple(extra_plugins), run_dir)
+    try:
+        executor.prepare(experiment, todo, context)
+        with open_run(run_dir, experiment_file(experiment)) as store:
+            store.write_experiment(
+                experiment_meta(experiment),
+                _variant_rows(experiment.variants),
+                [(u.key, u.variant.name, u.seed, u.probe) for u in plan],
+            )
+            sink = ResultSink(store, summary, progress or (lambda event: None), again)
+            try:
+                executor.run(sink, todo, experiment, context)
+            except KeyboardInterrupt:
+                summary.interrupted = True
+                summary.interrupted_unit = next(iter(sink.in_flight.values()), None)
+    finally:
+        executor.close()
     return summary
 
 

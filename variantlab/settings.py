@@ -78,6 +78,18 @@ class DynamicsSettings(TrainRunSettings):
         0, ge=0, description="fresh batches scored in eval mode after training (0: none)")
 
 
+class ProbeResources(Strict):
+    """What each unit of a probe asks of an executor that places units on machines
+    (``--executor ray``); the in-process and pool executors ignore it. Not part of unit
+    keys: it decides where a number is computed, never the number."""
+
+    num_cpus: PositiveFloat = Field(
+        1.0, description="CPUs each unit reserves; its torch threads (at least 1)")
+    num_gpus: Annotated[float, Field(ge=0)] | None = Field(
+        None, description="GPUs each unit reserves (default: 1 when the unit's device is "
+                          "cuda, else 0)")
+
+
 #: What a probe plugin's settings subclass: strict, frozen, no unknown keys.
 ProbeSettings = Strict
 

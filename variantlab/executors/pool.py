@@ -1,4 +1,4 @@
-"""The process-pool executor behind ``variantlab run --workers N``.
+"""The process-pool executor: ``variantlab run --workers N`` (``--executor pool``).
 
 Units other than ``timing`` are computed in ``N`` worker processes
 (:class:`concurrent.futures.ProcessPoolExecutor`, ``spawn`` start method: a forked child of
@@ -46,47 +46,14 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, replace
 from typing import Any
 
-from .store import UnitRecord
-from .units import (
-    ResultSink,
-    Unit,
-    default_probe_fn,
-    error_text,
-    now_iso,
-    plan_units,
-    run_in_process,
-    run_unit,
-    unit_record,
-)
+from pydantic import Field, PositiveInt
 
-
-@dataclass(frozen=True)
-class ExperimentSource:
-    """What a worker needs to rebuild the experiment: plain strings only."""
-
-    text: str
-    path: str
-    base_dir: str
-    extra_plugins: tuple[str, ...] = ()
-    device: str | None = None
-
-    @classmethod
-    def of(cls, experiment: Any, extra_plugins: Sequence[str] = (),
-           device: str | None = None) -> ExperimentSource:
-        path = getattr(experiment, "path", None)
-        return cls(experiment.source_text, str(path) if path else "<string>",
-                   str(experiment.base_dir), tuple(extra_plugins), device)
-
-    def load(self) -> tuple[Any, dict[str, Unit]]:
-        """The experiment and its units by key, as :func:`plan_units` gives them."""
-        from .experiment import experiment_from_text
-
-        exp = experiment_from_text(self.text, self.path, base_dir=self.base_dir,
-                                   extra_plugins=self.extra_plugins, max_variants=None)
-        return exp, {u.key: u for u in plan_units(exp, self.device)}
+from ..settings import Strict
+from ..store import UnitRecord
+from ..units import ResultSink, Unit, error_text, now_iso, run_in_process, unit_record
+from .base import Executor, ExperimentSource, RunContext, compute, split_units, store_result
 
 
 def cpu_count() -> int:
@@ -102,6 +69,40 @@ def threads_per_worker(workers: int) -> int:
     return max(1, cpu_count() // workers)
 
 
+class PoolOptions(Strict):
+    """``--workers N``: the pool's size (default: the CPUs this process may use)."""
+
+    workers: PositiveInt = Field(default_factory=cpu_count, description="worker processes")
+
+
+class PoolExecutor(Executor):
+    def __init__(self, options: PoolOptions | None = None) -> None:
+        self.workers = (options or PoolOptions()).workers
+
+    def describe(self) -> str:
+        return f"{self.workers} worker processes"
+
+    def prepare(self, experiment: Any, units: Sequence[tuple[int, Unit]],
+                context: RunContext) -> None:
+        try:
+            pickle.dumps(context.probe_fn)
+        except Exception as exc:
+            raise TypeError(f"the pool sends probe_fn to the workers; it must be picklable "
+                            f"(a module-level function): {exc}") from None
+
+    def run(self, sink: ResultSink, units: Sequence[tuple[int, Unit]], experiment: Any,
+            context: RunContext) -> bool:
+        """Compute the units in the pool, then the timing units here, one at a time."""
+        work = split_units(sink, units)
+        if work.leaders:
+            source = ExperimentSource.of(experiment, context.extra_plugins, context.device)
+            if not _pool(sink, work.leaders, work.twins, source, self.workers,
+                         context.fail_fast, context.probe_fn):
+                return False
+        return run_in_process(sink, work.serial, experiment, context.probe_fn,
+                              context.fail_fast)
+
+
 # -- the worker side ---------------------------------------------------------------------
 _STATE: dict[str, Any] = {}
 
@@ -109,7 +110,7 @@ _STATE: dict[str, Any] = {}
 def _init_worker(source: ExperimentSource, threads: int, probe_fn: Callable[..., list]) -> None:
     import torch
 
-    from .build import VariantWarning
+    from ..build import VariantWarning
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     torch.set_num_threads(threads)
@@ -127,63 +128,10 @@ def _exit_with(parent: Any) -> None:
 
 def _compute(key: str) -> tuple[UnitRecord, list]:
     """Run the unit ``key`` in this worker (loading the experiment on first use)."""
-    if "units" not in _STATE:
-        try:
-            _STATE["experiment"], _STATE["units"] = _STATE["source"].load()
-        except (Exception, SystemExit) as exc:  # a plugin that exits is an error here too
-            messages = getattr(exc, "messages", None) or [str(exc)]
-            raise RuntimeError("the worker could not rebuild the experiment: "
-                               + "; ".join(map(str, messages))) from None
-    unit = _STATE["units"].get(key)
-    if unit is None:
-        raise LookupError(f"unit {key[:12]} is not in the experiment as the worker rebuilt it "
-                          "(did the YAML, a plugin, the data or variantlab itself change "
-                          "during the run?)")
-    return run_unit(unit, _STATE["experiment"], _STATE["probe_fn"])
+    return compute(_STATE["source"], key, _STATE["probe_fn"])
 
 
 # -- the driver side ---------------------------------------------------------------------
-def run_with_pool(
-    sink: ResultSink,
-    units: Sequence[tuple[int, Unit]],
-    experiment: Any,
-    *,
-    workers: int,
-    device: str | None = None,
-    fail_fast: bool = False,
-    probe_fn: Callable[..., list] = default_probe_fn,
-    extra_plugins: Sequence[str] = (),
-) -> bool:
-    """Compute ``(index, unit)`` pairs in ``workers`` processes, then the timing units here.
-
-    Returns ``False`` when the run stopped early (``fail_fast`` or a worker that died);
-    KeyboardInterrupt propagates once the pool is shut down.
-    """
-    leaders: list[tuple[int, Unit]] = []  # one unit per key goes to the pool
-    twins: dict[str, list[tuple[int, Unit]]] = {}  # same spec, same key: reuse the result
-    serial: list[tuple[int, Unit]] = []
-    for index, unit in units:
-        if sink.stored_ok(unit):
-            sink.skip(index, unit)
-        elif unit.serial:
-            serial.append((index, unit))
-        elif unit.key in twins:
-            twins[unit.key].append((index, unit))
-        else:
-            twins[unit.key] = []
-            leaders.append((index, unit))
-    if leaders:
-        try:
-            pickle.dumps(probe_fn)
-        except Exception as exc:
-            raise TypeError(f"workers > 1 sends probe_fn to the workers; it must be picklable "
-                            f"(a module-level function): {exc}") from None
-        source = ExperimentSource.of(experiment, extra_plugins, device)
-        if not _pool(sink, leaders, twins, source, workers, fail_fast, probe_fn):
-            return False
-    return run_in_process(sink, serial, experiment, probe_fn, fail_fast)
-
-
 def _pool(sink: ResultSink, leaders: list[tuple[int, Unit]],
           twins: dict[str, list[tuple[int, Unit]]], source: ExperimentSource, workers: int,
           fail_fast: bool, probe_fn: Callable[..., list]) -> bool:
@@ -210,11 +158,8 @@ def _pool(sink: ResultSink, leaders: list[tuple[int, Unit]],
             for future in sorted(done, key=lambda f: in_flight[f][0]):
                 index, unit, started, t0 = in_flight.pop(future)
                 record, rows, broken = _outcome(future, unit, started, t0, processes)
-                ok = sink.save(index, unit, record, rows)
+                ok = store_result(sink, index, unit, record, rows, twins, fail_fast)
                 stopped = stopped or broken or (fail_fast and not ok)
-                if ok or not fail_fast:
-                    for twin_index, twin in twins.pop(unit.key, []):
-                        _reuse(sink, twin_index, twin, record)
     except KeyboardInterrupt:
         _terminate(pool)
         raise
@@ -242,16 +187,6 @@ def _outcome(future: Future, unit: Unit, started: str, t0: float,
         tb = remote or "".join(traceback.format_exception(exc))
         error = error_text(exc)
         return unit_record(unit, started, time.perf_counter() - t0, error, tb), [], False
-
-
-def _reuse(sink: ResultSink, index: int, unit: Unit, record: UnitRecord) -> None:
-    """A unit whose key another variant just computed: skipped when that was ok, failed
-    with the same error otherwise (as the in-process executor would find them)."""
-    if record.status == "ok":
-        sink.skip(index, unit)
-    else:
-        sink.start(index, unit)
-        sink.save(index, unit, replace(record, variant=unit.variant.name), [])
 
 
 def _dead(processes: dict[int, Any]) -> str:
