@@ -1,5 +1,5 @@
 """A Ray cluster on this machine for the tests: a head node and a worker node, one CPU each,
-token authentication on, reached by address as a real cluster is.
+listening on loopback only, token authentication on, reached by address as a real cluster is.
 
 The xdist workers of one test run share it: the first that needs it starts it, each one
 counts itself in and out (a JSON file under a lock in the run's base temp folder), and the
@@ -76,13 +76,18 @@ def _stop_group(pgid: int, timeout: float = 5) -> None:
 
 def _start_cluster() -> dict:
     temp = Path(tempfile.mkdtemp(prefix="vl-ray-", dir="/tmp"))  # Unix sockets: short paths
+    # Ray turns --node-ip-address 127.0.0.1 into the machine's address and listens there;
+    # with its "no cluster" switch off (as on macOS) the node IP stays loopback and the GCS,
+    # raylets and agents listen on 127.0.0.1 only
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
-           "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+           "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     port = free_port()
     common = ["--num-cpus", "1", "--temp-dir", str(temp), "--disable-usage-stats"]
     groups = [_start_node(["--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
                            "--include-dashboard=false", *common], env, temp / "head.log")]
     try:
+        if "Local node IP: 127.0.0.1" not in (temp / "head.log").read_text():
+            raise RuntimeError(f"the head node is not on loopback:\n{(temp / 'head.log').read_text()}")
         groups.append(_start_node(["--address", f"127.0.0.1:{port}", *common], env,
                                   temp / "worker.log"))
     except BaseException:

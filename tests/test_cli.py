@@ -183,6 +183,9 @@ def test_plugins_lists_and_json(tmp_path):
     data = json.loads(invoke("plugins", "--json").output)
     kinds = {(r["slot"], r["kind"]) for r in data["components"]}
     assert ("norm", "layer") in kinds and ("family", "gpt") in kinds
+    assert {("probe", "dynamics"), ("executor", "ray"), ("executor", "pool")} <= kinds
+    result = invoke("plugins", "--slot", "executor")
+    assert result.exit_code == 0 and "--retries" in result.output and "mha" not in result.output
     (tmp_path / "broken_norm.py").write_text(BROKEN_PLUGIN)
     result = invoke("plugins", "--slot", "norm", "--plugin", tmp_path / "broken_norm.py")
     assert "broken" in result.output

@@ -20,7 +20,7 @@ def builtin_rows():
 
 
 def test_every_builtin_kind_and_parameter_is_described(builtin_rows):
-    assert {r["slot"] for r in builtin_rows} == set(ALL_SLOTS)
+    assert {r["slot"] for r in builtin_rows} == set(ALL_SLOTS) | {"probe", "executor"}
     undocumented = [f"{r['slot']}.{r['kind']}" for r in builtin_rows if not r["doc"].strip()]
     assert not undocumented, f"kinds without a docstring: {undocumented}"
     missing = [f"{r['slot']}.{r['kind']}.{p['name']}" for r in builtin_rows

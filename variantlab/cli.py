@@ -28,7 +28,7 @@ from .clifmt import (
     print_summary,
 )
 from .errors import PluginLoadError, SpecError, format_loc
-from .registry import ALL_SLOTS
+from .plugininfo import LISTED
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 MAX_TREE_LAYERS = 1000  # describe prints no module tree for deeper models
@@ -375,12 +375,14 @@ def report(runs: Sequence[str], out: str | None, baseline: str | None,
 
 # -- plugins -----------------------------------------------------------------------------
 @main.command("plugins")
-@click.option("--slot", type=click.Choice(ALL_SLOTS), default=None)
+@click.option("--slot", type=click.Choice(LISTED), default=None,
+              help="Only this slot (or probe, executor).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @plugin_option
 @bad_input_exits
 def plugins_cmd(slot: str | None, as_json: bool, plugins: Sequence[str]) -> None:
-    """List registered components with their parameters, and plugins that failed to load.
+    """List registered components, probes and executors with their parameters, and plugins
+    that failed to load.
 
     Each kind shows what it is (its spec's docstring) and one line per parameter:
     ``name: type = default — description``.

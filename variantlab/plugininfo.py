@@ -109,28 +109,34 @@ def _doc(spec_cls: type, build: Any = None) -> str:
     return _summary(spec_cls) or _summary(build)
 
 
+#: what ``variantlab plugins`` lists: the component slots, then probes and executors
+LISTED = (*ALL_SLOTS, "probe", "executor")
+
+
 def plugin_rows(registry: Registry, slot: str | None = None) -> list[dict]:
-    """Every registered kind (of ``slot``, or all slots in order) with its parameters.
+    """Every registered kind (of ``slot``, or all of :data:`LISTED` in order) with its
+    parameters: a probe's are its ``measure:`` settings, an executor's its options.
 
     Each row: ``slot``, ``kind``, ``plugin`` (where it came from), ``source`` (builtin,
     entry point or module), ``doc`` (the first paragraph of the spec's docstring, on one line;
     else the build's) and ``params``: ``[{name, type, default, description}]`` from the spec's
     pydantic fields and their ``Field(description=...)``.
     """
-    if slot is not None and slot not in ALL_SLOTS:
-        raise ValueError(f"unknown slot {slot!r}; choose one of {', '.join(ALL_SLOTS)}")
+    if slot is not None and slot not in LISTED:
+        raise ValueError(f"unknown slot {slot!r}; choose one of {', '.join(LISTED)}")
     sources = dict(registry.plugins)
     rows = []
-    for s in ([slot] if slot else ALL_SLOTS):
-        for comp in registry.components(s):
-            rows.append({
-                "slot": comp.slot,
-                "kind": comp.kind,
-                "plugin": comp.plugin,
-                "source": sources.get(comp.plugin, ""),
-                "doc": _doc(comp.spec_cls, comp.build),
-                "params": param_rows(comp.spec_cls),
-            })
+    for s in ([slot] if slot else LISTED):
+        if s == "probe":
+            found = [(p.name, p.plugin, p.settings_cls, p.run) for p in registry.probes()]
+        elif s == "executor":
+            found = [(n, e.plugin, e.options_cls, e.factory) for n in registry.executor_names()
+                     for e in [registry.executor(n)]]
+        else:
+            found = [(c.kind, c.plugin, c.spec_cls, c.build) for c in registry.components(s)]
+        rows += [{"slot": s, "kind": kind, "plugin": plugin, "source": sources.get(plugin, ""),
+                  "doc": _doc(spec_cls, build), "params": param_rows(spec_cls)}
+                 for kind, plugin, spec_cls, build in found]
     return rows
 
 

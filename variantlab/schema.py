@@ -53,25 +53,6 @@ FALLBACK: dict[str, dict[str, str]] = {
         "name": "the variant's name in tables and the report",
         "set": "dotted path -> value, applied to the base model",
     },
-    "GradientsSettings": {
-        "batch_size": "rows per batch", "seq_len": "positions per row",
-        "batches": "batches whose mean gradient is measured",
-    },
-    "TimingSettings": {
-        "batch_size": "rows per timed batch", "seq_len": "positions per row",
-        "passes": "what is timed: forward (no grad), backward (forward + backward), "
-                  "step (backward + AdamW step)",
-        "dtype": "autocast dtype; float32: none", "device": "auto, cpu, cuda, cuda:N or mps",
-        "warmup": "untimed calls before timing", "repeats": "timed blocks (median, IQR)",
-    },
-    "TrainingSettings": {
-        "steps": "optimizer steps (one fresh batch each)", "lr": "AdamW learning rate",
-        "batch_size": "rows per batch", "seq_len": "positions per row",
-        "warmup_steps": "steps of linear learning-rate warm-up",
-        "grad_clip": "clip gradients to this global L2 norm (null: no clipping)",
-        "weight_decay": "AdamW weight decay", "dtype": "autocast dtype; float32: none",
-        "device": "auto, cpu, cuda, cuda:N or mps",
-    },
     "SyntheticData": {
         "source": "synthetic", "task": "random: uniform tokens; recall: associative recall",
     },
@@ -84,8 +65,6 @@ FALLBACK: dict[str, dict[str, str]] = {
     },
 }
 
-
-FALLBACK["DynamicsSettings"] = FALLBACK["TrainingSettings"]
 
 
 def experiment_schema(registry: Registry | None = None) -> dict[str, Any]:

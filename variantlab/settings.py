@@ -25,22 +25,24 @@ class ParamsSettings(Strict):
 class GradientsSettings(Strict):
     """Gradients of the family's loss on real batches, averaged over ``batches``."""
 
-    batch_size: PositiveInt = 8
-    seq_len: PositiveInt = 128
-    batches: PositiveInt = 4
+    batch_size: PositiveInt = Field(8, description="rows per batch")
+    seq_len: PositiveInt = Field(128, description="positions per row")
+    batches: PositiveInt = Field(4, description="batches whose mean gradient is measured")
     mode: Literal["train", "eval"] = Field("train", description="train: dropout active")
 
 
 class TimingSettings(Strict):
     """Forward / forward+backward / optimizer-step times (torch.utils.benchmark)."""
 
-    batch_size: PositiveInt = 8
-    seq_len: PositiveInt = 256
-    passes: list[Literal["forward", "backward", "step"]] = ["forward", "backward"]
-    dtype: DType = "float32"
-    device: Device = "auto"
-    warmup: Annotated[int, Field(ge=0)] = 2
-    repeats: PositiveInt = 10
+    batch_size: PositiveInt = Field(8, description="rows per timed batch")
+    seq_len: PositiveInt = Field(256, description="positions per row")
+    passes: list[Literal["forward", "backward", "step"]] = Field(
+        ["forward", "backward"], description="what is timed: forward (no grad), backward "
+        "(forward + backward), step (backward + AdamW step)")
+    dtype: DType = Field("float32", description="autocast dtype; float32: none")
+    device: Device = Field("auto", description="auto, cpu, cuda, cuda:N or mps")
+    warmup: int = Field(2, ge=0, description="untimed calls before timing")
+    repeats: PositiveInt = Field(10, description="timed blocks (median, IQR)")
     peak_flops: PositiveFloat | None = Field(
         None, description="device peak FLOP/s for MFU; default from the built-in table"
     )
@@ -51,17 +53,18 @@ class TimingSettings(Strict):
 class TrainRunSettings(Strict):
     """What every training run takes (the training and dynamics probes)."""
 
-    steps: PositiveInt = 200
-    lr: PositiveFloat = 3e-4
-    batch_size: PositiveInt = 16
-    seq_len: PositiveInt = 128
-    warmup_steps: Annotated[int, Field(ge=0)] = 0
-    grad_clip: PositiveFloat | None = 1.0
-    weight_decay: Annotated[float, Field(ge=0)] = 0.1
+    steps: PositiveInt = Field(200, description="optimizer steps (one fresh batch each)")
+    lr: PositiveFloat = Field(3e-4, description="AdamW learning rate")
+    batch_size: PositiveInt = Field(16, description="rows per batch")
+    seq_len: PositiveInt = Field(128, description="positions per row")
+    warmup_steps: int = Field(0, ge=0, description="steps of linear learning-rate warm-up")
+    grad_clip: PositiveFloat | None = Field(
+        1.0, description="clip gradients to this global L2 norm (null: no clipping)")
+    weight_decay: float = Field(0.1, ge=0, description="AdamW weight decay")
     eval_batches: int = Field(
         4, ge=0, description="fresh batches scored in eval mode after training (0: none)")
-    dtype: DType = "float32"
-    device: Device = "auto"
+    dtype: DType = Field("float32", description="autocast dtype; float32: none")
+    device: Device = Field("auto", description="auto, cpu, cuda, cuda:N or mps")
 
 
 class TrainingSettings(TrainRunSettings):
