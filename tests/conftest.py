@@ -1,5 +1,6 @@
 """Shared fixtures: tiny models (emb_dim 32, 2 layers) keep the suite fast."""
 
+import os
 import re
 import sqlite3
 import textwrap
@@ -31,6 +32,16 @@ TINY = {
 def tiny() -> dict:
     """A tiny GPT spec mapping; copy and edit freely."""
     return dict(TINY)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _threads_per_worker():
+    """Under pytest-xdist, each worker takes its share of the CPUs for torch (else N workers
+    each run as many threads as there are CPUs and the heavy tests crawl side by side)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
-"""A Ray cluster on this machine for the tests: a head node and a worker node, one CPU each,
-listening on loopback only, token authentication on, reached by address as a real cluster is.
+"""A Ray cluster on this machine for the tests: a head node with two CPUs, listening on
+loopback only, token authentication on, reached by address as a real cluster is.
 
 The xdist workers of one test run share it: the first that needs it starts it, each one
 counts itself in and out (a JSON file under a lock in the run's base temp folder), and the
@@ -76,24 +76,21 @@ def _stop_group(pgid: int, timeout: float = 5) -> None:
 
 def _start_cluster() -> dict:
     temp = Path(tempfile.mkdtemp(prefix="vl-ray-", dir="/tmp"))  # Unix sockets: short paths
-    # Ray turns --node-ip-address 127.0.0.1 into the machine's address and listens there;
+    # Ray turns --node-ip-address 127.0.0.1 into the machine's own address and listens there;
     # with its "no cluster" switch off (as on macOS) the node IP stays loopback and the GCS,
-    # raylets and agents listen on 127.0.0.1 only
+    # raylet and agents listen on 127.0.0.1 only. The same switch refuses a second node
+    # (`ray start --address`), so the cluster is one node: a head with two CPUs, whose two
+    # worker processes run the units, reached by address like any cluster.
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
            "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     port = free_port()
-    common = ["--num-cpus", "1", "--temp-dir", str(temp), "--disable-usage-stats"]
-    groups = [_start_node(["--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
-                           "--include-dashboard=false", *common], env, temp / "head.log")]
-    try:
-        if "Local node IP: 127.0.0.1" not in (temp / "head.log").read_text():
-            raise RuntimeError(f"the head node is not on loopback:\n{(temp / 'head.log').read_text()}")
-        groups.append(_start_node(["--address", f"127.0.0.1:{port}", *common], env,
-                                  temp / "worker.log"))
-    except BaseException:
-        _stop_group(groups[0])
-        raise
-    return {"address": f"127.0.0.1:{port}", "temp": str(temp), "env": env, "groups": groups,
+    args = ["--head", "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", "2",
+            "--include-dashboard=false", "--temp-dir", str(temp), "--disable-usage-stats"]
+    group = _start_node(args, env, temp / "head.log")
+    if "Local node IP: 127.0.0.1" not in (temp / "head.log").read_text():
+        _stop_group(group)
+        raise RuntimeError(f"the head node is not on loopback:\n{(temp / 'head.log').read_text()}")
+    return {"address": f"127.0.0.1:{port}", "temp": str(temp), "env": env, "groups": [group],
             "users": 0}
 
 

@@ -1,5 +1,5 @@
 """``variantlab run --executor ray``: against a Ray cluster these tests start on this machine
-(a head node and a worker node, one CPU each, token authentication on; one per test run,
+(a head node with two CPUs on loopback, token authentication on; one per test run,
 :mod:`ray_cluster`) and reach by its address, as a real cluster is reached. The same rows as
 in process, bit for bit; a killed worker's unit retried or failed while the rest completes;
 plugin files beside the YAML and ``--plugin`` files shipped to the workers; bad input refused
@@ -25,7 +25,7 @@ from variantlab.store import load_run
 
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory) -> Iterator[Cluster]:
-    """A head and a worker node on this machine, shared by the run (tests/ray_cluster.py)."""
+    """A Ray head node on this machine, shared by the run (tests/ray_cluster.py)."""
     pytest.importorskip("ray")
     with shared_cluster(tmp_path_factory) as cluster:
         yield cluster
@@ -274,6 +274,58 @@ def test_a_killed_worker_is_retried_then_failed_and_the_rest_completes(tmp_path,
     code, output = run_cli(ray_cluster, exp, "--out", tmp_path / "runs")
     assert code == 0, output
     assert "6 unit(s): 1 computed, 5 stored already, 0 failed" in output
+
+
+# a probe that naps until a "go" file exists (at most an hour), leaving its pid in pid_dir
+WAIT_PLUGIN = NAP_PLUGIN.replace(
+    "    time.sleep(settings.seconds)\n",
+    "    deadline = time.monotonic() + 3600\n"
+    "    while not Path(settings.pid_dir, 'go').exists() and time.monotonic() < deadline:\n"
+    "        time.sleep(0.05)\n")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_the_cluster_cancels_the_running_tasks_and_keeps_finished_units(
+        tmp_path, ray_cluster):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    (tmp_path / "nap.py").write_text(WAIT_PLUGIN)
+    exp = tmp_path / "wait.yaml"
+    exp.write_text(f"name: wait\nseeds: [0, 1]\nmodel: {TINY_MODEL}\nplugins: [nap.py]\n"
+                   f"measure:\n  params: {{}}\n  nap: {{pid_dir: '{pids}'}}\n")
+    cmd = [sys.executable, "-m", "variantlab.cli", "run", str(exp), "--out", str(tmp_path / "runs"),
+           "--no-report", "--executor", "ray", "--address", ray_cluster.address]
+    proc = subprocess.Popen(cmd, env=ray_cluster.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while len(list(pids.iterdir())) < 2:  # both naps running, on the cluster's two CPUs
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+        time.sleep(0.05)
+    workers = [int(p.name.partition("-")[2]) for p in pids.iterdir()]
+    proc.send_signal(signal.SIGINT)  # Ctrl-C
+    output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 130, output
+    assert "interrupted: finished units are stored" in output
+    units = load_run(tmp_path / "runs" / "wait").units
+    assert sorted(units.probe) == ["params", "params"]  # the params units ran before the naps
+    assert set(units.status) == {"ok"}
+    deadline = time.monotonic() + 30  # cancel(force=True) ends the naps' worker processes
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in workers), workers
+
+    (pids / "go").touch()
+    code, output = run_cli(ray_cluster, exp, "--out", tmp_path / "runs")
+    assert code == 0, output
+    assert "4 unit(s): 2 computed, 2 stored already, 0 failed" in output
 
 
 class FakeRay:
