@@ -228,6 +228,23 @@ def register_probes(register):
 '''
 
 
+def start_naps(tmp_path: Path, cluster: Cluster, plugin: str, seeds: list[int], nap: str,
+               *args: str) -> tuple[Path, Path, subprocess.Popen]:
+    """Start ``variantlab run`` of params + the nap ``plugin`` probe (settings ``nap`` then
+    the pid folder) on the cluster: ``(experiment file, pid folder, process)``."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    (tmp_path / "nap.py").write_text(plugin)
+    exp = tmp_path / "nap.yaml"
+    exp.write_text(f"name: nap\nseeds: {seeds}\nmodel: {TINY_MODEL}\nplugins: [nap.py]\n"
+                   f"measure:\n  params: {{}}\n  nap: {{{nap}pid_dir: '{pids}'}}\n")
+    cmd = [sys.executable, "-m", "variantlab.cli", "run", str(exp), "--out", str(tmp_path / "runs"),
+           "--no-report", "--executor", "ray", "--address", cluster.address, *args]
+    proc = subprocess.Popen(cmd, env=cluster.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    return exp, pids, proc
+
+
 def _kill_workers(pids: Path, proc: subprocess.Popen, plan: dict[str, int]) -> dict[str, int]:
     """While ``proc`` runs, SIGKILL the workers that write pid files: for each seed prefix in
     ``plan`` at most that many times. Returns the kills per prefix."""
@@ -248,16 +265,8 @@ def _kill_workers(pids: Path, proc: subprocess.Popen, plan: dict[str, int]) -> d
 
 @pytest.mark.slow
 def test_a_killed_worker_is_retried_then_failed_and_the_rest_completes(tmp_path, ray_cluster):
-    pids = tmp_path / "pids"
-    pids.mkdir()
-    (tmp_path / "nap.py").write_text(NAP_PLUGIN)
-    exp = tmp_path / "nap.yaml"
-    exp.write_text(f"name: nap\nseeds: [0, 1, 2]\nmodel: {TINY_MODEL}\nplugins: [nap.py]\n"
-                   f"measure:\n  params: {{}}\n  nap: {{seconds: 2.0, pid_dir: '{pids}'}}\n")
-    cmd = [sys.executable, "-m", "variantlab.cli", "run", str(exp), "--out", str(tmp_path / "runs"),
-           "--no-report", "--executor", "ray", "--address", ray_cluster.address, "--retries", "1"]
-    proc = subprocess.Popen(cmd, env=ray_cluster.env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    exp, pids, proc = start_naps(tmp_path, ray_cluster, NAP_PLUGIN, [0, 1, 2], "seconds: 2.0, ",
+                                 "--retries", "1")
     # seed 1: its first worker is killed (retried, then ok); seed 2: both tries killed
     killed = _kill_workers(pids, proc, {"seed1": 1, "seed2": 2})
     output = proc.communicate(timeout=60)[0]
@@ -295,16 +304,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.slow
 def test_ctrl_c_on_the_cluster_cancels_the_running_tasks_and_keeps_finished_units(
         tmp_path, ray_cluster):
-    pids = tmp_path / "pids"
-    pids.mkdir()
-    (tmp_path / "nap.py").write_text(WAIT_PLUGIN)
-    exp = tmp_path / "wait.yaml"
-    exp.write_text(f"name: wait\nseeds: [0, 1]\nmodel: {TINY_MODEL}\nplugins: [nap.py]\n"
-                   f"measure:\n  params: {{}}\n  nap: {{pid_dir: '{pids}'}}\n")
-    cmd = [sys.executable, "-m", "variantlab.cli", "run", str(exp), "--out", str(tmp_path / "runs"),
-           "--no-report", "--executor", "ray", "--address", ray_cluster.address]
-    proc = subprocess.Popen(cmd, env=ray_cluster.env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    exp, pids, proc = start_naps(tmp_path, ray_cluster, WAIT_PLUGIN, [0, 1], "")
     deadline = time.monotonic() + 120
     while len(list(pids.iterdir())) < 2:  # both naps running, on the cluster's two CPUs
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
@@ -314,7 +314,7 @@ def test_ctrl_c_on_the_cluster_cancels_the_running_tasks_and_keeps_finished_unit
     output = proc.communicate(timeout=60)[0]
     assert proc.returncode == 130, output
     assert "interrupted: finished units are stored" in output
-    units = load_run(tmp_path / "runs" / "wait").units
+    units = load_run(tmp_path / "runs" / "nap").units
     assert sorted(units.probe) == ["params", "params"]  # the params units ran before the naps
     assert set(units.status) == {"ok"}
     deadline = time.monotonic() + 30  # cancel(force=True) ends the naps' worker processes
