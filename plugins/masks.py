@@ -31,6 +31,9 @@ def dead_rows(allowed: torch.Tensor | None) -> torch.Tensor | None:
     if allowed is None:
         return None
     dead = ~allowed.any(dim=-1, keepdim=True)  # (.., T, 1)
-    if dead.device.type == "meta":  # no values to look at (the size guard's meta forward):
-        return dead  # keep the mask; where no row is dead it changes nothing
+    if dead.device.type == "meta" or torch.compiler.is_compiling():
+        # no values to look at (the size guard's meta forward), or a data-dependent branch
+        # that would break torch.compile's graph: keep the mask, where no row is dead it
+        # changes nothing
+        return dead
     return dead if bool(dead.any()) else None

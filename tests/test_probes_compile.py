@@ -129,3 +129,23 @@ def test_report_tables_show_compiled_runs_and_compile_time(tiny, tmp_path):
     md = (tmp_path / "report" / "report.md").read_text()
     assert md.count("compiled (torch.compile)") == 2  # the timing and the training table
     assert "forward compile time" in md and "7.5" in md
+
+
+@pytest.mark.slow
+def test_a_padded_gpt_compiles_as_one_graph_and_matches_eager(tiny):
+    """The padding mask's dead-row check stays out of the compiled graph (no graph break),
+    and the rows it protects (a left-padded row's pads see no key) come out as in eager."""
+    import torch._dynamo as dynamo
+
+    torch.manual_seed(0)
+    model = vl.build_model(tiny, REG).eval()
+    idx = torch.randint(0, tiny["vocab_size"], (2, 12))
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[0, :3] = 0  # row 0 left-padded by three: its first three queries see no key
+    explained = dynamo.explain(model)(idx, attention_mask=mask)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    dynamo.reset()
+    with torch.no_grad():
+        eager = model(idx, attention_mask=mask)
+        compiled = torch.compile(model)(idx, attention_mask=mask)
+    assert torch.allclose(compiled, eager, atol=1e-5)
