@@ -1,4 +1,5 @@
-"""The ``variantlab`` command: run, validate, describe, report, plugins, schema.
+"""The ``variantlab`` command: run, validate and report here; describe, plugins and schema in
+:mod:`variantlab.cliinfo`; what they share in :mod:`variantlab.clibase`.
 
 The library computes; this module only formats. Exit codes: 0 ok, 1 a unit failed,
 2 bad input (the messages are printed, never a traceback), 130 interrupted.
@@ -6,11 +7,9 @@ The library computes; this module only formats. Exit codes: 0 ok, 1 a unit faile
 
 from __future__ import annotations
 
-import functools
-import json
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,64 +18,22 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
+from .clibase import (  # noqa: F401 (EXIT_* are the command's documented codes)
+    EXIT_FAILED,
+    EXIT_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    bad_input_exits,
+    max_variants_option,
+    plugin_option,
+)
 from .clifmt import (
     ProgressReporter,
     consoles,
-    module_tree,
-    param_table,
-    plugins_table,
     print_summary,
 )
-from .errors import PluginLoadError, SpecError, format_loc
-from .plugininfo import LISTED
-
-EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
-MAX_TREE_LAYERS = 1000  # describe prints no module tree for deeper models
-
-
-def input_messages(exc: BaseException) -> list[str]:
-    """One line per problem for InputError / SpecError / PluginLoadError / missing files."""
-    messages = getattr(exc, "messages", None)
-    if messages:
-        return [str(m) for m in messages]
-    if isinstance(exc, SpecError):
-        return [f"{format_loc(i.loc)}: {i.message}" for i in exc.issues]
-    if isinstance(exc, FileNotFoundError) and exc.filename:
-        return [f"{exc.filename}: no such file"]
-    return [str(exc)]
-
-
-def _input_error_types() -> tuple[type[BaseException], ...]:
-    from .experiment import InputError
-    from .store import StoreError
-
-    return (SpecError, PluginLoadError, FileNotFoundError, InputError, StoreError)
-
-
-def bad_input_exits(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn bad input into its messages on stderr and exit code 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except _input_error_types() as exc:
-            _, err = consoles()
-            for line in input_messages(exc):
-                err.print(escape(line), soft_wrap=True)
-            sys.exit(EXIT_INPUT)
-
-    return wrapper
-
-
-max_variants_option = click.option(
-    "--max-variants", type=click.IntRange(min=1), default=10_000, show_default=True,
-    metavar="N", help="Refuse a grid of more variants than N (counted before expanding).",
-)
-plugin_option = click.option(
-    "--plugin", "plugins", multiple=True, metavar="MODULE_OR_FILE.py",
-    help="Extra plugin module (import name or .py file); repeatable.",
-)
+from .cliinfo import describe, plugins_cmd, schema_cmd
+from .errors import SpecError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -278,68 +235,6 @@ def validate(experiment: str, device: str | None, max_variants: int,
     stdout.print("ok")
 
 
-# -- describe ----------------------------------------------------------------------------
-@main.command()
-@click.argument("path", type=click.Path(dir_okay=False))
-@max_variants_option
-@plugin_option
-@click.option("--yaml", "as_yaml", is_flag=True,
-              help="print each variant's spec as experiment YAML instead")
-@bad_input_exits
-def describe(path: str, max_variants: int, plugins: Sequence[str], as_yaml: bool = False) -> None:
-    """Print each variant's memory estimate, module tree and parameter breakdown
-    (EXPERIMENT or bare model). Models are built on the meta device: nothing is allocated."""
-    import warnings
-
-    from .clifmt import memory_lines
-    from .experiment import load_model_doc
-    from .probes.params import count_rows
-
-    stdout, _ = consoles()
-    variants, registry, exp = load_model_doc(path, extra_plugins=plugins,
-                                             max_variants=max_variants)
-    if as_yaml:
-        from .hfimport import spec_yaml
-
-        for v in variants:
-            click.echo(spec_yaml(v.spec, name=v.name), nl=False)
-            click.echo("---" if v is not variants[-1] else "", nl=v is not variants[-1])
-        return
-    for v in variants:
-        title = escape(f"{v.name} ({v.label})")
-        if stdout.is_terminal:
-            stdout.rule(title, align="left")
-        else:
-            stdout.print(f"== {title} ==")
-        for w in v.warnings:
-            stdout.print(f"warning: {escape(w)}", soft_wrap=True)
-        for line in memory_lines(v.spec, registry, exp.measure if exp else None):
-            stdout.print(escape(line), soft_wrap=True)
-        if v.spec.n_layers > MAX_TREE_LAYERS:
-            stdout.print(f"(module tree left out: n_layers {v.spec.n_layers:,} > "
-                         f"{MAX_TREE_LAYERS})")
-            continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model = _build_on_meta(v.spec, registry)
-        stdout.print(module_tree(model))
-        stdout.print(param_table(list(map(dict, count_rows(model)))))
-
-
-def _build_on_meta(spec: Any, registry: Any) -> Any:
-    """The model on the meta device (no memory); on CPU when a plugin cannot build on meta."""
-    import torch
-
-    from .build import build_model
-
-    try:
-        with torch.device("meta"):
-            return build_model(spec, registry)
-    except Exception:
-        torch.manual_seed(0)
-        return build_model(spec, registry)
-
-
 # -- report ------------------------------------------------------------------------------
 @main.command()
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
@@ -373,65 +268,9 @@ def report(runs: Sequence[str], out: str | None, baseline: str | None,
     sys.exit(_write_report(stdout, err, [r.store for r in refs], out_dir, baseline, registry))
 
 
-# -- plugins -----------------------------------------------------------------------------
-@main.command("plugins")
-@click.option("--slot", type=click.Choice(LISTED), default=None,
-              help="Only this slot (or probe, executor).")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@plugin_option
-@bad_input_exits
-def plugins_cmd(slot: str | None, as_json: bool, plugins: Sequence[str]) -> None:
-    """List registered components, probes and executors with their parameters, and plugins
-    that failed to load.
-
-    Each kind shows what it is (its spec's docstring) and one line per parameter:
-    ``name: type = default — description``.
-    """
-    from .plugininfo import failure_rows, plugin_rows
-    from .registry import build_registry
-
-    stdout, _ = consoles()
-    registry = build_registry(extra=plugins, base_dir=Path.cwd())
-    rows, failures = plugin_rows(registry, slot), failure_rows(registry)
-    if as_json:
-        click.echo(json.dumps({"components": rows, "failures": failures}, indent=2,
-                              default=str))
-        return
-
-    stdout.print(plugins_table(rows))
-    if failures:
-        stdout.print("[bold]plugins that failed to load[/]")
-        for f in failures:
-            stdout.print(f"{escape(f['plugin'])} ({escape(f['source'])}): {escape(f['error'])}",
-                         soft_wrap=True)
-
-
-# -- schema ------------------------------------------------------------------------------
-@main.command("schema")
-@click.option("--out", type=click.Path(dir_okay=False), default=None, metavar="FILE",
-              help="Write the schema to FILE instead of printing it.")
-@plugin_option
-@bad_input_exits
-def schema_cmd(out: str | None, plugins: Sequence[str]) -> None:
-    """Print the JSON Schema of the experiment file, registered kinds included.
-
-    Editors use it for completion and checks (yaml-language-server: see docs/experiments.md).
-    Installed plugins are included; pass those that experiments name in `plugins:` with
-    --plugin.
-    """
-    from .registry import build_registry
-    from .schema import schema_json, write_schema
-
-    registry = build_registry(extra=plugins, base_dir=Path.cwd())
-    if out is None:
-        click.echo(schema_json(registry), nl=False)
-        return
-    try:
-        path = write_schema(out, registry)
-    except OSError as exc:
-        raise SpecError.at(("--out",), f"cannot write {out}: {exc.strerror or exc}; "
-                                       "choose a writable file path") from None
-    consoles()[0].print(f"schema: {escape(str(path))}")
+main.add_command(describe)
+main.add_command(plugins_cmd)
+main.add_command(schema_cmd)
 
 
 if __name__ == "__main__":  # pragma: no cover

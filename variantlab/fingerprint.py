@@ -40,8 +40,8 @@ _SKIP_DIRS = {"__pycache__"}
 #: parts of the core that only present or check numbers, never compute them: editing the
 #: report or the CLI does not make stored results stale
 PRESENTATION = {
-    "variantlab": {"report", "cli.py", "clifmt.py", "schema.py", "plugininfo.py", "testing",
-                   "runs.py"},
+    "variantlab": {"report", "cli.py", "clibase.py", "cliinfo.py", "clifmt.py", "schema.py",
+                   "plugininfo.py", "testing", "runs.py"},
 }
 _FILE_CACHE: dict[tuple[str, int, int], str] = {}
 
