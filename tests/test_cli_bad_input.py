@@ -26,6 +26,10 @@ CASES = {
                   "did you mean 'norm.kind'?"),
     "seq_len": (exp("measure:\n  gradients: {batch_size: 2, seq_len: 48, batches: 1}\n"),
                 "seq_len is above context_length=32"),
+    "resources of a probe not run": (exp(MEASURE + "resources:\n  timing: {num_cpus: 2}\n"),
+                                     "resources.timing: no probe 'timing' runs"),
+    "resources zero cpus": (exp(MEASURE + "resources:\n  params: {num_cpus: 0}\n"),
+                            "resources.params.num_cpus:"),
 }
 
 

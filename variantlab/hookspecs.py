@@ -109,7 +109,8 @@ def register_probes(register):
     - ``run(spec, settings, *, seed, data, base_dir, device, registry) -> list[Row]``
       measures one variant: build the model with ``torch.manual_seed(seed)`` and
       ``variantlab.build_model(spec, registry)`` (or ``variantlab.probes.common.make_model``),
-      read batches with ``variantlab.data.batches(data, spec, ...)``, return rows made by
+      read batches with ``variantlab.data.batches(data, spec, ..., registry=registry)``
+      (made by the family's task), return rows made by
       ``variantlab.rows.row(name, metric, value, scope=..., name=..., layer=..., step=...)``;
       ``device`` is the unit's device (None for a ``device_free`` probe); raise to fail the
       unit (never return partial rows);
