@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = {"variantlab": ROOT / "variantlab", "variantlab_plugins": ROOT / "plugins"}
+PACKAGES = {"variantlab": ROOT / "variantlab", "variantlab_plugins": ROOT / "variantlab_plugins"}
 
 
 def modules() -> dict[str, Path]:
