@@ -14,9 +14,9 @@ import argparse
 
 import torch
 from torch.utils import benchmark
-from variantlab_plugins.rotary import RotaryPositions
 
 import variantlab as vl
+from variantlab_plugins.rotary import RotaryPositions
 
 REG = vl.get_registry()
 

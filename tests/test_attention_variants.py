@@ -7,9 +7,9 @@ import math
 
 import pytest
 import torch
-from variantlab_plugins.rotary import ALiBiPositions, RotaryPositions
 
 import variantlab as vl
+from variantlab_plugins.rotary import ALiBiPositions, RotaryPositions
 
 REG = vl.get_registry()
 

@@ -4,10 +4,10 @@ tiny and random, with the same weights, causal, left-padded, float32."""
 
 import pytest
 import torch
-from variantlab_plugins.rotary import RotaryPositions
 
 import variantlab as vl
 from variantlab.positions import position_ids_from_mask
+from variantlab_plugins.rotary import RotaryPositions
 
 transformers = pytest.importorskip("transformers")
 

@@ -7,9 +7,9 @@ import conftest
 import pytest
 import torch
 from torch import nn
-from variantlab_plugins.inits import output_projections, residual_additions
 
 import variantlab as vl
+from variantlab_plugins.inits import output_projections, residual_additions
 
 REG = vl.get_registry()
 

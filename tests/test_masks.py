@@ -5,9 +5,9 @@ of the unpadded sequence."""
 
 import pytest
 import torch
-from variantlab_plugins.rotary import ALiBiPositions, RotaryPositions
 
 import variantlab as vl
+from variantlab_plugins.rotary import ALiBiPositions, RotaryPositions
 
 REG = vl.get_registry()
 IMPLS = ["naive", "sdpa"]

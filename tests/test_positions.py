@@ -5,10 +5,10 @@ import math
 
 import pytest
 import torch
-from variantlab_plugins.rotary import ALiBiPositions, RotaryPositions, alibi_slopes
 
 import variantlab as vl
 from variantlab.positions import Positions, position_ids_from_mask
+from variantlab_plugins.rotary import ALiBiPositions, RotaryPositions, alibi_slopes
 
 REG = vl.get_registry()
 

@@ -11,12 +11,12 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, PositiveInt, SerializeAsAny, ValidationInfo, field_validator
 from torch import nn
-from variantlab_plugins.masks import attend_mask, dead_rows
 
 from variantlab import ComponentSpec, hookimpl
 from variantlab.positions import Positions
 from variantlab.roles import declare_role
 from variantlab.specs import context_registry, resolve_component
+from variantlab_plugins.masks import attend_mask, dead_rows
 
 
 class MHASpec(ComponentSpec):

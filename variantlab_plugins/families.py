@@ -6,11 +6,11 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from pydantic import Field, PositiveInt, model_validator
-from variantlab_plugins import models
 
 from variantlab import ModelSpec, hookimpl
 from variantlab.build import block_scope
 from variantlab.tasks import NEXT_TOKEN, Batch, Task
+from variantlab_plugins import models
 
 
 def sublayer_residual_only(spec: ModelSpec, why: str) -> ModelSpec:

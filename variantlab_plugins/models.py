@@ -2,6 +2,8 @@
 encoder_decoder (seed 001) and the deep mlp of seed 004's shortcut experiment."""
 
 from torch import nn
+
+from variantlab.positions import position_ids_from_mask
 from variantlab_plugins.blocks import (
     DecoderBlock,
     TokenEmbedding,
@@ -10,8 +12,6 @@ from variantlab_plugins.blocks import (
     lm_head,
     numbered,
 )
-
-from variantlab.positions import position_ids_from_mask
 
 
 class BlockModel(nn.Module):

@@ -6,10 +6,10 @@ from typing import Literal
 
 import torch
 from pydantic import Field
-from variantlab_plugins.rotary import ALiBiPositions, ALiBiSpec, RotaryPositions, RotarySpec
 
 from variantlab import ComponentSpec, hookimpl
 from variantlab.positions import Positions
+from variantlab_plugins.rotary import ALiBiPositions, ALiBiSpec, RotaryPositions, RotarySpec
 
 
 def _positions(tok_embeds, position_ids):  # (B, T, D), (B, T) or None

@@ -11,9 +11,9 @@ from typing import ClassVar, Literal
 import torch
 from pydantic import Field, PositiveFloat
 from torch import nn
-from variantlab_plugins.residual_blocks import Parallel, ParallelSpec
 
 from variantlab import ComponentSpec, ModelSpec, hookimpl
+from variantlab_plugins.residual_blocks import Parallel, ParallelSpec
 
 
 class ResidualSpec(ComponentSpec):
