@@ -32,9 +32,9 @@ from pathlib import Path
 
 import torch
 
-from variantlab.experiment import experiment_from_text
-from variantlab.runner import run_experiment
-from variantlab.store import load_run
+from variantlab.config.experiment import experiment_from_text
+from variantlab.executors.runner import run_experiment
+from variantlab.store.store import load_run
 
 EXPERIMENT = """\
 name: executors

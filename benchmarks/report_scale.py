@@ -1,7 +1,7 @@
 """How long a report of a large sweep takes to write, and how big its HTML is.
 
 A synthetic grid of 6 axes (4 x 3 x 2 x 4 x 3 x 4 = 1,152 variants, 1 seed, the params and
-gradients probes' rows of :func:`variantlab.report.sample.sample_grid`) is written into a
+gradients probes' rows of :func:`variantlab.testing.sample.sample_grid`) is written into a
 real results store; ``write_report`` then reads that store and writes report.md, report.html,
 the SVG plots, summary.csv and effects.csv. The time is the wall time of that call (reading
 the store included); building the store is not timed. ``--scale 10`` repeats it with ten
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import variantlab as vl
 from variantlab.report import write_report
-from variantlab.report.sample import sample_grid
-from variantlab.store import Store, UnitRecord
+from variantlab.store.store import Store, UnitRecord
+from variantlab.testing.sample import sample_grid
 
 REG = vl.get_registry()
 

@@ -21,11 +21,11 @@ import torch
 import torch.nn.functional as F
 
 import variantlab as vl
-from variantlab import data as datalib
-from variantlab.build import resolve_spec
+from variantlab.data import sources as datalib
+from variantlab.data.sources import SyntheticData
+from variantlab.model.build import resolve_spec
 from variantlab.probes import run_probe
 from variantlab.probes.timing import device_name, time_fn
-from variantlab.settings import SyntheticData
 
 REG = vl.get_registry()
 

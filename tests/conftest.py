@@ -13,7 +13,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from variantlab.cli import main
+from variantlab.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,9 +53,9 @@ def _deterministic():
 
 
 def store_of(run, folder: Path) -> Path:
-    from variantlab.store import Store, UnitRecord
+    from variantlab.store.store import Store, UnitRecord
 
-    """Write a RunData (see variantlab.report.sample) into a real results store."""
+    """Write a RunData (see variantlab.testing.sample) into a real results store."""
     with Store(folder) as store:
         variants = run.variants[["name", "label", "spec", "overrides", "warnings"]]
         variants = variants.to_dict("records")

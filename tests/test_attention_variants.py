@@ -215,7 +215,7 @@ def test_validate_command_points_at_the_yaml_line(tmp_path):
     from click.testing import CliRunner
     from test_experiment import exp
 
-    from variantlab.cli import main
+    from variantlab.cli.main import main
 
     path = tmp_path / "exp.yaml"
     text = exp("measure:\n  params: {}\n").replace(

@@ -9,7 +9,7 @@ import pytest
 
 import variantlab as vl
 from variantlab.report import write_report
-from variantlab.report.sample import sample_run
+from variantlab.testing.sample import sample_run
 
 REG = vl.get_registry()
 
@@ -84,7 +84,7 @@ def test_sweep_report_sorts_and_filters_in_chromium(tmp_path):
     VARIANTLAB_SCREENSHOT=1 saves the screenshot committed under reports/."""
     from playwright import sync_api
 
-    from variantlab.report.sample import sample_grid
+    from variantlab.testing.sample import sample_grid
 
     hostile = [EVIL, "<script>alert(2)</script>", "a&b", "x\"y", "p", "q", "r", "s"]
     shifts = {("a", k): 0.1 * k for k in range(8)}

@@ -16,7 +16,7 @@ from conftest import BROKEN_PLUGIN, TINY_MODEL, invoke
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
-VARIANTLAB = [sys.executable, "-m", "variantlab.cli"]
+VARIANTLAB = [sys.executable, "-m", "variantlab"]
 
 def write_exp(tmp_path: Path, name="clitest", seeds="[0, 1]", grid=None, extra="",
               gradients="{batch_size: 2, seq_len: 16, batches: 1}") -> Path:
@@ -210,7 +210,7 @@ def example(name: str) -> Path:
 
 
 def test_seed_shortcut_experiment_stores_the_seed_gradients(tmp_path):
-    from variantlab.store import load_run
+    from variantlab.store.store import load_run
 
     result = invoke("run", example("seed-shortcut.yaml"), "--out", tmp_path, "--no-report")
     assert result.exit_code == 0, result.output
@@ -235,7 +235,7 @@ def test_seed_shortcut_experiment_stores_the_seed_gradients(tmp_path):
 
 
 def test_gpt2_124m_stores_the_seed_parameter_count(tmp_path):
-    from variantlab.experiment import load_experiment
+    from variantlab.config.experiment import load_experiment
 
     path = example("gpt2-124m.yaml")
     exp = load_experiment(path)

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import exp
 
-from variantlab.cli import main
+from variantlab.cli.main import main
 
 MEASURE = "measure:\n  params: {}\n  gradients: {batch_size: 2, seq_len: 8, batches: 1}\n"
 CASES = {

@@ -1,4 +1,4 @@
-"""The store and the report share one contract (variantlab.contract): results() and load_run()
+"""The store and the report share one contract (variantlab.store.contract): results() and load_run()
 give exactly its columns and dtypes, the meta is decoded once, in the store, and the report
 reads what the store decoded."""
 
@@ -14,8 +14,10 @@ import pytest
 from conftest import TINY_MODEL, invoke, store_of
 
 import variantlab as vl
-from variantlab import contract
-from variantlab.contract import (
+from variantlab.plugin.rows import Row
+from variantlab.report import build_context, gather, write_report
+from variantlab.store import contract
+from variantlab.store.contract import (
     RESULTS,
     UNITS,
     VARIANTS,
@@ -27,10 +29,8 @@ from variantlab.contract import (
     empty,
     names,
 )
-from variantlab.report import build_context, gather, write_report
-from variantlab.report.sample import sample_run
-from variantlab.rows import Row
-from variantlab.store import Store, StoreError, UnitRecord, load_run, results
+from variantlab.store.store import Store, StoreError, UnitRecord, load_run, results
+from variantlab.testing.sample import sample_run
 
 REG = vl.get_registry()
 
@@ -145,7 +145,7 @@ def test_gather_refuses_frames_that_are_not_the_contract():
         gather([run])
     run = sample_run()
     run.meta = {"experiment": "sample", "seeds": "[0, 1]"}  # type: ignore[assignment]
-    with pytest.raises(TypeError, match="meta is a dict, not a variantlab.contract.RunMeta"):
+    with pytest.raises(TypeError, match="meta is a dict, not a variantlab.store.contract.RunMeta"):
         gather([run])
 
 

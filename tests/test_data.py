@@ -4,9 +4,9 @@ import pytest
 import torch
 
 import variantlab as vl
-from variantlab import data as datalib
-from variantlab.build import resolve_spec
-from variantlab.settings import StdlibData, SyntheticData, TextData
+from variantlab.data import sources as datalib
+from variantlab.data.sources import StdlibData, SyntheticData, TextData
+from variantlab.model.build import resolve_spec
 
 REG = vl.get_registry()
 

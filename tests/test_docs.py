@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from conftest import doc_plugins
 
-from variantlab.experiment import experiment_from_text
+from variantlab.config.experiment import experiment_from_text
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -67,7 +67,7 @@ def test_entry_point_is_found(site, tmp_path):
 
 
 def test_cli_plugins_lists_scale(site, tmp_path):
-    result = run_with(site, ["-m", "variantlab.cli", "plugins", "--slot", "norm", "--json"],
+    result = run_with(site, ["-m", "variantlab", "plugins", "--slot", "norm", "--json"],
                       tmp_path)
     assert result.returncode == 0, result.stderr
     listing = json.loads(result.stdout)
@@ -87,9 +87,9 @@ def test_without_install_scale_is_unknown(tmp_path):
 
 @pytest.mark.slow
 def test_experiment_with_scale_norm_runs_and_is_stored(site, tmp_path):
-    from variantlab import store
+    from variantlab.store import store
     (tmp_path / "exp.yaml").write_text(EXPERIMENT)
-    result = run_with(site, ["-m", "variantlab.cli", "run", "exp.yaml", "--out", "runs",
+    result = run_with(site, ["-m", "variantlab", "run", "exp.yaml", "--out", "runs",
                              "--no-report"], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     run = store.load_run(tmp_path / "runs" / "scalenorm-check")

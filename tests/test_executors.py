@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from conftest import ALL_PROBES, BROKEN_PLUGIN, FAST_PROBES, invoke, stored, write_exp
 
-from variantlab.store import load_run
+from variantlab.store.store import load_run
 
 # norm "killer" kills the worker process that runs it (the driver never runs it here)
 KILLER_PLUGIN = '''
@@ -150,7 +150,7 @@ def test_sigterm_stops_the_pool_and_keeps_finished_units(tmp_path):
     exp = write_exp(tmp_path, "  norm.kind: [layer, rms]\n  residual.kind: [pre_norm, post_norm]\n",
                     seeds="[0, 1, 2]", measure=FAST_PROBES.replace("batches: 1", "batches: 8"))
     out = tmp_path / "runs"
-    cmd = [sys.executable, "-m", "variantlab.cli", "run", str(exp), "--out", str(out),
+    cmd = [sys.executable, "-m", "variantlab", "run", str(exp), "--out", str(out),
            "--no-report", "--workers", "2"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     db = out / "pooltest" / "results.sqlite"
@@ -182,8 +182,8 @@ def test_sigterm_stops_the_pool_and_keeps_finished_units(tmp_path):
 
 
 def test_run_experiment_checks_workers_and_probe_fn(tmp_path):
-    from variantlab.experiment import load_experiment
-    from variantlab.runner import run_experiment
+    from variantlab.config.experiment import load_experiment
+    from variantlab.executors.runner import run_experiment
 
     exp = load_experiment(write_exp(tmp_path, "  norm.kind: [layer, rms]\n"))
     with pytest.raises(ValueError, match="workers must be 1 or more"):
@@ -196,7 +196,7 @@ def test_run_experiment_checks_workers_and_probe_fn(tmp_path):
 REVERSE_EXECUTOR = '''
 import variantlab
 from variantlab.executors.base import Executor
-from variantlab.units import run_in_process
+from variantlab.sweep.units import run_in_process
 
 
 class ReverseOptions(variantlab.ProbeSettings):

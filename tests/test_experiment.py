@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from conftest import exp
 
-from variantlab.experiment import (
+from variantlab.config.experiment import (
     Experiment,
     InputError,
     apply_overrides,
@@ -14,7 +14,7 @@ from variantlab.experiment import (
     load_experiment,
     load_model_file,
 )
-from variantlab.registry import build_registry
+from variantlab.plugin.registry import build_registry
 
 
 def errors(text: str, **kw) -> list[str]:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from variantlab.experiment import load_experiment
+from variantlab.config.experiment import load_experiment
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 FILES = sorted(EXPERIMENTS.glob("*.yaml"))

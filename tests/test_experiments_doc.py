@@ -17,10 +17,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from variantlab.cli import main
-from variantlab.experiment import experiment_from_text
-from variantlab.registry import SLOTS, build_registry
-from variantlab.schema import experiment_schema
+from variantlab.cli.main import main
+from variantlab.config.experiment import experiment_from_text
+from variantlab.config.schema import experiment_schema
+from variantlab.plugin.registry import SLOTS, build_registry
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "experiments.md"

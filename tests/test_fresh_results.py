@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from variantlab import fingerprint
-from variantlab.cli import main
-from variantlab.experiment import load_experiment
-from variantlab.runner import plan_units
-from variantlab.store import results
+from variantlab.cli.main import main
+from variantlab.config.experiment import load_experiment
+from variantlab.executors.runner import plan_units
+from variantlab.store.store import results
+from variantlab.sweep import keys as fingerprint
 
 PLUGIN = '''
 from typing import Literal
@@ -211,11 +211,42 @@ def test_rerun_recomputes_all_or_one_probe(tmp_path):
     assert "Traceback" not in bad.output
 
 
-def test_code_that_only_presents_numbers_is_not_in_the_key():
-    from variantlab.fingerprint import core_files
+def test_only_code_that_computes_numbers_is_in_the_key():
+    from variantlab.sweep.keys import core_files
 
     (root, files), = core_files("variantlab").items()
     names = {f.relative_to(root).as_posix() for f in files}
-    assert {"build.py", "runner.py", "probes/gradients.py", "data/gpt2.tiktoken"} <= names
-    assert not any(n.startswith(("report/", "testing/")) for n in names)
-    assert not names & {"cli.py", "clifmt.py", "schema.py", "plugininfo.py"}
+    assert {"model/build.py", "probes/gradients.py", "data/sources.py", "data/gpt2.tiktoken",
+            "plugin/registry.py", "plugin/rows.py"} <= names
+    assert {n.split("/")[0] for n in names} == {"plugin", "model", "data", "probes"}
+    # messages, checks, scheduling, storage and presentation never make results stale
+    assert not names & {"errors.py", "sweep/preflight.py", "config/checks.py", "cli/main.py",
+                        "executors/runner.py", "store/store.py", "config/schema.py"}
+    (builtin_root, builtin), = core_files("variantlab_plugins").items()
+    assert {"norms.py", "attentions.py", "probes.py"} <= {f.name for f in builtin}
+
+
+def test_an_edited_message_keeps_every_unit_key(tmp_path, monkeypatch):
+    """Copy the core, edit a message in errors.py and in the preflight checks: the code
+    digest is unchanged; edit a model module: it changes."""
+    import shutil
+
+    import variantlab
+
+    src = Path(variantlab.__file__).parent
+    copy = tmp_path / "variantlab"
+    shutil.copytree(src, copy, ignore=shutil.ignore_patterns("__pycache__"))
+
+    def digest() -> str:
+        from variantlab.sweep.keys import NUMBER_FOLDERS, number_files, tree_digest
+
+        return tree_digest(number_files(copy, NUMBER_FOLDERS["variantlab"]), copy)
+
+    before = digest()
+    for rel in ("errors.py", "sweep/preflight.py"):
+        path = copy / rel
+        path.write_text(path.read_text().replace("is not", "isn't"))
+    assert digest() == before
+    build = copy / "model" / "build.py"
+    build.write_text(build.read_text() + "\n# an edit\n")
+    assert digest() != before

@@ -118,7 +118,7 @@ def test_describe_yaml_prints_a_spec_that_loads_back(tmp_path):
     from click.testing import CliRunner
 
     import variantlab as vl
-    from variantlab.cli import main
+    from variantlab.cli.main import main
 
     config = transformers.LlamaConfig(**BASE, **LLAMA["mqa-headdim"])
     spec, _ = from_transformers(transformers.LlamaForCausalLM(config), REG)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import variantlab as vl
-from variantlab.positions import position_ids_from_mask
+from variantlab.model.positions import position_ids_from_mask
 from variantlab_plugins.rotary import RotaryPositions
 
 transformers = pytest.importorskip("transformers")

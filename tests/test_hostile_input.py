@@ -13,7 +13,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from variantlab.cli import main
+from variantlab.cli.main import main
 
 MODEL = ("model: {family: gpt, vocab_size: 64, context_length: 32, emb_dim: 32, n_heads: 4, "
          "n_layers: 2, drop_rate: 0.0}\n")

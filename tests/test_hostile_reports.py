@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 from conftest import store_of
 
-from variantlab.cli import main
+from variantlab.cli.main import main
 from variantlab.report.render import browse_script
-from variantlab.report.sample import sample_run
 from variantlab.report.tables import csv_safe, summary_csv
+from variantlab.testing.sample import sample_run
 
 HOSTILE = ["=HYPERLINK(\"http://evil.example\",\"x\")", "+1+cmd|' /C calc'!A0", "-2+3",
            "@SUM(A1:A2)", "\tTabbed", "<script>alert(1)</script>"]

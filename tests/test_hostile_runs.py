@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from variantlab import store as store_mod
-from variantlab.cli import main
-from variantlab.runfolder import LOCK_FILE
-from variantlab.store import load_run, results
+from variantlab.cli.main import main
+from variantlab.store import store as store_mod
+from variantlab.store.store import load_run, results
+from variantlab.sweep.runfolder import LOCK_FILE
 
 NAME = "hostile"
 
@@ -123,7 +123,7 @@ def _read_only_store(tmp: Path, mp) -> None:
 
 def _other_store(tmp: Path, filename: str) -> None:
     """A valid store written by the experiment file ``filename`` (in ``tmp/other``)."""
-    from variantlab.store import Store
+    from variantlab.store.store import Store
 
     other = tmp / "other"
     other.mkdir(exist_ok=True)
@@ -328,8 +328,8 @@ def test_same_experiment_file_edited_may_write_its_folder(in_tmp):
 
 
 def test_lock_is_released_after_a_run_and_holds_the_pid_while_running(in_tmp):
-    from variantlab.runfolder import RunLock
-    from variantlab.store import StoreError
+    from variantlab.store.store import StoreError
+    from variantlab.sweep.runfolder import RunLock
 
     folder = in_tmp / "f"
     folder.mkdir()
@@ -365,7 +365,7 @@ def test_system_exit_in_a_pool_worker_fails_only_that_unit(in_tmp):
 @pytest.mark.parametrize("setup", [_text_store, _corrupt_store, _foreign_db],
                          ids=["text", "corrupt", "foreign-db"])
 def test_reading_a_bad_store_is_one_clear_error(setup, in_tmp, monkeypatch):
-    from variantlab.store import StoreError
+    from variantlab.store.store import StoreError
 
     setup(in_tmp, monkeypatch)
     path = in_tmp / "runs" / NAME / "results.sqlite"

@@ -1,6 +1,6 @@
-"""The package's import graph has no cycles: module-level and function-level imports alike
-(every ``import`` statement anywhere in a module counts), over variantlab and the built-in
-plugins (variantlab_plugins)."""
+"""The package's import graph has no cycles and follows the pipeline's stages: module-level
+and function-level imports alike (every ``import`` statement anywhere in a module counts),
+over variantlab and the built-in plugins (variantlab_plugins)."""
 
 import ast
 from pathlib import Path
@@ -86,14 +86,50 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_package_has_no_import_cycles():
     graph = import_graph()
-    assert len(graph) > 50 and "variantlab.units" in graph["variantlab.executors.base"]
+    assert len(graph) > 50 and "variantlab.sweep.units" in graph["variantlab.executors.base"]
     assert cycles(graph) == []
 
 
 def test_the_checker_finds_a_cycle_hidden_in_a_function():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
-    tree = ast.parse("def f():\n    from .registry import Registry\n")
+    tree = ast.parse("def f():\n    from ..plugin.registry import Registry\n")
     node = next(n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom))
-    known = {"variantlab.specs": Path(), "variantlab.registry": Path()}
-    assert imported("variantlab.specs", node, False, known) == {"variantlab.registry"}
+    known = {"variantlab.model.specs": Path(), "variantlab.plugin.registry": Path()}
+    assert imported("variantlab.model.specs", node, False, known) == {"variantlab.plugin.registry"}
+
+
+#: the core's folders in pipeline order (docs/architecture.md): a module may import from its
+#: own folder and from earlier stages, never from a later one. The top-level modules
+#: (errors.py, the public API in __init__.py, __main__.py) stand outside the stages.
+STAGES = ("plugin", "model", "data", "store", "probes", "config", "sweep", "executors",
+          "hfimport", "report", "testing", "cli")
+
+
+def stage_of(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "variantlab" or len(parts) < 2 or parts[1] not in STAGES:
+        return None
+    return STAGES.index(parts[1])
+
+
+def later_stage_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted((m, dep) for m, deps in graph.items() for dep in deps
+                  if stage_of(m) is not None and stage_of(dep) is not None
+                  and stage_of(dep) > stage_of(m))
+
+
+def test_every_core_folder_is_a_stage_and_no_module_imports_a_later_stage():
+    graph = import_graph()
+    folders = {p.name for p in PACKAGES["variantlab"].iterdir()
+               if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders == set(STAGES)
+    top = {m for m in graph if m.startswith("variantlab.") and stage_of(m) is None}
+    assert top == {"variantlab.errors", "variantlab.__main__"}
+    assert later_stage_imports(graph) == []
+
+
+def test_the_stage_check_finds_an_import_from_a_later_stage():
+    graph = {"variantlab.model.build": {"variantlab.plugin.registry", "variantlab.report.plots"},
+             "variantlab.cli.main": {"variantlab.model.build"}}
+    assert later_stage_imports(graph) == [("variantlab.model.build", "variantlab.report.plots")]

@@ -115,7 +115,7 @@ def test_normal_scale_counts_the_decoder_cross_attention():
 def test_output_projections_are_declared_not_positional():
     """The ``normal`` init scales the Linear a component declares as its output projection,
     wherever it sits in registration order; a sublayer that declares none is refused."""
-    from variantlab.roles import declare_role, mark
+    from variantlab.model.roles import declare_role, mark
 
     class OutFirst(nn.Module):  # the output projection is registered before the input one
         def __init__(self):

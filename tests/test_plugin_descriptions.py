@@ -8,9 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 import variantlab
-from variantlab.cli import main
-from variantlab.plugininfo import plugin_rows
-from variantlab.registry import ALL_SLOTS
+from variantlab.cli.main import main
+from variantlab.config.catalog import plugin_rows
+from variantlab.plugin.registry import ALL_SLOTS
 
 
 @pytest.fixture(scope="module")

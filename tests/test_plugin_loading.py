@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import variantlab as vl
-import variantlab.registry as registry_mod
+import variantlab.plugin.registry as registry_mod
+from variantlab.config.catalog import failure_rows, plugin_rows
 from variantlab.errors import DuplicateKindError, PluginLoadError
-from variantlab.plugininfo import failure_rows, plugin_rows
 
 FIXTURES = Path(__file__).parent / "plugins_fixtures"
 
@@ -48,7 +48,7 @@ def test_module_name_beside_experiment_is_importable(tmp_path, tiny):
 
 
 def test_experiment_plugins_list_loads_the_file(tmp_path):
-    from variantlab import experiment
+    from variantlab.config import experiment
     shutil.copy(FIXTURES / "local_norm.py", tmp_path / "local_norm.py")
     (tmp_path / "exp.yaml").write_text(textwrap.dedent("""\
         name: centre-vs-layer
@@ -159,7 +159,7 @@ def test_entry_point_duplicating_a_builtin_is_skipped(monkeypatch):
 
 # -- the CLI parts (issue 5, "What it must show" 2) --------------------------------------
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "variantlab.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "variantlab", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -200,7 +200,7 @@ def test_cli_plugins_lists_a_plugin_file(tmp_path):
 
 @pytest.mark.slow
 def test_cli_forward_that_raises_fails_only_its_own_variants(tmp_path):
-    from variantlab import store
+    from variantlab.store import store
     shutil.copy(FIXTURES / "explodes.py", tmp_path / "explodes.py")
     write_experiment(tmp_path, ["explodes.py"], ["layer", "explodes"])
     result = cli("run", "exp.yaml", "--out", "runs", "--no-report", cwd=tmp_path)

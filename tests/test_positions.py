@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import variantlab as vl
-from variantlab.positions import Positions, position_ids_from_mask
+from variantlab.model.positions import Positions, position_ids_from_mask
 from variantlab_plugins.rotary import ALiBiPositions, RotaryPositions, alibi_slopes
 
 REG = vl.get_registry()

@@ -10,13 +10,13 @@ from click.testing import CliRunner
 
 import variantlab
 from variantlab import build_registry, hookimpl, parse_model_spec
-from variantlab.cli import main
+from variantlab.cli.main import main
+from variantlab.config.experiment import InputError, experiment_from_text
 from variantlab.errors import DuplicateKindError, PluginLoadError
-from variantlab.experiment import InputError, experiment_from_text
+from variantlab.executors.runner import plan_units
+from variantlab.plugin.settings import ProbeSettings
 from variantlab.probes import PROBES, run_probe
 from variantlab.probes.common import layer_modules
-from variantlab.runner import plan_units
-from variantlab.settings import ProbeSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = (ROOT / "docs" / "probes.md").read_text()
@@ -94,7 +94,7 @@ def test_unknown_probe_is_a_located_error_with_a_suggestion(tmp_path):
 
 
 def test_the_plugin_probe_is_in_the_schema_and_in_unit_keys(tmp_path):
-    from variantlab.schema import experiment_schema
+    from variantlab.config.schema import experiment_schema
 
     plugin = tmp_path / "weightnorms.py"
     plugin.write_text(PLUGIN)

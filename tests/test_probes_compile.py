@@ -5,11 +5,11 @@ import pytest
 import torch
 
 import variantlab as vl
-from variantlab.experiment import experiment_from_text
+from variantlab.config.experiment import experiment_from_text
+from variantlab.executors.runner import plan_units, run_experiment
 from variantlab.probes import run_probe
 from variantlab.probes.compiled import CompileError, compile_errors, compile_model
-from variantlab.runner import plan_units, run_experiment
-from variantlab.store import results
+from variantlab.store.store import results
 
 REG = vl.get_registry()
 
@@ -110,8 +110,8 @@ def test_failed_compile_fails_only_its_unit(tiny, tmp_path, monkeypatch):
 
 
 def test_report_tables_show_compiled_runs_and_compile_time(tiny, tmp_path):
+    from variantlab.plugin.rows import row
     from variantlab.report import write_report
-    from variantlab.rows import row
 
     def fake(name, spec, settings, **kwargs):  # rows of a compiled timing and training run
         if name == "timing":

@@ -7,10 +7,10 @@ import torch
 
 import variantlab as vl
 from variantlab import build_model, parse_model_spec
-from variantlab import data as datalib
+from variantlab.data import sources as datalib
+from variantlab.model.tasks import task_for
 from variantlab.probes import run_probe
 from variantlab.probes.dynamics import METRICS, layer_params
-from variantlab.tasks import task_for
 
 REG = vl.get_registry()
 

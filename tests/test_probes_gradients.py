@@ -6,11 +6,11 @@ import pytest
 import torch
 
 import variantlab as vl
-from variantlab import data as datalib
-from variantlab.build import resolve_spec
+from variantlab.data import sources as datalib
+from variantlab.data.sources import SyntheticData
+from variantlab.model.build import resolve_spec
+from variantlab.model.tasks import task_for
 from variantlab.probes import run_probe
-from variantlab.settings import SyntheticData
-from variantlab.tasks import task_for
 
 REG = vl.get_registry()
 

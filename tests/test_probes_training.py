@@ -5,9 +5,10 @@ import math
 import pytest
 
 import variantlab as vl
+from variantlab.data.sources import SyntheticData
+from variantlab.model.tasks import task_for
 from variantlab.probes import run_probe, training
-from variantlab.settings import SyntheticData, TrainingSettings
-from variantlab.tasks import task_for
+from variantlab.probes.training import TrainingSettings
 
 REG = vl.get_registry()
 
@@ -57,8 +58,8 @@ def test_huge_learning_rate_is_flagged(tiny):
 def test_eval_loss_is_the_eval_mode_loss_on_fresh_batches(tiny):
     import torch
 
-    from variantlab import data as datalib
-    from variantlab.build import VariantWarning, resolve_spec
+    from variantlab.data import sources as datalib
+    from variantlab.model.build import VariantWarning, resolve_spec
     from variantlab.probes.common import make_model
 
     settings = TrainingSettings(steps=3, lr=1e-3, batch_size=4, seq_len=16, device="cpu",

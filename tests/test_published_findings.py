@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from conftest import ROOT, TINY
 
 import variantlab as vl
-from variantlab.cli import main
+from variantlab.cli.main import main
 from variantlab.report.dynamics_findings import (
     at_step_max,
     depth_ratio,

@@ -20,7 +20,7 @@ import pytest
 from conftest import ALL_PROBES, FAST_PROBES, TINY_MODEL, invoke, stored, write_exp
 from ray_cluster import Cluster, free_port, shared_cluster
 
-from variantlab.store import load_run
+from variantlab.store.store import load_run
 
 
 @pytest.fixture(scope="session")
@@ -34,7 +34,7 @@ def ray_cluster(tmp_path_factory) -> Iterator[Cluster]:
 def run_cli(cluster: Cluster, *args: object, cwd: Path | None = None) -> tuple[int, str]:
     """``variantlab run ARGS --executor ray --address ADDR`` as its own process (a driver
     with the cluster's token in its environment): exit code and output."""
-    cmd = [sys.executable, "-m", "variantlab.cli", "run", *map(str, args), "--no-report",
+    cmd = [sys.executable, "-m", "variantlab", "run", *map(str, args), "--no-report",
            "--executor", "ray", "--address", cluster.address]
     done = subprocess.run(cmd, env=cluster.env, cwd=cwd, capture_output=True, text=True,
                           timeout=300)
@@ -130,7 +130,7 @@ WHERE_PLUGIN = '''
 import os
 
 import variantlab
-from variantlab.rows import row
+from variantlab.plugin.rows import row
 
 
 class WhereSettings(variantlab.ProbeSettings):
@@ -208,7 +208,7 @@ import time
 from pathlib import Path
 
 import variantlab
-from variantlab.rows import row
+from variantlab.plugin.rows import row
 
 
 class NapSettings(variantlab.ProbeSettings):
@@ -238,7 +238,7 @@ def start_naps(tmp_path: Path, cluster: Cluster, plugin: str, seeds: list[int], 
     exp = tmp_path / "nap.yaml"
     exp.write_text(f"name: nap\nseeds: {seeds}\nmodel: {TINY_MODEL}\nplugins: [nap.py]\n"
                    f"measure:\n  params: {{}}\n  nap: {{{nap}pid_dir: '{pids}'}}\n")
-    cmd = [sys.executable, "-m", "variantlab.cli", "run", str(exp), "--out", str(tmp_path / "runs"),
+    cmd = [sys.executable, "-m", "variantlab", "run", str(exp), "--out", str(tmp_path / "runs"),
            "--no-report", "--executor", "ray", "--address", cluster.address, *args]
     proc = subprocess.Popen(cmd, env=cluster.env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -374,9 +374,9 @@ class FakeRay:
 
 def test_ctrl_c_cancels_the_tasks_in_flight_and_keeps_finished_units(tmp_path):
     pytest.importorskip("ray")
+    from variantlab.config.experiment import load_experiment
     from variantlab.executors.ray import RayExecutor
-    from variantlab.experiment import load_experiment
-    from variantlab.runner import run_experiment
+    from variantlab.executors.runner import run_experiment
 
     fake = FakeRay()
 
@@ -396,10 +396,10 @@ def test_ctrl_c_cancels_the_tasks_in_flight_and_keeps_finished_units(tmp_path):
 
 
 def test_resources_are_checked_and_left_out_of_unit_keys(tmp_path):
+    from variantlab.config.experiment import InputError, experiment_from_text
     from variantlab.errors import SpecError
     from variantlab.executors.ray_env import check_capacity, check_devices, unit_resources
-    from variantlab.experiment import InputError, experiment_from_text
-    from variantlab.runner import plan_units
+    from variantlab.executors.runner import plan_units
 
     text = write_exp(tmp_path, "  norm.kind: [layer, rms]\n").read_text()
     plain = experiment_from_text(text)

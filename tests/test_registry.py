@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import variantlab as vl
-from variantlab.registry import ALL_SLOTS, BUILTIN_MODULES
+from variantlab.plugin.registry import ALL_SLOTS, BUILTIN_MODULES
 
 EXPECTED = {
     "norm": {"layer", "batch", "rms", "dyt", "none"},
@@ -43,7 +43,7 @@ def run_python(code: str, cwd) -> subprocess.CompletedProcess:
 
 def test_import_has_no_side_effects(tmp_path):
     code = (
-        "import sys, variantlab, variantlab.registry as r; "
+        "import sys, variantlab, variantlab.plugin.registry as r; "
         "assert r._DEFAULT is None; "
         "assert 'variantlab_plugins.norms' not in sys.modules; print('ok')"
     )

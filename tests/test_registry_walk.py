@@ -5,7 +5,7 @@ produces no NaN, and its spec round-trips through plain data (via the conformanc
 import pytest
 
 import variantlab as vl
-from variantlab.registry import ALL_SLOTS
+from variantlab.plugin.registry import ALL_SLOTS
 from variantlab.testing import check_component
 
 REGISTRY = vl.build_registry()

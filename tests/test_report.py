@@ -15,8 +15,8 @@ import variantlab as vl
 from variantlab.report import build_context, gather, write_report
 from variantlab.report.plots import build_plots, styles, to_svg
 from variantlab.report.render import browse_script, md_escape
-from variantlab.report.sample import sample_run
 from variantlab.report.tables import summarize
+from variantlab.testing.sample import sample_run
 
 REG = vl.get_registry()
 

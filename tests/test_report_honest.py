@@ -14,9 +14,9 @@ from variantlab.probes import run_probe
 from variantlab.probes.common import layer_stacks, param_index, stack_roots
 from variantlab.report import build_context, gather
 from variantlab.report.findings import timing_speed
-from variantlab.report.sample import sample_run
 from variantlab.report.tables import depth_ratios, summarize
-from variantlab.store import Store, UnitRecord, load_run
+from variantlab.store.store import Store, UnitRecord, load_run
+from variantlab.testing.sample import sample_run
 
 REG = vl.get_registry()
 

@@ -52,8 +52,8 @@ def _tables(markdown: str) -> dict[str, str]:
 
 
 def _rerun(experiment: Path, out: Path) -> Path:
-    from variantlab.experiment import experiment_from_text
-    from variantlab.runner import run_experiment
+    from variantlab.config.experiment import experiment_from_text
+    from variantlab.executors.runner import run_experiment
 
     data = yaml.safe_load(experiment.read_text(encoding="utf-8"))
     data.get("measure", {}).pop("timing", None)

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 import variantlab
-from variantlab.cli import main
-from variantlab.runs import RunPathError, find_runs, unique_labels
+from variantlab.cli.main import main
+from variantlab.store.runs import RunPathError, find_runs, unique_labels
 
 MODEL = ("{family: gpt, vocab_size: 64, context_length: 32, emb_dim: 32, n_heads: 4, "
          "n_layers: 2, drop_rate: 0.0}")

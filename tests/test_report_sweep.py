@@ -14,7 +14,7 @@ from conftest import TINY, store_of
 import variantlab as vl
 from variantlab.report import build_context, gather, write_report
 from variantlab.report.effects import find_grid, interval, run_grid, t975
-from variantlab.report.sample import sample_grid, sample_run
+from variantlab.testing.sample import sample_grid, sample_run
 
 REG = vl.get_registry()
 
@@ -27,8 +27,8 @@ def _effects(path) -> pd.DataFrame:
 def test_effects_rank_the_axis_that_matters_over_the_one_that_does_not(tmp_path):
     """What it must show 1: shortcut on/off moves eval loss; naive vs sdpa attention
     computes the same numbers (up to float rounding), so its effect is 0."""
-    from variantlab.experiment import experiment_from_text
-    from variantlab.runner import run_experiment
+    from variantlab.config.experiment import experiment_from_text
+    from variantlab.executors.runner import run_experiment
 
     doc = {"name": "sweep", "seeds": [0, 1],
            "model": {**TINY, "vocab_size": 256, "attention": {"kind": "mha", "impl": "naive"}},
@@ -195,7 +195,7 @@ def test_cli_reports_two_runs_side_by_side_and_effects_csv_is_spreadsheet_safe(t
 
     from click.testing import CliRunner
 
-    from variantlab.cli import main
+    from variantlab.cli.main import main
 
     evil = "=HYPERLINK(\"http://evil.example\")"
     grid = {"norm.kind": ["layer", evil]}

@@ -13,7 +13,7 @@ from torch import nn
 
 import variantlab as vl
 from variantlab import ComponentSpec, SpecError, hookimpl
-from variantlab.build import Parts
+from variantlab.model.build import Parts
 from variantlab.testing import check_component
 
 REGISTRY = vl.build_registry(entry_points=False)

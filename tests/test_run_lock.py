@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from variantlab.runfolder import LOCK_FILE
-from variantlab.store import results
+from variantlab.store.store import results
+from variantlab.sweep.runfolder import LOCK_FILE
 
 # an activation that waits in forward until the file "go" exists beside it: the first run
 # holds its folder for as long as the test needs, and computes the same numbers as tanh
@@ -70,7 +70,7 @@ def setup(folder: Path, go: bool) -> None:
 
 
 def command(folder: Path) -> list[str]:
-    return [sys.executable, "-m", "variantlab.cli", "run", str(folder / "exp.yaml"),
+    return [sys.executable, "-m", "variantlab", "run", str(folder / "exp.yaml"),
             "--out", str(folder / "runs"), "--no-report"]
 
 

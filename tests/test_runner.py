@@ -8,10 +8,12 @@ import pytest
 
 import variantlab as vl
 from variantlab import get_registry, parse_model_spec
-from variantlab.rows import row
-from variantlab.runner import plan_units, run_experiment, unit_key
-from variantlab.settings import MeasureSpec, SyntheticData
-from variantlab.store import Store, load_run, results
+from variantlab.config.measure import MeasureSpec
+from variantlab.data.sources import SyntheticData
+from variantlab.executors.runner import plan_units, run_experiment
+from variantlab.plugin.rows import row
+from variantlab.store.store import Store, load_run, results
+from variantlab.sweep.units import unit_key
 
 REG = vl.get_registry()
 

@@ -12,11 +12,11 @@ import yaml
 from click.testing import CliRunner
 from conftest import SCALENORM, doc_plugins
 
-from variantlab.cli import main
-from variantlab.experiment import InputError, experiment_from_text
-from variantlab.registry import SLOTS, build_registry
-from variantlab.schema import DIALECT, experiment_schema, schema_json
-from variantlab.specs import ModelSpec
+from variantlab.cli.main import main
+from variantlab.config.experiment import InputError, experiment_from_text
+from variantlab.config.schema import DIALECT, experiment_schema, schema_json
+from variantlab.model.specs import ModelSpec
+from variantlab.plugin.registry import SLOTS, build_registry
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -253,7 +253,7 @@ def test_plugin_kinds_and_families_appear(tmp_path):
         "from typing import Literal\n"
         "from pydantic import Field\n"
         "from variantlab import ModelSpec, hookimpl\n"
-        "from variantlab.tasks import NEXT_TOKEN\n"
+        "from variantlab.model.tasks import NEXT_TOKEN\n"
         "from variantlab_plugins.models import GPTModel\n"
         "class WideSpec(ModelSpec):\n"
         "    '''A GPT with a width knob.'''\n"

@@ -11,11 +11,15 @@ import pytest
 from click.testing import CliRunner
 from conftest import TINY
 
-from variantlab.build import build_model
-from variantlab.cli import main
-from variantlab.registry import get_registry
-from variantlab.settings import GradientsSettings, ParamsSettings, TimingSettings, TrainingSettings
-from variantlab.sizeguard import (
+from variantlab.cli.main import main
+from variantlab.model.build import build_model
+from variantlab.model.specs import parse_model_spec
+from variantlab.plugin.registry import get_registry
+from variantlab.probes.gradients import GradientsSettings
+from variantlab.probes.params import ParamsSettings
+from variantlab.probes.timing import TimingSettings
+from variantlab.probes.training import TrainingSettings
+from variantlab.sweep.sizeguard import (
     _meta_cost,
     available_bytes,
     footprint,
@@ -23,7 +27,6 @@ from variantlab.sizeguard import (
     model_cost,
     refusal,
 )
-from variantlab.specs import parse_model_spec
 
 SDPA = {"attention": {"kind": "mha", "impl": "sdpa"}, "positional": "sinusoidal"}
 
@@ -126,8 +129,8 @@ def test_refusal_names_estimate_and_fit_and_is_none_when_memory_unknown():
 
 
 def test_no_estimate_no_refusal_when_meta_fails(monkeypatch):
-    import variantlab.sizeguard as sg
-    from variantlab.clifmt import memory_lines
+    import variantlab.sweep.sizeguard as sg
+    from variantlab.cli.fmt import memory_lines
 
     def fails(*args):
         raise RuntimeError("Tensor.item() cannot be called on meta tensors")

@@ -5,8 +5,8 @@ import sqlite3
 
 import pytest
 
-from variantlab.rows import row
-from variantlab.store import STORE_FILE, Store, UnitRecord, load_run, results
+from variantlab.plugin.rows import row
+from variantlab.store.store import STORE_FILE, Store, UnitRecord, load_run, results
 
 
 def record(key, status="ok", variant="a", seed=0, probe="params", error=None):

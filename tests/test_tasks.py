@@ -4,17 +4,17 @@ import pytest
 import torch
 
 import variantlab as vl
-from variantlab import data as datalib
+from variantlab.data import sources as datalib
+from variantlab.data.sources import SyntheticData, TextData
 from variantlab.errors import PluginLoadError
 from variantlab.probes import run_probe
-from variantlab.settings import SyntheticData, TextData
 
 REG = vl.get_registry()
 
 FAMILY = '''
 from typing import Literal
 from variantlab import ModelSpec, hookimpl
-from variantlab.tasks import Task
+from variantlab.model.tasks import Task
 from variantlab_plugins.models import GPTModel
 
 class DoubledLoss(Task):
@@ -71,14 +71,14 @@ def test_float_tasks_ignore_the_data_source(tiny):
     ("register_norms", "register('tasked', N, lambda spec, dim: None, task=NEXT_TOKEN)",
      "task= is only for families, not norm kinds"),
     ("register_families", "register('bare', S, GPTModel, task=object())",
-     "must be a variantlab.tasks.Task"),
+     "must be a variantlab.model.tasks.Task"),
 ])
 def test_registry_refuses_a_family_without_a_task_and_a_task_elsewhere(tmp_path, hook, call,
                                                                          message):
     text = f'''
 from typing import Literal
 from variantlab import ComponentSpec, ModelSpec, hookimpl
-from variantlab.tasks import NEXT_TOKEN
+from variantlab.model.tasks import NEXT_TOKEN
 from variantlab_plugins.models import GPTModel
 
 class S(ModelSpec):

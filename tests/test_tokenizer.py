@@ -4,7 +4,7 @@ import hashlib
 
 import pytest
 
-from variantlab import tokenizer
+from variantlab.data import tokenizer
 
 
 def test_seed_004_sentence_ids():

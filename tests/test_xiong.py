@@ -7,8 +7,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 import variantlab as vl
-from variantlab.cli import main
-from variantlab.experiment import load_experiment
+from variantlab.cli.main import main
+from variantlab.config.experiment import load_experiment
 
 EXPERIMENT = Path(__file__).resolve().parent.parent / "experiments" / "xiong-fig3.yaml"
 

@@ -5,7 +5,7 @@ import datetime
 import pytest
 import yaml
 
-from variantlab.yamlio import Position, StrictLoader, YamlError, load_yaml, load_yaml_file
+from variantlab.config.yamlio import Position, StrictLoader, YamlError, load_yaml, load_yaml_file
 
 TEXT = """\
 name: demo

@@ -2,13 +2,13 @@
 
 from typing import Any
 
-from .build import Parts, VariantWarning, build_model
 from .errors import PluginLoadError, SpecError
-from .hookspecs import hookimpl
-from .registry import build_registry, get_registry
-from .settings import ProbeSettings
-from .specs import ComponentSpec, ModelSpec, parse_model_spec
-from .tasks import Batch, Task, task_for
+from .model.build import Parts, VariantWarning, build_model
+from .model.specs import ComponentSpec, ModelSpec, parse_model_spec
+from .model.tasks import Batch, Task, task_for
+from .plugin.hookspecs import hookimpl
+from .plugin.registry import build_registry, get_registry
+from .plugin.settings import ProbeSettings
 
 __version__ = "0.1.0"
 
@@ -24,8 +24,8 @@ __all__ = [
 def results(path):
     """Tidy DataFrame of every stored row, with a ``run`` column: ``path`` is a run folder,
     its results.sqlite, a folder of run folders (``run --out``), or a list of these. Its
-    columns and dtypes: ``variantlab.contract.RESULTS``."""
-    from .runs import results as _results
+    columns and dtypes: ``variantlab.store.contract.RESULTS``."""
+    from .store.runs import results as _results
 
     return _results(path)
 

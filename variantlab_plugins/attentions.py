@@ -13,9 +13,9 @@ from pydantic import Field, PositiveInt, SerializeAsAny, ValidationInfo, field_v
 from torch import nn
 
 from variantlab import ComponentSpec, hookimpl
-from variantlab.positions import Positions
-from variantlab.roles import declare_role
-from variantlab.specs import context_registry, resolve_component
+from variantlab.model.positions import Positions
+from variantlab.model.roles import declare_role
+from variantlab.model.specs import context_registry, resolve_component
 from variantlab_plugins.masks import attend_mask, dead_rows
 
 

@@ -2,8 +2,8 @@
 
 from torch import nn
 
-from variantlab.positions import Positions
-from variantlab.roles import mark
+from variantlab.model.positions import Positions
+from variantlab.model.roles import mark
 
 
 class TransformerBlock(nn.Module):

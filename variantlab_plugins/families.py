@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt, model_validator
 
 from variantlab import ModelSpec, hookimpl
-from variantlab.build import block_scope
-from variantlab.tasks import NEXT_TOKEN, Batch, Task
+from variantlab.model.build import block_scope
+from variantlab.model.tasks import NEXT_TOKEN, Batch, Task
 from variantlab_plugins import models
 
 

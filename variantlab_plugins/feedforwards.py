@@ -6,7 +6,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from torch import nn
 
 from variantlab import ComponentSpec, hookimpl
-from variantlab.roles import declare_role
+from variantlab.model.roles import declare_role
 
 
 class MLPSpec(ComponentSpec):

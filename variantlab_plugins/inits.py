@@ -12,7 +12,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from torch import nn
 
 from variantlab import ComponentSpec, hookimpl
-from variantlab.roles import OUTPUT_ROLES, role_of
+from variantlab.model.roles import OUTPUT_ROLES, role_of
 
 
 class DefaultInitSpec(ComponentSpec):
@@ -62,7 +62,7 @@ def xavier(spec: XavierInitSpec) -> Callable[[nn.Module], None]:
 def output_projections(model: nn.Module) -> set[nn.Module]:
     """The Linears that write a sublayer's output to the residual stream, as their components
     declare them (``variantlab_role`` ``attn_out`` / ``ffn_out``, see
-    :mod:`variantlab.roles`). An attention or feed-forward holding Linears but declaring no
+    :mod:`variantlab.model.roles`). An attention or feed-forward holding Linears but declaring no
     output projection is an error: guessing (say, its last Linear) would scale the wrong one."""
     found = {m for m in model.modules() if role_of(m) in OUTPUT_ROLES}
     for module in model.modules():
@@ -73,7 +73,7 @@ def output_projections(model: nn.Module) -> set[nn.Module]:
             raise ValueError(
                 f"init 'normal' scales each sublayer's output projection, but the "
                 f"{slot} '{getattr(module, 'variantlab_kind', '?')}' declares none; mark it "
-                f"with variantlab.roles.declare_role(linear, 'attn_out' or 'ffn_out'), or set "
+                f"with variantlab.model.roles.declare_role(linear, 'attn_out' or 'ffn_out'), or set "
                 f"init: {{kind: normal, scale_residual: false}}")
     return found
 

@@ -3,7 +3,7 @@ encoder_decoder (seed 001) and the deep mlp of seed 004's shortcut experiment.""
 
 from torch import nn
 
-from variantlab.positions import position_ids_from_mask
+from variantlab.model.positions import position_ids_from_mask
 from variantlab_plugins.blocks import (
     DecoderBlock,
     TokenEmbedding,
@@ -42,7 +42,7 @@ class GPTModel(nn.Module):
     def forward(self, idx, attention_mask=None):  # (B, T)
         """Logits (B, T, vocab_size). ``attention_mask`` (B, T), as in Hugging Face: 1 at
         tokens, 0 at padding; padded keys get no attention, and positions count real tokens
-        only (:func:`variantlab.positions.position_ids_from_mask`), so a left-padded row's
+        only (:func:`variantlab.model.positions.position_ids_from_mask`), so a left-padded row's
         tokens get the outputs of the unpadded sequence. Outputs at pads are meaningless."""
         if attention_mask is None:
             x = self.trf_blocks(self.embed(idx))  # (B, T, D)

@@ -1,4 +1,4 @@
-"""Position schemes (:class:`variantlab.positions.Positions`): added to the token embeddings
+"""Position schemes (:class:`variantlab.model.positions.Positions`): added to the token embeddings
 (learned, sinusoidal), or acting inside attention (rotary, alibi; see ``rotary.py``)."""
 
 import math
@@ -8,7 +8,7 @@ import torch
 from pydantic import Field
 
 from variantlab import ComponentSpec, hookimpl
-from variantlab.positions import Positions
+from variantlab.model.positions import Positions
 from variantlab_plugins.rotary import ALiBiPositions, ALiBiSpec, RotaryPositions, RotarySpec
 
 

@@ -2,14 +2,12 @@
 
 from variantlab import hookimpl
 from variantlab.probes import dynamics, gradients, params, timing, training
-from variantlab.probes.dynamics_report import dynamics_views
-from variantlab.settings import (
-    DynamicsSettings,
-    GradientsSettings,
-    ParamsSettings,
-    TimingSettings,
-    TrainingSettings,
-)
+from variantlab.probes.dynamics import DynamicsSettings
+from variantlab.probes.gradients import GradientsSettings
+from variantlab.probes.params import ParamsSettings
+from variantlab.probes.timing import TimingSettings
+from variantlab.probes.training import TrainingSettings
+from variantlab.report.dynamics import dynamics_views
 
 
 @hookimpl

@@ -1,6 +1,6 @@
 """Position schemes that act inside attention: rotary (RoPE) and ALiBi.
 
-Both are :class:`variantlab.positions.Positions`: the token embeddings pass unchanged, and
+Both are :class:`variantlab.model.positions.Positions`: the token embeddings pass unchanged, and
 the model's self-attentions call :meth:`rotate` or :meth:`score_bias`.
 """
 
@@ -13,7 +13,7 @@ import torch
 from pydantic import Field, PositiveFloat
 
 from variantlab import ComponentSpec
-from variantlab.positions import Positions
+from variantlab.model.positions import Positions
 
 
 class RotarySpec(ComponentSpec):

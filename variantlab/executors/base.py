@@ -7,7 +7,7 @@ An executor is made once per run from its validated options (``factory(options)`
    store exists; bad input (an unreachable cluster, a missing package, resources no machine
    has) raises :class:`~variantlab.errors.SpecError` naming the flag or key to change;
 2. ``run(sink, units, experiment, context)``: compute the ``(index, unit)`` pairs, handing
-   every result to the :class:`~variantlab.units.ResultSink` (the only writer of the store)
+   every result to the :class:`~variantlab.sweep.units.ResultSink` (the only writer of the store)
    as it arrives; ``False`` when the run stopped early (``--fail-fast``, a pool that broke);
    KeyboardInterrupt propagates after the executor has stopped its work;
 3. ``close()``: always, also after an error or Ctrl-C.
@@ -29,8 +29,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import SpecError, SpecIssue
-from ..store import UnitRecord
-from ..units import ResultSink, Unit, default_probe_fn, plan_units, run_unit
+from ..store.store import UnitRecord
+from ..sweep.units import ResultSink, Unit, default_probe_fn, plan_units, run_unit
 
 #: option fields that have a flag of their own on ``variantlab run``
 FLAGS = {"workers": "--workers", "address": "--address", "retries": "--retries"}
@@ -195,7 +195,7 @@ class ExperimentSource:
     def load(self, device: str | None = None) -> tuple[Any, dict[str, Unit]]:
         """The experiment and its units by key, as :func:`plan_units` gives them with
         ``device`` (default: the run's ``--device``)."""
-        from ..experiment import experiment_from_text
+        from ..config.experiment import experiment_from_text
 
         exp = experiment_from_text(self.text, self.path, base_dir=self.base_dir,
                                    extra_plugins=self.extra_plugins, max_variants=None,

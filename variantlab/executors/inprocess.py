@@ -1,6 +1,6 @@
 """The in-process executor (``--executor inprocess``, the default for ``--workers 1``):
 every unit one after another in the run's own process
-(:func:`variantlab.units.run_in_process`)."""
+(:func:`variantlab.sweep.units.run_in_process`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..settings import Strict
-from ..units import ResultSink, Unit, run_in_process
+from ..plugin.settings import Strict
+from ..sweep.units import ResultSink, Unit, run_in_process
 from .base import Executor, RunContext
 
 

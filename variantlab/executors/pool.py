@@ -5,8 +5,8 @@ Units other than ``timing`` are computed in ``N`` worker processes
 a process that holds CUDA or torch's thread pools can hang or crash). Nothing built from
 plugins crosses the process boundary: each worker rebuilds the experiment from its YAML text
 and path (the same ``--plugin`` modules; plugin files are loaded from disk again), looks the
-unit up by its key in its own :func:`~variantlab.units.plan_units` and sends back plain
-data, the :class:`~variantlab.store.UnitRecord` and the rows. A unit whose code raises
+unit up by its key in its own :func:`~variantlab.sweep.units.plan_units` and sends back plain
+data, the :class:`~variantlab.store.store.UnitRecord` and the rows. A unit whose code raises
 ``SystemExit`` (``sys.exit()`` in a plugin) or another ``BaseException`` fails alone, in a
 worker as in process; the worker and the pool go on. Each worker uses
 ``cpu_count // N`` torch threads (at least 1; ``N`` is the pool's size, no more processes
@@ -50,9 +50,9 @@ from typing import Any
 
 from pydantic import Field, PositiveInt
 
-from ..settings import Strict
-from ..store import UnitRecord
-from ..units import ResultSink, Unit, error_text, now_iso, run_in_process, unit_record
+from ..plugin.settings import Strict
+from ..store.store import UnitRecord
+from ..sweep.units import ResultSink, Unit, error_text, now_iso, run_in_process, unit_record
 from .base import Executor, ExperimentSource, RunContext, compute, split_units, store_result
 
 
@@ -110,7 +110,7 @@ _STATE: dict[str, Any] = {}
 def _init_worker(source: ExperimentSource, threads: int, probe_fn: Callable[..., list]) -> None:
     import torch
 
-    from ..build import VariantWarning
+    from ..model.build import VariantWarning
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     torch.set_num_threads(threads)

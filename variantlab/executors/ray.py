@@ -37,9 +37,9 @@ from typing import Any
 from pydantic import Field, NonNegativeInt, PositiveInt
 
 from ..errors import SpecError
-from ..settings import Strict
-from ..store import UnitRecord
-from ..units import ResultSink, Unit, error_text, now_iso, unit_record
+from ..plugin.settings import Strict
+from ..store.store import UnitRecord
+from ..sweep.units import ResultSink, Unit, error_text, now_iso, unit_record
 from . import ray_env
 from .base import Executor, ExperimentSource, RunContext, compute, split_units, store_result
 from .pool import cpu_count
@@ -59,7 +59,7 @@ def _task(source: ExperimentSource, key: str, device: str | None,
     """One unit in a Ray worker: ``(record as a dict, rows)``."""
     import torch
 
-    from ..build import VariantWarning
+    from ..model.build import VariantWarning
 
     warnings.filterwarnings("ignore", category=VariantWarning)  # the driver reports them once
     torch.set_num_threads(threads)

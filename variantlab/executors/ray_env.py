@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SpecError
-from ..units import Unit
+from ..sweep.units import Unit
 
 EXCLUDES = [".git", ".venv", "__pycache__"]
 
@@ -48,7 +48,7 @@ class Shipped:
 
 
 def is_file_target(target: str) -> bool:
-    """Whether a plugin entry names a file (as :func:`variantlab.registry.import_target`)."""
+    """Whether a plugin entry names a file (as :func:`variantlab.plugin.registry.import_target`)."""
     return target.endswith(".py") or "/" in target or "\\" in target
 
 

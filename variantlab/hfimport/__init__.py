@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from ..build import build_model
-from ..registry import Registry
-from ..specs import ModelSpec, parse_model_spec
+from ..model.build import build_model
+from ..model.specs import ModelSpec, parse_model_spec
+from ..plugin.registry import Registry
 from .common import ConversionError
 from .gpt2 import gpt2_spec, gpt2_state
 from .llama import llama_spec, llama_state, olmo2_spec, olmo2_state, qwen3_spec, qwen3_state

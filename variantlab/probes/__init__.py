@@ -1,6 +1,6 @@
 """Probes: each measures one aspect of a variant and returns tidy rows; none prints.
 
-Probes are registered through the ``register_probes`` hook (:mod:`variantlab.hookspecs`);
+Probes are registered through the ``register_probes`` hook (:mod:`variantlab.plugin.hookspecs`);
 the built-ins (params, gradients, timing, training, dynamics) live in this package and are
 registered by ``variantlab_plugins.probes``. ``run_probe(name, spec, settings, seed=...,
 data=..., base_dir=...)`` runs the registered probe ``name`` and returns ``list[Row]``.
@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..build import resolve_spec
-from ..registry import Registry
-from ..rows import Row
-from ..settings import DataSpec, SyntheticData
-from ..specs import ModelSpec
+from ..data.sources import DataSpec, SyntheticData
+from ..model.build import resolve_spec
+from ..model.specs import ModelSpec
+from ..plugin.registry import Registry
+from ..plugin.rows import Row
 
 #: The built-in probes, in the order the built-in plugin registers them.
 PROBES: tuple[str, ...] = ("params", "gradients", "timing", "training", "dynamics")

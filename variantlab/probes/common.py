@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..build import build_model
-from ..registry import Registry
-from ..specs import ModelSpec
+from ..model.build import build_model
+from ..model.specs import ModelSpec
+from ..plugin.registry import Registry
 
 EMBEDDING_SLOTS = frozenset({"embedding", "positional"})
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -24,15 +24,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import Field, PositiveInt
 from torch import nn
 
-from .. import data as datalib
-from ..registry import Registry
-from ..rows import Row, row
-from ..settings import DynamicsSettings
-from ..specs import ModelSpec
+from ..data import sources as datalib
+from ..model.specs import ModelSpec
+from ..plugin.registry import Registry
+from ..plugin.rows import Row, row
 from .common import autocast, first_tensor, layer_stacks, param_index
-from .training import EVAL_SEED_OFFSET, eval_loss, lr_at, setup
+from .training import EVAL_SEED_OFFSET, TrainRunSettings, eval_loss, lr_at, setup
+
+
+class DynamicsSettings(TrainRunSettings):
+    """A training run (training's settings) recording per-layer dynamics every ``every`` steps."""
+
+    every: PositiveInt = Field(10, description="record every k-th optimizer step (and step 0)")
+    eval_batches: int = Field(
+        0, ge=0, description="fresh batches scored in eval mode after training (0: none)")
 
 Layer = tuple[str, int]  # (stack, layer index)
 METRICS = ("grad_norm", "update_ratio", "residual_rms", "max_attn_logit", "attn_entropy")

@@ -23,16 +23,17 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from pydantic import Field, PositiveInt
 
-from .. import data as datalib
-from ..registry import Registry
-from ..rows import Row, row
-from ..settings import GradientsSettings
-from ..specs import ModelSpec
-from ..tasks import task_for
+from ..data import sources as datalib
+from ..model.specs import ModelSpec
+from ..model.tasks import task_for
+from ..plugin.registry import Registry
+from ..plugin.rows import Row, row
+from ..plugin.settings import Strict
 from .common import (
     describe,
     first_tensor,
@@ -43,6 +44,15 @@ from .common import (
     resolve_device,
     stacked,
 )
+
+
+class GradientsSettings(Strict):
+    """Gradients of the family's loss on real batches, averaged over ``batches``."""
+
+    batch_size: PositiveInt = Field(8, description="rows per batch")
+    seq_len: PositiveInt = Field(128, description="positions per row")
+    batches: PositiveInt = Field(4, description="batches whose mean gradient is measured")
+    mode: Literal["train", "eval"] = Field("train", description="train: dropout active")
 
 METRICS = ("mean_abs_grad", "grad_norm", "max_abs_grad")
 #: Layer rows beside the per-slot ones: every parameter of the layer, and its weight

@@ -13,11 +13,15 @@ from typing import Any
 
 from torch import nn
 
-from ..registry import Registry
-from ..rows import Row, row
-from ..settings import ParamsSettings
-from ..specs import ModelSpec
+from ..model.specs import ModelSpec
+from ..plugin.registry import Registry
+from ..plugin.rows import Row, row
+from ..plugin.settings import Strict
 from .common import EMBEDDING_SLOTS, make_model, param_index, stacked
+
+
+class ParamsSettings(Strict):
+    """Parameter counts: total, trainable, non-embedding, per slot, per layer."""
 
 
 def count_rows(model: nn.Module) -> list[Row]:

@@ -27,24 +27,44 @@ import resource
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field, PositiveFloat, PositiveInt
 from torch.overrides import TorchFunctionMode
 from torch.utils import benchmark
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .. import data as datalib
-from ..registry import Registry
-from ..rows import Row, row
-from ..settings import TimingSettings
-from ..specs import ModelSpec
-from ..tasks import Batch, Task, task_for
+from ..data import sources as datalib
+from ..model.specs import ModelSpec
+from ..model.tasks import Batch, Task, task_for
+from ..plugin.registry import Registry
+from ..plugin.rows import Row, row
+from ..plugin.settings import Device, DType, Strict
 from . import flops as flopslib
 from .common import autocast, make_model, resolve_device
 from .compiled import compile_errors, compile_model
 from .params import non_embedding_params
+
+
+class TimingSettings(Strict):
+    """Forward / forward+backward / optimizer-step times (torch.utils.benchmark)."""
+
+    batch_size: PositiveInt = Field(8, description="rows per timed batch")
+    seq_len: PositiveInt = Field(256, description="positions per row")
+    passes: list[Literal["forward", "backward", "step"]] = Field(
+        ["forward", "backward"], description="what is timed: forward (no grad), backward "
+        "(forward + backward), step (backward + AdamW step)")
+    dtype: DType = Field("float32", description="autocast dtype; float32: none")
+    device: Device = Field("auto", description="auto, cpu, cuda, cuda:N or mps")
+    warmup: int = Field(2, ge=0, description="untimed calls before timing")
+    repeats: PositiveInt = Field(10, description="timed blocks (median, IQR)")
+    peak_flops: PositiveFloat | None = Field(
+        None, description="device peak FLOP/s for MFU; default from the built-in table"
+    )
+    compile: bool = Field(
+        False, description="run the model under torch.compile; compile time is timed apart")
 
 BLOCK_S = 0.05  # target duration of one timed block
 

@@ -26,15 +26,39 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import Field, PositiveFloat, PositiveInt
 
-from .. import data as datalib
-from ..registry import Registry
-from ..rows import Row, row
-from ..settings import TrainingSettings, TrainRunSettings
-from ..specs import ModelSpec
-from ..tasks import Batch, task_for
+from ..data import sources as datalib
+from ..model.specs import ModelSpec
+from ..model.tasks import Batch, task_for
+from ..plugin.registry import Registry
+from ..plugin.rows import Row, row
+from ..plugin.settings import Device, DType, Strict
 from .common import autocast, make_model, resolve_device
 from .compiled import compile_errors, compile_model
+
+
+class TrainRunSettings(Strict):
+    """What every training run takes (the training and dynamics probes)."""
+
+    steps: PositiveInt = Field(200, description="optimizer steps (one fresh batch each)")
+    lr: PositiveFloat = Field(3e-4, description="AdamW learning rate")
+    batch_size: PositiveInt = Field(16, description="rows per batch")
+    seq_len: PositiveInt = Field(128, description="positions per row")
+    warmup_steps: int = Field(0, ge=0, description="steps of linear learning-rate warm-up")
+    grad_clip: PositiveFloat | None = Field(
+        1.0, description="clip gradients to this global L2 norm (null: no clipping)")
+    weight_decay: float = Field(0.1, ge=0, description="AdamW weight decay")
+    eval_batches: int = Field(
+        4, ge=0, description="fresh batches scored in eval mode after training (0: none)")
+    dtype: DType = Field("float32", description="autocast dtype; float32: none")
+    device: Device = Field("auto", description="auto, cpu, cuda, cuda:N or mps")
+
+
+class TrainingSettings(TrainRunSettings):
+    """A short AdamW run with linear warm-up and gradient clipping."""
+
+    compile: bool = Field(False, description="run the model under torch.compile")
 
 Loss = Callable[[Any, Batch], torch.Tensor]  # (model output, batch) -> scalar loss
 

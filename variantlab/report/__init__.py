@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..registry import Registry
+from ..plugin.registry import Registry
 from .effects import compute_effects, effects_csv
 from .findings import reading
 from .frame import ReportData, gather
@@ -82,7 +82,7 @@ def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None
     """Write report.md (+ SVG files), report.html and summary.csv into ``out_dir``.
 
     ``runs``: results stores (``results.sqlite``, its run folder, or a folder of run
-    folders; see :mod:`variantlab.runs`) or ``RunData`` objects; one store named twice is
+    folders; see :mod:`variantlab.store.runs`) or ``RunData`` objects; one store named twice is
     read once; several runs put their variants in one report, prefixed by their run's label
     (``RUN/variant``) where names clash, so runs are never pooled.
     ``baseline``: the variant the ratios compare against (default: the first run's

@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from ..contract import RunMeta
+from ..store.contract import RunMeta
 from .frame import ReportData
 
 #: metric in seed_metrics -> how the report names it, and whether lower is better

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..contract import RESULTS, UNITS, VARIANTS, RunData, RunMeta, conform
+from ..store.contract import RESULTS, UNITS, VARIANTS, RunData, RunMeta, conform
 
 
 @dataclass
@@ -30,13 +30,13 @@ class ReportData:
 
 
 def load_runs(runs: Sequence[Any]) -> list[tuple[RunData, str]]:
-    """Each run loaded, with a label unique among them (see :mod:`variantlab.runs`).
+    """Each run loaded, with a label unique among them (see :mod:`variantlab.store.runs`).
 
     Paths may name a store, a run folder or a folder of run folders; one store given twice
     (in any spelling) is read once. A ``RunData`` is labelled by its experiment's name.
     """
-    from ..runs import find_runs
-    from ..store import load_run
+    from ..store.runs import find_runs
+    from ..store.store import load_run
 
     paths = [r for r in runs if not isinstance(r, RunData)]
     refs = iter(find_runs(paths)) if paths else iter(())
@@ -45,7 +45,7 @@ def load_runs(runs: Sequence[Any]) -> list[tuple[RunData, str]]:
         if isinstance(run, RunData):
             if not isinstance(run.meta, RunMeta):
                 raise TypeError(f"a RunData's meta is a {type(run.meta).__name__}, not a "
-                                "variantlab.contract.RunMeta; build it with RunMeta(...) or "
+                                "variantlab.store.contract.RunMeta; build it with RunMeta(...) or "
                                 "RunMeta.decode(stored) as store.load_run does")
             loaded.append((run, run.meta.experiment or "run"))
         else:  # every path's runs at the first path's place, in order
@@ -72,7 +72,7 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def checked(run: RunData, label: str) -> RunData:
-    """``run`` with frames of the contract's columns and dtypes (:mod:`variantlab.contract`);
+    """``run`` with frames of the contract's columns and dtypes (:mod:`variantlab.store.contract`);
     ContractError (a ValueError) naming the run and what its frames lack."""
     return RunData(meta=run.meta,
                    variants=conform(run.variants, VARIANTS, f"run {label}: variants"),

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..registry import Registry
+from ..plugin.registry import Registry
 from .frame import ReportData
 from .plots import Plot
 from .tables import SECTIONS, Table, fmt

@@ -11,7 +11,7 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup
 
-from ..contract import RunMeta
+from ..store.contract import RunMeta
 from .frame import ReportData
 from .tables import Table
 

@@ -14,9 +14,9 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..build import VariantWarning
-from ..registry import SLOTS, Registry, build_registry
-from ..specs import ComponentSpec, resolve_component
+from ..model.build import VariantWarning
+from ..model.specs import ComponentSpec, resolve_component
+from ..plugin.registry import SLOTS, Registry, build_registry
 from .cases import standalone_case
 from .checker import TINY_MODEL, Checker
 from .families import family_problems, round_trip

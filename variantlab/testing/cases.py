@@ -10,9 +10,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..build import accepts, block_scope, build_model, tag
-from ..registry import SLOTS, Registry
-from ..specs import DEFAULT_COMPONENTS, ComponentSpec, parse_model_spec, resolve_component
+from ..model.build import accepts, block_scope, build_model, tag
+from ..model.specs import DEFAULT_COMPONENTS, ComponentSpec, parse_model_spec, resolve_component
+from ..plugin.registry import SLOTS, Registry
 from .checker import CTX, HEADS, SEED, TINY_MODEL, B, Case, D, T, close, gen
 
 

@@ -8,11 +8,11 @@ from typing import Any
 
 from torch import nn
 
-from ..build import build_model
 from ..errors import SpecError
-from ..registry import Registry
-from ..specs import ModelSpec, parse_model_spec
-from ..tasks import task_for
+from ..model.build import build_model
+from ..model.specs import ModelSpec, parse_model_spec
+from ..model.tasks import task_for
+from ..plugin.registry import Registry
 from .checker import TINY_MODEL, B, Case, Checker, T, gen
 
 

@@ -1,0 +1,270 @@
+"""The ``variantlab`` command: run, validate and report here; describe, plugins and schema in
+:mod:`variantlab.cli.info`; what they share in :mod:`variantlab.cli.base`.
+
+The library computes; this module only formats. Exit codes: 0 ok, 1 a unit failed,
+2 bad input (the messages are printed, never a traceback), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from .. import __version__
+from ..errors import SpecError
+from .base import (
+    EXIT_FAILED,
+    EXIT_INPUT,
+    EXIT_OK,
+    bad_input_exits,
+    max_variants_option,
+    plugin_option,
+)
+from .fmt import ProgressReporter, consoles, print_summary
+from .info import describe, plugins_cmd, schema_cmd
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="variantlab")
+def main() -> None:
+    """variantlab: build transformer variants from plugins, measure them, compare them."""
+
+
+# -- run ---------------------------------------------------------------------------------
+@main.command()
+@click.argument("experiment", type=click.Path(dir_okay=False))
+@click.option("--out", type=click.Path(), default="runs", show_default=True,
+              help="Folder of run folders; results go to OUT/<experiment name>/.")
+@click.option("--only", multiple=True, metavar="VARIANT",
+              help="Run only this variant (repeatable); stored results of others are kept.")
+@click.option("--device", default=None, help="Override every probe's device (cpu, cuda, ...).")
+@click.option("--fail-fast", is_flag=True, help="Stop at the first unit that fails.")
+@click.option("--no-report", is_flag=True, help="Do not write the report at the end.")
+@click.option("--workers", type=int, default=None, metavar="N",
+              help="Processes that compute the units. 1 (the default): all in this process. "
+                   "N > 1: params, gradients and training units run in N spawned worker "
+                   "processes with cpu_count/N torch threads each; timing units still run in "
+                   "this process, one at a time, after the pool has finished (concurrent work "
+                   "would distort timings). With --executor ray: the CPUs of the local Ray "
+                   "instance. Results are the same either way.")
+@click.option("--executor", default=None, metavar="NAME",
+              help="What computes the units: inprocess, pool, ray or a plugin's executor "
+                   "(default: inprocess, or pool with --workers N > 1). See docs/distributed.md.")
+@click.option("--address", default=None, metavar="ADDR",
+              help="--executor ray: the Ray cluster to run on (HOST:PORT as `ray start --head` "
+                   "prints it, ray://HOST:PORT or auto); without it a local Ray instance.")
+@click.option("--retries", type=int, default=None, metavar="N",
+              help="--executor ray: times a unit whose worker process or node died is tried "
+                   "again before it is stored failed (default 2).")
+@click.option("--executor-option", "executor_options", multiple=True, metavar="KEY=VALUE",
+              help="Another option of the executor (a plugin's), VALUE read as YAML; repeatable.")
+@click.option("--rerun", is_flag=False, flag_value="all", default=None, metavar="[PROBE]",
+              help="Compute again units stored already: all of them, or only PROBE's "
+                   "(e.g. --rerun gradients). Bare --rerun goes after EXPERIMENT.")
+@max_variants_option
+@plugin_option
+@bad_input_exits
+def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail_fast: bool,
+        no_report: bool, workers: int | None, executor: str | None, address: str | None,
+        retries: int | None, executor_options: Sequence[str], rerun: str | None,
+        max_variants: int, plugins: Sequence[str]) -> None:
+    """Run every unit of EXPERIMENT not stored yet; write the report.
+
+    Only this process writes the store, one transaction per unit, whatever computes the
+    units (--executor, --workers); a second run on the same run folder refuses to start
+    while this one writes.
+    """
+    from ..config.experiment import load_experiment
+    from ..executors.base import command_line_options, make_executor
+    from ..executors.runner import check_rerun, plan_units, run_experiment, select_variants
+
+    stdout, err = consoles()
+    if workers is not None and workers < 1:
+        raise SpecError.at(("--workers",), f"{workers} is not a number of processes; use 1 "
+                                           "(everything in this process, the default) or more")
+    options = command_line_options(workers=workers, address=address, retries=retries,
+                                   pairs=executor_options)
+    exp = load_experiment(experiment, extra_plugins=plugins, max_variants=max_variants)
+    runner_ = make_executor(exp.registry, executor, options)  # before any check that computes
+    _check_device_option(device, runner_.runs_here)
+    try:
+        selected = select_variants(exp, only)
+    except ValueError as exc:
+        raise SpecError.at(("--only",), str(exc).removeprefix("--only: ")) from None
+    try:
+        check_rerun(exp, rerun)
+    except ValueError as exc:
+        raise SpecError.at(("--rerun",), str(exc).removeprefix("--rerun: ")) from None
+    _print_checks(err, exp, device, selected, runner_.runs_here)  # before the run folder exists
+    for v in exp.variants:
+        for w in v.warnings:
+            err.print(f"warning: {escape(v.name)}: {escape(w)}", soft_wrap=True)
+    n_units = sum(u.variant.name in selected for u in plan_units(exp, device))
+    where = f", {runner_.describe()}" if runner_.describe() else ""
+    stdout.print(f"{escape(exp.name)}: {len(selected)} variant(s), {len(exp.seeds)} seed(s), "
+                 f"{n_units} unit(s){where}")
+    import warnings
+
+    from ..model.build import VariantWarning
+
+    warnings.filterwarnings("ignore", category=VariantWarning)  # printed above, once
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` stops as cleanly as Ctrl-C
+    try:
+        with ProgressReporter(stdout) as report_progress:
+            summary = run_experiment(exp, out, only=only, device=device, fail_fast=fail_fast,
+                                     progress=report_progress, executor=runner_,
+                                     extra_plugins=plugins, rerun=rerun)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print_summary(stdout, err, summary)
+    code = summary.exit_code
+    if not no_report and not summary.interrupted:
+        reported = _write_report(stdout, err, [summary.run_dir], summary.run_dir / "report", None,
+                                 exp.registry)
+        code = max(code, min(reported, EXIT_FAILED))
+    sys.exit(code)
+
+
+def _valid_device(device: str) -> bool:
+    import re
+
+    return re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", device) is not None
+
+
+def _check_device_option(device: str | None, here: bool = True) -> None:
+    """``--device``: a device name, and one this machine has (``here``: the units run on
+    this machine)."""
+    from ..sweep.preflight import device_problem
+
+    if device is None:
+        return
+    if not _valid_device(device):
+        raise SpecError.at(("--device",), f"{device!r} is not a device; use cpu, cuda, cuda:N, "
+                                          "mps or auto")
+    problem = device_problem(device) if here else None
+    if problem:
+        raise SpecError.at(("--device",), problem)
+
+
+def _print_checks(err: Any, exp: Any, device: str | None,
+                  only: set[str] | None = None, here: bool = True) -> None:
+    """Devices, data and the size guard (:func:`variantlab.sweep.preflight.preflight`); warnings."""
+    from ..sweep.preflight import preflight
+
+    for line in preflight(exp, exp.doc, device, only=only, here=here):
+        err.print(f"warning: data: {escape(line)}", soft_wrap=True)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _write_report(stdout: Any, err: Any, runs: Sequence[Path], out_dir: Path,
+                  baseline: str | None, registry: Any) -> int:
+    from ..report import write_report
+
+    try:
+        files = write_report(list(runs), Path(out_dir), baseline=baseline, registry=registry)
+    except ValueError as exc:  # e.g. an unknown --baseline: bad input
+        err.print(f"report: {escape(str(exc))}", soft_wrap=True)
+        return EXIT_INPUT
+    except OSError as exc:  # the report folder cannot be written: bad --out
+        where = exc.filename or out_dir
+        err.print(f"report: cannot write {escape(str(where))}: {escape(exc.strerror or str(exc))}"
+                  "; choose another --out", soft_wrap=True)
+        return EXIT_INPUT
+    except Exception as exc:  # the run is stored; say why the report is missing
+        err.print(f"report failed: {type(exc).__name__}: {escape(str(exc))}", soft_wrap=True)
+        return EXIT_FAILED
+    for attr in ("markdown", "html", "csv"):
+        path = getattr(files, attr, None)
+        if path is not None:
+            stdout.print(f"report: {path}")
+    return EXIT_OK
+
+
+# -- validate ----------------------------------------------------------------------------
+@main.command()
+@click.argument("experiment", type=click.Path(dir_okay=False))
+@click.option("--device", default=None, help="Check as if run with this --device.")
+@max_variants_option
+@plugin_option
+@bad_input_exits
+def validate(experiment: str, device: str | None, max_variants: int,
+             plugins: Sequence[str]) -> None:
+    """Check EXPERIMENT and print its expanded variants (nothing is computed).
+
+    Checks everything `run` checks before computing: the file, every variant, the devices,
+    the data and whether each variant fits in the memory of its probes' devices."""
+    from ..config.experiment import load_experiment
+
+    stdout, err = consoles()
+    exp = load_experiment(experiment, extra_plugins=plugins, max_variants=max_variants)
+    _check_device_option(device)
+    _print_checks(err, exp, device)
+    stdout.print(f"{escape(exp.name)}: {len(exp.variants)} variant(s)")
+    table = Table()
+    for col in ("#", "variant", "label", "family", "warnings"):
+        table.add_column(col, overflow="fold")
+    for i, v in enumerate(exp.variants):
+        name = v.name + (" (baseline)" if v.name == exp.baseline else "")
+        table.add_row(str(i), escape(name), escape(v.label), escape(v.spec.family),
+                      escape("; ".join(v.warnings)))
+    stdout.print(table)
+    if exp.spec.variants and not exp.spec.grid:
+        stdout.print("base: the model under `model:` as written, measured as the first variant "
+                     "(`variants:` without a `grid` adds it)", soft_wrap=True)
+    probes = ", ".join(exp.measure.probes()) or "(none)"
+    n_units = len(exp.variants) * len(exp.seeds) * len(exp.measure.probes())
+    stdout.print(f"seeds: {list(exp.seeds)}  probes: {probes}  units: {n_units}")
+    if exp.base_note:
+        stdout.print(f"note: {escape(exp.base_note)}", soft_wrap=True)
+    stdout.print("ok")
+
+
+# -- report ------------------------------------------------------------------------------
+@main.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Where to write the report (default: RUN/report for the first RUN).")
+@click.option("--baseline", default=None, help="Variant the report compares against.")
+@plugin_option
+@bad_input_exits
+def report(runs: Sequence[str], out: str | None, baseline: str | None,
+           plugins: Sequence[str]) -> None:
+    """Write report.md, report.html and CSV tables from one or more runs.
+
+    Each RUN is a run folder, its results.sqlite, or a folder of run folders (the --out of
+    `run`: every run in it). A run given twice counts once; variants of several runs that
+    share a name are told apart by their run (RUN/variant).
+    """
+    from ..store.runs import find_runs
+
+    stdout, err = consoles()
+    from ..plugin.registry import build_registry
+
+    # the built-in probes' and --plugin probes' report views (other probes: a generic table)
+    registry = build_registry(extra=plugins, base_dir=Path.cwd())
+    refs = find_runs(runs)  # every path checked before anything is written
+    first = Path(runs[0])
+    out_dir = Path(out) if out else (first.parent if first.is_file() else first) / "report"
+    blocker = next((p for p in (out_dir, *out_dir.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise SpecError.at(("--out",), f"{out_dir}: {blocker} is a file, not a folder; "
+                           "choose another --out for the report")
+    sys.exit(_write_report(stdout, err, [r.store for r in refs], out_dir, baseline, registry))
+
+
+main.add_command(describe)
+main.add_command(plugins_cmd)
+main.add_command(schema_cmd)
+
+

@@ -1,0 +1,128 @@
+"""Dotted-path overrides of a model mapping (``norm.kind``, ``n_layers``): the paths a model
+has, applying a variant's overrides, labelling values, and where each override came from in
+the experiment YAML (grid axes and named variants)."""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import SpecError
+from ..model.specs import DEFAULT_COMPONENTS
+from ..plugin.registry import SLOTS, Registry
+
+
+def component_of(model: Mapping[str, Any], slot: str) -> dict[str, Any]:
+    """The slot's component as a mapping, with the default when the model omits it."""
+    value = model.get(slot, DEFAULT_COMPONENTS[slot])
+    if isinstance(value, str):
+        return {"kind": value}
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def valid_paths(model: Mapping[str, Any], registry: Registry) -> list[str] | None:
+    """Every dotted path an override may name for this model (None: unknown family)."""
+    try:
+        fam = registry.get("family", model.get("family", "gpt"))
+    except SpecError:
+        return None
+    paths = []
+    for name in fam.spec_cls.model_fields:
+        paths.append(name)
+        if name in SLOTS:
+            kind = component_of(model, name).get("kind")
+            try:
+                fields = list(registry.get(name, str(kind)).spec_cls.model_fields)
+            except SpecError:
+                fields = ["kind"]
+            paths += [f"{name}.{f}" for f in fields]
+    return paths
+
+
+def apply_overrides(
+    base: Mapping[str, Any], overrides: Mapping[str, Any], registry: Registry
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The model mapping of a variant, and a message for each path that names no field.
+
+    Setting ``slot.kind`` to a new kind replaces the component with ``{kind: NEW}`` plus the
+    variant's other ``slot.*`` overrides (the old kind's parameters do not carry over).
+    """
+    model = copy.deepcopy(dict(base))
+    for path, value in overrides.items():  # whole-field overrides first: family, sizes
+        if "." not in path:
+            model[path] = copy.deepcopy(value)
+    for slot in SLOTS:
+        sub = {p.split(".", 1)[1]: v for p, v in overrides.items() if p.startswith(slot + ".")}
+        if not sub:
+            continue
+        comp = component_of(model, slot)
+        if "kind" in sub and sub["kind"] != comp.get("kind"):
+            comp = {"kind": sub["kind"]}
+        comp.update(copy.deepcopy(sub))
+        model[slot] = comp
+    bad: dict[str, str] = {}
+    paths = valid_paths(model, registry)
+    if paths is not None:
+        for path in overrides:
+            if path not in paths:
+                close = difflib.get_close_matches(path, paths, n=1, cutoff=0.6)
+                hint = f"did you mean {close[0]!r}?" if close else "check the spelling."
+                head = path.split(".", 1)[0]
+                if head in SLOTS and path.count(".") == 1:
+                    kind = component_of(model, head).get("kind")
+                    fields = [p for p in paths if p.startswith(head + ".")]
+                    hint += f" {head} {kind!r} has: {', '.join(fields)}"
+                bad[path] = f"{path!r} names no field of the model; {hint}"
+    return model, bad
+
+
+def lookup(model: Mapping[str, Any], path: str) -> Any:
+    node: Any = model
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def show(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def expansions(
+    grid: Mapping[str, Sequence[Any]], sets: Sequence[Mapping[str, Any]]
+) -> list[tuple[int | None, dict[str, Any], dict[str, tuple]]]:
+    """(index in ``variants:`` or None for grid combos, overrides, path -> YAML key path of
+    its value), in variant order: grid combos (or the base alone), then named variants
+    (``sets``: the ``set:`` mapping of each entry of ``variants:``)."""
+    out: list[tuple[int | None, dict[str, Any], dict[str, tuple]]] = []
+    axes = list(grid.items())
+    for combo in itertools.product(*(range(len(vals)) for _, vals in axes)):
+        overrides = {path: vals[i] for (path, vals), i in zip(axes, combo)}
+        where = {path: ("grid", path, i) for (path, _), i in zip(axes, combo)}
+        out.append((None, overrides, where))
+    for n, named in enumerate(sets):
+        out.append((n, dict(named), {p: ("variants", n, "set", p) for p in named}))
+    return out
+
+
+def override_source(loc: tuple, where: Mapping[str, tuple]) -> tuple | None:
+    """The YAML key path of the override that an issue at model ``loc`` comes from."""
+    for path, yaml_loc in where.items():
+        parts = tuple(path.split("."))
+        if loc[: len(parts)] == parts:
+            return yaml_loc
+    for path, yaml_loc in where.items():
+        parts = tuple(path.split("."))
+        if loc and parts[: len(loc)] == loc:
+            return yaml_loc
+    return None
+

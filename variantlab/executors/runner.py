@@ -1,0 +1,161 @@
+"""Experiment -> units -> results store: resume, failure isolation, choice of executor.
+
+Units and their keys are planned in :mod:`variantlab.sweep.units`. A rerun skips units stored
+``ok`` (unless ``rerun`` names them), retries ``failed`` ones and computes new ones. An
+executor computes them (:mod:`variantlab.executors`: in this process, a pool of worker
+processes, Ray tasks, or a plugin's), looked up by name in the experiment's registry; every
+executor reports to one :class:`variantlab.sweep.units.ResultSink`, the only writer of the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import __version__
+from ..store.contract import RunMeta
+from ..store.store import STORE_FILE
+from ..sweep.units import (
+    ResultSink,
+    RunSummary,
+    UnitEvent,
+    default_probe_fn,
+    plain,
+    plan_units,
+)
+from .base import Executor, RunContext, make_executor
+
+
+def run_dir_for(experiment: Any, out: str | Path = "runs") -> Path:
+    return Path(out) / experiment.name
+
+
+def experiment_meta(experiment: Any) -> RunMeta:
+    """What the store keeps about the experiment as run now."""
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return RunMeta(
+        experiment=experiment.name,
+        description=experiment.description or "",
+        yaml=experiment.source_text or "",
+        created=now,
+        updated=now,
+        experiment_file=experiment_file(experiment) or "",
+        variantlab_version=__version__,
+        torch_version=torch.__version__,
+        seeds=list(experiment.seeds),
+        baseline=experiment.baseline or "",
+        data=plain(experiment.data) or {},
+        measure=plain(experiment.measure) or {},
+        # the grid's axes, so that the report pairs variants by them (effects)
+        grid=plain(dict(getattr(getattr(experiment, "spec", None), "grid", None) or {})),
+    )
+
+
+def _variant_rows(variants: Iterable[Any]) -> list[dict[str, Any]]:
+    return [
+        {"name": v.name, "label": v.label, "spec": v.spec.to_data(),
+         "overrides": dict(v.overrides), "warnings": list(v.warnings)}
+        for v in variants
+    ]
+
+
+def select_variants(experiment: Any, only: Sequence[str] | None) -> set[str]:
+    """Names to run; ``ValueError`` naming the choices for a name that is not there."""
+    names = [v.name for v in experiment.variants]
+    if not only:
+        return set(names)
+    unknown = [n for n in only if n not in names]
+    if unknown:
+        raise ValueError(
+            f"--only: no variant named {', '.join(map(repr, unknown))}; "
+            f"the experiment has: {', '.join(names)}"
+        )
+    return set(only)
+
+
+def run_experiment(
+    experiment: Any,
+    out: str | Path = "runs",
+    *,
+    only: Sequence[str] | None = None,
+    device: str | None = None,
+    fail_fast: bool = False,
+    probe_fn: Callable[..., list] = default_probe_fn,
+    progress: Callable[[UnitEvent], None] | None = None,
+    workers: int = 1,
+    extra_plugins: Sequence[str] = (),
+    rerun: str | None = None,
+    executor: str | Executor | None = None,
+    executor_options: Mapping[str, Any] | None = None,
+) -> RunSummary:
+    """Run every unit not yet stored ok; store each with its rows or its error.
+
+    ``only`` restricts the run to some variants (the store keeps the others' results);
+    ``device`` overrides the probes' device settings; ``rerun`` (``"all"`` or a probe name)
+    computes those units again although they are stored. Ctrl-C stops after storing the
+    finished units; the summary says ``interrupted``.
+
+    ``executor``: a registered executor's name (the experiment's registry: built-ins and
+    plugins) made from ``executor_options``, or an executor already made
+    (:func:`variantlab.executors.base.make_executor`); by default ``inprocess`` for
+    ``workers=1`` and ``pool`` (``workers`` spawned processes, which rebuild the experiment
+    from its YAML text with ``extra_plugins``; timing units run here after the pool) for
+    more. Whichever computes, only this process writes the store. An unknown executor or
+    options it refuses raise :class:`~variantlab.errors.SpecError`, and so does whatever the
+    executor's ``prepare`` finds (an unreachable Ray cluster, say), before anything exists.
+
+    Before computing anything the run folder is made and locked for this process, and its
+    store opened (:func:`variantlab.sweep.runfolder.open_run`): a folder another run is writing,
+    an unusable ``out`` or store raise :class:`~variantlab.store.store.StoreError`.
+    """
+    from ..sweep.runfolder import open_run
+
+    if workers < 1:
+        raise ValueError(f"workers must be 1 or more, got {workers}")
+    selected = select_variants(experiment, only)
+    check_rerun(experiment, rerun)
+    if not isinstance(executor, Executor):
+        options = {**({"workers": workers} if workers > 1 else {}), **(executor_options or {})}
+        executor = make_executor(experiment.registry, executor, options)
+    run_dir = run_dir_for(experiment, out)
+    plan = plan_units(experiment, device)
+    todo = [(i, u) for i, u in enumerate(u for u in plan if u.variant.name in selected)]
+    again = {u.key for _, u in todo if rerun in ("all", u.probe)}
+    summary = RunSummary(run_dir=run_dir, store=run_dir / STORE_FILE, total=len(todo))
+    context = RunContext(device, fail_fast, probe_fn, tuple(extra_plugins), run_dir)
+    try:
+        executor.prepare(experiment, todo, context)
+        with open_run(run_dir, experiment_file(experiment)) as store:
+            store.write_experiment(
+                experiment_meta(experiment),
+                _variant_rows(experiment.variants),
+                [(u.key, u.variant.name, u.seed, u.probe) for u in plan],
+            )
+            sink = ResultSink(store, summary, progress or (lambda event: None), again)
+            try:
+                executor.run(sink, todo, experiment, context)
+            except KeyboardInterrupt:
+                summary.interrupted = True
+                summary.interrupted_unit = next(iter(sink.in_flight.values()), None)
+    finally:
+        executor.close()
+    return summary
+
+
+def check_rerun(experiment: Any, rerun: str | None) -> None:
+    """``ValueError`` naming the choices when ``rerun`` is neither ``all`` nor a probe of
+    the experiment."""
+    choices = ["all", *experiment.measure.probes()]
+    if rerun is not None and rerun not in choices:
+        raise ValueError(f"--rerun: {rerun!r} is not a probe of this experiment; "
+                         f"use one of: {', '.join(choices)} (or --rerun alone for all)")
+
+
+def experiment_file(experiment: Any) -> str | None:
+    """The experiment file's resolved path, or ``None`` for an experiment from a string."""
+    path = getattr(experiment, "path", None)
+    return str(Path(path).resolve()) if path else None

@@ -1,0 +1,232 @@
+"""Pydantic specs: component references and the model spec (YAML -> spec -> modules)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, cast
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    SerializeAsAny,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from ..errors import SpecError, SpecIssue, pydantic_issues
+from ..plugin.registry import SLOTS, Registry
+from .positions import accepts
+
+
+def context_registry(info: ValidationInfo, what: str) -> Registry:
+    """The registry a validator resolves kinds in: the one passed as validation context
+    (``model_validate(data, context={"registry": registry})``); there is no default."""
+    registry = (info.context or {}).get("registry")
+    if registry is None:
+        raise TypeError(f"validating {what} resolves component kinds, which needs a registry: "
+                        "use variantlab.parse_model_spec(data, registry) or pass "
+                        "context={'registry': registry} to model_validate")
+    return registry
+
+
+class ComponentSpec(BaseModel):
+    """Base of every component spec: ``kind`` plus the component's own parameters."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # no silent coercion
+    variantlab_spec_base: ClassVar[str] = "ComponentSpec"  # what the registry checks
+    kind: str
+
+    def warnings(self, model: ModelSpec) -> list[str]:
+        """Combinations that run but mislead, given the whole model (none by default)."""
+        return []
+
+    def errors(self, model: ModelSpec) -> list[tuple[str, str]]:
+        """Combinations that cannot work, given the whole model, as ``(field, message)``
+        pairs; the model spec then fails validation at ``<slot>.<field>`` (none by default)."""
+        return []
+
+
+DEFAULT_COMPONENTS: dict[str, dict[str, Any]] = {
+    "norm": {"kind": "layer", "eps": 1e-5},
+    "activation": {"kind": "gelu", "approximate": "tanh"},
+    "feedforward": {"kind": "mlp", "hidden_mult": 4},
+    "attention": {"kind": "mha", "impl": "naive"},
+    "residual": {"kind": "pre_norm", "shortcut": True},
+    "positional": {"kind": "learned"},
+    "init": {"kind": "default"},
+}
+
+
+def resolve_component(
+    slot: str, value: Any, registry: Registry, loc: tuple = ()
+) -> ComponentSpec:
+    """Validate ``{kind: NAME, ...}`` (or ``"NAME"``) against that kind's own spec class."""
+    if isinstance(value, ComponentSpec):
+        return value
+    if isinstance(value, str):
+        value = {"kind": value}
+    if not isinstance(value, Mapping):
+        raise SpecError.at(loc, f"expected a mapping like {{kind: NAME, ...}}, got {value!r}")
+    if "kind" not in value:
+        kinds = ", ".join(registry.kinds(slot))
+        raise SpecError.at(loc + ("kind",), f"missing; registered {slot} kinds: {kinds}")
+    comp = registry.get(slot, value["kind"], loc + ("kind",))
+    try:
+        return cast(ComponentSpec,
+                    comp.spec_cls.model_validate(dict(value), context={"registry": registry}))
+    except ValidationError as exc:
+        raise SpecError(pydantic_issues(exc, loc, list(comp.spec_cls.model_fields))) from None
+
+
+def _slot_help(slot: str) -> str:
+    return f"the {slot}: {{kind: NAME, ...}}; kinds: `variantlab plugins --slot {slot}`"
+
+
+class ModelSpec(BaseModel):
+    """A model: the seeds' GPT_CONFIG_124M keys, a family, and one component per slot.
+
+    Plain data: families subclass it with a ``family`` literal and their own fields; how a
+    family's models are fed and scored is the family's :class:`variantlab.model.tasks.Task`.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # no silent coercion
+    variantlab_spec_base: ClassVar[str] = "ModelSpec"  # what the registry checks
+
+    family: str = Field(
+        "gpt", description="the model family (`variantlab plugins --slot family`)")
+    vocab_size: PositiveInt = Field(
+        50257, description="number of token ids: embedding rows and output logits")
+    context_length: PositiveInt = Field(
+        1024, description="longest sequence the model takes (positional table, causal mask)")
+    emb_dim: PositiveInt = Field(
+        768, description="model width D: embedding and residual stream size")
+    n_heads: PositiveInt = Field(12, description="attention heads; must divide emb_dim")
+    n_layers: PositiveInt = Field(12, description="number of transformer blocks (per stack)")
+    drop_rate: float = Field(
+        0.1, ge=0.0, lt=1.0,
+        description="dropout rate on embeddings, attention weights and residual branches")
+    qkv_bias: bool = Field(False, description="bias in the query, key and value projections")
+    tie_weights: bool = Field(
+        False, description="share the token embedding matrix with the output projection")
+    attn_out_bias: bool = Field(
+        True, description="bias in the attention's output projection (false with qkv_bias "
+        "false: Llama's and nanoGPT bias=False attention)")
+    ffn_bias: bool = Field(
+        True, description="biases in the feed-forward's Linear layers (kinds built without "
+        "biases, e.g. glu, ignore it)")
+    norm_bias: bool = Field(
+        True, description="the norm's learned shift (norms without one, e.g. rms, ignore it)")
+    final_norm: bool = Field(
+        True, description="a norm after the last block, before the output projection")
+    emb_drop_rate: float | None = Field(
+        None, ge=0.0, lt=1.0, description="dropout on the embeddings; unset: drop_rate")
+    attn_drop_rate: float | None = Field(
+        None, ge=0.0, lt=1.0, description="dropout on the attention weights; unset: drop_rate")
+    resid_drop_rate: float | None = Field(
+        None, ge=0.0, lt=1.0,
+        description="dropout on each residual branch before it is added; unset: drop_rate")
+    norm: SerializeAsAny[ComponentSpec] = Field(description=_slot_help("norm"))
+    activation: SerializeAsAny[ComponentSpec] = Field(description=_slot_help("activation"))
+    feedforward: SerializeAsAny[ComponentSpec] = Field(description=_slot_help("feedforward"))
+    attention: SerializeAsAny[ComponentSpec] = Field(description=_slot_help("attention"))
+    residual: SerializeAsAny[ComponentSpec] = Field(description=_slot_help("residual"))
+    positional: SerializeAsAny[ComponentSpec] = Field(description=_slot_help("positional"))
+    init: SerializeAsAny[ComponentSpec] = Field(description=_slot_help("init"))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_components(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        registry = context_registry(info, "a model")
+        out = dict(data)
+        for slot in SLOTS:
+            out[slot] = resolve_component(slot, out.get(slot, DEFAULT_COMPONENTS[slot]), registry)
+        return out
+
+    @field_validator("n_heads")
+    @classmethod
+    def _heads_divide_emb_dim(cls, n_heads: int, info: ValidationInfo) -> int:
+        emb_dim = info.data.get("emb_dim")
+        if emb_dim is not None and emb_dim % n_heads:
+            divisors = [h for h in range(1, min(emb_dim, 64) + 1) if emb_dim % h == 0]
+            raise ValueError(
+                f"n_heads={n_heads} does not divide emb_dim={emb_dim}; "
+                f"choose one of {divisors} or change emb_dim"
+            )
+        return n_heads
+
+    @model_validator(mode="after")
+    def _components_fit(self, info: ValidationInfo) -> ModelSpec:
+        """Each component's :meth:`ComponentSpec.errors`, and a positional that acts inside
+        attention (rotary, ALiBi) paired with an attention that cannot take it."""
+        issues = [SpecIssue((slot, field), message) for slot, comp in self.components().items()
+                  for field, message in comp.errors(self)]
+        positional = self.positional
+        if getattr(positional, "acts_in_attention", False):
+            attention = context_registry(info, "a model").get(
+                "attention", self.attention.kind, ("attention", "kind"))
+            if attention is not None and not accepts(attention.build, "positions"):
+                issues.append(SpecIssue(("positional", "kind"), (
+                    f"positional {positional.kind!r} acts inside attention, but attention "
+                    f"{self.attention.kind!r} (plugin {attention.plugin!r}) does not take "
+                    "`positions` in its build; use attention 'mha' or a positional that adds "
+                    "to the embeddings (learned, sinusoidal, none)")))
+        if issues:
+            raise SpecError(issues)
+        return self
+
+    @property
+    def causal(self) -> bool:
+        """Whether a position may depend only on earlier ones (set per family)."""
+        return True
+
+    def drop(self, place: str) -> float:
+        """The dropout rate at ``place`` (``emb``, ``attn`` or ``resid``): its own key if set,
+        else ``drop_rate``."""
+        if place not in ("emb", "attn", "resid"):
+            raise ValueError(f"unknown dropout place {place!r}; choose emb, attn or resid")
+        rate = getattr(self, f"{place}_drop_rate")
+        return self.drop_rate if rate is None else rate
+
+    def components(self) -> dict[str, ComponentSpec]:
+        return {slot: getattr(self, slot) for slot in SLOTS}
+
+    def warnings(self) -> list[str]:
+        """Warnings of every component in this model (e.g. BatchNorm in a causal model)."""
+        return [w for comp in self.components().values() for w in comp.warnings(self)]
+
+    def to_data(self) -> dict[str, Any]:
+        """Plain data (JSON-safe) that :func:`parse_model_spec` turns back into this spec."""
+        return self.model_dump(mode="json")
+
+
+def parse_model_spec(data: Any, registry: Registry, loc: tuple = ()) -> ModelSpec:
+    """Validate a mapping against its family's spec class in ``registry`` (e.g.
+    :func:`variantlab.get_registry`); every issue has its key path."""
+    if isinstance(data, ModelSpec):
+        data = data.model_dump()
+    if not isinstance(data, Mapping):
+        raise SpecError.at(loc, f"expected a mapping of model settings, got {data!r}")
+    family = data.get("family", ModelSpec.model_fields["family"].default)
+    fam = registry.get("family", family, loc + ("family",))
+    issues = []
+    resolved = dict(data)
+    for slot in SLOTS:
+        if slot in data:
+            try:
+                resolved[slot] = resolve_component(slot, data[slot], registry, loc + (slot,))
+            except SpecError as exc:
+                issues += exc.issues
+                resolved.pop(slot)
+    try:
+        spec = cast(ModelSpec, fam.spec_cls.model_validate(resolved, context={"registry": registry}))
+    except ValidationError as exc:
+        issues += pydantic_issues(exc, loc, list(fam.spec_cls.model_fields))
+    if issues:
+        raise SpecError(issues)
+    return spec

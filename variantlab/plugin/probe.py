@@ -1,0 +1,75 @@
+"""What a probe is: its name, settings spec, measuring function and report views.
+
+A plugin registers probes through the ``register_probes(register)`` hook
+(:mod:`variantlab.plugin.hookspecs`); the registry keeps one :class:`Probe` per name. Everything
+the runner, the experiment loader, the JSON schema and the report need to know about a probe
+is here, so none of them names a probe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..plugin.settings import Strict
+
+#: ``run(spec, settings, *, seed, data, base_dir, device, registry) -> list[Row]``
+RunFn = Callable[..., list]
+#: ``view(data: variantlab.report.ReportData) -> list[Table | Plot]``
+ViewFn = Callable[[Any], Sequence[Any]]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One registered probe.
+
+    - ``settings_cls``: a :class:`variantlab.ProbeSettings` subclass (strict, frozen, no
+      unknown keys): the keys the probe takes under ``measure: {name: ...}``;
+    - ``run``: measures one variant and returns rows (:func:`variantlab.plugin.rows.row`);
+    - ``views``: functions of the report's data returning the probe's tables and plots;
+      none: the report shows its rows in a generic table;
+    - ``serial``: its units run last, one at a time, never beside other work (timing);
+    - ``device_free``: its numbers do not depend on the device (no device in the unit key);
+    - ``trains``: it takes optimizer steps (the size guard counts optimizer state).
+    """
+
+    name: str
+    settings_cls: type[Strict]
+    run: RunFn
+    plugin: str
+    views: tuple[ViewFn, ...] = ()
+    serial: bool = False
+    device_free: bool = False
+    trains: bool = False
+
+    def settings(self, value: Any = None) -> Strict:
+        """The probe's settings from None (defaults), a mapping, or a settings object."""
+        if value is None:
+            return self.settings_cls()
+        if isinstance(value, self.settings_cls):
+            return value
+        if isinstance(value, dict):
+            return self.settings_cls.model_validate(value)
+        raise TypeError(f"probe {self.name!r} takes {self.settings_cls.__name__} settings, "
+                        f"got {type(value).__name__}")
+
+
+def make_probe(plugin: str, name: str, settings_cls: type[Strict], run: RunFn, *,
+               views: Sequence[ViewFn] = (), serial: bool = False, device_free: bool = False,
+               trains: bool = False) -> Probe:
+    """A :class:`Probe`, or :class:`variantlab.errors.PluginLoadError` saying what is wrong."""
+    from ..errors import PluginLoadError
+
+    where = f"plugin {plugin!r}: probe {name!r}"
+    if not isinstance(name, str) or not name.isidentifier():
+        raise PluginLoadError(f"plugin {plugin!r}: probe name {name!r} must be an identifier")
+    if not (isinstance(settings_cls, type) and issubclass(settings_cls, Strict)):
+        raise PluginLoadError(f"{where}: settings must subclass variantlab.ProbeSettings")
+    if not callable(run) or not all(callable(v) for v in views):
+        raise PluginLoadError(f"{where}: run and every view must be callable")
+    return Probe(name, settings_cls, run, plugin, tuple(views), bool(serial),
+                 bool(device_free), bool(trains))
+
+
+__all__ = ["Probe", "RunFn", "ViewFn", "make_probe"]

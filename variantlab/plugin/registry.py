@@ -1,0 +1,354 @@
+"""The component registry: plugins loaded one at a time through pluggy.
+
+Order: the built-ins (``variantlab_plugins``), installed entry points of group ``variantlab``,
+then modules named by an experiment's ``plugins:`` list or ``--plugin``. A built-in or named
+plugin that fails is fatal (:class:`PluginLoadError`); an entry point that fails is recorded
+in :attr:`Registry.failures` and skipped, unless ``VARIANTLAB_STRICT_PLUGINS=1``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import sys
+import traceback
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pluggy
+from pydantic import BaseModel
+
+from ..errors import DuplicateKindError, PluginLoadError, SpecError, unknown_name_message
+from . import hookspecs
+from .probe import make_probe
+
+SLOTS = ("norm", "activation", "feedforward", "attention", "residual", "positional", "init")
+ALL_SLOTS = SLOTS + ("family",)
+HOOKS = {**{slot: f"register_{slot}s" for slot in SLOTS}, "family": "register_families"}
+BUILTIN_MODULES = (
+    "norms", "activations", "feedforwards", "attentions", "residuals", "positionals", "inits",
+    "families", "probes", "executors",
+)
+PROBE_HOOK = "register_probes"
+EXECUTOR_HOOK = "register_executors"
+ENTRY_POINT_GROUP = "variantlab"
+
+
+@dataclass(frozen=True)
+class Component:
+    """One registered kind: its slot, spec class, build function and source plugin; a family
+    also has its :class:`variantlab.model.tasks.Task` (how its models are fed and scored)."""
+
+    slot: str
+    kind: str
+    spec_cls: type[BaseModel]  # a ComponentSpec (or, for the family slot, ModelSpec) subclass
+    build: Callable[..., Any]
+    plugin: str
+    task: Any = None  # families only: a variantlab.model.tasks.Task
+
+
+@dataclass(frozen=True)
+class ExecutorEntry:
+    """One registered executor: ``factory(options)`` makes it from an ``options_cls``."""
+
+    name: str
+    options_cls: type[BaseModel]
+    factory: Callable[[Any], Any]
+    plugin: str
+
+
+@dataclass(frozen=True)
+class PluginFailure:
+    plugin: str
+    source: str  # "builtin", "entry point" or "module"
+    error: str
+    traceback: str
+
+
+def make_plugin_manager() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager("variantlab")
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+class Registry:
+    """Components by slot and kind, with the plugins they came from."""
+
+    def __init__(self) -> None:
+        self.pm = make_plugin_manager()
+        self._components: dict[str, dict[str, Component]] = {s: {} for s in ALL_SLOTS}
+        self.plugins: list[tuple[str, str]] = []  # (name, source) in load order
+        self.failures: list[PluginFailure] = []
+        self._probes: dict[str, Any] = {}  # name -> variantlab.plugin.probe.Probe
+        self._executors: dict[str, ExecutorEntry] = {}
+
+    # -- lookups ---------------------------------------------------------------------
+    def kinds(self, slot: str) -> list[str]:
+        return sorted(self._components[slot])
+
+    def components(self, slot: str | None = None) -> list[Component]:
+        slots = [slot] if slot else list(ALL_SLOTS)
+        return [c for s in slots for _, c in sorted(self._components[s].items())]
+
+    def get(self, slot: str, kind: str, loc: Sequence[object] = ("kind",)) -> Component:
+        """The component for ``kind`` or a :class:`SpecError` that lists the choices."""
+        try:
+            return self._components[slot][kind]
+        except (KeyError, TypeError):
+            raise SpecError.at(loc, unknown_name_message(slot, kind, self.kinds(slot))) from None
+
+    def probe_names(self) -> list[str]:
+        """The registered probes' names, built-ins first, in registration order."""
+        return list(self._probes)
+
+    def probes(self) -> list[Any]:
+        """Every registered :class:`variantlab.plugin.probe.Probe`."""
+        return list(self._probes.values())
+
+    def probe(self, name: str, loc: Sequence[object] = ("measure",)) -> Any:
+        """The probe ``name`` or a :class:`SpecError` that lists the registered ones."""
+        try:
+            return self._probes[name]
+        except (KeyError, TypeError):
+            raise SpecError.at(loc, unknown_name_message("probe", name, self.probe_names())) \
+                from None
+
+    def executor_names(self) -> list[str]:
+        return sorted(self._executors)
+
+    def executor(self, name: str, loc: Sequence[object] = ("--executor",)) -> ExecutorEntry:
+        """The executor ``name`` or a :class:`SpecError` that lists the registered ones."""
+        try:
+            return self._executors[name]
+        except (KeyError, TypeError):
+            raise SpecError.at(loc, unknown_name_message("executor", name,
+                                                         self.executor_names())) from None
+
+    # -- loading ---------------------------------------------------------------------
+    def load_module(self, plugin: object, name: str, source: str) -> None:
+        """Register one plugin object (usually a module); all or nothing."""
+        if self.pm.has_plugin(name):
+            return
+        self.pm.register(plugin, name=name)
+        try:
+            self.pm.check_pending()
+            staged = self._collect(name)
+            probes = self._collect_probes(name)
+            executors = self._collect_executors(name)
+            for comp in staged:
+                self._check(comp)
+            for comp in staged:
+                self._components[comp.slot][comp.kind] = comp
+            self._probes.update(probes)
+            self._executors.update(executors)
+        except BaseException:
+            self.pm.unregister(name=name)
+            raise
+        self.plugins.append((name, source))
+
+    def _collect(self, name: str) -> list[Component]:
+        staged: list[Component] = []
+        for slot, hook_name in HOOKS.items():
+            for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+                if impl.plugin_name != name:
+                    continue
+
+                def register(kind: str, spec_cls: type, build: Callable, *, task: Any = None,
+                             _slot: str = slot) -> None:
+                    if (task is None) == (_slot == "family"):
+                        what = "needs" if task is None else "is only for families, not"
+                        raise PluginLoadError(f"plugin {name!r}: register({kind!r}, ...) task= "
+                                              f"{what} {_slot} kinds")
+                    staged.append(Component(_slot, kind, spec_cls, build, name, task))
+
+                impl.function(register=register)
+        seen: dict[tuple[str, str], Component] = {}
+        for comp in staged:
+            if (comp.slot, comp.kind) in seen:
+                raise DuplicateKindError(
+                    f"{comp.slot} kind {comp.kind!r} registered twice by plugin {name!r}"
+                )
+            seen[(comp.slot, comp.kind)] = comp
+        return staged
+
+    def _collect_probes(self, name: str) -> dict[str, Any]:
+        """The probes plugin ``name`` registers, checked against each other and the loaded ones."""
+        staged: dict[str, Any] = {}
+        for impl in getattr(self.pm.hook, PROBE_HOOK).get_hookimpls():
+            if impl.plugin_name != name:
+                continue
+
+            def register(probe: str, settings_cls: type, run: Callable, **props: Any) -> None:
+                made = make_probe(name, probe, settings_cls, run, **props)
+                old = staged.get(probe) or self._probes.get(probe)
+                if old is not None:
+                    raise DuplicateKindError(
+                        f"probe {probe!r} is registered by both plugin {old.plugin!r} and "
+                        f"plugin {name!r}; uninstall or rename one of them")
+                staged[probe] = made
+
+            impl.function(register=register)
+        return staged
+
+    def _collect_executors(self, name: str) -> dict[str, ExecutorEntry]:
+        staged: dict[str, ExecutorEntry] = {}
+        for impl in getattr(self.pm.hook, EXECUTOR_HOOK).get_hookimpls():
+            if impl.plugin_name != name:
+                continue
+
+            def register(executor: str, options_cls: type[BaseModel],
+                         factory: Callable[[Any], Any]) -> None:
+                old = staged.get(executor) or self._executors.get(executor)
+                if old is not None:
+                    raise DuplicateKindError(
+                        f"executor {executor!r} is registered by both plugin {old.plugin!r} "
+                        f"and plugin {name!r}; uninstall or rename one of them")
+                if not (isinstance(options_cls, type) and issubclass(options_cls, BaseModel)):
+                    raise PluginLoadError(f"plugin {name!r}: the options of executor "
+                                          f"{executor!r} must be a pydantic model class")
+                if not callable(factory):
+                    raise PluginLoadError(f"plugin {name!r}: the factory of executor "
+                                          f"{executor!r} is not callable")
+                staged[executor] = ExecutorEntry(executor, options_cls, factory, name)
+
+            impl.function(register=register)
+        return staged
+
+    def _check(self, comp: Component) -> None:
+        old = self._components[comp.slot].get(comp.kind)
+        if old is not None:
+            raise DuplicateKindError(
+                f"{comp.slot} kind {comp.kind!r} is registered by both plugin {old.plugin!r} "
+                f"and plugin {comp.plugin!r}; uninstall or rename one of them"
+            )
+        base = "ModelSpec" if comp.slot == "family" else "ComponentSpec"
+        # the two bases declare which they are (variantlab.model.specs), so no import is needed here
+        if getattr(comp.spec_cls, "variantlab_spec_base", None) != base:
+            raise PluginLoadError(
+                f"plugin {comp.plugin!r}: spec for {comp.slot} {comp.kind!r} must subclass "
+                f"variantlab.{base}"
+            )
+        key = "family" if comp.slot == "family" else "kind"
+        declared = comp.spec_cls.model_fields[key].default
+        if declared != comp.kind:
+            raise PluginLoadError(
+                f"plugin {comp.plugin!r}: {comp.spec_cls.__name__}.{key} defaults to "
+                f"{declared!r} but it is registered as {comp.kind!r}"
+            )
+        if not callable(comp.build):
+            raise PluginLoadError(f"plugin {comp.plugin!r}: build for {comp.kind!r} is not callable")
+        if comp.task is not None and not all(
+                callable(getattr(comp.task, m, None)) for m in ("batch", "loss", "output_shape")):
+            raise PluginLoadError(f"plugin {comp.plugin!r}: task of family {comp.kind!r} must be a "
+                                  "variantlab.model.tasks.Task (batch, loss and output_shape methods)")
+
+    def load(self, target: str, source: str = "module", base_dir: Path | None = None,
+             path: str | None = None) -> None:
+        """Import ``target`` (a module name or a ``.py`` file) and register it under that
+        name; ``path``: the file to import instead (a copy shipped to another machine)."""
+        module = import_target(path or target, base_dir)
+        self.load_module(module, name=target, source=source)
+
+    def load_guarded(self, name: str, source: str, loader: Callable[[], None], strict: bool) -> None:
+        """Run ``loader``; on failure raise (strict) or record and warn."""
+        try:
+            loader()
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # a plugin may raise anything, sys.exit() included
+            if isinstance(exc, SystemExit):
+                exc = PluginExitError(exc)
+            if strict:
+                raise PluginLoadError(f"plugin {name!r} ({source}) failed to load: {exc}") from exc
+            self.failures.append(
+                PluginFailure(name, source, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+            )
+            warnings.warn(f"variantlab: skipped plugin {name!r} ({source}): {exc}", stacklevel=2)
+
+
+class PluginExitError(RuntimeError):
+    """A plugin that called ``sys.exit()`` (raised SystemExit) while it was imported."""
+
+    def __init__(self, exc: SystemExit) -> None:
+        super().__init__(f"it called sys.exit({exc.code!r}) (raised SystemExit) while being "
+                         "imported; a plugin must not exit")
+
+
+def import_target(target: str, base_dir: Path | None = None) -> object:
+    """A module name (``pkg.mod``) or a path to a ``.py`` file, relative to ``base_dir``."""
+    if target.endswith(".py") or os.sep in target or "/" in target:
+        path = Path(target)
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        if not path.is_file():
+            raise FileNotFoundError(f"plugin file {str(path)!r} does not exist")
+        mod_name = f"variantlab_local_{path.stem}_{abs(hash(str(path.resolve()))):x}"
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import plugin file {str(path)!r} (not a Python source file?)")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(mod_name, None)
+            raise
+        return module
+    if base_dir is not None and str(base_dir) not in sys.path:
+        sys.path.insert(0, str(base_dir))  # a module beside the experiment file
+    return importlib.import_module(target)
+
+
+def strict_from_env() -> bool:
+    return os.environ.get("VARIANTLAB_STRICT_PLUGINS", "") not in ("", "0", "false", "no")
+
+
+def build_registry(
+    extra: Iterable[str] = (),
+    *,
+    base_dir: Path | None = None,
+    entry_points: bool = True,
+    strict: bool | None = None,
+) -> Registry:
+    """A fresh registry: built-ins, entry points (unless disabled), then ``extra`` modules.
+
+    Built-ins and ``extra`` modules that fail raise :class:`PluginLoadError`; entry points
+    that fail are recorded and skipped unless ``strict`` (default: the environment's
+    ``VARIANTLAB_STRICT_PLUGINS``).
+    """
+    strict = strict_from_env() if strict is None else strict
+    reg = Registry()
+    for mod in BUILTIN_MODULES:
+        name = f"variantlab_plugins.{mod}"
+        reg.load_guarded(name, "builtin", functools.partial(reg.load, name, "builtin"), True)
+    if entry_points:
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            dist = getattr(ep.dist, "name", None)
+            name = f"{dist}:{ep.name}" if dist else ep.name
+
+            def load_ep(ep=ep, name=name) -> None:
+                reg.load_module(ep.load(), name=name, source="entry point")
+
+            reg.load_guarded(name, "entry point", load_ep, strict)
+    for target in extra:
+        loader = functools.partial(reg.load, target, "module", base_dir)
+        reg.load_guarded(target, "module", loader, True)
+    return reg
+
+
+_DEFAULT: Registry | None = None
+
+
+def get_registry() -> Registry:
+    """The default registry (built-ins and entry points), built on first use."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = build_registry()
+    return _DEFAULT
+

@@ -1,0 +1,97 @@
+"""What the report shows of the dynamics probe: one layer x step heatmap per quantity and
+variant (mean over seeds), and per quantity lines of its mean over layers against step."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..probes.dynamics import METRICS
+
+LABELS = {"grad_norm": "gradient norm", "update_ratio": "update / weight (||ΔW||/||W||)",
+          "residual_rms": "residual-stream RMS", "max_attn_logit": "max attention logit",
+          "attn_entropy": "attention entropy (nats)"}
+
+
+def dynamics_views() -> tuple[Any, ...]:
+    """The dynamics probe's report views (matplotlib is imported only when one runs)."""
+    return (heatmaps, lines)
+
+
+def _layer_rows(data: Any) -> Any:
+    rows = data.rows
+    return rows[(rows["probe"] == "dynamics") & (rows["scope"] == "layer")
+                & rows["step"].notna() & rows["layer"].notna()]
+
+
+def heatmaps(data: Any) -> Sequence[Any]:
+    """One figure: a row of heatmaps (layer x step) per variant, a column per quantity."""
+    import matplotlib.pyplot as plt
+
+    from .plots import RC, Plot, shown
+
+    part = _layer_rows(data)
+    title = "Training dynamics per layer and step"
+    caption = ("each cell: the quantity at that layer (rows) and recorded step (columns), "
+               "mean over seeds; colour scales are per panel")
+    if not len(part):
+        return [Plot("dynamics-heatmaps", title, caption, skipped="no dynamics rows")]
+    variants = [v for v in data.order if v in set(part["variant"])]
+    metrics = [m for m in METRICS if m in set(part["metric"])]
+    with plt.rc_context(RC):
+        fig, axes = plt.subplots(len(variants), len(metrics), squeeze=False,
+                                 figsize=(2.6 * len(metrics), 1.9 * len(variants) + 0.6))
+        for r, variant in enumerate(variants):
+            for c, metric in enumerate(metrics):
+                ax = axes[r][c]
+                mine = part[(part["variant"] == variant) & (part["metric"] == metric)]
+                grid = mine.pivot_table(index=["name", "layer"], columns="step", values="value",
+                                        aggfunc="mean")
+                im = ax.imshow(grid.to_numpy(), aspect="auto", origin="lower", cmap="viridis")
+                fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+                steps = [int(s) for s in grid.columns]
+                ticks = sorted({0, len(steps) - 1})
+                ax.set_xticks(ticks, [str(steps[t]) for t in ticks])
+                ax.set_yticks(range(len(grid.index)), [f"{n}/{int(i)}" if n else str(int(i))
+                                                       for n, i in grid.index])
+                if r == 0:
+                    ax.set_title(LABELS[metric], fontsize=8)
+                if c == 0:
+                    ax.set_ylabel(f"{shown(variant)}\nlayer", fontsize=8)
+                if r == len(variants) - 1:
+                    ax.set_xlabel("step")
+        fig.tight_layout()
+    return [Plot("dynamics-heatmaps", title, caption, fig)]
+
+
+def lines(data: Any) -> Sequence[Any]:
+    """One panel per quantity: its mean over layers (and seeds) against step, per variant."""
+    import matplotlib.pyplot as plt
+
+    from .plots import RC, Plot, shown, styles
+
+    part = _layer_rows(data)
+    title = "Training dynamics over steps"
+    caption = "mean over layers and seeds of each quantity at each recorded step"
+    if not len(part):
+        return [Plot("dynamics-lines", title, caption, skipped="no dynamics rows")]
+    variants = [v for v in data.order if v in set(part["variant"])]
+    metrics = [m for m in METRICS if m in set(part["metric"])]
+    st = styles(len(variants))
+    with plt.rc_context(RC):
+        fig, axes = plt.subplots(1, len(metrics), squeeze=False,
+                                 figsize=(2.8 * len(metrics), 2.8))
+        for c, metric in enumerate(metrics):
+            ax = axes[0][c]
+            for k, variant in enumerate(variants):
+                mine = part[(part["variant"] == variant) & (part["metric"] == metric)]
+                curve = mine.groupby("step")["value"].mean()
+                ax.plot(curve.index, curve.to_numpy(), label=shown(variant), **st[k])
+            ax.set_title(LABELS[metric], fontsize=8)
+            ax.set_xlabel("step")
+        axes[0][0].legend(fontsize=7)
+        fig.tight_layout()
+    return [Plot("dynamics-lines", title, caption, fig)]
+
+
+__all__ = ["dynamics_views", "heatmaps", "lines"]

@@ -1,0 +1,398 @@
+"""The SQLite results store: one file per experiment run folder, written by the driver only.
+
+``<out>/<experiment>/results.sqlite`` holds four tables (``meta``, ``variants``, ``units``,
+``rows``) plus ``plan``, the unit keys of the experiment as last run, so that units left
+behind by an older version of the YAML stay in the file but not in :func:`results`.
+
+Each unit records ``invocation``, the id of the :class:`Store` session (one ``variantlab
+run``) that wrote it, so that a report can tell timings measured side by side from timings
+measured by different runs; stores written before the column existed get it added (empty)
+when opened (a read-only one is read as it is).
+
+A unit's rows and its status are written in one transaction: a process killed at any point
+leaves either the whole unit or none of it. A failed unit stored again (a retry) replaces
+the old attempt; nothing is ever doubled.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import closing
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .contract import RESULTS, UNITS, VARIANTS, ContractError, RunData, RunMeta, conform, describe
+
+STORE_FILE = "results.sqlite"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS variants (
+    name TEXT PRIMARY KEY, label TEXT, position INTEGER,
+    spec_json TEXT, overrides_json TEXT, warnings_json TEXT);
+CREATE TABLE IF NOT EXISTS units (
+    key TEXT PRIMARY KEY, variant TEXT, seed INTEGER, probe TEXT, settings_json TEXT,
+    status TEXT CHECK (status IN ('ok', 'failed')), error TEXT, traceback TEXT,
+    started_at TEXT, finished_at TEXT, duration_s REAL, version TEXT, device TEXT,
+    invocation TEXT);
+CREATE TABLE IF NOT EXISTS rows (
+    unit_key TEXT NOT NULL REFERENCES units(key), probe TEXT, metric TEXT, scope TEXT,
+    name TEXT, layer INTEGER, step INTEGER, value REAL, unit TEXT);
+CREATE INDEX IF NOT EXISTS rows_by_unit ON rows(unit_key);
+CREATE TABLE IF NOT EXISTS plan (
+    key TEXT NOT NULL, variant TEXT, seed INTEGER, probe TEXT, position INTEGER,
+    PRIMARY KEY (variant, seed, probe));
+CREATE INDEX IF NOT EXISTS plan_by_key ON plan(key);
+"""
+
+#: units columns added after the first stores were written: name -> SQL type. An older store
+#: opened to write gets them added; one read only has them read as missing.
+ADDED_UNIT_COLUMNS = {"invocation": "TEXT"}
+
+
+def store_path(path: str | Path) -> Path:
+    """``results.sqlite`` itself, or the one inside a run folder."""
+    path = Path(path)
+    return path / STORE_FILE if path.is_dir() or path.suffix != ".sqlite" else path
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _value(v: Any) -> float | None:
+    """SQLite has no NaN (it reads back as NULL); NULL in ``value`` means NaN."""
+    v = float(v) if v is not None else math.nan
+    return None if math.isnan(v) else v
+
+
+@dataclass(frozen=True)
+class UnitRecord:
+    """Everything stored about one unit apart from its rows."""
+
+    key: str
+    variant: str
+    seed: int
+    probe: str
+    settings_json: str
+    status: str  # ok | failed
+    error: str | None = None
+    traceback: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    duration_s: float | None = None
+    version: str | None = None
+    device: str | None = None
+    invocation: str | None = None  # which opening of the store wrote it (Store.invocation)
+
+
+_OPENED = itertools.count(1)
+
+
+def new_invocation() -> str:
+    """An id for one session of writing a store: its start time (UTC, so ids sort in time
+    order), the process id and a count of the stores this process opened."""
+    now = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return f"{now} pid {os.getpid()} #{next(_OPENED)}"
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    """Migrate a store written before :data:`ADDED_UNIT_COLUMNS` existed (a read-only one is
+    left as it is; its units read back with those missing)."""
+    have = {r[1] for r in conn.execute("PRAGMA table_info(units)")}
+    for name, sql_type in ADDED_UNIT_COLUMNS.items():
+        if name not in have:
+            try:
+                conn.execute(f"ALTER TABLE units ADD COLUMN {name} {sql_type}")
+            except sqlite3.OperationalError:
+                pass
+
+
+class StoreError(ValueError):
+    """A results store or run folder that cannot be used: one sentence naming the file and
+    what to do (exit code 2 in the CLI)."""
+
+    def __init__(self, message: str):
+        self.messages = [message]
+        super().__init__(message)
+
+
+def writable(path: str | Path) -> bool:
+    """Whether this process may write ``path`` (a seam for tests: root may write anything)."""
+    return os.access(path, os.W_OK)
+
+
+def _not_a_store(path: Path, exc: BaseException) -> StoreError:
+    return StoreError(f"{path} is not a usable variantlab results store (sqlite: {exc}); "
+                      "move it away or use another --out")
+
+
+class Store:
+    """A connection to one results file. Use as a context manager, or call :meth:`close`.
+
+    ``create=False`` opens an existing store read-only, to read it (beside a run writing
+    it: WAL mode); ``writer=True`` refuses, with a :class:`StoreError`, a file that is
+    read-only, not an SQLite database, damaged, or a database of something else.
+    """
+
+    def __init__(self, path: str | Path, *, create: bool = True, writer: bool = False) -> None:
+        self.path = store_path(path)
+        if not create and not self.path.is_file():
+            raise FileNotFoundError(f"no results store at {str(self.path)!r}; run the experiment first")
+        exists = self.path.exists()
+        read_only = exists and not (writable(self.path) and writable(self.path.parent))
+        if not create and not writer:
+            read_only = True  # a reader never writes (the run may be writing it now)
+        elif read_only:
+            raise StoreError(f"{self.path} is read-only; it can still be reported "
+                             "(variantlab report RUN --out ELSEWHERE), but to run use another "
+                             "--out or make it writable")
+        if not exists:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn: sqlite3.Connection | None = None
+        #: written into every unit this Store saves without one: the units of one
+        #: ``variantlab run`` share it, so timings from different runs can be told apart
+        self.invocation = new_invocation()
+        try:
+            self.conn = self._connect(read_only, writer)
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise _not_a_store(self.path, exc) from None
+        except BaseException:
+            self.close()
+            raise
+
+    def _connect(self, read_only: bool, check: bool) -> sqlite3.Connection:
+        if read_only:
+            uri = f"{self.path.resolve().as_uri()}?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0)
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            return conn
+        # autocommit mode: transactions are explicit (BEGIN IMMEDIATE ... COMMIT)
+        conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+        self.conn = conn
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if tables and "units" not in tables:
+            raise StoreError(f"{self.path} is an SQLite database but not a variantlab results "
+                             "store; move it away or use another --out")
+        if check:  # before anything is written to it
+            self._check_integrity()
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.executescript(SCHEMA)
+        _add_missing_columns(conn)
+        return conn
+
+    def _check_integrity(self) -> None:
+        problems = [r[0] for r in self.db.execute("PRAGMA quick_check(3)")]
+        if problems != ["ok"]:
+            raise StoreError(f"{self.path} is damaged (sqlite: {'; '.join(problems)}); move it "
+                             "away (the run starts afresh) or use another --out")
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The open connection; a closed store says so instead of failing on None."""
+        if self.conn is None:
+            raise StoreError(f"{self.path} is closed; open the Store again to use it")
+        return self.conn
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    # -- writing ------------------------------------------------------------------------
+    def _transaction(self, statements: Iterable[tuple[str, Sequence[Any], bool]]) -> None:
+        """Run ``(sql, args, many)`` statements as one transaction (all or nothing)."""
+        cur = self.db.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            for sql, args, many in statements:
+                if many:
+                    cur.executemany(sql, args)
+                else:
+                    cur.execute(sql, args)
+            cur.execute("COMMIT")
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+
+    def write_experiment(
+        self,
+        meta: RunMeta | Mapping[str, Any],
+        variants: Sequence[Mapping[str, Any]],
+        plan: Sequence[tuple[str, str, int, str]],
+    ) -> None:
+        """Meta (values stored as text; non-strings as JSON), the experiment's variants and
+        its unit plan ``(key, variant, seed, probe)``, replacing those of an earlier run."""
+        created = self.meta().get("created")
+        meta = meta.stored() if isinstance(meta, RunMeta) else dict(meta)
+        if created is not None:
+            meta["created"] = created  # first run's time; "updated" says the latest
+        meta_rows = [(k, v if isinstance(v, str) else _json(v)) for k, v in meta.items()]
+        variant_rows = [
+            (v["name"], v["label"], i, _json(v["spec"]), _json(v.get("overrides", {})),
+             _json(list(v.get("warnings", []))))
+            for i, v in enumerate(variants)
+        ]
+        plan_rows = [(k, var, seed, probe, i) for i, (k, var, seed, probe) in enumerate(plan)]
+        self._transaction([
+            ("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", meta_rows, True),
+            ("DELETE FROM variants", (), False),
+            ("INSERT INTO variants VALUES (?, ?, ?, ?, ?, ?)", variant_rows, True),
+            ("DELETE FROM plan", (), False),
+            ("INSERT INTO plan VALUES (?, ?, ?, ?, ?)", plan_rows, True),
+        ])
+
+    def save_unit(self, unit: UnitRecord, rows: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Store a unit and its rows in one transaction, replacing any earlier attempt."""
+        row_tuples = [
+            (unit.key, r["probe"], r["metric"], r.get("scope", "model"), r.get("name", ""),
+             r.get("layer"), r.get("step"), _value(r.get("value")), r.get("unit", ""))
+            for r in rows
+        ]
+        if unit.invocation is None:
+            unit = replace(unit, invocation=self.invocation)
+        names = list(UnitRecord.__dataclass_fields__)
+        fields = [getattr(unit, f) for f in names]
+        self._transaction([
+            ("DELETE FROM rows WHERE unit_key = ?", (unit.key,), False),
+            (f"INSERT OR REPLACE INTO units ({', '.join(names)}) "
+             f"VALUES ({', '.join('?' * len(fields))})", fields, False),
+            ("INSERT INTO rows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row_tuples, True),
+        ])
+
+    # -- reading ------------------------------------------------------------------------
+    def meta(self) -> dict[str, str]:
+        return dict(self.db.execute("SELECT key, value FROM meta"))
+
+    def statuses(self) -> dict[str, str]:
+        """Unit key -> ``ok`` or ``failed`` for every stored unit."""
+        return dict(self.db.execute("SELECT key, status FROM units"))
+
+    def count_rows(self) -> int:
+        return self.db.execute("SELECT COUNT(*) FROM rows").fetchone()[0]
+
+
+# -- reading a run -------------------------------------------------------------------------
+def _frames(path: str | Path) -> RunData:
+    try:
+        return _read_frames(path)
+    except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
+        raise _not_a_store(store_path(path), exc) from None
+    except ContractError as exc:
+        raise StoreError(f"{store_path(path)}: {exc}; the file was not written by variantlab "
+                         "run (or is damaged): run the experiment again into a fresh --out"
+                         ) from None
+
+
+_ROWS_SQL = """
+    SELECT COALESCE(p.variant, u.variant) AS variant, COALESCE(p.seed, u.seed) AS seed,
+           r.probe, r.metric, r.scope, r.name, r.layer, r.step, r.value, r.unit,
+           u.key AS unit_key, u.status, u.error,
+           COALESCE(p.position, 1e18) AS _pos, r.rowid AS _rid
+    FROM units u
+    JOIN rows r ON r.unit_key = u.key
+    LEFT JOIN plan p ON p.key = u.key
+    WHERE u.status = 'ok' AND {current}
+    UNION ALL
+    SELECT COALESCE(p.variant, u.variant), COALESCE(p.seed, u.seed), u.probe, 'error',
+           'model', '', NULL, NULL, NULL, '', u.key, u.status, u.error,
+           COALESCE(p.position, 1e18), 0
+    FROM units u
+    LEFT JOIN plan p ON p.key = u.key
+    WHERE u.status = 'failed' AND {current}
+    ORDER BY _pos, _rid
+"""
+
+
+def _read_frames(path: str | Path) -> RunData:
+    run = store_path(path).resolve().parent.name  # runs.find_runs may lengthen it
+    with closing(Store(path, create=False)) as store:
+        meta = RunMeta.decode(store.meta(), run=run)
+        conn = store.db
+        variants = pd.read_sql_query("SELECT * FROM variants ORDER BY position", conn)
+        has_plan = conn.execute("SELECT COUNT(*) FROM plan").fetchone()[0] > 0
+        # a planned unit is shown under each (variant, seed) that plans it: two variants with
+        # the same resolved spec share one computed unit
+        units = pd.read_sql_query(
+            "SELECT u.*, (SELECT MIN(position) FROM plan p WHERE p.key = u.key) AS _pos "
+            "FROM units u ORDER BY COALESCE(_pos, 1e18), u.rowid",
+            conn,
+        )
+        rows = pd.read_sql_query(_ROWS_SQL.format(current="p.key IS NOT NULL" if has_plan
+                                                  else "1"), conn)
+    units["current"] = units["_pos"].notna() if has_plan else True
+    for name in ADDED_UNIT_COLUMNS:  # a read-only store older than the column
+        if name not in units.columns:
+            units[name] = None
+    return RunData(meta=meta, variants=_decoded_variants(variants),
+                   units=conform(units, UNITS, "the units table"),
+                   rows=_results_frame(rows, meta, variants))
+
+
+def _decoded(name: str, text: Any, what: str, default: Any) -> Any:
+    if text is None or (isinstance(text, float) and math.isnan(text)):
+        return default
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        raise ContractError(f"variant {name!r}: {what} is not JSON ({str(text)[:60]!r})"
+                            ) from None
+    if not isinstance(value, type(default)):
+        raise ContractError(f"variant {name!r}: {what} is not a {type(default).__name__}")
+    return value
+
+
+def _decoded_variants(frame: pd.DataFrame) -> pd.DataFrame:
+    """The variants table with its JSON columns decoded (spec, overrides, warnings)."""
+    for col, default in (("spec", {}), ("overrides", {}), ("warnings", [])):
+        frame[col] = pd.Series([_decoded(n, t, f"{col}_json", default) for n, t in
+                                zip(frame["name"], frame[f"{col}_json"])], dtype=object)
+    return conform(frame, VARIANTS, "the variants table")
+
+
+def _results_frame(rows: pd.DataFrame, meta: RunMeta, variants: pd.DataFrame) -> pd.DataFrame:
+    labels = dict(zip(variants["name"], variants["label"]))
+    rows["label"] = rows["variant"].map(labels).fillna(rows["variant"])
+    rows["experiment"] = meta.experiment
+    rows["run"] = meta.run
+    for col in ("name", "unit"):
+        rows[col] = rows[col].fillna("")
+    return conform(rows, RESULTS, "the rows table")
+
+
+def results(path: str | Path) -> pd.DataFrame:
+    """Tidy frame of every stored row (``path`` = results.sqlite or its run folder).
+
+    A failed unit is one row with status ``failed``, metric ``error``, value NaN and its
+    message in ``error``. The columns (:data:`variantlab.store.contract.RESULTS`), in order:
+
+    {columns}
+    """
+    return _frames(path).rows
+
+
+if results.__doc__:  # None under python -OO
+    results.__doc__ = results.__doc__.format(columns=describe(RESULTS).replace("\n", "\n    "))
+
+
+def load_run(path: str | Path) -> RunData:
+    """Meta (decoded: :class:`variantlab.store.contract.RunMeta`), variants (spec, overrides and
+    warnings decoded), units and rows: see :mod:`variantlab.store.contract`."""
+    return _frames(path)

@@ -1,0 +1,264 @@
+"""Size guard: each variant's memory per probe, estimated without allocating anything.
+
+The model is built on PyTorch's ``meta`` device (shapes and dtypes, no storage) with 1 and
+2 layers; parameters, buffers and the activations saved for backward (counted with
+``torch.autograd.graph.saved_tensors_hooks`` during a meta forward at the probe's batch) are
+linear in ``n_layers``, so the model as written is extrapolated from those two builds and
+``n_layers: 1000000`` never builds a million layers. A probe needs:
+
+- ``params``: parameters and buffers;
+- ``gradients``: + one gradient per parameter + activations at its batch;
+- ``timing``: + gradients and activations when it times ``backward`` or ``step``, + AdamW's
+  two moments for ``step``;
+- ``training``: parameters, gradients, AdamW's two moments (float32) and activations.
+
+The activation count is an estimate (saved tensors plus the output and its gradient, at
+float32); allocator overhead and backward's temporaries are not in it, so it reads low: for
+GPT models training on CPU the measured peak RSS was 1.4-1.6x the estimate. The guard thus
+refuses what cannot fit, not everything that will not.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..model.build import build_model
+from ..model.specs import ModelSpec
+from ..model.tasks import Task, task_for
+from ..plugin.registry import Registry
+
+
+class EstimateError(RuntimeError):
+    """The model could not be built or run on the meta device (e.g. a plugin that reads
+    tensor values); no estimate, so no refusal."""
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Counts of one model build: parameters, and bytes of parameters, buffers, activations."""
+
+    params: int
+    param_bytes: int
+    buffer_bytes: int
+    activation_bytes: int
+
+    def line(self, other: Cost, n: int) -> Cost:
+        """The cost at ``n`` layers, given ``self`` at 1 layer and ``other`` at 2."""
+        return Cost(*(a + (n - 1) * (b - a) for a, b in zip(
+            (self.params, self.param_bytes, self.buffer_bytes, self.activation_bytes),
+            (other.params, other.param_bytes, other.buffer_bytes, other.activation_bytes))))
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What one probe of one variant needs on its device, in bytes."""
+
+    probe: str
+    device: str
+    batch_size: int
+    seq_len: int
+    params: int  # parameter count
+    param_bytes: int
+    buffer_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int
+    activation_bytes: int
+
+    @property
+    def total(self) -> int:
+        return (self.param_bytes + self.buffer_bytes + self.grad_bytes + self.optimizer_bytes
+                + self.activation_bytes)
+
+    def describe(self) -> str:
+        parts = [f"parameters {human(self.param_bytes)}"]
+        for name, value in (("buffers", self.buffer_bytes), ("gradients", self.grad_bytes),
+                            ("AdamW state", self.optimizer_bytes)):
+            if value:
+                parts.append(f"{name} {human(value)}")
+        if self.activation_bytes:
+            parts.append(f"activations {human(self.activation_bytes)} at batch_size "
+                         f"{self.batch_size}, seq_len {self.seq_len}")
+        return f"about {human(self.total)} ({', '.join(parts)})"
+
+
+def human(n_bytes: float) -> str:
+    """``1536`` -> ``1.5 KiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n_bytes) < 1024 or unit == "PiB":
+            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
+        n_bytes /= 1024
+    return f"{n_bytes:.1f} EiB"  # pragma: no cover
+
+
+# -- counting on the meta device -------------------------------------------------------------
+def _meta_cost(spec: ModelSpec, registry: Registry, batch: tuple[int, int] | None) -> Cost:
+    try:
+        return _meta_cost_unguarded(spec, registry, batch)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # plugin code on meta tensors: anything can go wrong,
+        # sys.exit() included; the unit itself reports it when it runs
+        raise EstimateError(f"cannot estimate on the meta device: {type(exc).__name__}: "
+                            f"{exc}") from exc
+
+
+def _meta_cost_unguarded(spec: ModelSpec, registry: Registry,
+                         batch: tuple[int, int] | None) -> Cost:
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = build_model(spec, registry)
+        params = list(model.parameters())
+        counted = {id(p) for p in params}
+        buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
+        act = _activation_bytes(model, spec, task_for(spec, registry), counted, *batch) \
+            if batch else 0
+    return Cost(sum(p.numel() for p in params),
+                sum(p.numel() * p.element_size() for p in params), buffer_bytes, act)
+
+
+def _activation_bytes(model: torch.nn.Module, spec: ModelSpec, task: Task, params: set[int],
+                      batch_size: int, seq_len: int) -> int:
+    """Bytes of the tensors autograd saves for backward in one forward of the family's loss,
+    plus the output and its gradient (parameters, and views of them, are not counted)."""
+    seen: set[int] = set()
+    total = 0
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        base = t._base if t._base is not None else t
+        if id(t) not in seen and id(base) not in params:
+            seen.add(id(t))
+            total += t.numel() * t.element_size()
+        return t
+
+    model.train()
+    batch = task.batch(spec, batch_size, seq_len)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(**batch.inputs)
+        task.loss(spec, out, batch)
+    out_t = out if isinstance(out, torch.Tensor) else None
+    return total + (2 * out_t.numel() * out_t.element_size() if out_t is not None else 0)
+
+
+_CACHE: dict[tuple, tuple[Cost, Cost]] = {}  # spec without n_layers, registry, batch
+
+
+def layer_costs(spec: ModelSpec, registry: Registry,
+                batch: tuple[int, int] | None = None) -> tuple[Cost, Cost]:
+    """The costs of ``spec`` built with 1 and 2 layers (activations at ``batch``); variants
+    that differ only in ``n_layers`` share them."""
+    data = spec.model_dump(mode="json")
+    data.pop("n_layers", None)
+    key = (json.dumps(data, sort_keys=True), id(registry), batch)
+    if key not in _CACHE:
+        if len(_CACHE) > 1024:
+            _CACHE.clear()
+        one, two = (_meta_cost(spec.model_copy(update={"n_layers": n}), registry, batch)
+                    for n in (1, 2))
+        _CACHE[key] = (one, two)
+    return _CACHE[key]
+
+
+def model_cost(spec: ModelSpec, registry: Registry,
+               batch: tuple[int, int] | None = None) -> Cost:
+    """Parameters, buffers and activations of ``spec`` as written, without allocating."""
+    one, two = layer_costs(spec, registry, batch)
+    return one.line(two, spec.n_layers)
+
+
+# -- per probe --------------------------------------------------------------------------------
+def footprint(spec: ModelSpec, registry: Registry, probe: str, settings: Any,
+              device: str) -> Footprint:
+    """What ``probe`` with ``settings`` needs for ``spec`` on ``device``."""
+    batch_size = getattr(settings, "batch_size", 0)
+    seq_len = getattr(settings, "seq_len", 0)
+    found = {p.name: p for p in registry.probes()}.get(probe) if registry is not None else None
+    step = bool(found is not None and found.trains)  # it takes optimizer steps
+    backward = step or probe == "gradients"
+    if probe == "timing":
+        passes = set(getattr(settings, "passes", ()))
+        backward = bool(passes & {"backward", "step"})
+        step = "step" in passes
+    batch = (batch_size, seq_len) if batch_size and seq_len else None
+    cost = model_cost(spec, registry, batch)
+    grads = cost.param_bytes if backward else 0
+    optim = 2 * cost.params * 4 if step else 0  # exp_avg and exp_avg_sq, float32
+    return Footprint(probe, device, batch_size, seq_len, cost.params, cost.param_bytes,
+                     cost.buffer_bytes, grads, optim, cost.activation_bytes)
+
+
+# -- what the machine has ---------------------------------------------------------------------
+def available_bytes(device: str, meminfo: str | Path = "/proc/meminfo") -> int | None:
+    """Memory free for a probe on ``device``: CUDA's ``mem_get_info``, the CPU's
+    ``MemAvailable``; None when unknown (mps, no /proc)."""
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            return None
+        free, _total = torch.cuda.mem_get_info(torch.device(device))
+        return int(free)
+    if device != "cpu":
+        return None
+    try:
+        for line in Path(meminfo).read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+# -- what fits --------------------------------------------------------------------------------
+def largest_fit(spec: ModelSpec, registry: Registry, fp: Footprint, available: int,
+                settings: Any) -> tuple[str, int] | None:
+    """(field, value): the largest ``batch_size``, else ``n_layers``, else ``vocab_size``
+    with which this probe fits in ``available`` bytes, the rest as written; None if none."""
+    fixed = fp.total - fp.activation_bytes
+    if fp.activation_bytes and fp.batch_size and fixed < available:
+        per_row = fp.activation_bytes / fp.batch_size
+        best = math.floor((available - fixed) / per_row)
+        if best >= 1:
+            return "batch_size", best
+    at = lambda s: footprint(s, registry, fp.probe, settings, fp.device).total  # noqa: E731
+    t1 = at(spec.model_copy(update={"n_layers": 1}))
+    t2 = at(spec.model_copy(update={"n_layers": 2}))
+    if t1 <= available and t2 > t1 and spec.n_layers > 1:
+        return "n_layers", min(spec.n_layers - 1, math.floor((available - t1) / (t2 - t1)) + 1)
+    if task_for(spec, registry).inputs == "tokens" and spec.vocab_size > 4:
+        half = spec.vocab_size // 2
+        t_half = at(spec.model_copy(update={"vocab_size": half}))
+        slope = (fp.total - t_half) / (spec.vocab_size - half)
+        if slope > 0:
+            best = math.floor(spec.vocab_size - (fp.total - available) / slope)
+            if 4 <= best < spec.vocab_size:
+                return "vocab_size", best
+    return None
+
+
+def refusal(spec: ModelSpec, registry: Registry, probe: str, settings: Any, device: str,
+            available: Callable[[str], int | None] = available_bytes) -> tuple[str, str] | None:
+    """(field to point at, message) when ``probe`` cannot fit on ``device``; None if it fits
+    or the memory available is unknown."""
+    free = available(device)
+    if free is None:
+        return None
+    try:
+        fp = footprint(spec, registry, probe, settings, device)
+        if fp.total <= free:
+            return None
+        fit = largest_fit(spec, registry, fp, free, settings)
+    except EstimateError:
+        return None
+    msg = (f"{probe} needs {fp.describe()} but {device} has {human(free)} available; ")
+    if fit is None:
+        return "n_layers", msg + "it does not fit even with 1 layer; make the model smaller"
+    field, value = fit
+    what = "the model as written" if field == "batch_size" else "the rest as written"
+    return field, msg + f"the largest {field} that fits is {value:,} ({what})"
