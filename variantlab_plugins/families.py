@@ -1,7 +1,7 @@
 """Model families: a spec class (ModelSpec plus the family's own fields), a build (the
 modules in :mod:`variantlab_plugins.models`) and a task: how the models are fed and scored."""
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -103,6 +103,7 @@ class BlockSpec(ModelSpec):
     """One transformer block on float input (B, T, emb_dim), as seed 000 runs it."""
 
     family: Literal["block"] = "block"
+    layered: ClassVar[bool] = False  # one block: nothing for a layout to vary
     causal_attention: bool = Field(
         True, description="mask future positions in the block's attention (the seed's block does)")
 
@@ -115,6 +116,7 @@ class MLPFamilySpec(ModelSpec):
     """Deep MLP of seed 004's shortcut experiment: Linear -> activation per layer, in residuals."""
 
     family: Literal["mlp"] = "mlp"
+    layered: ClassVar[bool] = False  # Linear layers, no slots per layer
     layer_sizes: list[PositiveInt] = Field(
         [3, 3, 3, 3, 3, 1], min_length=2, description="widths from input to output: one layer "
         "per consecutive pair; a width change turns that layer's shortcut off")

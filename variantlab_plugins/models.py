@@ -32,7 +32,7 @@ class GPTModel(nn.Module):
         super().__init__()
         self.embed = TokenEmbedding(parts, spec.vocab_size, spec.emb_dim, spec.drop("emb"))
         self.trf_blocks = nn.Sequential(
-            *numbered([TransformerBlock(parts, causal=True) for _ in range(spec.n_layers)])
+            *numbered([TransformerBlock(parts.layer(i), causal=True) for i in range(spec.n_layers)])
         )
         self.final_norm = final_norm(parts, spec)
         self.out_head = lm_head(
@@ -64,7 +64,8 @@ class Encoder(nn.Module):
         super().__init__()
         self.embed = TokenEmbedding(parts, spec.vocab_size, spec.emb_dim, spec.drop("emb"))
         self.layers = nn.ModuleList(numbered(
-            [TransformerBlock(parts, causal=False) for _ in range(spec.n_layers)], start_layer
+            [TransformerBlock(parts.layer(i), causal=False) for i in range(spec.n_layers)],
+            start_layer
         ))
         self.norm = final_norm(parts, spec)
 
@@ -83,7 +84,7 @@ class Decoder(nn.Module):
         self.embed = TokenEmbedding(
             parts, spec.vocab_size, spec.emb_dim, spec.drop("emb"), share=share)
         self.layers = nn.ModuleList(
-            numbered([DecoderBlock(parts) for _ in range(spec.n_layers)], start_layer)
+            numbered([DecoderBlock(parts.layer(i)) for i in range(spec.n_layers)], start_layer)
         )
         self.norm = final_norm(parts, spec)
 

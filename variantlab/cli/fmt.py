@@ -134,6 +134,16 @@ def param_table(rows: Sequence[dict]) -> Table:
     return table
 
 
+def layer_table(rows: Sequence[dict]) -> Table:
+    """The layer table of a model with a layout (:func:`variantlab.model.layout.layer_rows`)."""
+    table = Table()
+    for col in rows[0]:
+        table.add_column(col, justify="right" if col == "layer" else "left")
+    for r in rows:
+        table.add_row(*(escape(str(v)) for v in r.values()))
+    return table
+
+
 def param_line(p: dict) -> str:
     """``name: type = default — description`` of one parameter row."""
     line = f"{p['name']}: {p.get('type', '')}"

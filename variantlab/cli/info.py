@@ -32,8 +32,9 @@ def describe(path: str, max_variants: int, plugins: Sequence[str], as_yaml: bool
     import warnings
 
     from ..config.experiment import load_model_doc
+    from ..model.layout import layer_rows
     from ..probes.params import count_rows
-    from .fmt import memory_lines
+    from .fmt import layer_table, memory_lines
 
     stdout, _ = consoles()
     variants, registry, exp = load_model_doc(path, extra_plugins=plugins,
@@ -55,6 +56,8 @@ def describe(path: str, max_variants: int, plugins: Sequence[str], as_yaml: bool
             stdout.print(f"warning: {escape(w)}", soft_wrap=True)
         for line in memory_lines(v.spec, registry, exp.measure if exp else None):
             stdout.print(escape(line), soft_wrap=True)
+        if v.spec.layout is not None and v.spec.n_layers <= MAX_TREE_LAYERS:
+            stdout.print(layer_table(layer_rows(v.spec)))
         if v.spec.n_layers > MAX_TREE_LAYERS:
             stdout.print(f"(module tree left out: n_layers {v.spec.n_layers:,} > "
                          f"{MAX_TREE_LAYERS})")

@@ -55,6 +55,9 @@ def apply_overrides(
     for path, value in overrides.items():  # whole-field overrides first: family, sizes
         if "." not in path:
             model[path] = copy.deepcopy(value)
+    for path, value in overrides.items():  # then into the layout: its pattern, a kind's slot
+        if path.startswith("layout."):
+            set_path(model, path, copy.deepcopy(value))
     for slot in SLOTS:
         sub = {p.split(".", 1)[1]: v for p, v in overrides.items() if p.startswith(slot + ".")}
         if not sub:
@@ -67,7 +70,10 @@ def apply_overrides(
     bad: dict[str, str] = {}
     paths = valid_paths(model, registry)
     if paths is not None:
+        paths += [f"layout.{key}" for key in LAYOUT_KEYS]
         for path in overrides:
+            if path.split(".")[:2] in [["layout", key] for key in LAYOUT_KEYS]:
+                continue  # deeper layout paths: the spec's validation names what is wrong
             if path not in paths:
                 close = difflib.get_close_matches(path, paths, n=1, cutoff=0.6)
                 hint = f"did you mean {close[0]!r}?" if close else "check the spelling."
@@ -78,6 +84,23 @@ def apply_overrides(
                     hint += f" {head} {kind!r} has: {', '.join(fields)}"
                 bad[path] = f"{path!r} names no field of the model; {hint}"
     return model, bad
+
+
+LAYOUT_KEYS = ("kinds", "pattern", "layers")
+
+
+def set_path(model: dict[str, Any], path: str, value: Any) -> None:
+    """Set a dotted ``path`` in nested mappings, creating them on the way; a component
+    written as its kind name (``attention: mha``) becomes ``{kind: mha}`` to take a key."""
+    node = model
+    parts = path.split(".")
+    for part in parts[:-1]:
+        child = node.get(part)
+        if isinstance(child, str):
+            child = {"kind": child}
+        node[part] = child = dict(child) if isinstance(child, Mapping) else {}
+        node = child
+    node[parts[-1]] = value
 
 
 def lookup(model: Mapping[str, Any], path: str) -> Any:

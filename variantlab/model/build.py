@@ -116,6 +116,22 @@ class Parts:
             optional={"n_layers": self.spec.n_layers},
         )
 
+    def layer(self, index: int) -> Parts:
+        """The parts of layer ``index`` of a stack: these parts for a model without a layout
+        or a layer of the model's own components; otherwise parts built from the layer's
+        spec (:meth:`ModelSpec.layer_spec`). A layer kind with its own positional (a rotary
+        base of its own) gets that positional for its attention; the others share the
+        stack's."""
+        spec = self.spec.layer_spec(index)
+        if spec is self.spec:
+            return self
+        parts = Parts(spec, self.registry)
+        parts.positions = self.positions
+        if spec.positional != self.spec.positional:
+            parts.positions = parts.component(
+                "positional", emb_dim=spec.emb_dim, context_length=spec.context_length)
+        return parts
+
     def positional(self) -> nn.Module:
         """The positional slot; self-attentions built after it share it (see
         :mod:`variantlab.model.positions`)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Any, ClassVar, cast
 
@@ -14,11 +15,13 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
 from ..errors import SpecError, SpecIssue, pydantic_issues
 from ..plugin.registry import SLOTS, Registry
+from .layout import LAYER_SLOTS, LayoutSpec
 from .positions import accepts
 
 
@@ -82,6 +85,49 @@ def resolve_component(
         raise SpecError(pydantic_issues(exc, loc, list(comp.spec_cls.model_fields))) from None
 
 
+def resolve_layout(value: Any, registry: Registry, loc: tuple = ("layout",),
+                   n_layers: Any = None) -> Any:
+    """``layout`` data with every layer kind's components validated against their own spec
+    classes; raises :class:`SpecError` with every issue, the pattern's and layers' names
+    included when ``n_layers`` is given (a LayoutSpec passes through)."""
+    if value is None or isinstance(value, LayoutSpec) or not isinstance(value, Mapping):
+        return value
+    kinds = value.get("kinds", {})
+    if not isinstance(kinds, Mapping):
+        return value  # the schema reports it
+    issues: list[SpecIssue] = []
+    resolved: dict[str, Any] = {}
+    for name, slots in kinds.items():
+        if not isinstance(slots, Mapping):
+            issues.append(SpecIssue(loc + ("kinds", name), (
+                f"expected a mapping of slot overrides like {{attention: {{kind: mha}}}}, "
+                f"got {slots!r}; {{}} for the model's own components")))
+            continue
+        resolved[name] = {}
+        for slot, comp in slots.items():
+            if slot not in LAYER_SLOTS:
+                close = difflib.get_close_matches(str(slot), LAYER_SLOTS, n=1, cutoff=0.6)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                issues.append(SpecIssue(loc + ("kinds", name, slot), (
+                    f"{slot!r} cannot vary per layer; {hint}a layer kind overrides "
+                    f"{', '.join(LAYER_SLOTS)}")))
+                continue
+            try:
+                resolved[name][slot] = resolve_component(
+                    slot, comp, registry, loc + ("kinds", name, slot))
+            except SpecError as exc:
+                issues += exc.issues
+    if issues:
+        if isinstance(n_layers, int):
+            try:
+                names = LayoutSpec.model_validate({**value, "kinds": dict.fromkeys(kinds, {})})
+                issues += names.problems(n_layers)
+            except ValidationError:
+                pass  # the model's validation reports these
+        raise SpecError(issues)
+    return {**value, "kinds": resolved}
+
+
 def _slot_help(slot: str) -> str:
     return f"the {slot}: {{kind: NAME, ...}}; kinds: `variantlab plugins --slot {slot}`"
 
@@ -136,6 +182,11 @@ class ModelSpec(BaseModel):
     residual: SerializeAsAny[ComponentSpec] = Field(description=_slot_help("residual"))
     positional: SerializeAsAny[ComponentSpec] = Field(description=_slot_help("positional"))
     init: SerializeAsAny[ComponentSpec] = Field(description=_slot_help("init"))
+    layout: LayoutSpec | None = Field(
+        None, description="per-layer components: named layer kinds, a repeating pattern, "
+        "explicit layers (docs/experiments.md, Layouts); unset: every layer alike")
+    #: whether the family builds a stack of layers a layout can vary (block and mlp: no)
+    layered: ClassVar[bool] = True
 
     @model_validator(mode="before")
     @classmethod
@@ -146,7 +197,16 @@ class ModelSpec(BaseModel):
         out = dict(data)
         for slot in SLOTS:
             out[slot] = resolve_component(slot, out.get(slot, DEFAULT_COMPONENTS[slot]), registry)
+        out["layout"] = resolve_layout(out.get("layout"), registry)
         return out
+
+    @model_serializer(mode="wrap")
+    def _uniform_without_layout(self, handler: Any) -> Any:
+        """A model without a layout serialises as before layouts existed (same unit keys)."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("layout", 0) is None:
+            del data["layout"]
+        return data
 
     @field_validator("n_heads")
     @classmethod
@@ -166,6 +226,7 @@ class ModelSpec(BaseModel):
         attention (rotary, ALiBi) paired with an attention that cannot take it."""
         issues = [SpecIssue((slot, field), message) for slot, comp in self.components().items()
                   for field, message in comp.errors(self)]
+        issues += self._layout_issues()
         positional = self.positional
         if getattr(positional, "acts_in_attention", False):
             attention = context_registry(info, "a model").get(
@@ -179,6 +240,37 @@ class ModelSpec(BaseModel):
         if issues:
             raise SpecError(issues)
         return self
+
+    def _layout_issues(self) -> list[SpecIssue]:
+        """A layout's names and indices, a family without a layer stack, and each layer
+        kind's components checked in the layer they build (``errors`` of the layer spec)."""
+        if self.layout is None:
+            return []
+        if not self.layered:
+            return [SpecIssue(("layout",), f"family {self.family!r} builds no stack of layers "
+                                           "a layout could vary; remove layout")]
+        issues = self.layout.problems(self.n_layers)
+        acts = getattr(self.positional, "acts_in_attention", False)
+        for name, slots in self.layout.kinds.items():
+            layer = self.model_copy(update=slots)
+            for slot, comp in slots.items():
+                loc = ("layout", "kinds", name, slot)
+                issues += [SpecIssue(loc + (f,), m) for f, m in comp.errors(layer)]
+                if slot == "positional" and not (
+                        acts and getattr(comp, "acts_in_attention", False)):
+                    issues.append(SpecIssue(loc + ("kind",), (
+                        "a layer may change only a positional that acts inside attention "
+                        "(rotary, alibi), and only when the model's own does; the embeddings' "
+                        "positional is the model's")))
+        return issues
+
+    def layer_spec(self, index: int) -> ModelSpec:
+        """The spec layer ``index`` is built from: the model's, with its layer kind's slot
+        overrides (the model itself without a layout)."""
+        if self.layout is None:
+            return self
+        slots = self.layout.overrides(self.layout.kind_at(index))
+        return self.model_copy(update=slots) if slots else self
 
     @property
     def causal(self) -> bool:
@@ -197,8 +289,13 @@ class ModelSpec(BaseModel):
         return {slot: getattr(self, slot) for slot in SLOTS}
 
     def warnings(self) -> list[str]:
-        """Warnings of every component in this model (e.g. BatchNorm in a causal model)."""
-        return [w for comp in self.components().values() for w in comp.warnings(self)]
+        """Warnings of every component in this model (e.g. BatchNorm in a causal model),
+        and of each layer kind's components in the layer they build."""
+        out = [w for comp in self.components().values() for w in comp.warnings(self)]
+        for slots in (self.layout.kinds.values() if self.layout else ()):
+            layer = self.model_copy(update=slots)
+            out += [w for comp in slots.values() for w in comp.warnings(layer) if w not in out]
+        return out
 
     def to_data(self) -> dict[str, Any]:
         """Plain data (JSON-safe) that :func:`parse_model_spec` turns back into this spec."""
@@ -223,6 +320,12 @@ def parse_model_spec(data: Any, registry: Registry, loc: tuple = ()) -> ModelSpe
             except SpecError as exc:
                 issues += exc.issues
                 resolved.pop(slot)
+    try:
+        resolved["layout"] = resolve_layout(data.get("layout"), registry, loc + ("layout",),
+                                           data.get("n_layers"))
+    except SpecError as exc:
+        issues += exc.issues
+        resolved.pop("layout", None)
     try:
         spec = cast(ModelSpec, fam.spec_cls.model_validate(resolved, context={"registry": registry}))
     except ValidationError as exc:

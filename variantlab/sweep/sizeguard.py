@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,16 @@ class Cost:
         return Cost(*(a + (n - 1) * (b - a) for a, b in zip(
             (self.params, self.param_bytes, self.buffer_bytes, self.activation_bytes),
             (other.params, other.param_bytes, other.buffer_bytes, other.activation_bytes))))
+
+
+    def plus(self, other: Cost, times: int = 1) -> Cost:
+        return Cost(*(a + times * b for a, b in zip(self.values(), other.values())))
+
+    def minus(self, other: Cost) -> Cost:
+        return self.plus(other, -1)
+
+    def values(self) -> tuple[int, int, int, int]:
+        return (self.params, self.param_bytes, self.buffer_bytes, self.activation_bytes)
 
 
 @dataclass(frozen=True)
@@ -169,9 +180,21 @@ def layer_costs(spec: ModelSpec, registry: Registry,
 
 def model_cost(spec: ModelSpec, registry: Registry,
                batch: tuple[int, int] | None = None) -> Cost:
-    """Parameters, buffers and activations of ``spec`` as written, without allocating."""
-    one, two = layer_costs(spec, registry, batch)
-    return one.line(two, spec.n_layers)
+    """Parameters, buffers and activations of ``spec`` as written, without allocating. With a
+    layout: the stack's base (embeddings, head; the line at 0 layers) plus, for each layer,
+    the per-layer cost of a uniform model of that layer's spec."""
+    if spec.layout is None:
+        one, two = layer_costs(spec, registry, batch)
+        return one.line(two, spec.n_layers)
+    uniform = spec.model_copy(update={"layout": None})
+    one, two = layer_costs(uniform, registry, batch)
+    total = one.line(two, 0)
+    kinds = Counter(spec.layout.kind_at(i) for i in range(spec.n_layers))
+    for kind, count in kinds.items():
+        layer = uniform.model_copy(update=spec.layout.overrides(kind))
+        one, two = layer_costs(layer, registry, batch)
+        total = total.plus(two.minus(one), count)
+    return total
 
 
 # -- per probe --------------------------------------------------------------------------------
