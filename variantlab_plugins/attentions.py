@@ -9,7 +9,14 @@ from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, PositiveInt, SerializeAsAny, ValidationInfo, field_validator
+from pydantic import (
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    SerializeAsAny,
+    ValidationInfo,
+    field_validator,
+)
 from torch import nn
 
 from variantlab import ComponentSpec, hookimpl
@@ -25,8 +32,10 @@ class MHASpec(ComponentSpec):
     2023) and a sliding window (Beltagy et al. 2020; Mistral, Jiang et al. 2023)."""
 
     kind: Literal["mha"] = "mha"
+    added_options: ClassVar[tuple[str, ...]] = ("scale", "softcap")
     walk_examples: ClassVar[tuple[dict, ...]] = (  # tests/test_registry_walk.py tries these
         {"kind": "mha", "n_kv_heads": 2, "qk_norm": {"kind": "rms"}, "window": 4},
+        {"kind": "mha", "scale": 0.125, "softcap": 5.0, "window": 3},
         {"kind": "mha", "impl": "sdpa", "n_kv_heads": 1, "head_dim": 12,
          "qk_norm": {"kind": "layer"}, "qk_norm_scope": "projection"},
     )
@@ -49,6 +58,13 @@ class MHASpec(ComponentSpec):
         None, description="sliding window: each query sees at most this many most recent keys "
         "(Mistral); in bidirectional attention, keys closer than this; unset = all")
 
+    scale: PositiveFloat | None = Field(
+        None, description="the scores' multiplier; unset = 1/sqrt(head_dim) (Gemma: "
+        "query_pre_attn_scalar^-0.5)")
+    softcap: PositiveFloat | None = Field(
+        None, description="soft-cap the scaled scores to (-softcap, softcap) with "
+        "softcap * tanh(score / softcap) before the mask (Gemma 2); needs impl naive")
+
     @field_validator("qk_norm", mode="before")
     @classmethod
     def _resolve_norm(cls, value: Any, info: ValidationInfo) -> Any:
@@ -57,6 +73,9 @@ class MHASpec(ComponentSpec):
         return resolve_component("norm", value, context_registry(info, "attention.qk_norm"))
 
     def errors(self, model) -> list[tuple[str, str]]:
+        if self.softcap is not None and self.impl == "sdpa":
+            return [("softcap", "torch's fused attention cannot soft-cap the scores; use "
+                     "impl: naive with softcap")]
         kv, heads = self.n_kv_heads, model.n_heads
         if kv is not None and heads % kv:
             choices = ", ".join(str(h) for h in range(1, heads + 1) if heads % h == 0)
@@ -83,6 +102,7 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = spec.head_dim or emb_dim // n_heads
         self.causal, self.impl, self.drop_rate = causal, spec.impl, drop_rate
         self.window, self.scope = spec.window, spec.qk_norm_scope
+        self.scale, self.softcap = spec.scale, spec.softcap
         q_dim, kv_dim = n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         self.W_query = nn.Linear(emb_dim, q_dim, bias=qkv_bias)
         self.W_key = nn.Linear(emb_dim, kv_dim, bias=qkv_bias)
@@ -139,7 +159,8 @@ class MultiHeadAttention(nn.Module):
         if dead is not None:
             allowed = allowed | dead  # let them attend uniformly; their output is zeroed
         if self.record_stats:
-            self.last_stats = attention_stats(queries, keys, allowed, bias, self.head_dim)
+            self.last_stats = attention_stats(queries, keys, allowed, bias, self.head_dim,
+                                              self.scale, self.softcap)
         attend = self.sdpa if self.impl == "sdpa" else self.naive
         context = attend(queries, keys, values, allowed, bias)  # (B, H, T, hd)
         if dead is not None:
@@ -149,38 +170,52 @@ class MultiHeadAttention(nn.Module):
 
     def naive(self, queries, keys, values, allowed, bias):
         attn_scores = queries @ keys.transpose(2, 3)  # (B, H, T, S)
+        if self.scale is not None or self.softcap is not None:
+            attn_scores = self.capped(attn_scores)
         if allowed is not None:
             attn_scores = attn_scores.masked_fill(~allowed, -torch.inf)
-        attn_scores = attn_scores / math.sqrt(self.head_dim)
+        if self.scale is None and self.softcap is None:
+            attn_scores = attn_scores / math.sqrt(self.head_dim)
         if bias is not None:
             attn_scores = attn_scores + bias  # (B, H, T, S)
         attn_weights = torch.softmax(attn_scores, dim=-1)
         attn_weights = self.dropout(attn_weights)
         return attn_weights @ values  # (B, H, T, hd)
 
+    def capped(self, attn_scores):  # (B, H, T, S), unmasked
+        """Scores times ``scale`` (default 1/sqrt(head_dim)), then soft-capped (Gemma 2:
+        softcap * tanh(score / softcap)); the mask comes after, so masked keys stay -inf."""
+        attn_scores = attn_scores * (self.scale or self.head_dim ** -0.5)
+        if self.softcap is not None:
+            attn_scores = torch.tanh(attn_scores / self.softcap) * self.softcap
+        return attn_scores
+
     def sdpa(self, queries, keys, values, allowed, bias):
         drop = self.drop_rate if self.training else 0.0
         t, s = queries.shape[2], keys.shape[2]
+        kw = {"dropout_p": drop} if self.scale is None else {"dropout_p": drop, "scale": self.scale}
         if bias is None and allowed is None:
-            return F.scaled_dot_product_attention(queries, keys, values, dropout_p=drop)
+            return F.scaled_dot_product_attention(queries, keys, values, **kw)
         if bias is None:
             plain_causal = self.causal and t == s and allowed.dim() == 2 and self.window is None
             if plain_causal:
-                return F.scaled_dot_product_attention(
-                    queries, keys, values, dropout_p=drop, is_causal=True)
-            return F.scaled_dot_product_attention(queries, keys, values, allowed, dropout_p=drop)
+                return F.scaled_dot_product_attention(queries, keys, values, is_causal=True, **kw)
+            return F.scaled_dot_product_attention(queries, keys, values, allowed, **kw)
         if allowed is not None:
             bias = bias.masked_fill(~allowed, -torch.inf)  # (.., H, T, S)
-        return F.scaled_dot_product_attention(queries, keys, values, bias, dropout_p=drop)
+        return F.scaled_dot_product_attention(queries, keys, values, bias, **kw)
 
 
 @torch.no_grad()
-def attention_stats(queries, keys, allowed, bias, head_dim: int) -> dict[str, float]:
-    """``max_logit``: the largest q·k/sqrt(head_dim) over batch, heads and visible positions
-    (before bias and softmax); ``entropy``: the softmax distribution's entropy (nats), mean
-    over batch, heads and queries that see a key."""
-    logits = (queries @ keys.transpose(2, 3)).float() / math.sqrt(head_dim)  # (B, H, T, S)
-    scores = logits if bias is None else logits + bias.float()
+def attention_stats(queries, keys, allowed, bias, head_dim: int, scale: float | None = None,
+                    softcap: float | None = None) -> dict[str, float]:
+    """``max_logit``: the largest q·k/sqrt(head_dim) (q·k times ``scale`` when given) over
+    batch, heads and visible positions (before soft-cap, bias and softmax); ``entropy``: the
+    softmax distribution's entropy (nats), mean over batch, heads and queries that see a key."""
+    logits = (queries @ keys.transpose(2, 3)).float()  # (B, H, T, S)
+    logits = logits / math.sqrt(head_dim) if scale is None else logits * scale
+    scores = logits if softcap is None else torch.tanh(logits / softcap) * softcap
+    scores = scores if bias is None else scores + bias.float()
     if allowed is not None:
         logits = logits.masked_fill(~allowed, -torch.inf)
         scores = scores.masked_fill(~allowed, -torch.inf)

@@ -1,5 +1,6 @@
 """Transformer blocks assembled from slots; shared by the model families."""
 
+import torch
 from torch import nn
 
 from variantlab.model.positions import Positions
@@ -60,8 +61,9 @@ class TokenEmbedding(nn.Module):
     embedding's matrix (encoder-decoder three-way sharing)."""
 
     def __init__(self, parts, vocab_size: int, emb_dim: int, drop_rate: float,
-                 share: nn.Embedding | None = None):
+                 share: nn.Embedding | None = None, scale: float | None = None):
         super().__init__()
+        self.scale = scale  # Gemma: sqrt(emb_dim), cast to the embeddings' dtype
         self.tok_emb = nn.Embedding(vocab_size, emb_dim)
         if share is not None:
             self.tok_emb.weight = share.weight  # one tensor, counted once
@@ -71,6 +73,8 @@ class TokenEmbedding(nn.Module):
 
     def forward(self, idx, position_ids=None):  # (B, T); position_ids (B, T) or None
         x = self.tok_emb(idx)  # (B, T, D)
+        if self.scale is not None:
+            x = x * torch.tensor(self.scale, dtype=x.dtype)
         if position_ids is not None and isinstance(self.pos_emb, Positions):
             x = self.pos_emb(x, position_ids=position_ids)
         else:

@@ -5,7 +5,7 @@ from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from variantlab import ModelSpec, hookimpl
 from variantlab.model.build import block_scope
@@ -156,6 +156,14 @@ class GPTSpec(ModelSpec):
     """Decoder-only language model (GPT-2, Radford et al. 2019; seed 004's GPTModel)."""
 
     family: Literal["gpt"] = "gpt"
+    added_options: ClassVar[tuple[str, ...]] = ModelSpec.added_options + (
+        "scale_embeddings", "logit_softcap")
+    scale_embeddings: bool = Field(
+        False, description="token embeddings times sqrt(emb_dim) before the first block "
+        "(Gemma)")
+    logit_softcap: PositiveFloat | None = Field(
+        None, description="soft-cap the output logits to (-cap, cap) with cap * tanh(logit / "
+        "cap) (Gemma 2); unset: none")
 
 
 class EncoderSpec(ModelSpec):

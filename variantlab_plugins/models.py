@@ -1,6 +1,7 @@
 """Model families' modules: gpt (seed 004), block (seed 000), encoder, decoder,
 encoder_decoder (seed 001) and the deep mlp of seed 004's shortcut experiment."""
 
+import torch
 from torch import nn
 
 from variantlab.model.positions import position_ids_from_mask
@@ -30,7 +31,11 @@ class GPTModel(nn.Module):
 
     def __init__(self, spec, parts):
         super().__init__()
-        self.embed = TokenEmbedding(parts, spec.vocab_size, spec.emb_dim, spec.drop("emb"))
+        # a plugin family may reuse this module with a spec that lacks Gemma's options
+        scaled = getattr(spec, "scale_embeddings", False)
+        self.embed = TokenEmbedding(parts, spec.vocab_size, spec.emb_dim, spec.drop("emb"),
+                                    scale=spec.emb_dim ** 0.5 if scaled else None)
+        self.logit_softcap = getattr(spec, "logit_softcap", None)
         self.trf_blocks = nn.Sequential(
             *numbered([TransformerBlock(parts.layer(i), causal=True) for i in range(spec.n_layers)])
         )
@@ -46,7 +51,7 @@ class GPTModel(nn.Module):
         tokens get the outputs of the unpadded sequence. Outputs at pads are meaningless."""
         if attention_mask is None:
             x = self.trf_blocks(self.embed(idx))  # (B, T, D)
-            return self.out_head(self.final_norm(x))  # (B, T, vocab_size)
+            return self.logits(x)  # (B, T, vocab_size)
         position_ids = position_ids_from_mask(attention_mask)  # (B, T)
         extra = {}
         if getattr(self.embed.pos_emb, "rotates", False):
@@ -54,7 +59,13 @@ class GPTModel(nn.Module):
         x = self.embed(idx, position_ids=position_ids)  # (B, T, D)
         for block in self.trf_blocks:
             x = block(x, key_padding_mask=attention_mask == 0, **extra)
-        return self.out_head(self.final_norm(x))  # (B, T, vocab_size)
+        return self.logits(x)  # (B, T, vocab_size)
+
+    def logits(self, x):  # (B, T, D) -> (B, T, vocab_size)
+        logits = self.out_head(self.final_norm(x))
+        if self.logit_softcap is not None:  # Gemma 2: cap * tanh(logits / cap)
+            logits = torch.tanh(logits / self.logit_softcap) * self.logit_softcap
+        return logits
 
 
 class Encoder(nn.Module):

@@ -1,8 +1,9 @@
 """Import a Hugging Face ``transformers`` causal LM into variantlab: ``(spec, model)``.
 
-``GPT2LMHeadModel``, ``LlamaForCausalLM``, ``GPTNeoXForCausalLM``, ``Qwen3ForCausalLM`` and
-``Olmo2ForCausalLM`` (one module per family; see docs/transformers.md). Other classes and
-config options that variantlab cannot express raise :class:`ConversionError` naming them."""
+``GPT2LMHeadModel``, ``LlamaForCausalLM``, ``GPTNeoXForCausalLM``, ``Qwen3ForCausalLM``,
+``Olmo2ForCausalLM``, ``Gemma2ForCausalLM`` and ``Gemma3ForCausalLM`` (one module per family;
+see docs/transformers.md). Other classes and config options that variantlab cannot
+express raise :class:`ConversionError` naming them."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ..model.build import build_model
 from ..model.specs import ModelSpec, parse_model_spec
 from ..plugin.registry import Registry
 from .common import ConversionError
+from .gemma import gemma_spec, gemma_state
 from .gpt2 import gpt2_spec, gpt2_state
 from .llama import llama_spec, llama_state, olmo2_spec, olmo2_state, qwen3_spec, qwen3_state
 from .neox import neox_spec, neox_state
@@ -26,6 +28,8 @@ Converter = tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str, tor
 #: class name -> (config -> spec data, HF model -> our state dict)
 CONVERTERS: dict[str, Converter] = {
     "GPT2LMHeadModel": (gpt2_spec, gpt2_state),
+    "Gemma2ForCausalLM": (gemma_spec, gemma_state),
+    "Gemma3ForCausalLM": (gemma_spec, gemma_state),
     "GPTNeoXForCausalLM": (neox_spec, neox_state),
     "LlamaForCausalLM": (llama_spec, llama_state),
     "Olmo2ForCausalLM": (olmo2_spec, olmo2_state),
@@ -44,7 +48,9 @@ def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
                                  f"supported: {', '.join(sorted(CONVERTERS))}")
     make_spec, make_state = CONVERTERS[name]
     data = make_spec(hf_model.config)
-    data["attention"]["impl"] = impl
+    for slots in [data, *(data.get("layout") or {}).get("kinds", {}).values()]:
+        if "attention" in slots:
+            slots["attention"]["impl"] = impl
     spec = parse_model_spec(data, registry)
     model = build_model(spec, registry)
     state = {k: v.detach().clone() for k, v in make_state(hf_model).items()}

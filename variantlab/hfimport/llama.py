@@ -13,8 +13,9 @@ _ATTENTION = {"W_query": "q_proj", "W_key": "k_proj", "W_value": "v_proj", "out_
 _MLP = {"W_gate": "gate_proj", "W_up": "up_proj", "W_down": "down_proj"}
 
 
-def llama_spec(cfg: Any) -> dict[str, Any]:
-    """Spec data of a ``LlamaConfig`` (also the base of Qwen3 and OLMo2)."""
+def llama_spec(cfg: Any, positional: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Spec data of a ``LlamaConfig`` (also the base of Qwen3, OLMo2 and Gemma);
+    ``positional``: a rotary spec read by the caller (default: from ``cfg``)."""
     head_dim = head_dim_of(cfg)
     attention_bias = bool(getattr(cfg, "attention_bias", False))
     return {
@@ -25,13 +26,13 @@ def llama_spec(cfg: Any) -> dict[str, Any]:
         "qkv_bias": attention_bias, "attn_out_bias": attention_bias, "ffn_bias": False,
         "norm_bias": False, "tie_weights": bool(cfg.tie_word_embeddings),
         "norm": {"kind": "rms", "eps": cfg.rms_norm_eps},
-        "activation": activation("hidden_act", cfg.hidden_act),
+        "activation": activation("hidden_act", getattr(cfg, "hidden_act", "silu")),
         "feedforward": {"kind": "glu", "hidden_dim": cfg.intermediate_size,
                         "bias": bool(getattr(cfg, "mlp_bias", False))},
         "attention": {"kind": "mha", "n_kv_heads": cfg.num_key_value_heads,
                       "head_dim": head_dim if head_dim * cfg.num_attention_heads
                       != cfg.hidden_size else None},
-        "positional": rotary(cfg, partial=False, head_dim=head_dim),
+        "positional": positional or rotary(cfg, partial=False, head_dim=head_dim),
     }
 
 

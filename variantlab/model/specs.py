@@ -41,7 +41,14 @@ class ComponentSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # no silent coercion
     variantlab_spec_base: ClassVar[str] = "ComponentSpec"  # what the registry checks
+    #: options added after the component was first released: left out of its data while at
+    #: their defaults, so a spec written before they existed keeps its data and unit keys
+    added_options: ClassVar[tuple[str, ...]] = ()
     kind: str
+
+    @model_serializer(mode="wrap")
+    def _omit_added_defaults(self, handler: Any) -> Any:
+        return omit_added_defaults(self, handler(self))
 
     def warnings(self, model: ModelSpec) -> list[str]:
         """Combinations that run but mislead, given the whole model (none by default)."""
@@ -51,6 +58,17 @@ class ComponentSpec(BaseModel):
         """Combinations that cannot work, given the whole model, as ``(field, message)``
         pairs; the model spec then fails validation at ``<slot>.<field>`` (none by default)."""
         return []
+
+
+def omit_added_defaults(spec: BaseModel, data: Any) -> Any:
+    """``data`` (a spec's serialised fields) without the spec class's ``added_options`` that
+    hold their defaults."""
+    if isinstance(data, dict):
+        fields = type(spec).model_fields
+        for name in getattr(type(spec), "added_options", ()):
+            if name in data and getattr(spec, name) == fields[name].default:
+                del data[name]
+    return data
 
 
 DEFAULT_COMPONENTS: dict[str, dict[str, Any]] = {
@@ -187,6 +205,9 @@ class ModelSpec(BaseModel):
         "explicit layers (docs/experiments.md, Layouts); unset: every layer alike")
     #: whether the family builds a stack of layers a layout can vary (block and mlp: no)
     layered: ClassVar[bool] = True
+    #: keys added after the first release: left out of the data while at their defaults
+    #: (see :attr:`ComponentSpec.added_options`), so older specs keep their unit keys
+    added_options: ClassVar[tuple[str, ...]] = ("layout",)
 
     @model_validator(mode="before")
     @classmethod
@@ -201,12 +222,8 @@ class ModelSpec(BaseModel):
         return out
 
     @model_serializer(mode="wrap")
-    def _uniform_without_layout(self, handler: Any) -> Any:
-        """A model without a layout serialises as before layouts existed (same unit keys)."""
-        data = handler(self)
-        if isinstance(data, dict) and data.get("layout", 0) is None:
-            del data["layout"]
-        return data
+    def _omit_added_defaults(self, handler: Any) -> Any:
+        return omit_added_defaults(self, handler(self))
 
     @field_validator("n_heads")
     @classmethod
