@@ -63,6 +63,10 @@ def main() -> None:
 @click.option("--retries", type=int, default=None, metavar="N",
               help="--executor ray: times a unit whose worker process or node died is tried "
                    "again before it is stored failed (default 2).")
+@click.option("--ray-max-upload", "max_upload", type=float, default=None, metavar="MB",
+              help="--executor ray: the most it may ship to the workers (plugin files and the "
+                   "data files data.path matches), in MB (10^6 bytes; default 100); a larger "
+                   "payload is refused before Ray starts.")
 @click.option("--executor-option", "executor_options", multiple=True, metavar="KEY=VALUE",
               help="Another option of the executor (a plugin's), VALUE read as YAML; repeatable.")
 @click.option("--rerun", is_flag=False, flag_value="all", default=None, metavar="[PROBE]",
@@ -73,8 +77,8 @@ def main() -> None:
 @bad_input_exits
 def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail_fast: bool,
         no_report: bool, workers: int | None, executor: str | None, address: str | None,
-        retries: int | None, executor_options: Sequence[str], rerun: str | None,
-        max_variants: int, plugins: Sequence[str]) -> None:
+        retries: int | None, max_upload: float | None, executor_options: Sequence[str],
+        rerun: str | None, max_variants: int, plugins: Sequence[str]) -> None:
     """Run every unit of EXPERIMENT not stored yet; write the report.
 
     Only this process writes the store, one transaction per unit, whatever computes the
@@ -90,7 +94,7 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
         raise SpecError.at(("--workers",), f"{workers} is not a number of processes; use 1 "
                                            "(everything in this process, the default) or more")
     options = command_line_options(workers=workers, address=address, retries=retries,
-                                   pairs=executor_options)
+                                   max_upload=max_upload, pairs=executor_options)
     exp = load_experiment(experiment, extra_plugins=plugins, max_variants=max_variants)
     runner_ = make_executor(exp.registry, executor, options)  # before any check that computes
     _check_device_option(device, runner_.runs_here)

@@ -33,7 +33,8 @@ from ..store.store import UnitRecord
 from ..sweep.units import ResultSink, Unit, default_probe_fn, plan_units, run_unit
 
 #: option fields that have a flag of their own on ``variantlab run``
-FLAGS = {"workers": "--workers", "address": "--address", "retries": "--retries"}
+FLAGS = {"workers": "--workers", "address": "--address", "retries": "--retries",
+         "max_upload": "--ray-max-upload"}
 
 
 @dataclass(frozen=True)

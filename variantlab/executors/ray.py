@@ -6,8 +6,8 @@ for the run and stopped after it; with one, the run connects to that cluster
 this machine belongs to). Each unit is one Ray task: it gets the experiment's YAML text,
 path and plugins (:class:`~variantlab.executors.base.ExperimentSource`) and the unit's key,
 rebuilds the experiment once per worker process and sends back the unit's record and rows
-as plain data. Plugin files and the experiment's folder travel in Ray's runtime environment
-(:mod:`.ray_env`).
+as plain data. Only the files the units read travel, in Ray's runtime environment, and a
+payload above ``--ray-max-upload`` MB is refused before Ray is started (:mod:`.ray_payload`).
 
 Each task reserves ``resources.<probe>`` of the experiment (default one CPU, and one GPU
 when the unit's device is CUDA) and runs with as many torch threads as CPUs. The driver
@@ -34,28 +34,31 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, NonNegativeInt, PositiveInt
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from ..errors import SpecError
 from ..plugin.settings import Strict
 from ..store.store import UnitRecord
 from ..sweep.units import ResultSink, Unit, error_text, now_iso, unit_record
-from . import ray_env
+from . import ray_env, ray_payload
 from .base import Executor, ExperimentSource, RunContext, compute, split_units, store_result
 from .pool import cpu_count
 
 
 class RayOptions(Strict):
-    """``--address``, ``--workers`` (a local instance's CPUs) and ``--retries``."""
+    """``--address``, ``--workers`` (a local instance's CPUs), ``--retries`` and
+    ``--ray-max-upload``."""
 
     address: str | None = Field(default=None, description="a running cluster; none: a local instance")
     workers: PositiveInt | None = Field(default=None, description="CPUs of the local instance")
     retries: NonNegativeInt = Field(default=2, description="retries of a task whose worker died")
+    max_upload: PositiveFloat = Field(default=ray_payload.DEFAULT_MAX_MB,
+                                      description="MB the run may ship to the workers")
 
 
 def _task(source: ExperimentSource, key: str, device: str | None,
           probe_fn: Callable[..., list], threads: int,
-          shipped: ray_env.Shipped | None) -> tuple[dict[str, Any], list]:
+          shipped: ray_payload.Shipped | None) -> tuple[dict[str, Any], list]:
     """One unit in a Ray worker: ``(record as a dict, rows)``."""
     import torch
 
@@ -83,8 +86,8 @@ class RayExecutor(Executor):
         self.options = options or RayOptions()
         self.ray: Any = None
         self.stage: Path | None = None
-        self.shipped: ray_env.Shipped | None = None
-        self.folder = False
+        self.shipped: ray_payload.Shipped | None = None
+        self.base_dir: str | None = None  # the experiment folder's copy on the workers
         self.capacity = (0.0, 0.0)
 
     @property
@@ -112,9 +115,11 @@ class RayExecutor(Executor):
         ray_env.check_devices(units, context.device)
         if opts.address:
             ray_env.check_address(opts.address)
-        self.stage = ray_env.make_stage()
-        env, self.shipped, self.folder = ray_env.runtime_env(
-            experiment, context.extra_plugins, context.run_dir, self.stage)
+        self.stage = ray_payload.make_stage()
+        payload = ray_payload.select(experiment, context.extra_plugins, context.run_dir,
+                                     self.stage)
+        ray_payload.check_size(payload, opts.max_upload)  # before anything is copied
+        env, self.shipped, self.base_dir = ray_payload.stage(payload, self.stage)
         self._connect(ray, env)
         nodes = ray.nodes()
         ray_env.check_capacity(nodes, {u.probe: ray_env.unit_resources(experiment, u)
@@ -156,8 +161,8 @@ class RayExecutor(Executor):
             context: RunContext) -> bool:
         work = split_units(sink, units)
         source = ExperimentSource.of(experiment, context.extra_plugins, context.device)
-        if self.folder:
-            source = replace(source, base_dir=".")  # the worker's copy of the folder
+        if self.base_dir is not None:
+            source = replace(source, base_dir=self.base_dir)  # the workers' copy of the folder
         ray = self.ray
         args = (ray.put(source), ray.put(context.probe_fn))
         submit = _Submitter(ray, experiment, args, self.shipped, self.options.retries)
@@ -230,7 +235,7 @@ class _Submitter:
     """Makes one Ray task of a unit with its resources and the retry policy."""
 
     def __init__(self, ray: Any, experiment: Any, args: tuple[Any, Any],
-                 shipped: ray_env.Shipped | None, retries: int) -> None:
+                 shipped: ray_payload.Shipped | None, retries: int) -> None:
         self.remote = ray.remote(_task)
         self.experiment, self.args, self.shipped, self.retries = experiment, args, shipped, retries
 
