@@ -424,3 +424,52 @@ def test_resources_are_checked_and_left_out_of_unit_keys(tmp_path):
         check_capacity(nodes, {"params": (1.0, 0.0), "gradients": (1.0, 1.0)})
     with pytest.raises(SpecError, match=r"--device: cuda:1 names one GPU of this machine"):
         check_devices([(0, u) for u in plan_units(plain, "cuda:1")], "cuda:1")
+
+
+# a probe that lists the files of its worker's current folder (the shipped working folder)
+LIST_PLUGIN = '''
+import os
+
+import variantlab
+from variantlab.plugin.rows import row
+
+
+class ListSettings(variantlab.ProbeSettings):
+    pass
+
+
+def run(spec, settings, *, seed, data, base_dir, device, registry):
+    found = sorted(os.path.relpath(os.path.join(d, f)) for d, _, fs in os.walk(".") for f in fs)
+    return [row("listing", "files", len(found), scope="info", name="|".join(found))]
+
+
+@variantlab.hookimpl
+def register_probes(register):
+    register("listing", ListSettings, run, device_free=True)
+'''
+
+
+@pytest.mark.slow
+def test_only_what_units_read_is_shipped_and_an_oversize_payload_is_refused(
+        tmp_path, ray_cluster):
+    folder = tmp_path / "exp"
+    (folder / "corpus").mkdir(parents=True)
+    (folder / "listing.py").write_text(LIST_PLUGIN)
+    (folder / "corpus" / "a.txt").write_text("a small corpus of words, repeated. " * 60_000)
+    with open(folder / "checkpoint.pt", "wb") as f:  # 300 MB beside the YAML, sparse
+        f.truncate(300_000_000)
+    exp = folder / "list.yaml"
+    exp.write_text(f"name: listing\nseeds: [0]\nmodel: {TINY_MODEL}\nplugins: [listing.py]\n"
+                   "data: {source: text, path: 'corpus/*.txt'}\n"
+                   "measure:\n  params: {}\n  gradients: {batch_size: 2, seq_len: 16, "
+                   "batches: 1}\n  listing: {}\n")
+    code, output = run_cli(ray_cluster, exp, "--out", folder / "runs", "--ray-max-upload", "1")
+    assert code == 2, output
+    assert f"the largest: {folder / 'corpus' / 'a.txt'} (2.1 MB)" in output
+    assert not (folder / "runs").exists()
+
+    code, output = run_cli(ray_cluster, exp, "--out", folder / "runs", "--ray-max-upload", "3")
+    assert code == 0, output
+    rows = load_run(folder / "runs" / "listing").rows
+    listing = rows[rows.probe == "listing"].name.iloc[0].split("|")
+    assert listing == ["corpus/a.txt", "listing.py"]

@@ -17,7 +17,9 @@ Data named by an absolute path is read at that path on every node and is not shi
 
 Never shipped: a file under the run folder or ``--out`` (unless the experiment's folder is
 in it), under a Ray temp folder (``RAY_TMPDIR``, ``$TMPDIR/ray``, ``/tmp/ray``, or any folder
-holding Ray's ``session_latest``) or the stage, nor ``.git``, ``.venv``, ``__pycache__``. Before anything is staged the total is counted (:func:`check_size`): above
+holding Ray's ``session_latest``) or the stage, nor ``.git``, ``.venv``, ``__pycache__``.
+
+Before anything is staged the total is counted (:func:`check_size`): above
 ``--ray-max-upload`` MB (default 100; 1 MB = 10^6 bytes) the run is refused, naming the
 largest files.
 """
