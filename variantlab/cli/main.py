@@ -260,10 +260,13 @@ def report(runs: Sequence[str], out: str | None, baseline: str | None,
     refs = find_runs(runs)  # every path checked before anything is written
     first = Path(runs[0])
     out_dir = Path(out) if out else (first.parent if first.is_file() else first) / "report"
-    blocker = next((p for p in (out_dir, *out_dir.parents) if p.exists()), None)
-    if blocker is not None and not blocker.is_dir():
-        raise SpecError.at(("--out",), f"{out_dir}: {blocker} is a file, not a folder; "
-                           "choose another --out for the report")
+    from ..sweep.runfolder import blocker
+
+    found = blocker(out_dir)
+    if found is not None:
+        path, what, fix = found
+        raise SpecError.at(("--out",), f"{out_dir}: {path} {what}; choose another --out for "
+                           f"the report or {fix}")
     sys.exit(_write_report(stdout, err, [r.store for r in refs], out_dir, baseline, registry))
 
 

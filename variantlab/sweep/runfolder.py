@@ -16,6 +16,7 @@ the run writes.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,20 +33,31 @@ except ImportError:  # pragma: no cover - not POSIX: no lock, as before
     fcntl = None  # type: ignore[assignment]
 
 
-def _first_file(path: Path) -> Path | None:
-    """``path`` or the nearest of its parents that exists and is not a folder."""
+def blocker(path: Path) -> tuple[Path, str, str] | None:
+    """The nearest of ``path`` and its parents that exists (or is a link) and is not a
+    folder: ``(it, what it is, what to do)``; ``None`` when a folder can be made there."""
     for p in [path, *path.parents]:
-        if p.exists() or p.is_symlink():
-            return None if p.is_dir() else p
+        if p.is_symlink():
+            try:
+                p.stat()  # follows the link
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    return (p, "is a symbolic link that loops (it leads back to itself), not "
+                            "a folder", "fix or remove the link")
+                return (p, f"is a symbolic link to {os.readlink(p)!r}, which does not exist",
+                        "make that folder or fix the link")
+        if p.exists():
+            return None if p.is_dir() else (p, "is a file, not a folder", "move the file away")
     return None
 
 
 def make_run_dir(run_dir: Path) -> None:
     """Create ``run_dir`` (``OUT/<name>``), or say in one sentence why it cannot be."""
-    blocker = _first_file(run_dir)
-    if blocker is not None:
-        raise StoreError(f"{blocker} is a file, not a folder, so the run folder {run_dir} "
-                         "cannot be made there; choose another --out or move the file away")
+    found = blocker(run_dir)
+    if found is not None:
+        path, what, fix = found
+        raise StoreError(f"{path} {what}, so the run folder {run_dir} cannot be made there; "
+                         f"choose another --out or {fix}")
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
