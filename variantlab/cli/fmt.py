@@ -86,6 +86,10 @@ def print_summary(stdout: Console, err: Console, summary: Any) -> None:
         err.print("Tracebacks are in the store (units.traceback); rerun to retry failed units.")
     if summary.interrupted:
         err.print("interrupted: finished units are stored; run again to continue.")
+    if getattr(summary, "write_error", None):
+        err.print(f"stopped: {escape(summary.write_error)}; the units stored before are intact. "
+                  "Free some space (or fix the permissions) or choose another --out, then run "
+                  "again: only the missing units are computed.", soft_wrap=True)
     stdout.print(f"results: {summary.store}")
 
 

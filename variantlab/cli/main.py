@@ -2,7 +2,8 @@
 :mod:`variantlab.cli.info`; what they share in :mod:`variantlab.cli.base`.
 
 The library computes; this module only formats. Exit codes: 0 ok, 1 a unit failed,
-2 bad input (the messages are printed, never a traceback), 130 interrupted.
+2 bad input (the messages are printed, never a traceback), 3 the results or the report could
+not be written (a full disk, a quota; what was stored is intact), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .base import (
     EXIT_FAILED,
     EXIT_INPUT,
     EXIT_OK,
+    EXIT_WRITE,
     bad_input_exits,
     max_variants_option,
     plugin_option,
@@ -130,10 +132,10 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
         signal.signal(signal.SIGTERM, previous)
     print_summary(stdout, err, summary)
     code = summary.exit_code
-    if not no_report and not summary.interrupted:
+    if not no_report and not summary.interrupted and summary.write_error is None:
         reported = _write_report(stdout, err, [summary.run_dir], summary.run_dir / "report", None,
                                  exp.registry)
-        code = max(code, min(reported, EXIT_FAILED))
+        code = max(code, reported if reported == EXIT_WRITE else min(reported, EXIT_FAILED))
     sys.exit(code)
 
 
@@ -180,8 +182,16 @@ def _write_report(stdout: Any, err: Any, runs: Sequence[Path], out_dir: Path,
     except ValueError as exc:  # e.g. an unknown --baseline: bad input
         err.print(f"report: {escape(str(exc))}", soft_wrap=True)
         return EXIT_INPUT
-    except OSError as exc:  # the report folder cannot be written: bad --out
+    except OSError as exc:  # the report folder cannot be written: bad --out, or a full disk
+        from ..store.store import write_problem
+
         where = exc.filename or out_dir
+        problem = write_problem(exc)
+        if problem is not None:
+            err.print(f"report: cannot write {escape(str(where))}: {escape(problem)}; no report "
+                      "file was written or changed (an earlier report there is left whole). "
+                      "Free some space or choose another --out", soft_wrap=True)
+            return EXIT_WRITE
         err.print(f"report: cannot write {escape(str(where))}: {escape(exc.strerror or str(exc))}"
                   "; choose another --out", soft_wrap=True)
         return EXIT_INPUT

@@ -160,7 +160,7 @@ def _pool(sink: ResultSink, leaders: list[tuple[int, Unit]],
                 record, rows, broken = _outcome(future, unit, started, t0, processes)
                 ok = store_result(sink, index, unit, record, rows, twins, fail_fast)
                 stopped = stopped or broken or (fail_fast and not ok)
-    except KeyboardInterrupt:
+    except BaseException:  # Ctrl-C, SIGTERM, a store that cannot be written: stop now
         _terminate(pool)
         raise
     finally:

@@ -197,7 +197,7 @@ class RayExecutor(Executor):
                     ok = store_result(sink, task.index, task.unit, record, rows, twins,
                                       context.fail_fast)
                     stopped = stopped or (context.fail_fast and not ok)
-        except KeyboardInterrupt:
+        except BaseException:  # Ctrl-C, SIGTERM, a store that cannot be written
             for ref in in_flight:
                 self.ray.cancel(ref, force=True)
             raise

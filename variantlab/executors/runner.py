@@ -18,7 +18,7 @@ import torch
 
 from .. import __version__
 from ..store.contract import RunMeta
-from ..store.store import STORE_FILE
+from ..store.store import STORE_FILE, StoreWriteError
 from ..sweep.units import (
     ResultSink,
     RunSummary,
@@ -108,6 +108,10 @@ def run_experiment(
     options it refuses raise :class:`~variantlab.errors.SpecError`, and so does whatever the
     executor's ``prepare`` finds (an unreachable Ray cluster, say), before anything exists.
 
+    A write the store refuses (a full disk, a quota, the file made read-only) stops the
+    run: the units being computed are dropped, those stored stay intact, and the summary's
+    ``write_error`` says why (exit code 3); a rerun computes only what is missing.
+
     Before computing anything the run folder is made and locked for this process, and its
     store opened (:func:`variantlab.sweep.runfolder.open_run`): a folder another run is writing,
     an unusable ``out`` or store raise :class:`~variantlab.store.store.StoreError`.
@@ -141,6 +145,8 @@ def run_experiment(
             except KeyboardInterrupt:
                 summary.interrupted = True
                 summary.interrupted_unit = next(iter(sink.in_flight.values()), None)
+    except StoreWriteError as exc:  # a full disk: every unit stored so far is intact
+        summary.write_error = str(exc)
     finally:
         executor.close()
     return summary

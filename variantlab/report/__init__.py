@@ -8,6 +8,7 @@ references), ``summary.csv`` and ``effects.csv`` (a grid's effects; see :mod:`.e
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,9 +78,30 @@ def build_context(data: ReportData, registry: Registry) -> tuple[dict[str, Any],
     return context, plots
 
 
+def write_all(texts: dict[Path, str]) -> None:
+    """Write every file or none: each to a hidden temporary name beside it, then all moved
+    into place (renames need no space). A write that fails (a full disk) removes the
+    temporaries and raises, leaving the folder as it was: an earlier report stays whole."""
+    temps: list[Path] = []
+    path = None
+    try:
+        for path, text in texts.items():
+            temps.append(path.with_name(f".{path.name}.{os.getpid()}.tmp"))
+            temps[-1].write_text(text, encoding="utf-8")
+    except BaseException as exc:
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and path is not None:
+            exc.filename = str(path)  # the file the report could not write, not its temporary
+        raise
+    for path, tmp in zip(texts, temps):
+        os.replace(tmp, path)
+
+
 def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None, *,
                  registry: Registry) -> ReportFiles:
-    """Write report.md (+ SVG files), report.html and summary.csv into ``out_dir``.
+    """Write report.md (+ SVG files), report.html, summary.csv and effects.csv into
+    ``out_dir``, all or none (:func:`write_all`).
 
     ``runs``: results stores (``results.sqlite``, its run folder, or a folder of run
     folders; see :mod:`variantlab.store.runs`) or ``RunData`` objects; one store named twice is
@@ -97,26 +119,25 @@ def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None
     out.mkdir(parents=True, exist_ok=True)
     context, plots = build_context(data, registry)
     svgs: dict[str, str] = {}
-    written = []
+    texts: dict[Path, str] = {}
     keys = {plot.key for plot in plots}
-    for old in out.glob("heatmap*.svg"):  # an earlier report's heatmaps are not this one's
-        if old.stem not in keys:
-            old.unlink()
+    stale = [old for old in out.glob("heatmap*.svg") if old.stem not in keys]
     for plot in plots:
         svg_path = out / f"{plot.key}.svg"
         if plot.figure is None:
-            svg_path.unlink(missing_ok=True)
+            stale.append(svg_path)
             continue
         svg = to_svg(plot.figure)
-        svg_path.write_text(svg, encoding="utf-8")
-        written.append(svg_path)
+        texts[svg_path] = svg
         svgs[plot.key] = inline_svg(svg, f"p-{plot.key}")
-    md = out / "report.md"
-    md.write_text(render_markdown(context), encoding="utf-8")
-    html = out / "report.html"
-    html.write_text(render_html(context, svgs), encoding="utf-8")
-    csv = out / "summary.csv"
-    csv.write_text(summary_csv(context["summary"]), encoding="utf-8")
-    effects = out / "effects.csv"
-    effects.write_text(effects_csv(context["effects_frame"]), encoding="utf-8")
+    written = list(texts)
+    md, html, csv, effects = (out / n for n in ("report.md", "report.html", "summary.csv",
+                                                 "effects.csv"))
+    texts[md] = render_markdown(context)
+    texts[html] = render_html(context, svgs)
+    texts[csv] = summary_csv(context["summary"])
+    texts[effects] = effects_csv(context["effects_frame"])
+    write_all(texts)
+    for path in stale:  # an earlier report's plots that are not this one's
+        path.unlink(missing_ok=True)
     return ReportFiles(md, html, csv, tuple(written), effects)

@@ -16,6 +16,7 @@ the old attempt; nothing is ever doubled.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import math
@@ -126,6 +127,30 @@ class StoreError(ValueError):
         super().__init__(message)
 
 
+class StoreWriteError(StoreError):
+    """The store cannot take a write now (a full disk, a quota, a file or folder made
+    read-only during the run): the transaction was rolled back, what was stored is intact."""
+
+
+#: SQLite's primary result codes of a write the disk or the file refused
+_WRITE_CODES = {8: "the file became read-only", 10: "an I/O error", 13: "the disk is full"}
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG}
+
+
+def write_problem(exc: BaseException) -> str | None:
+    """What a failed write says when the disk or the file refused it (``None``: another
+    error): a full disk, a quota, a read-only file, an I/O error."""
+    if isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS:
+        return exc.strerror or str(exc)
+    if isinstance(exc, sqlite3.OperationalError):
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF in _WRITE_CODES:
+            return f"{_WRITE_CODES[code & 0xFF]} (sqlite: {exc})"
+        if "disk is full" in str(exc):
+            return f"the disk is full (sqlite: {exc})"
+    return None
+
+
 def writable(path: str | Path) -> bool:
     """Whether this process may write ``path`` (a seam for tests: root may write anything)."""
     return os.access(path, os.W_OK)
@@ -164,8 +189,13 @@ class Store:
         self.invocation = new_invocation()
         try:
             self.conn = self._connect(read_only, writer)
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, OSError) as exc:
             self.close()
+            problem = write_problem(exc)
+            if problem is not None:
+                raise StoreWriteError(f"cannot write {self.path}: {problem}") from None
+            if isinstance(exc, OSError):
+                raise
             raise _not_a_store(self.path, exc) from None
         except BaseException:
             self.close()
@@ -218,19 +248,27 @@ class Store:
 
     # -- writing ------------------------------------------------------------------------
     def _transaction(self, statements: Iterable[tuple[str, Sequence[Any], bool]]) -> None:
-        """Run ``(sql, args, many)`` statements as one transaction (all or nothing)."""
+        """Run ``(sql, args, many)`` statements as one transaction (all or nothing); a write
+        the disk or the file refuses raises :class:`StoreWriteError` (rolled back)."""
         cur = self.db.cursor()
-        cur.execute("BEGIN IMMEDIATE")
         try:
-            for sql, args, many in statements:
-                if many:
-                    cur.executemany(sql, args)
-                else:
-                    cur.execute(sql, args)
-            cur.execute("COMMIT")
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, args, many in statements:
+                    if many:
+                        cur.executemany(sql, args)
+                    else:
+                        cur.execute(sql, args)
+                cur.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    cur.execute("ROLLBACK")
+                raise
+        except (sqlite3.OperationalError, OSError) as exc:
+            problem = write_problem(exc)
+            if problem is None:
+                raise
+            raise StoreWriteError(f"cannot write {self.path}: {problem}") from None
 
     def write_experiment(
         self,

@@ -148,6 +148,7 @@ class RunSummary:
     failed: list[tuple[Unit, str]] = field(default_factory=list)
     interrupted: bool = False
     interrupted_unit: Unit | None = None
+    write_error: str | None = None  # the store refused a write (disk full): the run stopped
 
     @property
     def not_run(self) -> int:
@@ -156,12 +157,15 @@ class RunSummary:
 
     @property
     def ok(self) -> bool:
-        return not self.failed and not self.interrupted
+        return not self.failed and not self.interrupted and self.write_error is None
 
     @property
     def exit_code(self) -> int:
+        """0 ok, 1 a unit failed, 3 the store could not be written, 130 interrupted."""
         if self.interrupted:
             return 130
+        if self.write_error is not None:
+            return 3
         return 1 if self.failed else 0
 
 
