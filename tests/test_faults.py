@@ -1,0 +1,144 @@
+"""Faults of docs/reliability.md not shown elsewhere: Ctrl-C (SIGINT) of an in-process run,
+and a plugin file edited while a run goes on (in this process: the run keeps the code it
+started with and its keys; a worker that imports the edited file refuses the unit, naming
+the cause; the next run recomputes the edited plugin's units only)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import TINY_MODEL, invoke
+
+from variantlab.config.experiment import load_experiment
+from variantlab.executors.base import _LOADED, ExperimentSource, compute
+from variantlab.executors.runner import plan_units, run_experiment
+from variantlab.store.store import load_run
+from variantlab.sweep.units import default_probe_fn
+
+NORM = '''
+from typing import Literal
+
+from torch import nn
+
+import variantlab
+
+
+class HalfSpec(variantlab.ComponentSpec):
+    kind: Literal["half_layer"] = "half_layer"
+
+
+@variantlab.hookimpl
+def register_norms(register):
+    register("half_layer", HalfSpec, lambda spec, dim: nn.LayerNorm(dim, eps={eps}))
+'''
+
+
+def norm_experiment(tmp_path: Path) -> Path:
+    (tmp_path / "half.py").write_text(NORM.format(eps="1e-5"))
+    exp = tmp_path / "edit.yaml"
+    exp.write_text(f"name: edit\nseeds: [0, 1]\nmodel: {TINY_MODEL}\nplugins: [half.py]\n"
+                   "grid:\n  norm.kind: [layer, half_layer]\nmeasure:\n  params: {}\n")
+    return exp
+
+
+def test_a_plugin_edited_mid_run_in_process_keeps_the_runs_code_and_keys(tmp_path):
+    exp_path = norm_experiment(tmp_path)
+    exp = load_experiment(exp_path)
+    planned = {u.key for u in plan_units(exp)}
+    calls: list[str] = []
+
+    def edit_after_the_first_unit(name, spec, settings, **kwargs):
+        calls.append(name)
+        if len(calls) == 1:  # someone saves the plugin file while the run goes on
+            (tmp_path / "half.py").write_text(NORM.format(eps="1e-3"))
+        return default_probe_fn(name, spec, settings, **kwargs)
+
+    summary = run_experiment(exp, tmp_path / "runs", probe_fn=edit_after_the_first_unit)
+    assert summary.exit_code == 0 and summary.done == 4
+    stored = load_run(tmp_path / "runs" / "edit").units
+    assert set(stored.key) == planned  # the keys of the code it started with and ran
+
+    # the next run sees the edit: the half_layer units get new keys and are computed again,
+    # the others are kept
+    again = run_experiment(load_experiment(exp_path), tmp_path / "runs")
+    assert (again.done, again.skipped) == (2, 2)
+    units = load_run(tmp_path / "runs" / "edit").units
+    assert len(units) == 6 and set(units.status) == {"ok"}
+
+
+def test_a_worker_that_imports_the_edited_plugin_refuses_the_unit(tmp_path):
+    exp_path = norm_experiment(tmp_path)
+    exp = load_experiment(exp_path)
+    units = {(u.variant.name, u.probe, u.seed): u for u in plan_units(exp)}
+    source = ExperimentSource.of(exp)
+    (tmp_path / "half.py").write_text(NORM.format(eps="1e-3"))  # edited before it rebuilds
+    _LOADED.clear()
+    try:
+        with pytest.raises(LookupError, match=r"is not in the experiment as the worker rebuilt "
+                                              r"it \(did the YAML, a plugin"):
+            compute(source, units[("norm.kind=half_layer", "params", 0)].key, default_probe_fn)
+        # a unit the edit does not touch is computed as planned
+        record, rows = compute(source, units[("base", "params", 0)].key, default_probe_fn)
+        assert record.status == "ok" and rows
+    finally:
+        _LOADED.clear()
+
+
+# a probe that stores nothing until a "go" file exists, leaving a "started" file
+WAIT_PLUGIN = '''
+import time
+from pathlib import Path
+
+import variantlab
+from variantlab.plugin.rows import row
+
+
+class WaitSettings(variantlab.ProbeSettings):
+    folder: str = ""
+
+
+def run(spec, settings, *, seed, data, base_dir, device, registry):
+    Path(settings.folder, f"started-{seed}").touch()
+    deadline = time.monotonic() + 600
+    while not Path(settings.folder, "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [row("wait", "waited", 1)]
+
+
+@variantlab.hookimpl
+def register_probes(register):
+    register("wait", WaitSettings, run, device_free=True)
+'''
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_an_in_process_run_and_keeps_finished_units(tmp_path):
+    (tmp_path / "wait.py").write_text(WAIT_PLUGIN)
+    exp = tmp_path / "wait.yaml"
+    exp.write_text(f"name: wait\nseeds: [0, 1]\nmodel: {TINY_MODEL}\nplugins: [wait.py]\n"
+                   f"measure:\n  params: {{}}\n  wait: {{folder: '{tmp_path}'}}\n")
+    cmd = [sys.executable, "-m", "variantlab", "run", str(exp), "--out", str(tmp_path / "runs"),
+           "--no-report"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "started-0").exists():  # params of seed 0 stored, wait running
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 130, output
+    assert "interrupted: finished units are stored" in output and "Traceback" not in output
+    units = load_run(tmp_path / "runs" / "wait").units
+    assert list(zip(units.probe, units.seed, units.status)) == [("params", 0, "ok")]
+
+    (tmp_path / "go").touch()
+    again = invoke("run", exp, "--out", tmp_path / "runs", "--no-report")
+    assert again.exit_code == 0, again.output
+    assert "4 unit(s): 3 computed, 1 stored already, 0 failed" in again.output
