@@ -1,4 +1,5 @@
-"""Faults of docs/reliability.md not shown elsewhere: Ctrl-C (SIGINT) of an in-process run,
+"""Faults of docs/reliability.md not shown elsewhere: Ctrl-C (SIGINT) or SIGTERM of an
+in-process run,
 and a plugin file edited while a run goes on (in this process: the run keeps the code it
 started with and its keys; a worker that imports the edited file refuses the unit, naming
 the cause; the next run recomputes the edited plugin's units only)."""
@@ -6,6 +7,7 @@ the cause; the next run recomputes the edited plugin's units only)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -118,7 +120,8 @@ def register_probes(register):
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_an_in_process_run_and_keeps_finished_units(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_sigterm_stops_an_in_process_run_and_keeps_finished_units(tmp_path, sig):
     (tmp_path / "wait.py").write_text(WAIT_PLUGIN)
     exp = tmp_path / "wait.yaml"
     exp.write_text(f"name: wait\nseeds: [0, 1]\nmodel: {TINY_MODEL}\nplugins: [wait.py]\n"
@@ -131,7 +134,7 @@ def test_ctrl_c_stops_an_in_process_run_and_keeps_finished_units(tmp_path):
     while not (tmp_path / "started-0").exists():  # params of seed 0 stored, wait running
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
         time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     output = proc.communicate(timeout=60)[0]
     assert proc.returncode == 130, output
     assert "interrupted: finished units are stored" in output and "Traceback" not in output
@@ -142,3 +145,16 @@ def test_ctrl_c_stops_an_in_process_run_and_keeps_finished_units(tmp_path):
     again = invoke("run", exp, "--out", tmp_path / "runs", "--no-report")
     assert again.exit_code == 0, again.output
     assert "4 unit(s): 3 computed, 1 stored already, 0 failed" in again.output
+
+
+def test_every_row_of_the_fault_matrix_names_a_test_that_exists():
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "docs" / "reliability.md").read_text()
+    named = re.findall(r"`(tests/[\w/]+\.py)::(\w+)(?:\[[^\]]*\])?`", text)
+    assert len(named) >= 8
+    for path, name in named:
+        source = (root / path).read_text()
+        assert re.search(rf"^def {name}\(", source, re.M), f"{path}::{name} does not exist"
+    for fault in ("SIGKILL", "SIGINT", "SIGTERM", "disk full", "corrupt store", "concurrent run",
+                  "worker death under Ray", "code edit mid-run"):
+        assert f"| {fault} |" in text, fault
