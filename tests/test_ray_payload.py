@@ -147,6 +147,10 @@ def test_data_outside_the_folder_and_absolute_plugins(tmp_path, monkeypatch):
     (folder / "exp.yaml").write_text(text)
     payload = ray_payload.select(load_experiment(folder / "exp.yaml"), (), None)
     assert shipped(payload) == {"norms.py"}
+    # a glob that matches nothing ships nothing (the units fail saying so)
+    (folder / "exp.yaml").write_text(text.replace(str(tmp_path / "shared"), "none"))
+    payload = ray_payload.select(load_experiment(folder / "exp.yaml"), (), None)
+    assert shipped(payload) == {"norms.py"}
 
 
 def test_a_plugin_package_in_the_folder_ships_its_files_only(tmp_path, monkeypatch):

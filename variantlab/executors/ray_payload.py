@@ -94,7 +94,7 @@ def never_shipped(base: Path, run_dir: Path | None, stage: Path | None = None) -
 def select(experiment: Any, extra_plugins: Sequence[str], run_dir: Path | None,
            stage_dir: Path | None = None) -> Payload:
     """The files the units read, as :class:`Payload` (nothing is copied yet)."""
-    from ..data.sources import TextData, text_files
+    from ..data.sources import DataError, TextData, text_files
 
     base = _norm(Path(experiment.base_dir))
     never = never_shipped(base, run_dir, stage_dir)
@@ -118,7 +118,10 @@ def select(experiment: Any, extra_plugins: Sequence[str], run_dir: Path | None,
                         if (m := local_module(t)) is not None and m not in payload.modules]
     data = spec.data
     if isinstance(data, TextData) and not Path(os.path.expanduser(data.path)).is_absolute():
-        wanted += [_norm(p) for p in text_files(data.path, base)]
+        try:
+            wanted += [_norm(p) for p in text_files(data.path, base)]
+        except DataError:  # matches nothing: the units fail saying so (preflight warned)
+            pass
     wanted = [p for p in dict.fromkeys(wanted) if not _under(p, never) and not _in_ray_temp(p)]
     if wanted:
         root = Path(os.path.commonpath([str(base), *(str(p.parent) for p in wanted)]))
