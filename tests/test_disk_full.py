@@ -103,6 +103,22 @@ def test_a_full_disk_stops_the_run_keeps_what_was_stored_and_a_rerun_resumes(
     assert f"4 unit(s): {4 - n} computed, {n} stored already, 0 failed" in again.output
 
 
+@pytest.mark.slow
+def test_a_full_disk_stops_a_pool_run_too(tmp_path, monkeypatch):
+    exp = write_exp(tmp_path, GRID, seeds="[0, 1, 2]", measure=PARAMS)
+    with monkeypatch.context() as mp:
+        handed = fill_after(mp, 2, "oserror")  # the driver writes: the pool's results too
+        full = invoke("run", exp, "--out", tmp_path / "runs", "--workers", "2", "--no-report")
+    assert full.exit_code == 3, full.output
+    assert "stopped: cannot write" in full.output and "No space left on device" in full.output
+    assert "6 unit(s): 2 computed, 0 stored already, 0 failed, 4 not run" in full.output
+    units = load_run(tmp_path / "runs" / "pooltest").units
+    assert set(units.key) == set(list(handed)[:2]) and set(units.status) == {"ok"}
+    again = invoke("run", exp, "--out", tmp_path / "runs", "--workers", "2", "--no-report")
+    assert again.exit_code == 0, again.output
+    assert "6 unit(s): 4 computed, 2 stored already, 0 failed" in again.output
+
+
 def test_write_problems_are_told_apart_from_other_errors():
     assert write_problem(OSError(errno.ENOSPC, "No space left on device")) == \
         "No space left on device"
