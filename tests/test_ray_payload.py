@@ -170,13 +170,14 @@ def test_a_plugin_package_in_the_folder_ships_its_files_only(tmp_path, monkeypat
 def test_the_cli_refuses_an_oversize_payload_before_ray_starts(tmp_path):
     pytest.importorskip("ray")
     folder = folder_with(tmp_path)
-    big(folder / "corpus" / "huge.txt", 2)
+    (folder / "corpus" / "huge.txt").write_text(TEXT * 20)  # 36 kB
     result = invoke("run", folder / "exp.yaml", "--out", tmp_path / "runs", "--executor", "ray",
-                    "--ray-max-upload", "1")
+                    "--ray-max-upload", "0.01")
     assert result.exit_code == 2, result.output
     line = " ".join(result.output.split())
-    assert "\n--ray-max-upload: --executor ray would ship 2.0 MB" in result.output, line
-    assert f"{folder / 'corpus' / 'huge.txt'} (2.0 MB)" in line
+    assert "\n--ray-max-upload: --executor ray would ship 39.9 kB in 4 file(s) to the " \
+        "workers, above the limit of 0.01 MB" in result.output, line
+    assert f"{folder / 'corpus' / 'huge.txt'} (36.0 kB)" in line
     assert "Traceback" not in result.output and not (tmp_path / "runs").exists()
     # the option is Ray's: another executor refuses it
     other = invoke("run", folder / "exp.yaml", "--out", tmp_path / "runs",
