@@ -16,7 +16,6 @@ the old attempt; nothing is ever doubled.
 
 from __future__ import annotations
 
-import errno
 import itertools
 import json
 import math
@@ -32,6 +31,7 @@ from typing import Any
 import pandas as pd
 
 from .contract import RESULTS, UNITS, VARIANTS, ContractError, RunData, RunMeta, conform, describe
+from .writes import write_problem
 
 STORE_FILE = "results.sqlite"
 
@@ -130,25 +130,6 @@ class StoreError(ValueError):
 class StoreWriteError(StoreError):
     """The store cannot take a write now (a full disk, a quota, a file or folder made
     read-only during the run): the transaction was rolled back, what was stored is intact."""
-
-
-#: SQLite's primary result codes of a write the disk or the file refused
-_WRITE_CODES = {8: "the file became read-only", 10: "an I/O error", 13: "the disk is full"}
-_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG}
-
-
-def write_problem(exc: BaseException) -> str | None:
-    """What a failed write says when the disk or the file refused it (``None``: another
-    error): a full disk, a quota, a read-only file, an I/O error."""
-    if isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS:
-        return exc.strerror or str(exc)
-    if isinstance(exc, sqlite3.OperationalError):
-        code = getattr(exc, "sqlite_errorcode", None)
-        if code is not None and code & 0xFF in _WRITE_CODES:
-            return f"{_WRITE_CODES[code & 0xFF]} (sqlite: {exc})"
-        if "disk is full" in str(exc):
-            return f"the disk is full (sqlite: {exc})"
-    return None
 
 
 def writable(path: str | Path) -> bool:
