@@ -26,10 +26,13 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError
 from ..sweep.units import Unit
+
+if TYPE_CHECKING:
+    from ..config.experiment import Experiment
 
 EXCLUDES = [".git", ".venv", "__pycache__"]
 
@@ -52,7 +55,7 @@ def is_file_target(target: str) -> bool:
     return target.endswith(".py") or "/" in target or "\\" in target
 
 
-def runtime_env(experiment: Any, extra_plugins: Sequence[str], run_dir: Path | None,
+def runtime_env(experiment: Experiment, extra_plugins: Sequence[str], run_dir: Path | None,
                 stage: Path) -> tuple[dict[str, Any], Shipped | None, bool]:
     """``(runtime_env, shipped plugin files, whether the experiment's folder is shipped)``;
     plugin files are copied under ``stage`` (a folder the caller removes afterwards)."""
@@ -73,7 +76,7 @@ def runtime_env(experiment: Any, extra_plugins: Sequence[str], run_dir: Path | N
     return env, shipped, folder
 
 
-def _reads_folder(experiment: Any) -> bool:
+def _reads_folder(experiment: Experiment) -> bool:
     """Whether the experiment reads files relative to its folder."""
     spec = experiment.spec
     relative_plugins = any(not Path(t).is_absolute() for t in spec.plugins)
@@ -123,7 +126,7 @@ def make_stage() -> Path:
     return Path(tempfile.mkdtemp(prefix="variantlab-ray-"))
 
 
-def unit_resources(experiment: Any, unit: Unit) -> tuple[float, float]:
+def unit_resources(experiment: Experiment, unit: Unit) -> tuple[float, float]:
     """``(num_cpus, num_gpus)`` a unit asks for: ``resources:`` of its probe, else one
     CPU, and one GPU when its device is CUDA."""
     res = (getattr(getattr(experiment, "spec", None), "resources", None) or {}).get(unit.probe)

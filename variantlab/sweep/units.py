@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -28,10 +28,8 @@ from .. import __version__
 from ..store.store import Store, UnitRecord
 from .keys import data_fingerprint, environment, probe_code, variant_code
 
-
-class ProbeFn(Protocol):
-    def __call__(self, name: str, spec: Any, settings: Any, *, seed: int, data: Any,
-                 base_dir: Path, device: str | None = None, registry: Any = None) -> list: ...
+if TYPE_CHECKING:
+    from ..config.experiment import Experiment, Variant
 
 
 def default_probe_fn(name: str, spec: Any, settings: Any, **kwargs: Any) -> list:
@@ -81,7 +79,7 @@ def unit_key(spec_data: Any, probe: str, settings_data: Any, device: str | None,
 @dataclass(frozen=True)
 class Unit:
     key: str
-    variant: Any  # experiment.Variant
+    variant: Variant
     seed: int
     probe: str
     settings: Any
@@ -93,7 +91,7 @@ class Unit:
         return f"{self.variant.name} seed={self.seed} {self.probe}"
 
 
-def plan_units(experiment: Any, device: str | None = None) -> list[Unit]:
+def plan_units(experiment: Experiment, device: str | None = None) -> list[Unit]:
     """Every unit of the experiment in a fixed order: variant, then seed, then probe; the
     units of serial probes (timing) last, interleaved (seed, then variant): a variant's
     timings then sit next to the other variants' in time, so the machine's drift hits
@@ -212,7 +210,7 @@ class ResultSink:
 def run_in_process(
     sink: ResultSink,
     units: Sequence[tuple[int, Unit]],
-    experiment: Any,
+    experiment: Experiment,
     probe_fn: Callable[..., list] = default_probe_fn,
     fail_fast: bool = False,
 ) -> bool:
@@ -229,7 +227,7 @@ def run_in_process(
     return True
 
 
-def run_unit(unit: Unit, experiment: Any, probe_fn: Callable[..., list]) -> tuple[UnitRecord, list]:
+def run_unit(unit: Unit, experiment: Experiment, probe_fn: Callable[..., list]) -> tuple[UnitRecord, list]:
     """Run one probe; an exception, SystemExit included, becomes a failed record
     (KeyboardInterrupt propagates)."""
     started = now_iso()
