@@ -143,7 +143,6 @@ def run_experiment(
                 executor.run(sink, todo, experiment, context)
             except KeyboardInterrupt:
                 summary.interrupted = True
-                summary.interrupted_unit = next(iter(sink.in_flight.values()), None)
     finally:
         executor.close()
     return summary

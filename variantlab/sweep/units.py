@@ -145,7 +145,6 @@ class RunSummary:
     skipped: int = 0  # already stored ok
     failed: list[tuple[Unit, str]] = field(default_factory=list)
     interrupted: bool = False
-    interrupted_unit: Unit | None = None
 
     @property
     def not_run(self) -> int:
@@ -177,7 +176,6 @@ class ResultSink:
                  rerun: Iterable[str] = ()):
         self.store, self.summary, self.notify = store, summary, notify
         self.statuses = store.statuses()
-        self.in_flight: dict[int, Unit] = {}  # index -> unit started and not stored yet
         self.rerun = set(rerun)  # keys to compute again although stored ok
 
     def stored_ok(self, unit: Unit) -> bool:
@@ -188,13 +186,11 @@ class ResultSink:
         self.notify(UnitEvent("skipped", unit, index, self.summary.total))
 
     def start(self, index: int, unit: Unit) -> None:
-        self.in_flight[index] = unit
         self.notify(UnitEvent("start", unit, index, self.summary.total))
 
     def save(self, index: int, unit: Unit, record: UnitRecord, rows: Sequence[Any]) -> bool:
         """Store one unit and report it; ``True`` when it is ``ok``."""
         self.store.save_unit(record, rows)  # one transaction: rolled back if interrupted
-        self.in_flight.pop(index, None)
         self.rerun.discard(unit.key)  # computed now: a variant with the same spec reuses it
         self.statuses[unit.key] = record.status
         total = self.summary.total
