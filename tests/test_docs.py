@@ -77,3 +77,12 @@ def test_relative_links_resolve(doc, target):
     assert dest.exists(), f"{doc.relative_to(ROOT)}: {target}: no such file"
     if anchor and dest.suffix == ".md":
         assert anchor in _anchors(dest), f"{doc.relative_to(ROOT)}: {target}: no such heading"
+
+
+def test_the_architecture_page_names_every_folder_of_the_core_once():
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    rows = re.findall(r"^\| `(\w+)/` \|", page, re.M)
+    folders = sorted(p.name for p in (ROOT / "variantlab").iterdir()
+                     if (p / "__init__.py").exists())
+    assert sorted(rows) == folders
+    assert len(rows) == len(set(rows))
