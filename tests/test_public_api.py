@@ -51,3 +51,24 @@ def test_from_transformers_without_registry():
         diff = (model(idx) - hf(idx).logits).abs().max().item()
     assert diff < 1e-4
     assert spec.family == "gpt"
+
+
+def test_run_probe_without_registry():
+    from variantlab.probes import run_probe
+
+    rows = run_probe("params", TINY, seed=0)
+    explicit = run_probe("params", TINY, seed=0, registry=vl.get_registry())
+    total = [r["value"] for r in rows if r["metric"] == "total" and r["scope"] == "model"]
+    assert total == [r["value"] for r in explicit if r["metric"] == "total" and r["scope"] == "model"]
+    model = vl.build_model(TINY)
+    assert total == [sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())]
+
+
+def test_write_report_without_registry(tmp_path):
+    from variantlab.report import write_report
+    from variantlab.testing.sample import sample_run
+
+    write_report([sample_run()], tmp_path / "a")
+    write_report([sample_run()], tmp_path / "b", registry=vl.get_registry())
+    for name in ("report.md", "summary.csv"):
+        assert (tmp_path / "a" / name).read_text() == (tmp_path / "b" / name).read_text()
