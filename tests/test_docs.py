@@ -86,3 +86,13 @@ def test_the_architecture_page_names_every_folder_of_the_core_once():
                      if (p / "__init__.py").exists())
     assert sorted(rows) == folders
     assert len(rows) == len(set(rows))
+
+
+def test_the_readme_python_example_runs_without_a_registry():
+    page = (ROOT / "README.md").read_text()
+    code = next(b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "vl.build_model(" in b)
+    code = code.replace('"n_layers": 12', '"n_layers": 1').replace("50257", "64")
+    code = code.split("\ndf = vl.results")[0]  # no run folder here
+    scope: dict = {}
+    exec(code, scope)
+    assert scope["model"].variantlab_spec.attention.impl == "sdpa"
