@@ -195,7 +195,7 @@ class ExperimentSource:
         return cls(experiment.source_text, str(path) if path else "<string>",
                    str(experiment.base_dir), tuple(extra_plugins), device)
 
-    def load(self, device: str | None = None) -> tuple[Any, dict[str, Unit]]:
+    def load(self, device: str | None = None) -> tuple[Experiment, dict[str, Unit]]:
         """The experiment and its units by key, as :func:`plan_units` gives them with
         ``device`` (default: the run's ``--device``)."""
         from ..config.experiment import experiment_from_text
@@ -206,7 +206,7 @@ class ExperimentSource:
         return exp, {u.key: u for u in plan_units(exp, device or self.device)}
 
 
-_LOADED: dict[tuple[ExperimentSource, str | None], tuple[Any, dict[str, Unit]]] = {}
+_LOADED: dict[tuple[ExperimentSource, str | None], tuple[Experiment, dict[str, Unit]]] = {}
 
 
 def compute(source: ExperimentSource, key: str, probe_fn: Callable[..., list],
