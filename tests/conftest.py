@@ -76,11 +76,24 @@ def store_of(run, folder: Path) -> Path:
 SCALENORM = ROOT / "examples" / "plugin-scalenorm" / "variantlab_scalenorm.py"
 
 
+def quickstart_plugin(folder: Path) -> Path:
+    """docs/plugins.md's plugin, written as ``folder/variantlab_scalenorm.py``."""
+    page = (ROOT / "docs" / "plugins.md").read_text()
+    code = next(b for b in re.findall(r"```python\n(.*?)```", page, re.S)
+                if b.startswith("# variantlab_scalenorm.py"))
+    path = folder / "variantlab_scalenorm.py"
+    path.write_text(code)
+    return path
+
+
 def doc_plugins(text: str, folder: Path) -> list[str]:
     """Plugins a YAML block of the docs needs: the ScaleNorm example when it names a
-    ``scale`` norm; docs/probes.md's weight-norms probe written into ``folder`` (the block
-    names it as a file beside the experiment) when it names ``weightnorms.py``."""
+    ``scale`` norm; docs/plugins.md's quickstart plugin and docs/probes.md's weight-norms
+    probe written into ``folder`` (the block names them as files beside the experiment) when
+    it names ``variantlab_scalenorm.py`` or ``weightnorms.py``."""
     plugins = [str(SCALENORM)] if "scale" in text else []
+    if "variantlab_scalenorm.py" in text:
+        plugins = [str(quickstart_plugin(folder))]
     if "weightnorms.py" in text:
         page = (ROOT / "docs" / "probes.md").read_text()
         code = next(b for b in re.findall(r"```python\n(.*?)```", page, re.S)

@@ -95,8 +95,7 @@ def {hook}(register):
         vl.build_registry([plugin(tmp_path, text)], entry_points=False)
 
 
-def test_no_registry_no_default(tiny):
-    with pytest.raises(TypeError):
-        vl.build_model(tiny)  # type: ignore[call-arg]  # the registry is always explicit
+def test_no_registry_means_the_default_one_but_validation_alone_needs_one(tiny):
+    assert vl.build_model(tiny).variantlab_spec == vl.parse_model_spec(tiny, vl.get_registry())
     with pytest.raises(TypeError, match="needs a registry"):
         vl.ModelSpec.model_validate(tiny)

@@ -30,11 +30,12 @@ def results(path):
     return _results(path)
 
 
-def from_transformers(hf_model: Any, registry: Any, impl: str = "naive",
+def from_transformers(hf_model: Any, registry: Any = None, impl: str = "naive",
                       ) -> tuple[ModelSpec, Any]:
     """``(spec, model)``: the variantlab spec equal to a Hugging Face transformers causal LM
     and a variantlab model holding copies of its weights (float32 logits equal within 1e-4),
-    built with ``registry`` (``variantlab.get_registry()``: the built-in components suffice).
+    built with ``registry`` (``None``: ``variantlab.get_registry()``; the built-in components
+    suffice).
 
     Classes: ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM``, ``LlamaForCausalLM``,
     ``Qwen3ForCausalLM``, ``Olmo2ForCausalLM``, with their tied or untied embeddings, biases,
@@ -46,7 +47,7 @@ def from_transformers(hf_model: Any, registry: Any, impl: str = "naive",
     ``.[hf]`` extra."""
     from .hfimport import from_transformers as _convert
 
-    return _convert(hf_model, registry, impl=impl)
+    return _convert(hf_model, get_registry() if registry is None else registry, impl=impl)
 
 
 def spec_yaml(spec, name="imported"):

@@ -40,9 +40,6 @@ class SpecError(ValueError):
     def at(cls, loc: Sequence[object], message: str) -> SpecError:
         return cls([SpecIssue(tuple(loc), message)])
 
-    def prefixed(self, prefix: Sequence[object]) -> SpecError:
-        return SpecError(SpecIssue(tuple(prefix) + i.loc, i.message) for i in self.issues)
-
 
 def unknown_name_message(what: str, name: object, choices: Sequence[str]) -> str:
     """``unknown norm 'layr'; did you mean 'layer'? Registered: batch, layer, none, rms``."""

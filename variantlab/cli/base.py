@@ -14,7 +14,7 @@ from rich.markup import escape
 from ..errors import PluginLoadError, SpecError, format_loc
 from .fmt import consoles
 
-EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_WRITE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_WRITE = 0, 1, 2, 3  # 130 (interrupted): RunSummary.exit_code
 
 
 def input_messages(exc: BaseException) -> list[str]:

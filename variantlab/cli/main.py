@@ -12,7 +12,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.markup import escape
@@ -31,6 +31,9 @@ from .base import (
 )
 from .fmt import ProgressReporter, consoles, print_summary
 from .info import describe, plugins_cmd, schema_cmd
+
+if TYPE_CHECKING:
+    from ..config.experiment import Experiment
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -160,12 +163,14 @@ def _check_device_option(device: str | None, here: bool = True) -> None:
         raise SpecError.at(("--device",), problem)
 
 
-def _print_checks(err: Any, exp: Any, device: str | None,
+def _print_checks(err: Any, exp: Experiment, device: str | None,
                   only: set[str] | None = None, here: bool = True) -> None:
     """Devices, data and the size guard (:func:`variantlab.sweep.preflight.preflight`); warnings."""
+    from ..config.yamlio import YamlDoc
     from ..sweep.preflight import preflight
 
-    for line in preflight(exp, exp.doc, device, only=only, here=here):
+    doc = exp.doc if exp.doc is not None else YamlDoc({})  # built in Python: no positions
+    for line in preflight(exp, doc, device, only=only, here=here):
         err.print(f"warning: data: {escape(line)}", soft_wrap=True)
 
 

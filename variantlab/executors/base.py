@@ -24,13 +24,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from ..errors import SpecError, SpecIssue
 from ..store.store import UnitRecord
 from ..sweep.units import ResultSink, Unit, default_probe_fn, plan_units, run_unit
+
+if TYPE_CHECKING:
+    from ..config.experiment import Experiment
 
 #: option fields that have a flag of their own on ``variantlab run``
 FLAGS = {"workers": "--workers", "address": "--address", "retries": "--retries",
@@ -59,13 +62,13 @@ class Executor(ABC):
         """A few words for the run's first line (``2 worker processes``); may be empty."""
         return ""
 
-    def prepare(self, experiment: Any, units: Sequence[tuple[int, Unit]],
+    def prepare(self, experiment: Experiment, units: Sequence[tuple[int, Unit]],
                 context: RunContext) -> None:
         """Check and connect before anything is computed or written."""
         return None
 
     @abstractmethod
-    def run(self, sink: ResultSink, units: Sequence[tuple[int, Unit]], experiment: Any,
+    def run(self, sink: ResultSink, units: Sequence[tuple[int, Unit]], experiment: Experiment,
             context: RunContext) -> bool:
         """Compute the units, storing each through ``sink``; ``False`` if stopped early."""
 
@@ -187,13 +190,13 @@ class ExperimentSource:
     plugin_paths: tuple[tuple[str, str], ...] = ()  # plugin -> file to import it from
 
     @classmethod
-    def of(cls, experiment: Any, extra_plugins: Sequence[str] = (),
+    def of(cls, experiment: Experiment, extra_plugins: Sequence[str] = (),
            device: str | None = None) -> ExperimentSource:
         path = getattr(experiment, "path", None)
         return cls(experiment.source_text, str(path) if path else "<string>",
                    str(experiment.base_dir), tuple(extra_plugins), device)
 
-    def load(self, device: str | None = None) -> tuple[Any, dict[str, Unit]]:
+    def load(self, device: str | None = None) -> tuple[Experiment, dict[str, Unit]]:
         """The experiment and its units by key, as :func:`plan_units` gives them with
         ``device`` (default: the run's ``--device``)."""
         from ..config.experiment import experiment_from_text
@@ -204,7 +207,7 @@ class ExperimentSource:
         return exp, {u.key: u for u in plan_units(exp, device or self.device)}
 
 
-_LOADED: dict[tuple[ExperimentSource, str | None], tuple[Any, dict[str, Unit]]] = {}
+_LOADED: dict[tuple[ExperimentSource, str | None], tuple[Experiment, dict[str, Unit]]] = {}
 
 
 def compute(source: ExperimentSource, key: str, probe_fn: Callable[..., list],

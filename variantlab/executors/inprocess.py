@@ -5,13 +5,16 @@ every unit one after another in the run's own process
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
 from ..plugin.settings import Strict
 from ..sweep.units import ResultSink, Unit, run_in_process
 from .base import Executor, RunContext
+
+if TYPE_CHECKING:
+    from ..config.experiment import Experiment
 
 
 class InProcessOptions(Strict):
@@ -24,6 +27,6 @@ class InProcessExecutor(Executor):
     def __init__(self, options: InProcessOptions | None = None) -> None:
         self.options = options or InProcessOptions()
 
-    def run(self, sink: ResultSink, units: Sequence[tuple[int, Unit]], experiment: Any,
+    def run(self, sink: ResultSink, units: Sequence[tuple[int, Unit]], experiment: Experiment,
             context: RunContext) -> bool:
         return run_in_process(sink, units, experiment, context.probe_fn, context.fail_fast)

@@ -46,7 +46,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, PositiveInt
 
@@ -54,6 +54,9 @@ from ..plugin.settings import Strict
 from ..store.store import UnitRecord
 from ..sweep.units import ResultSink, Unit, error_text, now_iso, run_in_process, unit_record
 from .base import Executor, ExperimentSource, RunContext, compute, split_units, store_result
+
+if TYPE_CHECKING:
+    from ..config.experiment import Experiment
 
 
 def cpu_count() -> int:
@@ -82,7 +85,7 @@ class PoolExecutor(Executor):
     def describe(self) -> str:
         return f"{self.workers} worker processes"
 
-    def prepare(self, experiment: Any, units: Sequence[tuple[int, Unit]],
+    def prepare(self, experiment: Experiment, units: Sequence[tuple[int, Unit]],
                 context: RunContext) -> None:
         try:
             pickle.dumps(context.probe_fn)
@@ -90,7 +93,7 @@ class PoolExecutor(Executor):
             raise TypeError(f"the pool sends probe_fn to the workers; it must be picklable "
                             f"(a module-level function): {exc}") from None
 
-    def run(self, sink: ResultSink, units: Sequence[tuple[int, Unit]], experiment: Any,
+    def run(self, sink: ResultSink, units: Sequence[tuple[int, Unit]], experiment: Experiment,
             context: RunContext) -> bool:
         """Compute the units in the pool, then the timing units here, one at a time."""
         work = split_units(sink, units)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,12 +29,15 @@ from ..sweep.units import (
 )
 from .base import Executor, RunContext, make_executor
 
+if TYPE_CHECKING:
+    from ..config.experiment import Experiment
 
-def run_dir_for(experiment: Any, out: str | Path = "runs") -> Path:
+
+def run_dir_for(experiment: Experiment, out: str | Path = "runs") -> Path:
     return Path(out) / experiment.name
 
 
-def experiment_meta(experiment: Any) -> RunMeta:
+def experiment_meta(experiment: Experiment) -> RunMeta:
     """What the store keeps about the experiment as run now."""
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     return RunMeta(
@@ -63,7 +66,7 @@ def _variant_rows(variants: Iterable[Any]) -> list[dict[str, Any]]:
     ]
 
 
-def select_variants(experiment: Any, only: Sequence[str] | None) -> set[str]:
+def select_variants(experiment: Experiment, only: Sequence[str] | None) -> set[str]:
     """Names to run; ``ValueError`` naming the choices for a name that is not there."""
     names = [v.name for v in experiment.variants]
     if not only:
@@ -78,7 +81,7 @@ def select_variants(experiment: Any, only: Sequence[str] | None) -> set[str]:
 
 
 def run_experiment(
-    experiment: Any,
+    experiment: Experiment,
     out: str | Path = "runs",
     *,
     only: Sequence[str] | None = None,
@@ -144,7 +147,6 @@ def run_experiment(
                 executor.run(sink, todo, experiment, context)
             except KeyboardInterrupt:
                 summary.interrupted = True
-                summary.interrupted_unit = next(iter(sink.in_flight.values()), None)
     except StoreWriteError as exc:  # a full disk: every unit stored so far is intact
         summary.write_error = str(exc)
     finally:
@@ -152,7 +154,7 @@ def run_experiment(
     return summary
 
 
-def check_rerun(experiment: Any, rerun: str | None) -> None:
+def check_rerun(experiment: Experiment, rerun: str | None) -> None:
     """``ValueError`` naming the choices when ``rerun`` is neither ``all`` nor a probe of
     the experiment."""
     choices = ["all", *experiment.measure.probes()]
@@ -161,7 +163,7 @@ def check_rerun(experiment: Any, rerun: str | None) -> None:
                          f"use one of: {', '.join(choices)} (or --rerun alone for all)")
 
 
-def experiment_file(experiment: Any) -> str | None:
+def experiment_file(experiment: Experiment) -> str | None:
     """The experiment file's resolved path, or ``None`` for an experiment from a string."""
     path = getattr(experiment, "path", None)
     return str(Path(path).resolve()) if path else None

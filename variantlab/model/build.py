@@ -8,7 +8,7 @@ from typing import Any
 
 from torch import nn
 
-from ..plugin.registry import Registry
+from ..plugin.registry import Registry, get_registry
 from .positions import accepts
 from .roles import mark
 from .specs import ComponentSpec, ModelSpec, parse_model_spec
@@ -150,9 +150,13 @@ def resolve_spec(spec: ModelSpec | Mapping[str, Any], registry: Registry) -> Mod
     return parse_model_spec(spec, registry)
 
 
-def build_model(spec: ModelSpec | Mapping[str, Any], registry: Registry) -> nn.Module:
-    """Build the model a spec describes with the components of ``registry`` (e.g.
-    :func:`variantlab.get_registry`). Same seed before it, same parameters."""
+def build_model(spec: ModelSpec | Mapping[str, Any], registry: Registry | None = None,
+                ) -> nn.Module:
+    """Build the model a spec (a ModelSpec or a mapping such as ``{"family": "gpt", ...}``)
+    describes with the components of ``registry``; ``None`` means
+    :func:`variantlab.get_registry` (built-ins plus installed plugins). Same seed before it,
+    same parameters."""
+    registry = get_registry() if registry is None else registry
     spec = resolve_spec(spec, registry)
     fam = registry.get("family", spec.family, ("family",))
     model = fam.build(spec, Parts(spec, registry))

@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from ..errors import SpecError, SpecIssue, pydantic_issues
-from ..plugin.registry import SLOTS, Registry
+from ..plugin.registry import SLOTS, Registry, get_registry
 from .layout import LAYER_SLOTS, LayoutSpec
 from .positions import accepts
 
@@ -319,9 +319,10 @@ class ModelSpec(BaseModel):
         return self.model_dump(mode="json")
 
 
-def parse_model_spec(data: Any, registry: Registry, loc: tuple = ()) -> ModelSpec:
-    """Validate a mapping against its family's spec class in ``registry`` (e.g.
-    :func:`variantlab.get_registry`); every issue has its key path."""
+def parse_model_spec(data: Any, registry: Registry | None = None, loc: tuple = ()) -> ModelSpec:
+    """Validate a mapping against its family's spec class in ``registry`` (``None``: the
+    default registry, :func:`variantlab.get_registry`); every issue has its key path."""
+    registry = get_registry() if registry is None else registry
     if isinstance(data, ModelSpec):
         data = data.model_dump()
     if not isinstance(data, Mapping):

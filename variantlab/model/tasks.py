@@ -72,6 +72,11 @@ class Task:
 NEXT_TOKEN = Task()
 
 
-def task_for(spec: ModelSpec, registry: Registry) -> Task:
-    """The task registered with ``spec``'s family in ``registry``."""
+def task_for(spec: ModelSpec, registry: Registry | None = None) -> Task:
+    """The task registered with ``spec``'s family in ``registry`` (``None``: the default
+    registry, :func:`variantlab.get_registry`)."""
+    if registry is None:
+        from ..plugin.registry import get_registry
+
+        registry = get_registry()
     return registry.get("family", spec.family, ("family",)).task  # set for every family

@@ -31,14 +31,18 @@ def run_probe(
     data: DataSpec | None = None,
     base_dir: Path | str = ".",
     device: str | None = None,
-    registry: Registry,
+    registry: Registry | None = None,
 ) -> list[Row]:
-    """Run probe ``name`` (registered in ``registry``, e.g. :func:`variantlab.get_registry`)
+    """Run probe ``name`` (registered in ``registry``; default :func:`variantlab.get_registry`)
     on the variant ``spec``; ``device`` overrides the settings' device.
 
     ``settings`` may be the probe's settings object, a mapping of its fields, or None for
     the defaults. Raises (never returns partial rows) when the variant cannot be measured.
     """
+    if registry is None:
+        from ..plugin.registry import get_registry
+
+        registry = get_registry()
     try:
         probe = registry.probe(name)
     except Exception:

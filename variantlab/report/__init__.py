@@ -99,7 +99,7 @@ def write_all(texts: dict[Path, str]) -> None:
 
 
 def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None, *,
-                 registry: Registry) -> ReportFiles:
+                 registry: Registry | None = None) -> ReportFiles:
     """Write report.md (+ SVG files), report.html, summary.csv and effects.csv into
     ``out_dir``, all or none (:func:`write_all`).
 
@@ -109,9 +109,13 @@ def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None
     (``RUN/variant``) where names clash, so runs are never pooled.
     ``baseline``: the variant the ratios compare against (default: the first run's
     baseline, else its first variant). Raises ValueError for an unknown baseline.
-    ``registry`` (e.g. :func:`variantlab.get_registry`, or one with the run's ``--plugin``
+    ``registry`` (default :func:`variantlab.get_registry`, or one with the run's ``--plugin``
     modules) gives the probes' report views.
     """
+    if registry is None:
+        from ..plugin.registry import get_registry
+
+        registry = get_registry()
     if isinstance(runs, (str, Path)):
         runs = [runs]
     data = gather(list(runs), baseline)

@@ -11,11 +11,14 @@ import codecs
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..config.yamlio import YamlDoc
+
+if TYPE_CHECKING:
+    from ..config.experiment import Experiment, Variant
 
 
 def _unknown(device: str) -> int | None:
@@ -54,7 +57,7 @@ def _file_warning(path: Path) -> str | None:
     return None
 
 
-def data_problems(exp: Any, doc: YamlDoc) -> tuple[list[str], list[str]]:
+def data_problems(exp: Experiment, doc: YamlDoc) -> tuple[list[str], list[str]]:
     """(errors, warnings) about ``data:`` for the probes that read it."""
     from ..data.sources import DataError, SyntheticData, TextData, text_files, token_stream
     from ..model.tasks import task_for
@@ -62,7 +65,8 @@ def data_problems(exp: Any, doc: YamlDoc) -> tuple[list[str], list[str]]:
     data = exp.data
     errors: list[str] = []
     warns: list[str] = []
-    readers = {n: s for n, s in exp.measure.probes().items() if getattr(s, "seq_len", None)}
+    readers: dict[str, Any] = {n: s for n, s in exp.measure.probes().items()
+                               if getattr(s, "seq_len", None)}  # settings that read tokens
     token_variants = [v for v in exp.variants
                       if task_for(v.spec, exp.registry).inputs != "floats"]
     if not readers or not token_variants:
@@ -95,7 +99,7 @@ def data_problems(exp: Any, doc: YamlDoc) -> tuple[list[str], list[str]]:
     return errors, warns
 
 
-def size_problems(exp: Any, doc: YamlDoc, device: str | None,
+def size_problems(exp: Experiment, doc: YamlDoc, device: str | None,
                   available: Callable[[str], int | None] | None = None,
                   only: set[str] | None = None) -> list[str]:
     """The size guard for every variant (those in ``only`` when given) and probe on the
@@ -120,7 +124,7 @@ def size_problems(exp: Any, doc: YamlDoc, device: str | None,
     return out
 
 
-def override_loc(exp: Any, variant: Any, field: str) -> tuple:
+def override_loc(exp: Experiment, variant: Variant, field: str) -> tuple:
     """Where ``field`` of ``variant`` is written: its grid value, its named ``set:`` entry,
     else ``model.FIELD`` (or ``model``)."""
     spec = exp.spec
@@ -133,7 +137,7 @@ def override_loc(exp: Any, variant: Any, field: str) -> tuple:
     return ("model", field) if field in spec.model else ("model",)
 
 
-def preflight(exp: Any, doc: YamlDoc, device: str | None = None,
+def preflight(exp: Experiment, doc: YamlDoc, device: str | None = None,
               available: Callable[[str], int | None] | None = None,
               only: set[str] | None = None, here: bool = True) -> list[str]:
     """Devices, data and sizes (of the variants in ``only`` when given); raises

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -28,10 +28,8 @@ from .. import __version__
 from ..store.store import Store, UnitRecord
 from .keys import data_fingerprint, environment, probe_code, variant_code
 
-
-class ProbeFn(Protocol):
-    def __call__(self, name: str, spec: Any, settings: Any, *, seed: int, data: Any,
-                 base_dir: Path, device: str | None = None, registry: Any = None) -> list: ...
+if TYPE_CHECKING:
+    from ..config.experiment import Experiment, Variant
 
 
 def default_probe_fn(name: str, spec: Any, settings: Any, **kwargs: Any) -> list:
@@ -81,7 +79,7 @@ def unit_key(spec_data: Any, probe: str, settings_data: Any, device: str | None,
 @dataclass(frozen=True)
 class Unit:
     key: str
-    variant: Any  # experiment.Variant
+    variant: Variant
     seed: int
     probe: str
     settings: Any
@@ -93,7 +91,7 @@ class Unit:
         return f"{self.variant.name} seed={self.seed} {self.probe}"
 
 
-def plan_units(experiment: Any, device: str | None = None) -> list[Unit]:
+def plan_units(experiment: Experiment, device: str | None = None) -> list[Unit]:
     """Every unit of the experiment in a fixed order: variant, then seed, then probe; the
     units of serial probes (timing) last, interleaved (seed, then variant): a variant's
     timings then sit next to the other variants' in time, so the machine's drift hits
@@ -147,7 +145,6 @@ class RunSummary:
     skipped: int = 0  # already stored ok
     failed: list[tuple[Unit, str]] = field(default_factory=list)
     interrupted: bool = False
-    interrupted_unit: Unit | None = None
     write_error: str | None = None  # the store refused a write (disk full): the run stopped
 
     @property
@@ -183,7 +180,6 @@ class ResultSink:
                  rerun: Iterable[str] = ()):
         self.store, self.summary, self.notify = store, summary, notify
         self.statuses = store.statuses()
-        self.in_flight: dict[int, Unit] = {}  # index -> unit started and not stored yet
         self.rerun = set(rerun)  # keys to compute again although stored ok
 
     def stored_ok(self, unit: Unit) -> bool:
@@ -194,13 +190,11 @@ class ResultSink:
         self.notify(UnitEvent("skipped", unit, index, self.summary.total))
 
     def start(self, index: int, unit: Unit) -> None:
-        self.in_flight[index] = unit
         self.notify(UnitEvent("start", unit, index, self.summary.total))
 
     def save(self, index: int, unit: Unit, record: UnitRecord, rows: Sequence[Any]) -> bool:
         """Store one unit and report it; ``True`` when it is ``ok``."""
         self.store.save_unit(record, rows)  # one transaction: rolled back if interrupted
-        self.in_flight.pop(index, None)
         self.rerun.discard(unit.key)  # computed now: a variant with the same spec reuses it
         self.statuses[unit.key] = record.status
         total = self.summary.total
@@ -216,7 +210,7 @@ class ResultSink:
 def run_in_process(
     sink: ResultSink,
     units: Sequence[tuple[int, Unit]],
-    experiment: Any,
+    experiment: Experiment,
     probe_fn: Callable[..., list] = default_probe_fn,
     fail_fast: bool = False,
 ) -> bool:
@@ -233,7 +227,7 @@ def run_in_process(
     return True
 
 
-def run_unit(unit: Unit, experiment: Any, probe_fn: Callable[..., list]) -> tuple[UnitRecord, list]:
+def run_unit(unit: Unit, experiment: Experiment, probe_fn: Callable[..., list]) -> tuple[UnitRecord, list]:
     """Run one probe; an exception, SystemExit included, becomes a failed record
     (KeyboardInterrupt propagates)."""
     started = now_iso()
