@@ -19,7 +19,7 @@ import torch
 from ..hfimport.common import ConversionError
 from ..model.specs import ModelSpec, parse_model_spec
 from ..plugin.registry import Registry, get_registry
-from .common import ExportWarning, refuse
+from .common import ExportWarning, Spec, refuse
 from .gemma import gemma_config, gemma_state
 from .gpt2 import gpt2_config, gpt2_state
 from .llama import CLASSES as LLAMA_LIKE
@@ -32,7 +32,7 @@ SUPPORTED = ("GPT2LMHeadModel", "GPTNeoXForCausalLM", *LLAMA_LIKE, "Gemma2ForCau
              "Gemma3ForCausalLM")
 
 
-def choose_class(spec: ModelSpec) -> str:
+def choose_class(spec: Spec) -> str:
     """The transformers class whose architecture the spec's components name (its own checks
     then refuse what else the class lacks)."""
     if spec.family != "gpt":
@@ -58,7 +58,7 @@ def choose_class(spec: ModelSpec) -> str:
            "sandwich (Gemma 2/3)")
 
 
-def hf_config(spec: ModelSpec, cls: str) -> Any:
+def hf_config(spec: Spec, cls: str) -> Any:
     """The transformers config of ``spec`` for class ``cls`` (refusing what it lacks)."""
     if cls == "GPT2LMHeadModel":
         return gpt2_config(spec)
@@ -69,7 +69,7 @@ def hf_config(spec: ModelSpec, cls: str) -> Any:
     return gemma_config(spec, cls)
 
 
-def hf_state(spec: ModelSpec, cls: str, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def hf_state(spec: Spec, cls: str, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     if cls == "GPT2LMHeadModel":
         return gpt2_state(spec, sd)
     if cls == "GPTNeoXForCausalLM":

@@ -9,12 +9,16 @@ from typing import Any, NoReturn
 import torch
 
 from ..hfimport.common import ACTIVATIONS, ConversionError
-from ..model.specs import ModelSpec
 
 
 class ExportWarning(UserWarning):
     """The exported model computes the same logits, but trains differently from the variant
     (a bias the variant lacks exported as zeros, a dropout the class has no place for)."""
+
+
+#: a ``gpt`` spec with built-in components: read by attribute (``spec.attention.n_kv_heads``),
+#: each attribute's presence checked before use, so typed loosely
+Spec = Any
 
 
 def refuse(loc: str, cls: str, why: str) -> NoReturn:
@@ -32,7 +36,7 @@ _ACT_NAMES = {("gelu", "none"): "gelu", ("gelu", "tanh"): "gelu_pytorch_tanh",
               ("relu", None): "relu", ("relu2", None): "relu2", ("silu", None): "silu"}
 
 
-def hf_activation(spec: ModelSpec, cls: str) -> str:
+def hf_activation(spec: Spec, cls: str) -> str:
     """The ``hidden_act`` name of the model's activation (the inverse of hfimport's map)."""
     act = spec.activation
     name = _ACT_NAMES.get((act.kind, getattr(act, "approximate", None)))
@@ -43,17 +47,17 @@ def hf_activation(spec: ModelSpec, cls: str) -> str:
     return name
 
 
-def need(spec: ModelSpec, cls: str, loc: str, ok: bool, why: str) -> None:
+def need(spec: Spec, cls: str, loc: str, ok: bool, why: str) -> None:
     """Refuse at ``loc`` unless ``ok``."""
     if not ok:
         refuse(loc, cls, why)
 
 
-def head_dim(spec: ModelSpec) -> int:
+def head_dim(spec: Spec) -> int:
     return getattr(spec.attention, "head_dim", None) or spec.emb_dim // spec.n_heads
 
 
-def check_attention(spec: ModelSpec, cls: str, *, gqa: bool, head_dim_free: bool,
+def check_attention(spec: Spec, cls: str, *, gqa: bool, head_dim_free: bool,
                     qk_norm: str | None = None, gemma: bool = False) -> None:
     """The attention is ``mha`` and uses only what ``cls`` has: grouped-query heads
     (``gqa``), its own head width (``head_dim_free``), QK-norm of ``qk_norm`` scope, and
@@ -91,7 +95,7 @@ def check_attention(spec: ModelSpec, cls: str, *, gqa: bool, head_dim_free: bool
              "a score scale other than 1/sqrt(head_dim) is in Gemma 2/3 only")
 
 
-def check_common(spec: ModelSpec, cls: str, *, norm: str, rotary: bool) -> None:
+def check_common(spec: Spec, cls: str, *, norm: str, rotary: bool) -> None:
     """What every class shares: family gpt, a final norm, shortcuts, no per-layer layout,
     no Gemma-only option, the norm kind ``norm`` and, with ``rotary``, a full rotation."""
     need(spec, cls, "final_norm", spec.final_norm, "every transformers class has a final norm")
@@ -114,7 +118,7 @@ def check_common(spec: ModelSpec, cls: str, *, norm: str, rotary: bool) -> None:
              f"fraction={fraction}: this class rotates every head dim")
 
 
-def check_dropout(spec: ModelSpec, cls: str, places: tuple[str, ...]) -> None:
+def check_dropout(spec: Spec, cls: str, places: tuple[str, ...]) -> None:
     """Warn of dropout the class has no place for (only ``places`` are kept)."""
     lost = [p for p in ("emb", "attn", "resid") if p not in places and spec.drop(p) > 0]
     if lost:
@@ -145,7 +149,7 @@ def rope(spec: Any, fraction: bool = False) -> dict[str, Any]:
     return out
 
 
-def token_ids(spec: ModelSpec, config_cls: Any) -> dict[str, Any]:
+def token_ids(spec: Spec, config_cls: Any) -> dict[str, Any]:
     """The class's default special token ids that lie outside the spec's vocabulary, set to
     None (they are the tokenizer's to set)."""
     names = ("bos_token_id", "eos_token_id", "pad_token_id")

@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from ..model.specs import ModelSpec
 from .common import (
+    Spec,
     check_attention,
     check_common,
     hf_activation,
@@ -25,11 +25,13 @@ from .llama import llama_kwargs, llama_state
 FULL, SLIDING = "full_attention", "sliding_attention"
 
 
-def _layer_types(spec: ModelSpec, cls: str) -> tuple[list[str], int | None, dict[str, float]]:
+def _layer_types(spec: Spec, cls: str) -> tuple[list[str], int | None, dict[str, float]]:
     """Each layer's HF type, the sliding window, and the rotary base per type; refuses a
     layer that differs from the model in anything but its window and (Gemma 3) rotary base."""
     base = spec.attention.model_copy(update={"window": None})
-    types, windows, thetas = [], set(), {}
+    types: list[str] = []
+    windows: set[int] = set()
+    thetas: dict[str, float] = {}
     for i in range(spec.n_layers):
         layer = spec.layer_spec(i)
         loc = "layout" if spec.layout is not None else "attention"
@@ -53,7 +55,7 @@ def _layer_types(spec: ModelSpec, cls: str) -> tuple[list[str], int | None, dict
     return types, (windows.pop() if windows else None), thetas
 
 
-def gemma_config(spec: ModelSpec, cls: str) -> Any:
+def gemma_config(spec: Spec, cls: str) -> Any:
     import transformers
 
     check_common(spec.model_copy(update={"layout": None, "scale_embeddings": False,
@@ -85,7 +87,7 @@ def gemma_config(spec: ModelSpec, cls: str) -> Any:
     if gemma3:
         local = rope(spec.positional.model_copy(update={"theta": thetas.get(SLIDING, theta)}))
         params: dict[str, Any] = {"full_attention": full, "sliding_attention": local}
-        config_cls = transformers.Gemma3TextConfig
+        config_cls: Any = transformers.Gemma3TextConfig
     else:
         params, config_cls = full, transformers.Gemma2Config
     return config_cls(
@@ -96,7 +98,7 @@ def gemma_config(spec: ModelSpec, cls: str) -> Any:
         final_logit_softcapping=spec.logit_softcap, attn_logit_softcapping=att.softcap)
 
 
-def gemma_state(spec: ModelSpec, sd: dict[str, torch.Tensor], cls: str
+def gemma_state(spec: Spec, sd: dict[str, torch.Tensor], cls: str
                 ) -> dict[str, torch.Tensor]:
     out = llama_state(spec, sd, cls, norms=("input_layernorm", "pre_feedforward_layernorm"),
                       norm_names=("norm_in", "norm_in"))

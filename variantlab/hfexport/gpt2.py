@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from ..model.specs import ModelSpec
 from .common import (
+    Spec,
     check_attention,
     check_common,
     hf_activation,
@@ -22,12 +22,12 @@ from .common import (
 CLS = "GPT2LMHeadModel"
 
 
-def hidden_of(spec: ModelSpec) -> int:
+def hidden_of(spec: Spec) -> int:
     ff = spec.feedforward
     return ff.hidden_dim or max(1, round(ff.hidden_mult * spec.emb_dim))
 
 
-def gpt2_config(spec: ModelSpec) -> Any:
+def gpt2_config(spec: Spec) -> Any:
     import transformers
 
     check_common(spec, CLS, norm="layer", rotary=False)
@@ -45,8 +45,9 @@ def gpt2_config(spec: ModelSpec) -> Any:
         resid_pdrop=spec.drop("resid"), tie_word_embeddings=spec.tie_weights)
 
 
-def gpt2_state(spec: ModelSpec, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    d, hidden, zeros = spec.emb_dim, hidden_of(spec), []
+def gpt2_state(spec: Spec, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    d, hidden = spec.emb_dim, hidden_of(spec)
+    zeros: list[str] = []
     for key, size, what in _biases(spec, d, hidden):
         zero_bias(sd, key, size, what, zeros)
     out = {"transformer.wte.weight": sd["embed.tok_emb.weight"],
@@ -73,7 +74,7 @@ def gpt2_state(spec: ModelSpec, sd: dict[str, torch.Tensor]) -> dict[str, torch.
     return out
 
 
-def _biases(spec: ModelSpec, d: int, hidden: int) -> list[tuple[str, int, str]]:
+def _biases(spec: Spec, d: int, hidden: int) -> list[tuple[str, int, str]]:
     """Every bias and norm shift GPT-2 has: (our key, size, what it is)."""
     out = [("final_norm.shift", d, "norm shifts")]
     for i in range(spec.n_layers):

@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from ..model.specs import ModelSpec
 from .common import (
+    Spec,
     check_attention,
     check_common,
     check_dropout,
@@ -37,7 +37,7 @@ CLASSES: dict[str, tuple[str, str, str | None, tuple[str, str]]] = {
 }
 
 
-def llama_kwargs(spec: ModelSpec, cls: str) -> dict[str, Any]:
+def llama_kwargs(spec: Spec, cls: str) -> dict[str, Any]:
     """The config options the Llama-like classes (Gemma's too) share."""
     need(spec, cls, "feedforward.kind", spec.feedforward.kind == "glu",
          f"feedforward {spec.feedforward.kind!r}: this class has a gated feed-forward (glu)")
@@ -52,7 +52,7 @@ def llama_kwargs(spec: ModelSpec, cls: str) -> dict[str, Any]:
         attention_dropout=spec.drop("attn"), tie_word_embeddings=spec.tie_weights)
 
 
-def llama_config(spec: ModelSpec, cls: str) -> Any:
+def llama_config(spec: Spec, cls: str) -> Any:
     import transformers
 
     config_cls, residual, scope, _ = CLASSES[cls]
@@ -72,7 +72,7 @@ def llama_config(spec: ModelSpec, cls: str) -> Any:
         rope_parameters=rope(spec.positional))
 
 
-def llama_state(spec: ModelSpec, sd: dict[str, torch.Tensor], cls: str,
+def llama_state(spec: Spec, sd: dict[str, torch.Tensor], cls: str,
                 norms: tuple[str, str] | None = None,
                 norm_names: tuple[str, str] = ("norm", "norm")) -> dict[str, torch.Tensor]:
     """The HF state dict; ``norms``: the HF names of the norms our ``att.<norm_names[0]>`` and

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from ..model.specs import ModelSpec
 from .common import (
+    Spec,
     check_attention,
     check_common,
     head_dim,
@@ -26,7 +26,7 @@ from .gpt2 import hidden_of
 CLS = "GPTNeoXForCausalLM"
 
 
-def neox_config(spec: ModelSpec) -> Any:
+def neox_config(spec: Spec) -> Any:
     import transformers
 
     check_common(spec, CLS, norm="layer", rotary=False)
@@ -59,7 +59,7 @@ def neox_config(spec: ModelSpec) -> Any:
         tie_word_embeddings=spec.tie_weights)
 
 
-def neox_state(spec: ModelSpec, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def neox_state(spec: Spec, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     heads, width, hd = spec.n_heads, spec.emb_dim, head_dim(spec)
     bias = spec.qkv_bias or spec.attn_out_bias
     parallel = spec.residual.kind == "parallel"
