@@ -180,3 +180,42 @@ def test_an_encoder_is_refused():
     spec = vl.parse_model_spec({**TINY, "family": "encoder"}, REG)
     with pytest.raises(ConversionError, match="family 'encoder'"):
         to_transformers(spec, vl.build_model(spec, REG))
+
+
+# -- variantlab export RUN --variant NAME --to DIR ---------------------------------------------
+def test_cli_export_loads_with_automodel_and_gives_the_variants_logits(tmp_path):
+    import json
+
+    from conftest import invoke, store_of
+
+    from variantlab.testing.sample import sample_run
+
+    run = store_of(sample_run(seeds=(3, 4), fail=None, diverge=None), tmp_path / "sample")
+    out = tmp_path / "hf"
+    result = invoke("export", run, "--variant", "pre_norm", "--to", out, "--seed", 4)
+    assert result.exit_code == 0, result.output
+    assert "GPT2LMHeadModel" in result.output and "seed 4" in result.output
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert type(loaded).__name__ == "GPT2LMHeadModel"
+    spec = vl.parse_model_spec(json.loads((out / "variantlab.json").read_text())["spec"], REG)
+    torch.manual_seed(4)  # the initialisation every probe of the run built
+    model = vl.build_model(spec, REG).eval()
+    idx = torch.randint(0, 64, (2, 10))
+    with torch.no_grad():
+        assert (model(idx) - loaded(idx).logits).abs().max().item() < 1e-4
+    again = invoke("export", run, "--variant", "pre_norm", "--to", tmp_path / "hf2")
+    assert again.exit_code == 0 and "seed 3" in again.output  # default: the first seed
+
+
+def test_cli_export_refuses_by_name_with_exit_2(tmp_path):
+    from conftest import invoke, store_of
+
+    from variantlab.testing.sample import sample_run
+
+    run = store_of(sample_run(fail=None, diverge=None), tmp_path / "sample")
+    result = invoke("export", run, "--variant", "post_norm", "--to", tmp_path / "hf")
+    assert result.exit_code == 2
+    assert "residual.kind" in result.output and "'post_norm'" in result.output
+    assert not (tmp_path / "hf").exists()
+    result = invoke("export", run, "--variant", "nope", "--to", tmp_path / "hf")
+    assert result.exit_code == 2 and "pre_norm, post_norm, batch" in result.output

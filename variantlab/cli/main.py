@@ -28,6 +28,7 @@ from .base import (
     plugin_option,
 )
 from .fmt import ProgressReporter, consoles, print_summary
+from .export import export_cmd
 from .info import describe, plugins_cmd, schema_cmd
 
 
@@ -266,5 +267,6 @@ def report(runs: Sequence[str], out: str | None, baseline: str | None,
 main.add_command(describe)
 main.add_command(plugins_cmd)
 main.add_command(schema_cmd)
+main.add_command(export_cmd)
 
 
