@@ -27,8 +27,8 @@ from .base import (
     max_variants_option,
     plugin_option,
 )
-from .fmt import ProgressReporter, consoles, print_summary
 from .export import export_cmd
+from .fmt import ProgressReporter, consoles, print_summary
 from .info import describe, plugins_cmd, schema_cmd
 
 
