@@ -48,3 +48,34 @@ def export_cmd(run: str, variant: str, to: str, seed: int | None,
             err.print(f"warning: {escape(str(w.message))}", soft_wrap=True)
     stdout.print(f"exported {escape(variant)} as {done.cls} to {escape(str(done.folder))} "
                  f"(initial weights, seed {done.seed})", soft_wrap=True)
+
+
+@click.command("export-mlflow")
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.option("--tracking-uri", required=True, metavar="URI",
+              help="The MLflow tracking store, e.g. sqlite:///mlflow.db (artifacts go beside "
+                   "the database, in mlartifacts/), a folder, or a tracking server's URL.")
+@click.option("--experiment", default=None, metavar="NAME",
+              help="MLflow experiment to log into (default: the variantlab experiment's name).")
+@click.option("--no-report", is_flag=True, help="Do not log the report as artifacts.")
+@plugin_option
+@bad_input_exits
+def export_mlflow_cmd(runs: Sequence[str], tracking_uri: str, experiment: str | None,
+                      no_report: bool, plugins: Sequence[str]) -> None:
+    """Log each variant x seed of RUN(s) as an MLflow run (needs the mlflow extra).
+
+    Params: the variant's axis values, the probes' and data settings; metrics: every
+    number of variantlab.results(), curves as metric histories with their steps; the
+    report as artifacts of a parent run. Running it again adds nothing for results that
+    did not change and replaces the MLflow runs of those that did (docs/mlflow.md).
+    """
+    from ..plugin.registry import build_registry
+    from ..report.mlflow_export import export_mlflow
+
+    stdout, _ = consoles()
+    registry = build_registry(extra=plugins, base_dir=Path.cwd())
+    done = export_mlflow(runs, tracking_uri, experiment, registry=registry,
+                         report=not no_report)
+    stdout.print(f"mlflow experiment {done.experiment_id} at {escape(tracking_uri)}: "
+                 f"{done.created} run(s) created, {done.replaced} replaced (results changed), "
+                 f"{done.unchanged} unchanged", soft_wrap=True)
