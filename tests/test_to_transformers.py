@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 import torch
+from conftest import n_params, perturbed
 
 transformers = pytest.importorskip("transformers")
 
@@ -47,23 +48,11 @@ CASES = {
 }
 
 
-def perturb(model, seed=1):
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.2)
-    return model.eval()
-
-
-def n_params(model):
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-
-
 def hf_model(case):
     cls, config_cls, kwargs = CASES[case]
     torch.manual_seed(0)
     config = getattr(transformers, config_cls)(**kwargs, attn_implementation="eager")
-    return perturb(getattr(transformers, cls)(config))
+    return perturbed(getattr(transformers, cls)(config))
 
 
 def max_diff(a, b, idx, **kw):
@@ -130,7 +119,7 @@ def test_a_spec_built_in_variantlab_exports_with_equal_logits(case):
     cls, extra = NATIVE[case]
     spec = vl.parse_model_spec({**TINY, **extra}, REG)
     torch.manual_seed(0)
-    model = perturb(vl.build_model(spec, REG), seed=2)
+    model = perturbed(vl.build_model(spec, REG), seed=2)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         hf = to_transformers(spec, model)
