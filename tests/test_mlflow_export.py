@@ -95,3 +95,11 @@ def test_search_runs_holds_the_numbers_of_results(tmp_path):
         got = now[(now["params.variant"] == r["variant"])
                   & (now["params.seed"] == str(r["seed"]))]["metrics.training/final_loss"]
         assert not math.isnan(got.iloc[0]) and got.iloc[0] == pytest.approx(r["value"])
+
+
+@pytest.mark.slow
+def test_a_store_mlflow_refuses_is_bad_input_with_its_reason(tmp_path):
+    pytest.importorskip("mlflow")
+    result = invoke("export-mlflow", grid_run(tmp_path), "--tracking-uri", tmp_path / "plain")
+    assert result.exit_code == 2
+    assert result.output.startswith("--tracking-uri: ") and "MLflow says:" in result.output

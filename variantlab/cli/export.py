@@ -54,7 +54,7 @@ def export_cmd(run: str, variant: str, to: str, seed: int | None,
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
 @click.option("--tracking-uri", required=True, metavar="URI",
               help="The MLflow tracking store, e.g. sqlite:///mlflow.db (artifacts go beside "
-                   "the database, in mlartifacts/), a folder, or a tracking server's URL.")
+                   "the database, in mlartifacts/), or a tracking server's URL.")
 @click.option("--experiment", default=None, metavar="NAME",
               help="MLflow experiment to log into (default: the variantlab experiment's name).")
 @click.option("--no-report", is_flag=True, help="Do not log the report as artifacts.")

@@ -179,9 +179,20 @@ def export_mlflow(runs: str | Path | Iterable[str | Path], tracking_uri: str,
     ``experiment`` (default: the variantlab experiment's name) at ``tracking_uri``; with
     ``report``, the report as artifacts of a parent run per variantlab run."""
     mlflow = _mlflow()
+    refs = find_runs(runs)  # every path checked before MLflow is touched
+    try:
+        return _export(mlflow, refs, tracking_uri, experiment, registry, report)
+    except mlflow.exceptions.MlflowException as exc:  # e.g. a store it cannot open
+        message = " ".join(str(exc.message).split())
+        raise SpecError.at(["--tracking-uri"], f"{tracking_uri}: MLflow says: {message}"
+                           ) from None
+
+
+def _export(mlflow: Any, refs: list[RunRef], tracking_uri: str, experiment: str | None,
+            registry: Registry | None, report: bool) -> Logged:
     client = mlflow.MlflowClient(tracking_uri=tracking_uri)
     logged = Logged()
-    for ref in find_runs(runs):
+    for ref in refs:
         data = load_run(ref.store)
         data.meta = replace(data.meta, run=ref.label)
         name = experiment or data.meta.experiment or ref.label
