@@ -103,3 +103,23 @@ def test_a_store_mlflow_refuses_is_bad_input_with_its_reason(tmp_path):
     result = invoke("export-mlflow", grid_run(tmp_path), "--tracking-uri", tmp_path / "plain")
     assert result.exit_code == 2
     assert result.output.startswith("--tracking-uri: ") and "MLflow says:" in result.output
+
+
+@pytest.mark.slow
+def test_a_failed_unit_and_a_diverged_loss(tmp_path):
+    mlflow = pytest.importorskip("mlflow")
+    from variantlab.testing.sample import sample_run
+
+    run = store_of(sample_run(), tmp_path / "sample")  # batch seed 1: timing failed, NaN loss
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    assert invoke("export-mlflow", run, "--tracking-uri", uri, "--no-report").exit_code == 0
+    mlflow.set_tracking_uri(uri)
+    found = mlflow.search_runs(experiment_names=["sample"],
+                               filter_string="tags.`variantlab.kind` = 'variant'")
+    bad = found[(found["params.variant"] == "batch") & (found["params.seed"] == "1")].iloc[0]
+    assert bad["status"] == "FAILED" and "out of memory" in bad["tags.failed/timing"]
+    assert math.isnan(bad["metrics.training/final_loss"])
+    assert set(found.loc[found.index != bad.name, "status"]) == {"FINISHED"}
+    good = found[(found["params.variant"] == "pre_norm") & (found["params.seed"] == "0")].iloc[0]
+    assert good["tags.info/timing/device"] == "cpu"
+    assert good["metrics.timing/forward_median_s"] == pytest.approx(0.010)
