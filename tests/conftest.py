@@ -195,3 +195,19 @@ def stored(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     rows.loc[rows.probe == "timing", "value"] = None
     cols = ["unit_key", "probe", "metric", "scope", "name", "layer", "step", "unit"]
     return units, rows.sort_values(cols, na_position="first").reset_index(drop=True)
+
+
+# -- Hugging Face conversions (tests/test_from_transformers.py, test_hf_gemma.py, ...) -----
+def perturbed(model, seed: int = 1):
+    """``model`` with every parameter moved by N(0, 0.2) noise (seeded), in eval mode: a
+    wrong weight mapping cannot hide behind a default initialisation."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.2)
+    return model.eval()
+
+
+def n_params(model) -> int:
+    """Parameters counted once each (tied weights once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from conftest import n_params, perturbed
 
 transformers = pytest.importorskip("transformers")
 
@@ -18,18 +19,6 @@ LLAMA = {
     "mha-tied": dict(num_key_value_heads=4, tie_word_embeddings=True, rms_norm_eps=1e-5),
     "mqa-headdim": dict(num_key_value_heads=1, head_dim=16, tie_word_embeddings=False),
 }
-
-
-def perturbed(model):
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.2)
-    return model.eval()
-
-
-def n_params(model):
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
 @pytest.mark.parametrize("impl", ["naive", "sdpa"])

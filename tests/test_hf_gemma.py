@@ -5,6 +5,7 @@ layers (with their own rotary bases in Gemma 3), soft-capping, and a YAML round 
 import pytest
 import torch
 import yaml
+from conftest import n_params, perturbed
 
 transformers = pytest.importorskip("transformers")
 
@@ -33,16 +34,7 @@ def hf_model(family, kwargs):
     torch.manual_seed(0)
     config = getattr(transformers, f"{family}Config")(**kwargs, attn_implementation="eager")
     cls = "Gemma3ForCausalLM" if family == "Gemma3Text" else f"{family}ForCausalLM"
-    model = getattr(transformers, cls)(config)
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.2)
-    return model.eval()
-
-
-def n_params(model):
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    return perturbed(getattr(transformers, cls)(config))
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -103,7 +103,7 @@ def test_the_checker_finds_a_cycle_hidden_in_a_function():
 #: own folder and from earlier stages, never from a later one. The top-level modules
 #: (errors.py, the public API in __init__.py, __main__.py) stand outside the stages.
 STAGES = ("plugin", "model", "data", "store", "probes", "config", "sweep", "executors",
-          "hfimport", "report", "testing", "cli")
+          "hfimport", "hfexport", "report", "testing", "cli")
 
 
 def stage_of(module: str) -> int | None:

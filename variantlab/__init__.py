@@ -16,7 +16,7 @@ __all__ = [
     "Batch", "ComponentSpec", "ModelSpec", "Parts", "PluginLoadError", "ProbeSettings", "SpecError",
     "Task", "VariantWarning", "build_model", "build_registry", "from_transformers", "get_registry",
     "hookimpl", "task_for",
-    "spec_yaml",
+    "spec_yaml", "to_transformers",
     "parse_model_spec", "results", "__version__",
 ]
 
@@ -48,6 +48,19 @@ def from_transformers(hf_model: Any, registry: Any = None, impl: str = "naive",
     from .hfimport import from_transformers as _convert
 
     return _convert(hf_model, get_registry() if registry is None else registry, impl=impl)
+
+
+def to_transformers(spec: Any, model: Any, registry: Any = None) -> Any:
+    """A Hugging Face transformers causal LM computing the same logits as ``model`` (a
+    variantlab model built from ``spec``): ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM``,
+    ``LlamaForCausalLM``, ``Qwen3ForCausalLM``, ``Olmo2ForCausalLM``, ``Gemma2ForCausalLM``
+    or ``Gemma3ForCausalLM``, chosen from the spec's components. A component or option none
+    of them has (e.g. batch norm, a post_norm residual, ALiBi) raises
+    ``variantlab.hfimport.ConversionError`` naming its spec path. See docs/transformers.md,
+    Export; needs the ``.[hf]`` extra."""
+    from .hfexport import to_transformers as _export
+
+    return _export(spec, model, registry)
 
 
 def spec_yaml(spec, name="imported"):

@@ -29,6 +29,7 @@ from .base import (
     max_variants_option,
     plugin_option,
 )
+from .export import export_cmd, export_mlflow_cmd
 from .fmt import ProgressReporter, consoles, print_summary
 from .info import describe, plugins_cmd, schema_cmd
 
@@ -288,5 +289,7 @@ def report(runs: Sequence[str], out: str | None, baseline: str | None,
 main.add_command(describe)
 main.add_command(plugins_cmd)
 main.add_command(schema_cmd)
+main.add_command(export_cmd)
+main.add_command(export_mlflow_cmd)
 
 

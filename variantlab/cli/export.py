@@ -1,0 +1,81 @@
+"""``variantlab export`` (a variant to Hugging Face transformers) and ``variantlab
+export-mlflow`` (a run's results to MLflow): thin commands over
+:mod:`variantlab.hfexport.variant` and :mod:`variantlab.report.mlflow_export`."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from .base import bad_input_exits, plugin_option
+from .fmt import consoles
+
+
+@click.command("export")
+@click.argument("run", type=click.Path())
+@click.option("--variant", required=True, metavar="NAME", help="The variant to export.")
+@click.option("--to", "to", required=True, type=click.Path(file_okay=False), metavar="DIR",
+              help="Folder for the save_pretrained output (config.json, model.safetensors).")
+@click.option("--seed", type=int, default=None, metavar="S",
+              help="Initialise with this seed (default: the run's first seed).")
+@plugin_option
+@bad_input_exits
+def export_cmd(run: str, variant: str, to: str, seed: int | None,
+               plugins: Sequence[str]) -> None:
+    """Export variant NAME of RUN as a Hugging Face transformers model in DIR.
+
+    DIR loads with transformers.AutoModelForCausalLM.from_pretrained(DIR) and computes the
+    variant's logits. A run stores results, not weights: the weights are the variant's
+    initialisation with seed S (torch.manual_seed(S), then build_model, as every probe
+    builds it), so training the variant at scale starts where the run started. The class
+    (GPT-2, GPT-NeoX, Llama, Qwen3, OLMo 2, Gemma 2/3) follows from the variant's
+    components; one transformers has no equivalent for is named, exit 2.
+    """
+    from ..hfexport.variant import export_variant
+    from ..plugin.registry import build_registry
+
+    stdout, err = consoles()
+    registry = build_registry(extra=plugins, base_dir=Path.cwd())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        done = export_variant(run, variant, to, seed=seed, registry=registry)
+    for w in caught:
+        if w.category.__name__ == "ExportWarning":
+            err.print(f"warning: {escape(str(w.message))}", soft_wrap=True)
+    stdout.print(f"exported {escape(variant)} as {done.cls} to {escape(str(done.folder))} "
+                 f"(initial weights, seed {done.seed})", soft_wrap=True)
+
+
+@click.command("export-mlflow")
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.option("--tracking-uri", required=True, metavar="URI",
+              help="The MLflow tracking store, e.g. sqlite:///mlflow.db (artifacts go beside "
+                   "the database, in mlartifacts/), or a tracking server's URL.")
+@click.option("--experiment", default=None, metavar="NAME",
+              help="MLflow experiment to log into (default: the variantlab experiment's name).")
+@click.option("--no-report", is_flag=True, help="Do not log the report as artifacts.")
+@plugin_option
+@bad_input_exits
+def export_mlflow_cmd(runs: Sequence[str], tracking_uri: str, experiment: str | None,
+                      no_report: bool, plugins: Sequence[str]) -> None:
+    """Log each variant x seed of RUN(s) as an MLflow run (needs the mlflow extra).
+
+    Params: the variant's axis values, the probes' and data settings; metrics: every
+    number of variantlab.results(), curves as metric histories with their steps; the
+    report as artifacts of a parent run. Running it again adds nothing for results that
+    did not change and replaces the MLflow runs of those that did (docs/mlflow.md).
+    """
+    from ..plugin.registry import build_registry
+    from ..report.mlflow_export import export_mlflow
+
+    stdout, _ = consoles()
+    registry = build_registry(extra=plugins, base_dir=Path.cwd())
+    done = export_mlflow(runs, tracking_uri, experiment, registry=registry,
+                         report=not no_report)
+    stdout.print(f"mlflow experiment {done.experiment_id} at {escape(tracking_uri)}: "
+                 f"{done.created} run(s) created, {done.replaced} replaced (results changed), "
+                 f"{done.unchanged} unchanged", soft_wrap=True)

@@ -1,0 +1,104 @@
+"""Export a variantlab model to a Hugging Face ``transformers`` causal LM with equal logits.
+
+The inverse of :mod:`variantlab.hfimport`: the transformers class is chosen from the spec's
+components (learned positions: GPT-2; rotary with a parallel residual or LayerNorm: GPT-NeoX;
+rotary with RMSNorm: Llama, Qwen3 (per-head QK-norm), OLMo 2 (post-sublayer norms) or
+Gemma 2/3 (sandwich norms)); its config is built from the spec and its weights from the
+model's. A component or option no supported class has raises :class:`ConversionError`
+naming its spec path; one the class has in another form (a bias the variant lacks, exported
+as zeros) gives an :class:`ExportWarning`. See docs/transformers.md, Export.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ..hfimport.common import ConversionError
+from ..model.specs import ModelSpec, parse_model_spec
+from ..plugin.registry import Registry, get_registry
+from .common import ExportWarning, Spec, refuse
+from .gemma import gemma_config, gemma_state
+from .gpt2 import gpt2_config, gpt2_state
+from .llama import CLASSES as LLAMA_LIKE
+from .llama import llama_config, llama_state
+from .neox import neox_config, neox_state
+
+__all__ = ["ConversionError", "ExportWarning", "choose_class", "to_transformers"]
+
+SUPPORTED = ("GPT2LMHeadModel", "GPTNeoXForCausalLM", *LLAMA_LIKE, "Gemma2ForCausalLM",
+             "Gemma3ForCausalLM")
+
+
+def choose_class(spec: Spec) -> str:
+    """The transformers class whose architecture the spec's components name (its own checks
+    then refuse what else the class lacks)."""
+    if spec.family != "gpt":
+        refuse("family", "transformers", f"family {spec.family!r}: only decoder-only 'gpt' "
+               "models export to a transformers causal LM")
+    positional, residual = spec.positional.kind, spec.residual.kind
+    if positional == "learned":
+        return "GPT2LMHeadModel"
+    if positional != "rotary":
+        refuse("positional.kind", "transformers", f"positional {positional!r} has no "
+               "equivalent in the supported classes; learned (GPT-2) or rotary (GPT-NeoX, "
+               "Llama, Qwen3, OLMo 2, Gemma 2/3)")
+    if residual == "parallel" or (residual == "pre_norm" and spec.norm.kind == "layer"):
+        return "GPTNeoXForCausalLM"
+    if residual == "sandwich":
+        return "Gemma3ForCausalLM" if spec.attention.qk_norm is not None else "Gemma2ForCausalLM"
+    if residual == "post_sublayer":
+        return "Olmo2ForCausalLM"
+    if residual == "pre_norm":
+        return "Qwen3ForCausalLM" if spec.attention.qk_norm is not None else "LlamaForCausalLM"
+    refuse("residual.kind", "transformers", f"residual {residual!r} has no equivalent in the "
+           "supported classes; pre_norm, parallel (GPT-NeoX), post_sublayer (OLMo 2) or "
+           "sandwich (Gemma 2/3)")
+
+
+def hf_config(spec: Spec, cls: str) -> Any:
+    """The transformers config of ``spec`` for class ``cls`` (refusing what it lacks)."""
+    if cls == "GPT2LMHeadModel":
+        return gpt2_config(spec)
+    if cls == "GPTNeoXForCausalLM":
+        return neox_config(spec)
+    if cls in LLAMA_LIKE:
+        return llama_config(spec, cls)
+    return gemma_config(spec, cls)
+
+
+def hf_state(spec: Spec, cls: str, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    if cls == "GPT2LMHeadModel":
+        return gpt2_state(spec, sd)
+    if cls == "GPTNeoXForCausalLM":
+        return neox_state(spec, sd)
+    if cls in LLAMA_LIKE:
+        return llama_state(spec, sd, cls)
+    return gemma_state(spec, sd, cls)
+
+
+def to_transformers(spec: ModelSpec | Mapping[str, Any], model: torch.nn.Module,
+                    registry: Registry | None = None) -> Any:
+    """A transformers causal LM (in eval mode) computing the logits of ``model``, a
+    variantlab model built from ``spec`` (a spec or its data; ``registry``: the one to
+    parse data with, default the built-ins plus installed plugins)."""
+    import transformers
+
+    if not isinstance(spec, ModelSpec):
+        spec = parse_model_spec(spec, registry or get_registry())
+    cls = choose_class(spec)
+    config = hf_config(spec, cls)
+    sd = {k.removeprefix("_orig_mod."): v.detach().clone()
+          for k, v in model.state_dict().items()}
+    state = hf_state(spec, cls, sd)
+    hf = getattr(transformers, cls)(config)
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    left = [k for k in missing if not (spec.tie_weights and k == "lm_head.weight")]
+    if left or unexpected:
+        raise ConversionError.at(["transformers"], f"weight mapping to {cls} incomplete: "
+                                 f"missing {left}, unexpected {unexpected}")
+    if spec.tie_weights:
+        hf.tie_weights()
+    return hf.eval()

@@ -1,0 +1,157 @@
+"""What every exporter shares: the refusal, the warning, and checks of the spec's components
+against what a transformers class can hold."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, NoReturn
+
+import torch
+
+from ..hfimport.common import ACTIVATIONS, ConversionError
+
+
+class ExportWarning(UserWarning):
+    """The exported model computes the same logits, but trains differently from the variant
+    (a bias the variant lacks exported as zeros, a dropout the class has no place for)."""
+
+
+#: a ``gpt`` spec with built-in components: read by attribute (``spec.attention.n_kv_heads``),
+#: each attribute's presence checked before use, so typed loosely
+Spec = Any
+
+
+def refuse(loc: str, cls: str, why: str) -> NoReturn:
+    """Raise a :class:`ConversionError` at the spec path ``loc`` (e.g. ``residual.kind``)
+    saying why transformers class ``cls`` (or none) cannot hold it."""
+    raise ConversionError.at(loc.split("."), f"{why} (exporting to {cls})")
+
+
+def warn(message: str) -> None:
+    warnings.warn(message, ExportWarning, stacklevel=4)
+
+
+#: our activation spec (kind, approximate) -> the Hugging Face ACT2FN name
+_ACT_NAMES = {("gelu", "none"): "gelu", ("gelu", "tanh"): "gelu_pytorch_tanh",
+              ("relu", None): "relu", ("relu2", None): "relu2", ("silu", None): "silu"}
+
+
+def hf_activation(spec: Spec, cls: str) -> str:
+    """The ``hidden_act`` name of the model's activation (the inverse of hfimport's map)."""
+    act = spec.activation
+    name = _ACT_NAMES.get((act.kind, getattr(act, "approximate", None)))
+    if name is None:
+        refuse("activation.kind", cls, f"activation {act.kind!r} has no transformers "
+               f"equivalent; supported: {', '.join(sorted(ACTIVATIONS))} "
+               "(gelu exact or tanh, relu, relu2, silu)")
+    return name
+
+
+def need(spec: Spec, cls: str, loc: str, ok: bool, why: str) -> None:
+    """Refuse at ``loc`` unless ``ok``."""
+    if not ok:
+        refuse(loc, cls, why)
+
+
+def head_dim(spec: Spec) -> int:
+    return getattr(spec.attention, "head_dim", None) or spec.emb_dim // spec.n_heads
+
+
+def check_attention(spec: Spec, cls: str, *, gqa: bool, head_dim_free: bool,
+                    qk_norm: str | None = None, gemma: bool = False) -> None:
+    """The attention is ``mha`` and uses only what ``cls`` has: grouped-query heads
+    (``gqa``), its own head width (``head_dim_free``), QK-norm of ``qk_norm`` scope, and
+    (``gemma``) a score scale, soft-cap and sliding window."""
+    att = spec.attention
+    need(spec, cls, "attention.kind", att.kind == "mha",
+         f"attention {att.kind!r} has no transformers equivalent; use mha")
+    kv = att.n_kv_heads or spec.n_heads
+    need(spec, cls, "attention.n_kv_heads", gqa or kv == spec.n_heads,
+         f"n_kv_heads={kv}: grouped-query heads are not in this class")
+    need(spec, cls, "attention.head_dim", head_dim_free or head_dim(spec) *
+         spec.n_heads == spec.emb_dim, "a head width other than emb_dim / n_heads is not "
+         "in this class")
+    if att.qk_norm is None:
+        need(spec, cls, "attention.qk_norm", qk_norm is None or gemma,
+             f"this class always has QK-norm ({qk_norm} scope)")
+    else:
+        need(spec, cls, "attention.qk_norm", qk_norm is not None,
+             "QK-norm is not in this class (Qwen3: per head, OLMo 2: per projection, "
+             "Gemma 3: per head; each with RMSNorm)")
+        need(spec, cls, "attention.qk_norm_scope", att.qk_norm_scope == qk_norm,
+             f"qk_norm_scope {att.qk_norm_scope!r}: this class normalises per {qk_norm}")
+        need(spec, cls, "attention.qk_norm.kind", att.qk_norm.kind == "rms",
+             f"QK-norm {att.qk_norm.kind!r}: this class uses RMSNorm")
+        need(spec, cls, "attention.qk_norm.eps", att.qk_norm.eps == spec.norm.eps,
+             f"QK-norm eps {att.qk_norm.eps} differs from the norm's {spec.norm.eps}; the "
+             "class uses one rms_norm_eps for both")
+    if not gemma:
+        need(spec, cls, "attention.window", att.window is None,
+             "a sliding window is in Gemma 2/3 only")
+        need(spec, cls, "attention.softcap", att.softcap is None,
+             "score soft-capping is in Gemma 2 only")
+        need(spec, cls, "attention.scale", att.scale is None or
+             abs(att.scale - head_dim(spec) ** -0.5) < 1e-12,
+             "a score scale other than 1/sqrt(head_dim) is in Gemma 2/3 only")
+
+
+def check_common(spec: Spec, cls: str, *, norm: str, rotary: bool) -> None:
+    """What every class shares: family gpt, a final norm, shortcuts, no per-layer layout,
+    no Gemma-only option, the norm kind ``norm`` and, with ``rotary``, a full rotation."""
+    need(spec, cls, "final_norm", spec.final_norm, "every transformers class has a final norm")
+    need(spec, cls, "residual.shortcut", getattr(spec.residual, "shortcut", True),
+         "residuals without the shortcut are not in transformers")
+    need(spec, cls, "norm.kind", spec.norm.kind == norm,
+         f"norm {spec.norm.kind!r}: this class uses {'LayerNorm' if norm == 'layer' else 'RMSNorm'}")
+    need(spec, cls, "scale_embeddings", not getattr(spec, "scale_embeddings", False),
+         "scaled embeddings are in Gemma only")
+    need(spec, cls, "logit_softcap", getattr(spec, "logit_softcap", None) is None,
+         "logit soft-capping is in Gemma only")
+    if spec.layout is not None:
+        same = all(spec.layer_spec(i).components() == spec.components()
+                   for i in range(spec.n_layers))
+        need(spec, cls, "layout", same, "per-layer components are in Gemma (sliding/full "
+             "attention) only")
+    if rotary:
+        fraction = spec.positional.fraction
+        need(spec, cls, "positional.fraction", fraction == 1.0,
+             f"fraction={fraction}: this class rotates every head dim")
+
+
+def check_dropout(spec: Spec, cls: str, places: tuple[str, ...]) -> None:
+    """Warn of dropout the class has no place for (only ``places`` are kept)."""
+    lost = [p for p in ("emb", "attn", "resid") if p not in places and spec.drop(p) > 0]
+    if lost:
+        warn(f"{cls} has no {', '.join(p + ' dropout' for p in lost)}: the exported model "
+             "trains without it (its logits in eval mode are the same)")
+
+
+def zero_bias(state: dict[str, torch.Tensor], key: str, size: int, what: str,
+              warned: list[str]) -> None:
+    """A bias the variant lacks, exported as zeros (same logits; HF then trains it)."""
+    if key not in state:
+        state[key] = torch.zeros(size)
+        if what not in warned:
+            warned.append(what)
+
+
+def warn_zero_biases(cls: str, warned: list[str]) -> None:
+    if warned:
+        warn(f"{cls} has biases the variant lacks ({', '.join(warned)}): exported as zeros, "
+             "so the logits are the same, but training the exported model trains them")
+
+
+def rope(spec: Any, fraction: bool = False) -> dict[str, Any]:
+    """``rope_parameters`` of a rotary positional."""
+    out = {"rope_type": "default", "rope_theta": float(spec.theta)}
+    if fraction:
+        out["partial_rotary_factor"] = float(spec.fraction)
+    return out
+
+
+def token_ids(spec: Spec, config_cls: Any) -> dict[str, Any]:
+    """The class's default special token ids that lie outside the spec's vocabulary, set to
+    None (they are the tokenizer's to set)."""
+    names = ("bos_token_id", "eos_token_id", "pad_token_id")
+    return {n: None for n in names if isinstance(getattr(config_cls, n, None), int)
+            and getattr(config_cls, n) >= spec.vocab_size}
