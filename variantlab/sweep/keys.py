@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from .. import __version__
+from ..data.cache import file_digest
 from ..errors import SpecError
 
 CORE_PACKAGES = ("variantlab", "variantlab_plugins")
@@ -42,18 +43,6 @@ _SKIP_DIRS = {"__pycache__"}
 #: the folders of ``variantlab`` whose code can change a number; the rest of the core (and its
 #: top-level modules) is left out of unit keys. ``variantlab_plugins`` counts whole.
 NUMBER_FOLDERS = {"variantlab": ("plugin", "model", "data", "probes")}
-_FILE_CACHE: dict[tuple[str, int, int], str] = {}
-
-
-def file_digest(path: Path) -> str:
-    """sha256 of a file's bytes (cached while its size and mtime stay the same)."""
-    st = path.stat()
-    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
-    digest = _FILE_CACHE.get(key)
-    if digest is None:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        _FILE_CACHE[key] = digest
-    return digest
 
 
 def tree_digest(files: Iterable[Path], root: Path) -> str:
