@@ -143,8 +143,11 @@ def probe_code(probe: Any, registry: Any) -> dict[str, str]:
 
 def data_fingerprint(data: Any, base_dir: Path | str) -> dict[str, Any] | None:
     """What a data source reads besides its settings: the text files' sizes and contents,
-    or the Python version whose stdlib is read; ``None`` for synthetic data."""
-    from ..data.sources import DataError, StdlibData, TextData, text_files
+    a dataset's files and column, or the Python version whose stdlib is read; ``None`` for
+    synthetic data."""
+    from ..data.cache import files_hash
+    from ..data.hfdisk import hf_corpus
+    from ..data.sources import DataError, HFDiskData, StdlibData, TextData, text_files
 
     if isinstance(data, StdlibData):
         return {"python": sys.version}
@@ -153,8 +156,10 @@ def data_fingerprint(data: Any, base_dir: Path | str) -> dict[str, Any] | None:
             files = text_files(data.path, base_dir)
         except DataError as exc:  # the probe fails with this message; the key says so
             return {"files": None, "error": str(exc)}
-        h = hashlib.sha256()
-        for path in files:
-            h.update(f"{path.stat().st_size}:{file_digest(path)}\n".encode())
-        return {"files": h.hexdigest(), "n": len(files)}
+        return {"files": files_hash(files), "n": len(files)}
+    if isinstance(data, HFDiskData):
+        try:
+            return {"dataset": hf_corpus(data.path, data.column, base_dir)[0]}
+        except DataError as exc:
+            return {"dataset": None, "error": str(exc)}
     return None
