@@ -56,8 +56,7 @@ def _file_warning(path: Path) -> str | None:
 
 def data_problems(exp: Any, doc: YamlDoc) -> tuple[list[str], list[str]]:
     """(errors, warnings) about ``data:`` for the probes that read it."""
-    from ..data.sources import SPLIT_NAMES, DataError, SyntheticData, TextData, corpus_splits
-    from ..data.sources import text_files
+    from ..data.sources import SPLIT_NAMES, DataError, SyntheticData, TextData, corpus_splits, text_files
     from ..data.splits import SPLITS
     from ..model.tasks import task_for
 
