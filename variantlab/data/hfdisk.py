@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .cache import files_hash
+from .errors import DataError
 
 #: file suffix -> the ``datasets`` builder that reads it
 BUILDERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "csv"}
@@ -26,8 +27,6 @@ BUILDERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "c
 
 def resolve(path: str, base_dir: Path | str = ".") -> tuple[Path | None, list[Path]]:
     """``(folder, [])`` for a saved dataset folder, ``(None, files)`` for data files."""
-    from .sources import DataError
-
     full = Path(os.path.expanduser(path))
     if not full.is_absolute():
         full = Path(base_dir) / full
@@ -63,9 +62,7 @@ def _datasets() -> Any:
     try:
         import datasets
     except ImportError:
-        from .sources import DataError
-
-        raise DataError("source: hf_disk needs the datasets package: pip install "
+            raise DataError("source: hf_disk needs the datasets package: pip install "
                         "'variantlab[datasets]' (or pip install datasets)") from None
     return datasets
 
@@ -73,8 +70,6 @@ def _datasets() -> Any:
 def read_column(folder: str | None, files: tuple[str, ...], column: str,
                 path: str) -> list[str]:
     """The ``column`` of every row, as strings."""
-    from .sources import DataError
-
     datasets = _datasets()
     if folder is not None:
         ds = datasets.load_from_disk(folder)

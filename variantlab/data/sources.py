@@ -31,6 +31,7 @@ from ..model.tasks import Batch, task_for
 from ..plugin.registry import Registry
 from ..plugin.settings import Strict
 from .cache import corpus_tokens, files_hash
+from .errors import DataError
 from .splits import Split, Splits, split_tokens, windows
 
 #: Default held-out fractions of a corpus (by document; :mod:`variantlab.data.splits`).
@@ -84,10 +85,6 @@ DataSpec = Annotated[AnyData, Field(discriminator="source")]
 
 __all__ = ["DataError", "batches", "corpus_splits", "recall_tokens", "stdlib_files",
            "text_files", "token_stream"]
-
-
-class DataError(ValueError):
-    """A data source that cannot give the batches asked for (no files, corpus too short)."""
 
 
 def batches(
