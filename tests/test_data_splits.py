@@ -211,3 +211,26 @@ def test_hf_disk_without_datasets_says_how_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)
     with pytest.raises(datalib.DataError, match=r"pip install 'variantlab\[datasets\]'"):
         datalib.corpus_splits(HFDiskData(path="rows.jsonl"), tmp_path)
+
+
+@pytest.mark.parametrize("data,expected", [
+    ("{source: text, path: 'docs/*.txt', tokenizer: bytes}", "vocab_size must be >= 256"),
+    ("{source: text, path: 'docs/*.txt', val_fraction: 0.01}", "the validation split of"),
+    ("{source: hf_disk, path: 'docs/*.txt'}", "give files of one kind"),
+])
+def test_bad_corpus_is_located_exit_2_and_nothing_runs(tmp_path, data, expected):
+    from click.testing import CliRunner
+    from conftest import exp
+
+    from variantlab.cli.main import main
+
+    corpus(tmp_path / "docs")
+    path = tmp_path / "exp.yaml"
+    path.write_text(exp(f"data: {data}\nmeasure:\n  training: {{steps: 1, batch_size: 2, "
+                        "seq_len: 16, eval_batches: 1}\n"))
+    out = tmp_path / "runs"
+    result = CliRunner().invoke(main, ["run", str(path), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    line = next(x for x in result.output.splitlines() if expected in x)
+    assert line.startswith(f"{path}:") and "Traceback" not in result.output
+    assert not out.exists()
