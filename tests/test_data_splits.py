@@ -234,3 +234,25 @@ def test_bad_corpus_is_located_exit_2_and_nothing_runs(tmp_path, data, expected)
     line = next(x for x in result.output.splitlines() if expected in x)
     assert line.startswith(f"{path}:") and "Traceback" not in result.output
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_an_hf_disk_experiment_runs_end_to_end(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    from click.testing import CliRunner
+    from conftest import exp
+
+    from variantlab.cli.main import main
+
+    rows = [f"document {i}: " + "the quick brown fox jumps over the lazy dog " * (3 + i % 5)
+            for i in range(N_DOCS)]
+    datasets.Dataset.from_dict({"text": rows}).save_to_disk(str(tmp_path / "ds"))
+    path = tmp_path / "exp.yaml"
+    path.write_text(exp("data: {source: hf_disk, path: ds}\nmeasure:\n  training: {steps: 2, "
+                        "batch_size: 2, seq_len: 16, eval_batches: 1, device: cpu}\n"))
+    result = CliRunner().invoke(main, ["run", str(path), "--out", str(tmp_path / "runs"),
+                                       "--no-report"])
+    assert result.exit_code == 0, result.output
+    got = vl.results(tmp_path / "runs" / "demo")
+    held = got[got.metric.isin(["val_loss", "test_loss"])]
+    assert len(held) == 2 and held.value.notna().all()
