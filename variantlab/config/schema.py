@@ -46,7 +46,8 @@ FALLBACK: dict[str, dict[str, str]] = {
         "variants": "named variants, each a set of dotted-path overrides of the base model",
         "baseline": "the variant the report compares against (default: the first variant)",
         "plugins": "extra plugin modules or .py files (relative to the experiment file)",
-        "data": "what the token models read: {source: synthetic | text | stdlib, ...}",
+        "data": "what the token models read: {source: synthetic | text | stdlib | hf_disk, "
+                "...}",
         "measure": "the probes to run, each with its settings; an absent probe is skipped",
     },
     "NamedVariant": {
@@ -58,10 +59,27 @@ FALLBACK: dict[str, dict[str, str]] = {
     },
     "TextData": {
         "source": "text", "path": "a file or glob (** allowed), relative to the experiment file",
+        "tokenizer": "gpt2: GPT-2 BPE, ids folded into vocab_size; bytes: UTF-8 bytes, "
+                     "256 ids, never folded",
+        "val_fraction": "share of the documents held out for validation (val_loss)",
+        "test_fraction": "share of the documents held out for testing (test_loss)",
     },
     "StdlibData": {
         "source": "stdlib",
         "max_files": "read the first N .py files of the standard library (null: all)",
+        "tokenizer": "gpt2: GPT-2 BPE, ids folded into vocab_size; bytes: UTF-8 bytes, "
+                     "256 ids, never folded",
+        "val_fraction": "share of the documents held out for validation (val_loss)",
+        "test_fraction": "share of the documents held out for testing (test_loss)",
+    },
+    "HFDiskData": {
+        "source": "hf_disk",
+        "path": "a save_to_disk folder, or parquet/jsonl/json/csv files (a path or glob)",
+        "column": "the column whose rows are the documents",
+        "tokenizer": "gpt2: GPT-2 BPE, ids folded into vocab_size; bytes: UTF-8 bytes, "
+                     "256 ids, never folded",
+        "val_fraction": "share of the documents held out for validation (val_loss)",
+        "test_fraction": "share of the documents held out for testing (test_loss)",
     },
 }
 
@@ -222,9 +240,9 @@ def _slot_schema(slot: str, kinds: list[str], refs: list[str]) -> dict[str, Any]
 
 
 def _data_defs(defs: dict) -> Iterator[dict]:
-    from ..data.sources import StdlibData, SyntheticData, TextData
+    from ..data.sources import HFDiskData, StdlibData, SyntheticData, TextData
 
-    for cls in (SyntheticData, TextData, StdlibData):
+    for cls in (SyntheticData, TextData, StdlibData, HFDiskData):
         if cls.__name__ in defs:
             yield defs[cls.__name__]
 

@@ -1,23 +1,28 @@
-"""Batches for the probes: synthetic tokens, text files, or the Python stdlib sources.
+"""Batches for the probes: synthetic tokens, text files, the Python stdlib sources, or a
+Hugging Face ``datasets`` dataset on disk.
 
 Every source is deterministic for a seed (a private ``torch.Generator``; the global RNG is
-left alone so model initialisation stays the seeds'). Text is tokenised with GPT-2 BPE
-(:mod:`variantlab.data.tokenizer`); token ids at or above the model's ``vocab_size`` are folded
+left alone so model initialisation stays the seeds'). A corpus is tokenised with GPT-2 BPE
+or as UTF-8 bytes (:mod:`variantlab.data.tokenizer`), once: the ids are kept in the token
+cache (:mod:`variantlab.data.cache`), and split by document into train / validation / test
+(:mod:`variantlab.data.splits`). GPT-2 ids at or above the model's ``vocab_size`` are folded
 with ``id % vocab_size`` so a small model can read a real corpus (folding merges unrelated
-tokens, so a small-vocabulary model sees a harder, noisier language than GPT-2 does).
+tokens, so a small-vocabulary model sees a harder, noisier language than GPT-2 does); byte
+ids are never folded.
 Every batch is made by the family's task (:mod:`variantlab.model.tasks`) from token rows; a task
 whose ``inputs`` is ``"floats"`` ignores the source and makes its own float inputs.
 """
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import sysconfig
-from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
+import numpy as np
 import torch
 from pydantic import Field, PositiveInt
 
@@ -25,7 +30,13 @@ from ..model.specs import ModelSpec
 from ..model.tasks import Batch, task_for
 from ..plugin.registry import Registry
 from ..plugin.settings import Strict
-from .tokenizer import ENDOFTEXT_ID, gpt2_encoding
+from .cache import corpus_tokens, files_hash
+from .errors import DataError
+from .splits import Split, Splits, split_tokens, windows
+
+#: Default held-out fractions of a corpus (by document; :mod:`variantlab.data.splits`).
+VAL_FRACTION = 0.05
+TEST_FRACTION = 0.05
 
 
 class SyntheticData(Strict):
@@ -35,31 +46,49 @@ class SyntheticData(Strict):
     task: Literal["random", "recall"] = "random"
 
 
-class TextData(Strict):
-    """Text files (a path or glob, relative to the experiment file), GPT-2 BPE tokens."""
+Fraction = Annotated[float, Field(gt=0, lt=0.5)]
+
+
+class CorpusData(Strict):
+    """What every real corpus takes: the tokenizer and the held-out fractions."""
+
+    tokenizer: Literal["gpt2", "bytes"] = "gpt2"
+    val_fraction: Fraction = VAL_FRACTION
+    test_fraction: Fraction = TEST_FRACTION
+
+
+class TextData(CorpusData):
+    """Text files (a path or glob, relative to the experiment file), one document each."""
 
     source: Literal["text"] = "text"
     path: str
 
 
-class StdlibData(Strict):
+class StdlibData(CorpusData):
     """The running Python's standard-library sources: a real corpus present everywhere."""
 
     source: Literal["stdlib"] = "stdlib"
     max_files: PositiveInt | None = 200
 
 
-DataSpec = Annotated[SyntheticData | TextData | StdlibData, Field(discriminator="source")]
+class HFDiskData(CorpusData):
+    """A Hugging Face ``datasets`` dataset: a folder written by ``save_to_disk``, or parquet /
+    jsonl / json / csv files (a path or glob); one document per row of ``column``."""
 
-__all__ = ["DataError", "batches", "recall_tokens", "stdlib_files", "text_files", "token_stream"]
+    source: Literal["hf_disk"] = "hf_disk"
+    path: str
+    column: str = "text"
 
 
-class DataError(ValueError):
-    """A data source that cannot give the batches asked for (no files, corpus too short)."""
+AnyData = SyntheticData | TextData | StdlibData | HFDiskData
+DataSpec = Annotated[AnyData, Field(discriminator="source")]
+
+__all__ = ["DataError", "batches", "corpus_splits", "recall_tokens", "stdlib_files",
+           "text_files", "token_stream"]
 
 
 def batches(
-    data: SyntheticData | TextData | StdlibData | None,
+    data: AnyData | None,
     spec: ModelSpec,
     batch_size: int,
     seq_len: int,
@@ -68,9 +97,12 @@ def batches(
     seed: int,
     registry: Registry,
     base_dir: Path | str = ".",
+    split: Split = "train",
 ) -> list[Batch]:
     """``n`` batches of ``batch_size`` rows of ``seq_len`` positions for ``spec``'s family,
-    made by the family's task in ``registry``."""
+    made by the family's task in ``registry``. A corpus gives windows of its ``split`` only
+    (:mod:`variantlab.data.splits`); synthetic data has no splits (the held-out batches of a
+    probe come from generators with other seeds)."""
     data = data if data is not None else SyntheticData()
     gen = torch.Generator().manual_seed(int(seed))
     task = task_for(spec, registry)
@@ -86,25 +118,60 @@ def batches(
                 tokens = torch.randint(0, vocab, (batch_size, seq_len + 1), generator=gen)
             out.append(task.batch(spec, batch_size, seq_len, tokens=tokens, generator=gen))
         return out
-    if isinstance(data, TextData):
-        files = text_files(data.path, base_dir)
-        where = f"data.path {data.path!r}"
-    else:
-        files = stdlib_files(data.max_files)
-        where = f"the Python stdlib ({len(files)} files)"
-    stream = token_stream(tuple(str(f) for f in files))  # (N,) GPT-2 ids
-    if stream.numel() < seq_len + 2:
+    if data.tokenizer == "bytes" and vocab < 256:
+        raise DataError(f"tokenizer bytes gives ids 0-255 and is never folded: it needs "
+                        f"vocab_size >= 256, got {vocab}; raise vocab_size or use gpt2")
+    parts, where = corpus_splits(data, base_dir)
+    stream = parts.of(split)
+    if len(stream) < seq_len + 2:
         raise DataError(
-            f"{where} gives {stream.numel()} tokens, fewer than seq_len + 1 = {seq_len + 1}; "
-            "use more text or a shorter seq_len"
+            f"the {SPLIT_NAMES[split]} split of {where} has {len(stream)} tokens, fewer than "
+            f"seq_len + 2 = {seq_len + 2}; use more text, a shorter seq_len or other "
+            "val_fraction / test_fraction"
         )
-    stream = stream % vocab  # fold ids above the model's vocabulary
     for _ in range(n):
-        starts = torch.randint(0, stream.numel() - seq_len - 1, (batch_size,), generator=gen)
-        offsets = torch.arange(seq_len + 1)
-        tokens = stream[starts[:, None] + offsets[None, :]]  # (B, seq_len + 1)
+        tokens = windows(stream, batch_size, seq_len + 1, gen)  # (B, seq_len + 1)
+        if data.tokenizer == "gpt2":
+            tokens = tokens % vocab  # fold ids above the model's vocabulary
         out.append(task.batch(spec, batch_size, seq_len, tokens=tokens, generator=gen))
     return out
+
+
+SPLIT_NAMES = {"train": "training", "val": "validation", "test": "test"}
+
+
+def corpus_splits(data: TextData | StdlibData | HFDiskData,
+                  base_dir: Path | str = ".") -> tuple[Splits, str]:
+    """The corpus's train / validation / test splits (from the token cache) and a phrase
+    naming the corpus for messages."""
+    if isinstance(data, HFDiskData):
+        from .hfdisk import hf_corpus
+
+        content, documents, where = hf_corpus(data.path, data.column, base_dir)
+    else:
+        if isinstance(data, TextData):
+            files = text_files(data.path, base_dir)
+            where = f"data.path {data.path!r}"
+        else:
+            files = stdlib_files(data.max_files)
+            where = f"the Python stdlib ({len(files)} files)"
+        content = "files:" + files_hash(files)
+        documents = functools.partial(read_texts, tuple(str(f) for f in files))
+    key = (content, data.tokenizer, data.val_fraction, data.test_fraction)
+    if key not in _SPLITS:
+        if len(_SPLITS) >= 8:  # keep the last few corpora of this process in memory
+            _SPLITS.pop(next(iter(_SPLITS)))
+        tokens = corpus_tokens(content, data.tokenizer, documents)
+        _SPLITS[key] = split_tokens(tokens, data.val_fraction, data.test_fraction)
+    return _SPLITS[key], where
+
+
+_SPLITS: dict[tuple[str, str, float, float], Splits] = {}
+
+
+def read_texts(paths: tuple[str, ...]) -> list[str]:
+    """The files' text (UTF-8; undecodable bytes read as U+FFFD)."""
+    return [Path(p).read_text(encoding="utf-8", errors="replace") for p in paths]
 
 
 def recall_tokens(
@@ -150,23 +217,30 @@ def text_files(pattern: str, base_dir: Path | str = ".") -> list[Path]:
 def stdlib_files(max_files: int | None = None) -> list[Path]:
     """The running Python's standard-library ``.py`` sources, sorted, at most ``max_files``
     (installed packages under site-/dist-packages are left out)."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(
+    files = _stdlib_files()
+    if not files:
+        raise DataError(f"no .py sources under the stdlib folder {_stdlib_root()}")
+    return list(files[:max_files] if max_files else files)
+
+
+def _stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+@functools.lru_cache(maxsize=1)
+def _stdlib_files() -> tuple[Path, ...]:
+    """Every stdlib source, listed once per process (walking the folder takes ~0.4 s)."""
+    root = _stdlib_root()
+    return tuple(sorted(
         p for p in root.rglob("*.py")
         if not {"site-packages", "dist-packages"} & set(p.relative_to(root).parts)
-    )
-    if not files:
-        raise DataError(f"no .py sources under the stdlib folder {root}")
-    return files[:max_files] if max_files else files
+    ))
 
 
-@lru_cache(maxsize=8)
-def token_stream(paths: tuple[str, ...]) -> torch.Tensor:
-    """GPT-2 ids of the files, in order, each followed by ``<|endoftext|>``: (N,) int64."""
-    enc = gpt2_encoding()
-    texts = [Path(p).read_text(encoding="utf-8", errors="replace") for p in paths]
-    ids: list[int] = []
-    for doc in enc.encode_ordinary_batch(texts, num_threads=2):
-        ids.extend(doc)
-        ids.append(ENDOFTEXT_ID)
-    return torch.tensor(ids, dtype=torch.long)
+def token_stream(paths: tuple[str, ...], tokenizer: str = "gpt2") -> torch.Tensor:
+    """The ids of the files, in order, each followed by its end-of-document id (GPT-2's
+    ``<|endoftext|>``): (N,) int64, read through the token cache."""
+    files = [Path(p) for p in paths]
+    tokens = corpus_tokens("files:" + files_hash(files), tokenizer,
+                           functools.partial(read_texts, paths))
+    return torch.from_numpy(tokens.ids.astype(np.int64))

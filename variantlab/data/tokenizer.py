@@ -1,4 +1,5 @@
-"""GPT-2 BPE, offline: the vocabulary ships in the package and is hash-checked before use.
+"""Tokenizers: GPT-2 BPE (offline: the vocabulary ships in the package and is hash-checked
+before use) and raw UTF-8 bytes.
 
 ``variantlab/data/gpt2.tiktoken`` is byte-identical to tiktoken's ``r50k_base`` file; with the
 r50k split pattern and ``<|endoftext|>`` = 50256 it is the GPT-2 tokenizer. Nothing here ever
@@ -84,3 +85,26 @@ def encode(text: str) -> list[int]:
     """GPT-2 token ids of ``text``; ``<|endoftext|>`` in the text is encoded as the special
     token, so documents can be joined with it."""
     return gpt2_encoding().encode(text, allowed_special={ENDOFTEXT})
+
+
+#: The tokenizers a text source can name (``data: {tokenizer: ...}``).
+TOKENIZERS = ("gpt2", "bytes")
+#: The bytes tokenizer ends each document with this id (NUL, which UTF-8 text does not hold).
+BYTES_END_ID = 0
+
+
+def n_vocab(tokenizer: str) -> int:
+    """How many ids ``tokenizer`` gives: 50257 for GPT-2 BPE, 256 for bytes."""
+    return N_VOCAB if tokenizer == "gpt2" else 256
+
+
+def encode_documents(tokenizer: str, texts: list[str]) -> list[list[int]]:
+    """Each text's ids, followed by the end-of-document id: GPT-2 BPE with ``<|endoftext|>``
+    (50256), or the UTF-8 bytes (ids 0-255, the byte-level input of ByT5, Xue et al. 2022)
+    with a NUL byte (0)."""
+    if tokenizer == "bytes":
+        return [[*text.encode("utf-8"), BYTES_END_ID] for text in texts]
+    if tokenizer != "gpt2":
+        raise ValueError(f"tokenizer {tokenizer!r} is not one of {TOKENIZERS}")
+    docs = gpt2_encoding().encode_ordinary_batch(texts, num_threads=2)
+    return [[*doc, ENDOFTEXT_ID] for doc in docs]

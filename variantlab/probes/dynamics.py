@@ -32,7 +32,8 @@ from ..model.specs import ModelSpec
 from ..plugin.registry import Registry
 from ..plugin.rows import Row, row
 from .common import autocast, first_tensor, layer_stacks, param_index
-from .training import EVAL_SEED_OFFSET, TrainRunSettings, eval_loss, lr_at, setup
+from .recipe import lr_at
+from .training import EVAL_SEED_OFFSET, TrainRunSettings, eval_loss, setup
 
 
 class DynamicsSettings(TrainRunSettings):
@@ -106,9 +107,9 @@ def run(
     rows: list[Row] = []
     for step, batch in enumerate(batches):
         batch = batch.to(dev)
-        watch = step % settings.every == 0 or step == settings.steps - 1
+        watch = step % settings.every == 0 or step == len(batches) - 1
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, settings)
+            group["lr"] = lr_at(step, settings, len(batches))
         opt.zero_grad(set_to_none=True)
         record: dict[str, dict[Layer, float]] = {m: {} for m in METRICS}
         hooks = _recorder(model, record) if watch else []
@@ -145,7 +146,7 @@ def run(
     if settings.eval_batches and not diverged:
         held = datalib.batches(data, spec, settings.batch_size, settings.seq_len,
                                settings.eval_batches, seed=seed + EVAL_SEED_OFFSET,
-                               registry=registry, base_dir=base_dir)
+                               registry=registry, base_dir=base_dir, split="val")
         rows.append(row("dynamics", "eval_loss", eval_loss(model, loss_fn, held, dev, settings)))
     return rows
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from ..model.specs import ModelSpec
+from .params import non_embedding_params
+
 FLOP_FORMULA = "6N + 12*L*H*Q*T per token (PaLM app. B; nanoGPT estimate_mfu); forward = 1/3"
 
 # Dense peak FLOP/s from the vendors' data sheets (no sparsity). Keys are matched as
@@ -34,6 +37,16 @@ def flops_per_token(non_embedding: int, n_layers: int, n_heads: int, head_dim: i
                     seq_len: int) -> float:
     """Training (forward+backward) FLOPs per token by the formula above."""
     return 6.0 * non_embedding + 12.0 * n_layers * n_heads * head_dim * seq_len
+
+
+def model_flops_per_token(model: torch.nn.Module, spec: ModelSpec, seq_len: int) -> float:
+    """Training FLOPs per token of ``model`` by the formula: N its non-embedding parameters,
+    L its attention modules (self- and cross-; none in an ``mlp`` model), H and Q from the
+    spec's ``n_heads`` and ``emb_dim``."""
+    n_attn = sum(getattr(m, "variantlab_slot", None) == "attention" for m in model.modules())
+    n_heads = getattr(spec, "n_heads", 1) or 1
+    return flops_per_token(non_embedding_params(model), n_attn, n_heads,
+                           getattr(spec, "emb_dim", 0) // n_heads, seq_len)
 
 
 def pass_flops_per_token(train_flops: float, pass_name: str) -> float:

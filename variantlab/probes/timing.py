@@ -45,7 +45,6 @@ from ..plugin.settings import Device, DType, Strict
 from . import flops as flopslib
 from .common import autocast, make_model, resolve_device
 from .compiled import compile_errors, compile_model
-from .params import non_embedding_params
 
 
 class TimingSettings(Strict):
@@ -249,11 +248,7 @@ def run(
     name = device_name(dev)
 
     # attention layers (self- and cross-), each 12*H*Q*T FLOPs per token; none in mlp
-    n_attn = sum(getattr(m, "variantlab_slot", None) == "attention" for m in model.modules())
-    train_flops = flopslib.flops_per_token(
-        non_embedding_params(model), n_attn, spec.n_heads, spec.emb_dim // spec.n_heads,
-        settings.seq_len,
-    )
+    train_flops = flopslib.model_flops_per_token(model, spec, settings.seq_len)
     peak = settings.peak_flops
     if peak is None and dev.type == "cuda":
         peak = flopslib.peak_flops(name, settings.dtype)

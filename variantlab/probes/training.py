@@ -1,13 +1,20 @@
-"""A short AdamW run: loss per step, final and best loss, a divergence flag.
+"""A short training run: loss per step, final and best loss, held-out losses, a divergence flag.
 
-The learning rate rises linearly over ``warmup_steps`` (step i uses lr·(i+1)/warmup_steps)
-and then stays at ``lr``; gradients are clipped to a global L2 norm of ``grad_clip``. The
-run stops at the first non-finite loss.
+By default AdamW with a constant learning rate after ``warmup_steps`` of linear warm-up; the
+schedule, optimizer, weight-decay groups and a token budget in place of ``steps`` are options
+(:mod:`variantlab.probes.recipe`). Gradients are clipped to a global L2 norm of
+``grad_clip``. The run stops at the first non-finite loss.
 
 - ``final_loss``: mean training loss over the last tenth of the steps (at least one), so one
   noisy batch does not decide it; ``best_loss``: the lowest step loss;
-- ``eval_loss``: after training, the mean loss in eval mode (dropout off, BatchNorm on its
-  running statistics) over ``eval_batches`` fresh batches drawn with another seed;
+- ``val_loss`` / ``test_loss``: after training, the mean loss in eval mode (dropout off,
+  BatchNorm on its running statistics) over ``eval_batches`` batches of the validation / test
+  split of a corpus (:mod:`variantlab.data.splits`; synthetic data: drawn with the seeds
+  ``seed + EVAL_SEED_OFFSET`` / ``seed + TEST_SEED_OFFSET``). They depend on the seed only,
+  so every variant of a seed is scored on the same batches; ``eval_loss`` is ``val_loss``
+  under its older name;
+- ``lr`` per step: the learning rate the step used; ``tokens``: the tokens trained on;
+  ``flops``: training FLOPs, ``tokens`` x :func:`variantlab.probes.flops.model_flops_per_token`;
 - ``diverged``: 1 when a loss was NaN/inf or the loss really rose (:func:`diverged`): the
   final loss is above the first step's by more than the run's own step-to-step noise can
   explain (3 standard deviations of the difference, at least 5% of the first loss), or it is
@@ -23,36 +30,43 @@ import functools
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
-from pydantic import Field, PositiveFloat, PositiveInt
+from pydantic import Field, PositiveFloat, PositiveInt, model_serializer
 
 from ..data import sources as datalib
-from ..model.specs import ModelSpec
+from ..data.splits import Split
+from ..model.specs import ModelSpec, omit_added_defaults
 from ..model.tasks import Batch, task_for
 from ..plugin.registry import Registry
 from ..plugin.rows import Row, row
-from ..plugin.settings import Device, DType, Strict
+from ..plugin.settings import Device, DType
 from .common import autocast, make_model, resolve_device
 from .compiled import compile_errors, compile_model
+from .flops import model_flops_per_token
+from .params import non_embedding_params
+from .recipe import RECIPE_OPTIONS, RecipeSettings, lr_at, make_optimizer, planned_steps
 
 
-class TrainRunSettings(Strict):
+class TrainRunSettings(RecipeSettings):
     """What every training run takes (the training and dynamics probes)."""
 
-    steps: PositiveInt = Field(200, description="optimizer steps (one fresh batch each)")
-    lr: PositiveFloat = Field(3e-4, description="AdamW learning rate")
+    #: recipe options are left out of the serialised settings while at their defaults
+    added_options: ClassVar[tuple[str, ...]] = RECIPE_OPTIONS
     batch_size: PositiveInt = Field(16, description="rows per batch")
     seq_len: PositiveInt = Field(128, description="positions per row")
-    warmup_steps: int = Field(0, ge=0, description="steps of linear learning-rate warm-up")
     grad_clip: PositiveFloat | None = Field(
         1.0, description="clip gradients to this global L2 norm (null: no clipping)")
-    weight_decay: float = Field(0.1, ge=0, description="AdamW weight decay")
     eval_batches: int = Field(
-        4, ge=0, description="fresh batches scored in eval mode after training (0: none)")
+        4, ge=0, description="held-out batches scored in eval mode after training, for each "
+                             "of val_loss and test_loss (0: none)")
     dtype: DType = Field("float32", description="autocast dtype; float32: none")
     device: Device = Field("auto", description="auto, cpu, cuda, cuda:N or mps")
+
+    @model_serializer(mode="wrap")
+    def _omit_added_defaults(self, handler: Any) -> Any:
+        return omit_added_defaults(self, handler(self))
 
 
 class TrainingSettings(TrainRunSettings):
@@ -62,8 +76,13 @@ class TrainingSettings(TrainRunSettings):
 
 Loss = Callable[[Any, Batch], torch.Tensor]  # (model output, batch) -> scalar loss
 
-#: Eval batches come from the data with this offset added to the unit's seed.
+#: Held-out batches come from the data with these offsets added to the unit's seed:
+#: validation (``eval_loss``/``val_loss``) and test.
 EVAL_SEED_OFFSET = 1_000_003
+TEST_SEED_OFFSET = 2_000_029
+#: (row metric, data split, seed offset) of the held-out losses
+HELD_OUT: tuple[tuple[str, Split, int], ...] = (("val_loss", "val", EVAL_SEED_OFFSET),
+                                                ("test_loss", "test", TEST_SEED_OFFSET))
 #: A rise counts when it exceeds this many standard deviations of (final - first) ...
 RISE_SIGMAS = 3.0
 #: ... and this fraction of the first loss; a final loss over BLOWUP_FACTOR x the first
@@ -120,26 +139,31 @@ def diverged(losses: list[float]) -> bool:
     return rise > margin
 
 
-def lr_at(step: int, settings: TrainRunSettings) -> float:
-    """Linear warm-up, then constant."""
-    if settings.warmup_steps and step < settings.warmup_steps:
-        return settings.lr * (step + 1) / settings.warmup_steps
-    return settings.lr
-
-
 def setup(spec: ModelSpec, settings: TrainRunSettings, seed: int, data: Any,
           base_dir: Path | str, device: str | None, registry: Registry,
-          ) -> tuple[torch.device, torch.nn.Module, torch.optim.Optimizer, Any, Loss]:
-    """``(device, model in train mode, AdamW, batches, loss)`` of a training run (training and
-    dynamics probes alike); ``loss(output, batch)`` is the family task's."""
+          ) -> tuple[torch.device, torch.nn.Module, Any, list[Batch], Loss]:
+    """``(device, model in train mode, optimizer, batches, loss)`` of a training run (training
+    and dynamics probes alike): one batch per step (``steps``, or the token budget);
+    ``loss(output, batch)`` is the family task's."""
     dev = resolve_device(device or settings.device)
     model = make_model(spec, seed, registry, dev)
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=settings.lr,
-                            weight_decay=settings.weight_decay)
-    batches = datalib.batches(data, spec, settings.batch_size, settings.seq_len, settings.steps,
+    opt = make_optimizer(model, settings)
+    n = planned_steps(settings, settings.batch_size * settings.seq_len,
+                      non_embedding_params(model))
+    batches = datalib.batches(data, spec, settings.batch_size, settings.seq_len, n,
                               seed=seed, registry=registry, base_dir=base_dir)
     return dev, model, opt, batches, functools.partial(task_for(spec, registry).loss, spec)
+
+
+def held_out(data: Any, spec: ModelSpec, settings: TrainRunSettings, seed: int,
+             base_dir: Path | str, registry: Registry) -> dict[str, list[Batch]]:
+    """The validation and test batches of a seed: ``eval_batches`` each, the same for every
+    variant (the validation and test splits of a corpus; other seeds for synthetic data)."""
+    return {name: datalib.batches(data, spec, settings.batch_size, settings.seq_len,
+                                  settings.eval_batches, seed=seed + offset, registry=registry,
+                                  base_dir=base_dir, split=split)
+            for name, split, offset in HELD_OUT}
 
 
 def run(
@@ -152,36 +176,42 @@ def run(
         losses = train(model, compiled, opt, loss, batches, dev, settings)
 
     rows = [row("training", "loss", v, step=i) for i, v in enumerate(losses)]
+    rows += [row("training", "lr", lr_at(i, settings, len(batches)), step=i)
+             for i in range(len(losses))]
     finite = [v for v in losses if math.isfinite(v)]
     tail = losses[-tail_size(len(losses)):]
     final = sum(tail) / len(tail)
+    tokens = sum(b.n_tokens for b in batches[:len(losses)])
     rows += [
         row("training", "final_loss", final),
         row("training", "best_loss", min(finite) if finite else math.nan),
         row("training", "diverged", float(diverged(losses))),
         row("training", "compiled", float(settings.compile)),
+        row("training", "tokens", float(tokens), unit="count"),
+        row("training", "flops", tokens * model_flops_per_token(model, spec, settings.seq_len),
+            unit="FLOP"),
     ]
     if settings.eval_batches and math.isfinite(final):
-        held = datalib.batches(data, spec, settings.batch_size, settings.seq_len,
-                               settings.eval_batches, seed=seed + EVAL_SEED_OFFSET,
-                               registry=registry, base_dir=base_dir)
+        held = held_out(data, spec, settings, seed, base_dir, registry)
         with compile_errors(settings.compile):
-            value = eval_loss(compiled, loss, held, dev, settings)
-        rows.append(row("training", "eval_loss", value))
+            scores = {name: eval_loss(compiled, loss, part, dev, settings)
+                      for name, part in held.items()}
+        rows += [row("training", "eval_loss", scores["val_loss"])]
+        rows += [row("training", name, value) for name, value in scores.items()]
     return rows
 
 
-def train(model: torch.nn.Module, compiled: torch.nn.Module, opt: torch.optim.Optimizer,
+def train(model: torch.nn.Module, compiled: torch.nn.Module, opt: Any,
           loss_fn: Loss, batches: list, dev: torch.device,
           settings: TrainingSettings) -> list[float]:
-    """The AdamW loop: the loss per step, stopping at the first non-finite one. ``compiled``
-    runs the forward (``model`` itself, or it under torch.compile); ``model`` owns the
-    parameters that are clipped."""
+    """The training loop: the loss per step, stopping at the first non-finite one.
+    ``compiled`` runs the forward (``model`` itself, or it under torch.compile); ``model``
+    owns the parameters that are clipped."""
     losses: list[float] = []
     for step, batch in enumerate(batches):
         batch = batch.to(dev)
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, settings)
+            group["lr"] = lr_at(step, settings, len(batches))
         opt.zero_grad(set_to_none=True)
         with autocast(settings.dtype, dev):
             loss = loss_fn(compiled(**batch.inputs), batch)

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from .. import __version__
+from ..data.cache import file_digest
 from ..errors import SpecError
 
 CORE_PACKAGES = ("variantlab", "variantlab_plugins")
@@ -42,18 +43,6 @@ _SKIP_DIRS = {"__pycache__"}
 #: the folders of ``variantlab`` whose code can change a number; the rest of the core (and its
 #: top-level modules) is left out of unit keys. ``variantlab_plugins`` counts whole.
 NUMBER_FOLDERS = {"variantlab": ("plugin", "model", "data", "probes")}
-_FILE_CACHE: dict[tuple[str, int, int], str] = {}
-
-
-def file_digest(path: Path) -> str:
-    """sha256 of a file's bytes (cached while its size and mtime stay the same)."""
-    st = path.stat()
-    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
-    digest = _FILE_CACHE.get(key)
-    if digest is None:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        _FILE_CACHE[key] = digest
-    return digest
 
 
 def tree_digest(files: Iterable[Path], root: Path) -> str:
@@ -154,8 +143,11 @@ def probe_code(probe: Any, registry: Any) -> dict[str, str]:
 
 def data_fingerprint(data: Any, base_dir: Path | str) -> dict[str, Any] | None:
     """What a data source reads besides its settings: the text files' sizes and contents,
-    or the Python version whose stdlib is read; ``None`` for synthetic data."""
-    from ..data.sources import DataError, StdlibData, TextData, text_files
+    a dataset's files and column, or the Python version whose stdlib is read; ``None`` for
+    synthetic data."""
+    from ..data.cache import files_hash
+    from ..data.hfdisk import hf_corpus
+    from ..data.sources import DataError, HFDiskData, StdlibData, TextData, text_files
 
     if isinstance(data, StdlibData):
         return {"python": sys.version}
@@ -164,8 +156,10 @@ def data_fingerprint(data: Any, base_dir: Path | str) -> dict[str, Any] | None:
             files = text_files(data.path, base_dir)
         except DataError as exc:  # the probe fails with this message; the key says so
             return {"files": None, "error": str(exc)}
-        h = hashlib.sha256()
-        for path in files:
-            h.update(f"{path.stat().st_size}:{file_digest(path)}\n".encode())
-        return {"files": h.hexdigest(), "n": len(files)}
+        return {"files": files_hash(files), "n": len(files)}
+    if isinstance(data, HFDiskData):
+        try:
+            return {"dataset": hf_corpus(data.path, data.column, base_dir)[0]}
+        except DataError as exc:
+            return {"dataset": None, "error": str(exc)}
     return None

@@ -59,7 +59,8 @@ def _file_warning(path: Path) -> str | None:
 
 def data_problems(exp: Experiment, doc: YamlDoc) -> tuple[list[str], list[str]]:
     """(errors, warnings) about ``data:`` for the probes that read it."""
-    from ..data.sources import DataError, SyntheticData, TextData, text_files, token_stream
+    from ..data.sources import SPLIT_NAMES, DataError, SyntheticData, TextData, corpus_splits, text_files
+    from ..data.splits import SPLITS
     from ..model.tasks import task_for
 
     data = exp.data
@@ -71,31 +72,47 @@ def data_problems(exp: Experiment, doc: YamlDoc) -> tuple[list[str], list[str]]:
                       if task_for(v.spec, exp.registry).inputs != "floats"]
     if not readers or not token_variants:
         return errors, warns
-    if isinstance(data, SyntheticData) and data.task == "recall":
+    if isinstance(data, SyntheticData):
         small = [v.name for v in token_variants if v.spec.vocab_size < 4]
-        if small:
+        if data.task == "recall" and small:
             errors.append(doc.message(("data", "task"), "the recall task needs vocab_size >= 4 "
                                       f"(key and value halves); too small in {small}"))
-    if not isinstance(data, TextData):
         return errors, warns
-    full = Path(os.path.expanduser(data.path))
-    full = full if full.is_absolute() else exp.base_dir / full
-    if full.is_dir():
-        errors.append(doc.message(("data", "path"), f"{data.path!r} is a folder ({full}); give "
-                                  f"files or a glob, e.g. '{data.path.rstrip('/')}/*.txt'"))
-        return errors, warns
+    if data.tokenizer == "bytes":
+        small = [v.name for v in token_variants if v.spec.vocab_size < 256]
+        if small:
+            errors.append(doc.message(("data", "tokenizer"), "bytes gives ids 0-255 and is "
+                                      f"never folded: vocab_size must be >= 256; too small in "
+                                      f"{small}; raise vocab_size or use gpt2"))
+    if isinstance(data, TextData):
+        full = Path(os.path.expanduser(data.path))
+        full = full if full.is_absolute() else exp.base_dir / full
+        if full.is_dir():
+            errors.append(doc.message(("data", "path"), f"{data.path!r} is a folder ({full}); "
+                                      f"give files or a glob, e.g. "
+                                      f"'{data.path.rstrip('/')}/*.txt'"))
+            return errors, warns
+        try:
+            files = text_files(data.path, exp.base_dir)
+        except DataError as exc:
+            return errors + [doc.message(("data", "path"),
+                                         str(exc).removeprefix("data.path "))], warns
+        warns += [w for w in map(_file_warning, files) if w]
     try:
-        files = text_files(data.path, exp.base_dir)
+        parts, where = corpus_splits(data, exp.base_dir)
     except DataError as exc:
-        return errors + [doc.message(("data", "path"), str(exc).removeprefix("data.path "))], warns
-    warns += [w for w in map(_file_warning, files) if w]
-    n_tokens = token_stream(tuple(str(f) for f in files)).numel()
+        key = "path" if hasattr(data, "path") else "source"
+        return errors + [doc.message(("data", key), str(exc).removeprefix("data.path "))], warns
     probe, settings = max(readers.items(), key=lambda kv: kv[1].seq_len)
-    if n_tokens < settings.seq_len + 2:
-        errors.append(doc.message(("data", "path"), f"{len(files)} file(s) give {n_tokens} "
-                                  f"tokens, fewer than one batch of measure.{probe} needs "
-                                  f"(seq_len + 2 = {settings.seq_len + 2}); use more text or "
-                                  "a shorter seq_len"))
+    held = any(getattr(s, "eval_batches", 0) for s in readers.values())
+    for split in SPLITS:
+        n_tokens, name = len(parts.of(split)), SPLIT_NAMES[split]
+        if (split == "train" or held) and n_tokens < settings.seq_len + 2:
+            errors.append(doc.message(
+                ("data", "path" if hasattr(data, "path") else "source"),
+                f"the {name} split of {where} has {n_tokens} tokens, fewer than one batch of "
+                f"measure.{probe} needs (seq_len + 2 = {settings.seq_len + 2}); use more text, "
+                "a shorter seq_len or other val_fraction / test_fraction"))
     return errors, warns
 
 

@@ -1,0 +1,134 @@
+"""The token cache: a tokenised corpus kept on disk, read back as a memory map.
+
+A corpus (a list of documents) is tokenised once per content and tokenizer. The ids are
+written as ``<key>.tokens.npy`` (uint16 when the tokenizer has at most 65536 ids, else
+uint32) and the document boundaries as ``<key>.offsets.npy`` (int64, D + 1 entries: document
+``i`` is ``tokens[offsets[i]:offsets[i + 1]]``, its end-of-document id included). ``key`` is a
+sha256 over the corpus's content hash, the tokenizer and the cache format, so a changed file
+or another tokenizer is a new entry and a stale one is never read. Later runs (and every
+worker process) open the files with ``np.load(mmap_mode="r")``: nothing is tokenised again.
+
+Where: ``$VARIANTLAB_CACHE/tokens`` when that variable is set, else
+``$XDG_CACHE_HOME/variantlab/tokens`` (``~/.cache/variantlab/tokens``). Entries can be
+deleted at any time. Writers never clash: each writes a temporary file in the folder and
+renames it into place (atomic on one file system); the offsets go first and the tokens last,
+and a reader takes an entry only when its tokens file exists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .tokenizer import encode_documents, n_vocab
+
+#: bump when the layout of the files changes: old entries are then ignored
+CACHE_FORMAT = "tokens-v1"
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """A tokenised corpus: ``ids`` (N,) uint16/uint32 (a memory map), ``offsets`` (D + 1,)."""
+
+    ids: np.ndarray
+    offsets: np.ndarray
+    key: str
+
+    @property
+    def n_documents(self) -> int:
+        return len(self.offsets) - 1
+
+
+_FILE_CACHE: dict[tuple[str, int, int], str] = {}
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's bytes (cached while its size and mtime stay the same)."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    digest = _FILE_CACHE.get(key)
+    if digest is None:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        _FILE_CACHE[key] = digest
+    return digest
+
+
+def files_hash(paths: list[Path]) -> str:
+    """One sha256 over the contents of ``paths`` in order (their names left out)."""
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(f"{path.stat().st_size}:{file_digest(path)}\n".encode())
+    return h.hexdigest()
+
+
+def cache_dir() -> Path:
+    """The folder of the token cache (see the module docstring)."""
+    root = os.environ.get("VARIANTLAB_CACHE")
+    if root:
+        return Path(root).expanduser() / "tokens"
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg).expanduser() / "variantlab" / "tokens"
+
+
+def entry_key(content_hash: str, tokenizer: str) -> str:
+    """The cache entry's name for a corpus's content hash and a tokenizer."""
+    return hashlib.sha256(f"{CACHE_FORMAT}\0{tokenizer}\0{content_hash}".encode()).hexdigest()
+
+
+def id_dtype(tokenizer: str) -> type[np.unsignedinteger]:
+    """The narrowest unsigned type holding every id of ``tokenizer``."""
+    return np.uint16 if n_vocab(tokenizer) <= 1 << 16 else np.uint32
+
+
+def _write_atomic(path: Path, array: np.ndarray) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, array, allow_pickle=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load(key: str, folder: Path | None = None) -> Tokens | None:
+    """The cached entry ``key``, or None when it is not (completely) there."""
+    folder = folder or cache_dir()
+    ids_path, off_path = folder / f"{key}.tokens.npy", folder / f"{key}.offsets.npy"
+    if not (ids_path.is_file() and off_path.is_file()):
+        return None
+    try:
+        ids = np.load(ids_path, mmap_mode="r", allow_pickle=False)  # (N,) memmap
+        offsets = np.load(off_path, allow_pickle=False)  # (D + 1,)
+    except (OSError, ValueError):  # unreadable: tokenise again and replace it
+        return None
+    if offsets.ndim != 1 or len(offsets) < 1 or int(offsets[-1]) != len(ids):
+        return None
+    return Tokens(ids, offsets, key)
+
+
+def corpus_tokens(content_hash: str, tokenizer: str, documents: Callable[[], list[str]],
+                  folder: Path | None = None) -> Tokens:
+    """The corpus's tokens from the cache, tokenising ``documents()`` (called only on a miss)
+    and storing them first when they are not there."""
+    folder = folder or cache_dir()
+    key = entry_key(content_hash, tokenizer)
+    hit = load(key, folder)
+    if hit is not None:
+        return hit
+    encoded = encode_documents(tokenizer, documents())
+    lengths = np.array([len(doc) for doc in encoded], dtype=np.int64)  # (D,)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)  # (D + 1,)
+    dtype = id_dtype(tokenizer)
+    ids = np.fromiter((t for doc in encoded for t in doc), dtype=dtype,
+                      count=int(offsets[-1]))  # (N,)
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_atomic(folder / f"{key}.offsets.npy", offsets)
+    _write_atomic(folder / f"{key}.tokens.npy", ids)
+    return load(key, folder) or Tokens(ids, offsets, key)
