@@ -104,11 +104,12 @@ def size_problems(exp: Any, doc: YamlDoc, device: str | None,
     from .units import resolve_device
 
     out = []
-    for probe, settings in exp.measure.probes().items():
-        dev = resolve_device(probe, settings, device) or "cpu"
+    for probe, base in exp.measure.probes().items():
         for v in exp.variants:
             if only is not None and v.name not in only:
                 continue
+            settings = exp.probes_of(v)[probe] if v.settings else base
+            dev = resolve_device(probe, settings, device) or "cpu"
             found = refusal(v.spec, exp.registry, probe, settings, dev,
                             available or available_bytes)
             if found is None:

@@ -1,0 +1,112 @@
+"""Setting axes (issue 23.1): ``measure.<probe>.<key>`` in ``grid:`` and ``variants[].set``:
+validated at FILE:LINE:COL, part of the unit key, shown in labels, results() and validate."""
+
+import re
+from textwrap import dedent
+
+import pytest
+from click.testing import CliRunner
+from conftest import exp
+
+from variantlab.cli.main import main
+from variantlab.config.experiment import InputError, experiment_from_text
+from variantlab.sweep.units import plan_units
+
+MEASURE = """\
+measure:
+  params: {}
+  training: {steps: 3, lr: 1.0e-3, batch_size: 2, seq_len: 16, eval_batches: 1, device: cpu}
+"""
+
+
+def test_setting_axis_changes_only_that_probes_settings_and_keys():
+    e = experiment_from_text(exp(dedent("""\
+        grid:
+          activation.kind: [gelu, relu]
+          measure.training.lr: [1.0e-3, 3.0e-3]
+        variants:
+          - {name: slow, set: {measure.training.steps: 5}}
+        """) + MEASURE))
+    labels = [v.label for v in e.variants]
+    assert labels == ["base", "measure.training.lr=0.003", "activation.kind=relu",
+                      "activation.kind=relu,measure.training.lr=0.003", "slow"]
+    by = {v.name: v for v in e.variants}
+    assert by["measure.training.lr=0.003"].settings == {"training": {"lr": 3e-3}}
+    assert by["measure.training.lr=0.003"].spec == by["base"].spec  # the model is unchanged
+    assert e.probes_of(by["measure.training.lr=0.003"])["training"].lr == 3e-3
+    assert e.probes_of(by["slow"])["training"].steps == 5
+    assert e.probes_of(by["base"])["training"].lr == 1e-3
+    units = {(u.variant.name, u.probe): u for u in plan_units(e)}
+    # params does not read lr: the lr variants share its unit; training's keys differ
+    assert units[("base", "params")].key == units[("measure.training.lr=0.003", "params")].key
+    assert units[("base", "training")].key != units[("measure.training.lr=0.003", "training")].key
+    assert units[("measure.training.lr=0.003", "training")].settings.lr == 3e-3
+    assert units[("slow", "training")].settings.steps == 5
+
+
+def test_without_setting_axes_the_units_are_the_base_settings():
+    e = experiment_from_text(exp("grid:\n  activation.kind: [gelu, relu]\n" + MEASURE))
+    assert all(v.settings == {} for v in e.variants)
+    base = e.measure.probes()
+    assert all(u.settings is base[u.probe] for u in plan_units(e))
+
+
+def errors(text: str) -> list[str]:
+    with pytest.raises(InputError) as info:
+        experiment_from_text(text, "exp.yaml")
+    return info.value.messages
+
+
+def test_bad_setting_axes_are_located_with_a_suggestion():
+    msgs = errors(exp(dedent("""\
+        grid:
+          measure.training.lrr: [1.0e-3]
+          measure.training.lr: [1.0e-3, -3.0e-3]
+          measure.gradients.batch_size: [2]
+          measure.training: [1]
+        variants:
+          - {name: v, set: {measure.trainng.lr: 0.1, measure.training.steps: 0}}
+        """) + MEASURE))
+    text = "\n".join(msgs)
+    assert re.search(r"exp.yaml:\d+:3: grid.measure.training.lrr: .*did you mean "
+                     r"'measure.training.lr'\?", text), text
+    assert re.search(r"exp.yaml:\d+:\d+: grid.measure.training.lr\[1\]: Input should be "
+                     r"greater than 0", text), text
+    assert re.search(r"grid.measure.gradients.batch_size: .*probe 'gradients' does not run"
+                     r".*\(params, training\)", text), text
+    assert "grid.measure.training: 'measure.training': a setting axis is written" in text
+    assert re.search(r"variants\[0\].set.measure.trainng.lr: .*did you mean "
+                     r"'measure.training.lr'", text), text
+    assert "variants[0].set.measure.training.steps: Input should be greater than 0" in text
+    assert len(msgs) == 6, msgs  # each problem once, not once per grid combination
+
+
+def test_a_seq_len_axis_is_checked_against_each_variants_context():
+    msgs = errors(exp("grid:\n  measure.training.seq_len: [16, 64]\n" + MEASURE))
+    assert len(msgs) == 1 and re.match(
+        r"exp.yaml:\d+:\d+: grid.measure.training.seq_len\[1\]: seq_len=64 is above "
+        r"context_length=32", msgs[0]), msgs
+
+
+@pytest.mark.parametrize("axis", ["measure.training.lrr: [1.0e-3]",
+                                  "measure.training.lr: [1.0e-3, -1.0e-3]",
+                                  "measure.timing.repeats: [2, 3]"])
+def test_cli_refuses_bad_setting_axes_exit_2_nothing_stored(axis, tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text(exp(f"grid:\n  {axis}\n" + MEASURE))
+    out = tmp_path / "runs"
+    result = CliRunner().invoke(main, ["run", str(path), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert re.search(rf"{re.escape(str(path))}:\d+:\d+: grid\.measure\.", result.output)
+    assert not out.exists()
+
+
+def test_validate_names_the_architecture_and_setting_axes(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text(exp("grid:\n  activation.kind: [gelu, relu]\n"
+                        "  measure.training.lr: [1.0e-3, 3.0e-3]\n" + MEASURE))
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "activation.kind=relu,measure.training.lr=0.003" in result.output
+    assert "architecture axes: activation.kind" in result.output
+    assert "setting axes: measure.training.lr" in result.output
