@@ -19,9 +19,9 @@ from ..data.sources import DataSpec, SyntheticData
 from ..errors import InputError, PluginLoadError, SpecError, pydantic_issues
 from ..model.specs import ModelSpec, parse_model_spec
 from ..plugin.registry import SLOTS, Registry, build_registry
-from .checks import MAX_VARIANTS, grid_cap_message, grid_size, nonfinite, seed_problems
 from .axes import base_settings_of, effective, setting_problems
 from .axes import split as split_axes
+from .checks import MAX_VARIANTS, grid_cap_message, grid_size, nonfinite, seed_problems
 from .measure import MeasureSpec, ProbeResources
 from .overrides import apply_overrides, component_of, expansions, lookup, override_source, show
 from .yamlio import YamlDoc, YamlError, load_yaml, read_text
