@@ -30,7 +30,7 @@ def test_effects_rank_the_axis_that_matters_over_the_one_that_does_not(tmp_path)
     from variantlab.config.experiment import experiment_from_text
     from variantlab.executors.runner import run_experiment
 
-    doc = {"name": "sweep", "seeds": [0, 1],
+    doc = {"name": "sweep", "seeds": [0, 1, 2],
            "model": {**TINY, "vocab_size": 256, "attention": {"kind": "mha", "impl": "naive"}},
            "grid": {"residual.shortcut": [True, False], "attention.impl": ["naive", "sdpa"]},
            "data": {"source": "stdlib", "max_files": 5},
@@ -44,7 +44,7 @@ def test_effects_rank_the_axis_that_matters_over_the_one_that_does_not(tmp_path)
                                   "residual.shortcut × attention.impl"]
     assert loss["effect"].iloc[2] == 0  # sdpa changes nothing, with or without shortcut
     top, none = loss.iloc[0], loss.iloc[1]
-    assert top["value"] == "false" and top["n"] == 2  # 2 seeds (each averages 2 impls)
+    assert top["value"] == "false" and top["n"] == 3  # 3 seeds (each averages 2 impls)
     assert top["effect"] > 0.05 and top["low"] > 0  # without the shortcut: worse, surely
     assert none["value"] == "sdpa" and none["effect"] == 0
     assert none["low"] <= 0 <= none["high"]

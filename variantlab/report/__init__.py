@@ -15,6 +15,7 @@ from typing import Any
 
 from ..plugin.registry import Registry
 from .effects import compute_effects, effects_csv
+from .fair import fair_parts
 from .findings import reading
 from .frame import ReportData, gather
 from .plots import Plot, build_plots, inline_svg, to_svg
@@ -22,6 +23,7 @@ from .probeviews import probe_views
 from .render import headers, render_html, render_markdown, title_of
 from .sweep import browse_table, cross_run_table, effect_plots, effects_table, focus, interaction_table
 from .tables import (
+    csv_safe,
     failure_table,
     section_tables,
     seed_metrics,
@@ -43,6 +45,8 @@ class ReportFiles:
     csv: Path
     plots: tuple[Path, ...] = ()
     effects: Path | None = None
+    tuned: Path | None = None  # a run with setting axes: report/tuned.csv
+    by_size: Path | None = None  # a grid over size: report/effects_by_size.csv
 
 
 def build_context(data: ReportData, registry: Registry) -> tuple[dict[str, Any], list[Plot]]:
@@ -55,11 +59,13 @@ def build_context(data: ReportData, registry: Registry) -> tuple[dict[str, Any],
     effects = compute_effects(data, per_seed)
     extra_tables, extra_plots = probe_views(data, registry)
     chosen, why = focus(data, summary, effects)
-    plots = effect_plots(effects) + build_plots(data, chosen, why) + extra_plots
+    fair = fair_parts(data)  # tuned comparison and size views (issue 23)
+    plots = effect_plots(effects) + fair.plots + build_plots(data, chosen, why) + extra_plots
     context = {
         "title": title_of(data),
         "headers": headers(data),
-        "reading": reading(data, summary, effects),
+        "reading": reading(data, summary, effects) + fair.lines,
+        "fair": fair.tables,
         "baseline": data.baseline,
         "effects": effects_table(effects) if effects is not None else None,
         "interactions": interaction_table(effects) if effects is not None and
@@ -73,6 +79,7 @@ def build_context(data: ReportData, registry: Registry) -> tuple[dict[str, Any],
         "plots": plots,
         "summary": summary,
         "effects_frame": effects,
+        "fair_parts": fair,
     }
     return context, plots
 
@@ -119,4 +126,14 @@ def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None
     csv.write_text(summary_csv(context["summary"]), encoding="utf-8")
     effects = out / "effects.csv"
     effects.write_text(effects_csv(context["effects_frame"]), encoding="utf-8")
-    return ReportFiles(md, html, csv, tuple(written), effects)
+    fair = context["fair_parts"]
+    tuned = out / "tuned.csv" if fair.tuned is not None else None
+    by_size = out / "effects_by_size.csv" if fair.by_size is not None else None
+    for path, frame in ((tuned, fair.tuned), (by_size, fair.by_size)):
+        if path is not None:
+            path.write_text(csv_safe(frame).to_csv(index=False, float_format="%.6g",
+                                                   lineterminator="\n"), encoding="utf-8")
+    for name, path in (("tuned.csv", tuned), ("effects_by_size.csv", by_size)):
+        if path is None:  # an earlier report's file is not this one's
+            (out / name).unlink(missing_ok=True)
+    return ReportFiles(md, html, csv, tuple(written), effects, tuned, by_size)
