@@ -110,3 +110,40 @@ def test_validate_names_the_architecture_and_setting_axes(tmp_path):
     assert "activation.kind=relu,measure.training.lr=0.003" in result.output
     assert "architecture axes: activation.kind" in result.output
     assert "setting axes: measure.training.lr" in result.output
+
+
+@pytest.mark.slow
+def test_a_tuning_sweep_runs_end_to_end_and_resumes(tmp_path):
+    """Issue 23's done-when: activation x lr x 3 seeds; results() has the setting column;
+    tuned.csv's lr per activation is recomputable from results() by the documented rule;
+    effects.csv's n is 3; a second run computes nothing."""
+    import pandas as pd
+
+    import variantlab as vl
+    from variantlab.report.tuned import CHOOSE
+
+    path = tmp_path / "tune.yaml"
+    path.write_text(exp("seeds: [0, 1, 2]\ngrid:\n  activation.kind: [gelu, relu]\n"
+                        "  measure.training.lr: [1.0e-3, 1.0e-2]\n" + MEASURE))
+    out = tmp_path / "runs"
+    first = CliRunner().invoke(main, ["run", str(path), "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    again = CliRunner().invoke(main, ["run", str(path), "--out", str(out)])
+    assert again.exit_code == 0 and "24 unit(s): 0 computed, 24 stored already" in again.output
+    rows = vl.results(out / "demo")
+    assert "measure.training.lr" in rows.columns
+    train = rows[rows["probe"] == "training"]
+    assert set(train["measure.training.lr"]) == {1e-3, 1e-2}
+    metric = next(m for m in CHOOSE if m in set(train["metric"]))
+    part = train[train["metric"] == metric].copy()
+    part["activation"] = ["relu" if "relu" in v else "gelu" for v in part["variant"]]
+    means = part.groupby(["activation", "measure.training.lr"])["value"].mean()
+    tuned = pd.read_csv(out / "demo" / "report" / "tuned.csv").set_index("variant")
+    for act in ("gelu", "relu"):
+        best = means[act].idxmin()
+        assert tuned.loc[f"activation.kind={act}", "measure.training.lr"] == best
+        assert tuned.loc[f"activation.kind={act}", "val_loss"] == pytest.approx(
+            means[act].min(), rel=1e-5)
+        assert tuned.loc[f"activation.kind={act}", "n"] == 3
+    effects = pd.read_csv(out / "demo" / "report" / "effects.csv")
+    assert set(effects["n"]) == {3}
