@@ -147,3 +147,31 @@ def test_a_tuning_sweep_runs_end_to_end_and_resumes(tmp_path):
         assert tuned.loc[f"activation.kind={act}", "n"] == 3
     effects = pd.read_csv(out / "demo" / "report" / "effects.csv")
     assert set(effects["n"]) == {3}
+
+
+def test_the_schema_accepts_setting_axes_and_refuses_unknown_settings():
+    import jsonschema
+    import yaml
+
+    from variantlab.config.schema import experiment_schema
+
+    validator = jsonschema.Draft7Validator(experiment_schema())
+    doc = yaml.safe_load(exp("grid:\n  measure.training.lr: [1.0e-3, 3.0e-3]\n"
+                             "variants:\n  - {name: v, set: {measure.training.steps: 5}}\n"
+                             + MEASURE))
+    assert [e.message for e in validator.iter_errors(doc)] == []
+    doc["grid"]["measure.training.lrr"] = [1e-3]
+    doc["grid"]["measure.training.lr"] = [-1e-3]
+    assert len(list(validator.iter_errors(doc))) == 2
+
+
+def test_the_size_guard_reads_each_variants_own_settings(tmp_path):
+    from variantlab.sweep.preflight import size_problems
+
+    e = experiment_from_text(exp("grid:\n  measure.training.batch_size: [2, 64]\n" + MEASURE))
+    seen = []
+    size_problems(e, e.doc, None, lambda device: seen.append(device) or 10**15)
+    assert len(seen) >= 2  # probed per variant and probe
+    found = size_problems(e, e.doc, None, lambda device: 5_000_000)  # 0.8 MB vs 11.8 MB
+    assert len(found) == 1 and "variant 'measure.training.batch_size=64'" in found[0], found
+    assert found[0].startswith("<string>:12:36: grid.measure.training.batch_size[1]: "), found

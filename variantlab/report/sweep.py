@@ -10,7 +10,7 @@ from itertools import combinations
 import pandas as pd
 
 from .effects import HEADLINE, Effects, cell_means, clear, label_of
-from .frame import ReportData, differing_axes, flatten
+from .frame import ReportData, differing_axes, variant_flat
 from .plots import Plot, heatmap
 from .tables import Table, _text, fmt
 
@@ -164,8 +164,7 @@ def browse_table(data: ReportData, summary: pd.DataFrame) -> Table:
     columns = ["variant"] + (["run"] if runs else []) + axes + [label for _, label in metrics]
     body = []
     for rec in v.itertuples():
-        flat = flatten(rec.spec) if isinstance(rec.spec, dict) and rec.spec else \
-            dict(rec.overrides or {})
+        flat = variant_flat(rec.spec, rec.overrides)
         name = rec.variant + (" (baseline)" if rec.variant == data.baseline else "")
         cells = [name] + ([str(rec.run)] if runs else [])
         cells += [_text(flat.get(axis, "")) for axis in axes]
