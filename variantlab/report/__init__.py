@@ -3,7 +3,9 @@
 ``write_report(runs, out_dir, baseline=None)`` reads one or more results stores (or
 ``RunData`` objects) and writes ``report.md`` with SVG plots beside it, ``report.html``
 (inline CSS, SVG and one small script that sorts and filters the variant table; no external
-references), ``summary.csv`` and ``effects.csv`` (a grid's effects; see :mod:`.effects`).
+references), ``summary.csv`` and ``effects.csv`` (a grid's effects; see :mod:`.effects`),
+and for sweeps over probe settings or model size ``tuned.csv`` and ``effects_by_size.csv``
+(:mod:`.tuned`, :mod:`.scaling`).
 """
 
 from __future__ import annotations

@@ -45,6 +45,10 @@ def effects_table(effects: Effects) -> Table:
             "its run, seed and the other axes' values, averaged within each seed; 95% "
             "Student-t interval over seeds (the seed is the unit of replication; n = seeds); "
             "'clear' when the interval excludes 0. Time in ms. All rows are in effects.csv.")
+    settings = [a for a in effects.grid.axes if a.startswith("measure.")]
+    if settings:
+        note += (f" Setting axes ({', '.join(settings)}) are averaged over like the others "
+                 "here; Tuned comparison compares each architecture at its own best setting.")
     if effects.main["n"].max() < 2:
         note += " One seed: no interval can be given; run more seeds to get one."
     if effects.several_runs:
