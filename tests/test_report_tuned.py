@@ -91,6 +91,9 @@ def test_each_architecture_is_chosen_on_val_and_reported_on_test(tmp_path):
     assert "activation.kind=relu beats activation.kind=gelu at lr 0.001 (val\\_loss 2.91 vs " \
         "3.01), loses at each one's best lr (test\\_loss 3.03 vs 2.61)" in md
     assert "widen the sweep" in md and "activation.kind=relu (measure.training.lr)" in md
+    table = [line for line in md.splitlines()
+             if line.startswith("| activation.kind=") and line.endswith("/9 |")]
+    assert [[c.strip() for c in line.strip("|").split("|")][7] for line in table] == ["no", "yes"]
     assert (tmp_path / "loss_vs_lr.svg").exists()
 
 

@@ -12,6 +12,7 @@ import pandas as pd
 
 from .frame import ReportData
 from .plots import Plot, _legend, _new, styles
+from .scaling import scaling_parts
 from .tables import Table, fmt
 from .tuned import Sweep, choose, find_sweep, lr_curves, tuned_frame
 
@@ -32,8 +33,6 @@ class FairParts:
 def fair_parts(data: ReportData) -> FairParts:
     """The tuned comparison (a run with setting axes) and the scaling views (a grid over
     model size); empty parts otherwise."""
-    from .scaling import scaling_parts
-
     parts = FairParts()
     sweep = find_sweep(data)
     if sweep is not None:
@@ -43,7 +42,12 @@ def fair_parts(data: ReportData) -> FairParts:
         parts.lines += tuned_lines(sweep, frame)
         if sweep.lr_axis is not None:
             parts.plots.append(lr_plot(sweep, frame))
-    scaling_parts(data, sweep, parts)
+    scaled = scaling_parts(data, sweep)
+    if scaled is not None:
+        plots, lines, tables, parts.by_size = scaled
+        parts.plots += plots
+        parts.lines += lines
+        parts.tables += tables
     return parts
 
 
@@ -61,11 +65,11 @@ def tuned_table(sweep: Sweep, frame: pd.DataFrame) -> Table:
                  else "— (one seed)" if r.get("n") == 1 else "—")
         vs = ("" if r["variant"] == sweep.baseline else
               f"{_num(r['vs_baseline'])} [{_num(r['vs_low'])}, {_num(r['vs_high'])}]")
+        edge = "yes" if r["at_edge"] == True else "no"  # noqa: E712 (numpy bools, NaN)
         body.append([str(r["variant"]), *[_num(r[a]) if isinstance(r[a], float) else str(r[a])
                                           for a in sweep.setting_axes],
                      _num(r["val_loss"]), _num(r["test_loss"]), inter, _num(r["n"]), vs,
-                     "yes" if r["at_edge"] is True else "no", _num(r["lr_sensitivity"]),
-                     f"{r['diverged']}/{r['runs']}"])
+                     edge, _num(r["lr_sensitivity"]), f"{r['diverged']}/{r['runs']}"])
     note = (f"each architecture at its own best setting: chosen by the mean {sweep.chosen_on} "
             f"over seeds, reported on {sweep.reported_on}; intervals are 95% t-intervals over "
             "seeds; vs = paired difference per seed to the baseline architecture at its own "

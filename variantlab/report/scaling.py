@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -28,33 +28,29 @@ from .plots import Plot, _legend, _new, styles
 from .tables import Table, fmt
 from .tuned import REPORT, SETTING, Sweep, arch_name, choose
 
-if TYPE_CHECKING:
-    from .fair import FairParts
-
 SIZE_AXES = ("emb_dim", "n_layers")
 MIN_FIT = 3  # sizes a line needs for a fitted power law
 BY_SIZE_COLUMNS = ("axis", "value", "size", "metric", "effect", "low", "high", "n", "sign",
                    "across_sizes")
 
 
-def scaling_parts(data: ReportData, sweep: Sweep | None, parts: FairParts) -> None:
-    """Add the scaling plot, the effects-by-size table and its frame to ``parts`` when the
-    first run with a grid varies size."""
+def scaling_parts(data: ReportData, sweep: Sweep | None
+                  ) -> tuple[list[Plot], list[str], list[Table], pd.DataFrame] | None:
+    """``(plots, sentences, tables, effects_by_size.csv)`` when the first run with a grid
+    varies size (None otherwise)."""
     points = size_points(data, sweep)
     if points is None:
-        return
+        return None
     frame, per_seed, axes, baseline, metric = points
-    parts.plots.append(scaling_plot(frame, metric))
-    parts.lines += fit_lines(frame, metric)
+    lines = fit_lines(frame, metric)
     by_size = effects_by_size(per_seed, axes, baseline, metric)
-    parts.by_size = by_size
-    if len(by_size):
-        parts.tables.append(by_size_table(by_size))
-        flips = by_size[by_size["across_sizes"] == "flips"]
-        said = list(dict.fromkeys(f"{r.axis}={r.value}" for r in flips.itertuples()))
-        if said:
-            parts.lines.append("The sign of an effect flips across sizes for "
-                               + ", ".join(said[:4]) + " (see Effects by size).")
+    tables = [by_size_table(by_size)] if len(by_size) else []
+    flips = by_size[by_size["across_sizes"] == "flips"]
+    said = list(dict.fromkeys(f"{r.axis}={r.value}" for r in flips.itertuples()))
+    if said:
+        lines.append("The sign of an effect flips across sizes for " + ", ".join(said[:4])
+                     + " (see Effects by size).")
+    return [scaling_plot(frame, metric)], lines, tables, by_size
 
 
 def size_points(data: ReportData, sweep: Sweep | None):
