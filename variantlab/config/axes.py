@@ -131,3 +131,25 @@ def setting_problems(measure: Mapping[str, Any], registry: Registry,
             at_values.append((f"{PREFIX}{probe}.{key}", msg))
             bad[f"{PREFIX}{probe}.{key}"] = ""
     return bad, at_values
+
+
+def setting_loc(spec: Any, name: str, path: str, value: Any) -> tuple:
+    """Where a variant's setting axis ``path`` is given: its grid value or its ``set:``."""
+    if path in spec.grid and value in spec.grid[path]:
+        return ("grid", path, spec.grid[path].index(value))
+    i = next((i for i, n in enumerate(spec.variants) if n.name == name), None)
+    return ("variants", i, "set", path) if i is not None else ("grid", path)
+
+
+def seq_len_problems(spec: Any, variants: Any) -> list[tuple[tuple, str]]:
+    """``(YAML location, message)`` for each variant whose ``seq_len`` setting axis is
+    above its model's ``context_length``."""
+    out = []
+    for v in variants:
+        for probe, change in v.settings.items():
+            seq, ctx = change.get("seq_len"), v.spec.context_length
+            if isinstance(seq, int) and seq > ctx:
+                out.append((setting_loc(spec, v.name, f"measure.{probe}.seq_len", seq),
+                            f"seq_len={seq} is above context_length={ctx} of variant "
+                            f"{v.name!r}; use seq_len <= {ctx} or raise context_length"))
+    return out

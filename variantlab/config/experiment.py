@@ -19,7 +19,7 @@ from ..data.sources import DataSpec, SyntheticData
 from ..errors import InputError, PluginLoadError, SpecError, pydantic_issues
 from ..model.specs import ModelSpec, parse_model_spec
 from ..plugin.registry import SLOTS, Registry, build_registry
-from .axes import base_settings_of, effective, setting_problems
+from .axes import base_settings_of, effective, seq_len_problems, setting_problems
 from .axes import split as split_axes
 from .checks import MAX_VARIANTS, grid_cap_message, grid_size, nonfinite, seed_problems
 from .measure import MeasureSpec, ProbeResources
@@ -322,14 +322,6 @@ def _cross_checks(
                                f"Variants: {', '.join(variant_names)}")
 
 
-def setting_loc(spec: ExperimentSpec, name: str, path: str, value: Any) -> tuple:
-    """Where a variant's setting axis ``path`` is given: its grid value or its ``set:``."""
-    if path in spec.grid and value in spec.grid[path]:
-        return ("grid", path, spec.grid[path].index(value))
-    i = next((i for i, n in enumerate(spec.variants) if n.name == name), None)
-    return ("variants", i, "set", path) if i is not None else ("grid", path)
-
-
 def experiment_from_text(
     text: str, path: str | Path = "<string>", *, base_dir: str | Path | None = None,
     extra_plugins: Sequence[str] = (), max_variants: int | None = MAX_VARIANTS,
@@ -362,13 +354,8 @@ def experiment_from_text(
     variants, contexts = _variants(spec, registry, out, ("model",)) if registry else ([], {})
     measure = _measure(spec, registry, out)
     _cross_checks(spec, measure, contexts, doc, out)
-    for v in variants:  # a seq_len axis: each value against the variant's context_length
-        for probe, change in v.settings.items():
-            seq, ctx = change.get("seq_len"), v.spec.context_length
-            if isinstance(seq, int) and seq > ctx:
-                out.add(setting_loc(spec, v.name, f"measure.{probe}.seq_len", seq),
-                        f"seq_len={seq} is above context_length={ctx} of variant "
-                        f"{v.name!r}; use seq_len <= {ctx} or raise context_length")
+    for loc, msg in seq_len_problems(spec, variants):  # seq_len axes vs context_length
+        out.add(loc, msg)
     if out.messages:
         raise InputError(out.messages)
     assert registry is not None  # else _registry added a message and InputError was raised

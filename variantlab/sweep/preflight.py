@@ -118,7 +118,7 @@ def size_problems(exp: Any, doc: YamlDoc, device: str | None,
             loc = (("measure", probe, "batch_size") if field == "batch_size"
                    else override_loc(exp, v, field))
             if field == "batch_size" and "batch_size" in v.settings.get(probe, {}):
-                from ..config.experiment import setting_loc  # a batch_size setting axis
+                from ..config.axes import setting_loc  # a batch_size setting axis
 
                 loc = setting_loc(exp.spec, v.name, f"measure.{probe}.batch_size",
                                   v.settings[probe]["batch_size"])
