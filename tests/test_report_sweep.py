@@ -30,7 +30,7 @@ def test_effects_rank_the_axis_that_matters_over_the_one_that_does_not(tmp_path)
     from variantlab.config.experiment import experiment_from_text
     from variantlab.executors.runner import run_experiment
 
-    doc = {"name": "sweep", "seeds": [0, 1],
+    doc = {"name": "sweep", "seeds": [0, 1, 2],
            "model": {**TINY, "vocab_size": 256, "attention": {"kind": "mha", "impl": "naive"}},
            "grid": {"residual.shortcut": [True, False], "attention.impl": ["naive", "sdpa"]},
            "data": {"source": "stdlib", "max_files": 5},
@@ -44,7 +44,7 @@ def test_effects_rank_the_axis_that_matters_over_the_one_that_does_not(tmp_path)
                                   "residual.shortcut × attention.impl"]
     assert loss["effect"].iloc[2] == 0  # sdpa changes nothing, with or without shortcut
     top, none = loss.iloc[0], loss.iloc[1]
-    assert top["value"] == "false" and top["n"] == 4  # 2 seeds x 2 attention impls
+    assert top["value"] == "false" and top["n"] == 3  # 3 seeds (each averages 2 impls)
     assert top["effect"] > 0.05 and top["low"] > 0  # without the shortcut: worse, surely
     assert none["value"] == "sdpa" and none["effect"] == 0
     assert none["low"] <= 0 <= none["high"]
@@ -61,15 +61,16 @@ def test_main_effects_are_paired_differences_with_t_intervals():
     context, _ = build_context(gather([run]), registry=REG)
     main = context["effects_frame"].main
     loss = main[main["metric"] == "eval_loss"].set_index(["axis", "value"])
-    # a=1 vs a=0: 0.5 in every pair but those of b=y, where seed s adds 0.03 s
-    mean, low, high, n = interval(pd.Series([0.5, 0.5, 0.5, 0.5, 0.53, 0.56]))
-    assert n == 6 and loss.loc[("a", "1"), "n"] == 6
+    # a=1 vs a=0: 0.5 in every pair but those of b=y, where seed s adds 0.03 s; the pairs
+    # of a seed are averaged over b first (0.5 + 0.015 s), then the interval is over seeds
+    mean, low, high, n = interval(pd.Series([0.5, 0.515, 0.53]))
+    assert n == 3 and loss.loc[("a", "1"), "n"] == 3
     assert loss.loc[("a", "1"), "effect"] == pytest.approx(mean) == pytest.approx(0.515)
     assert loss.loc[("a", "1"), "low"] == pytest.approx(low)
     assert loss.loc[("a", "1"), "high"] == pytest.approx(high)
     assert loss.loc[("a", "2"), "effect"] == pytest.approx(-0.25)
     assert loss.loc[("a", "2"), "low"] == pytest.approx(-0.25)  # the same in every pair
-    assert loss.loc[("b", "y"), "n"] == 9
+    assert loss.loc[("b", "y"), "n"] == 3  # seeds, not the 9 pairs
     assert list(loss.index.get_level_values("axis"))[0] == "a"  # the largest effect first
     assert ("b", "x") not in loss.index  # the baseline value has no effect row
 
@@ -131,7 +132,8 @@ def test_reading_stays_short_on_a_large_grid():
     assert sum(len(line) for line in reading) < 3000
     assert any("Spec warnings: attention: odd head size (40: " in line and "and 38 more" in line
                for line in reading)
-    assert reading[1].startswith("Eval loss: matters: c (false vs true: +1")
+    assert reading[1].startswith("Eval loss: one seed, so no interval (more seeds would give "
+                                  "one): c (false vs true: +1")
     # per-variant plots draw the baseline and the extremes, not 576 lines
     gradients = next(p for p in plots if p.key == "gradients")
     assert len(gradients.figure.legends[0].get_texts()) <= 7
@@ -168,7 +170,7 @@ def test_effects_of_two_runs_come_from_one_run_only(tmp_path):
     context, _ = build_context(gather([first, second]), registry=REG)
     main = context["effects_frame"].main
     a = main[(main["axis"] == "a") & (main["metric"] == "eval_loss")].iloc[0]
-    assert a["effect"] == pytest.approx(1.0) and a["n"] == 4  # x's pairs only, never pooled
+    assert a["effect"] == pytest.approx(1.0) and a["n"] == 2  # x's seeds only, never pooled
     assert "Effects are of run x/g only" in context["effects"].note
     across = {(r[0], r[1]): r[-1] for r in context["across"].rows}
     assert across[("a=1,b=0", "eval loss")] == "+4"
@@ -225,3 +227,33 @@ def test_a_named_variant_repeating_a_grid_combination_is_not_a_second_cell():
     assert list(effects.grid.cells["variant"]) == ["a=0", "a=1"]
     loss = effects.main[effects.main["metric"] == "eval_loss"].iloc[0]
     assert loss["effect"] == pytest.approx(1.0) and loss["n"] == 2
+
+
+def test_identical_pairs_within_a_seed_give_the_seed_level_interval():
+    """Issue 23.4: the seed is the unit of replication. Within each seed the effect of a is
+    the same in every cell of b and c (8 identical pairs per seed); across 3 seeds it is
+    0.1, 0.2, 0.6. The interval is the t-interval of those 3 numbers (df 2), not a
+    narrower one over 24 pairs."""
+    run = sample_grid({"a": [0, 1], "b": [0, 1, 2, 3], "c": [0, 1]}, seeds=(0, 1, 2))
+    moved = run.rows["metric"].eq("eval_loss") & run.rows["variant"].str.startswith("a=1")
+    by_seed = {0: 0.1, 1: 0.2, 2: 0.6}
+    run.rows.loc[moved, "value"] += run.rows.loc[moved, "seed"].astype(int).map(by_seed)
+    main = build_context(gather([run]), registry=REG)[0]["effects_frame"].main
+    row = main[(main["axis"] == "a") & (main["metric"] == "eval_loss")].iloc[0]
+    mean, low, high, n = interval(pd.Series([0.1, 0.2, 0.6]))
+    assert row["n"] == n == 3
+    assert (row["effect"], row["low"], row["high"]) == pytest.approx((mean, low, high))
+    assert high - mean == pytest.approx(4.303 * float(pd.Series([0.1, 0.2, 0.6]).std())
+                                        / math.sqrt(3), rel=1e-4)
+    pairs = interval(pd.Series([by_seed[s] for s in (0, 1, 2) for _ in range(8)]))
+    assert pairs[2] - pairs[1] < (high - low) / 3  # what counting pairs would have claimed
+
+
+def test_one_seed_gives_no_interval_and_the_report_says_so(tmp_path):
+    run = sample_grid({"a": [0, 1], "b": [0, 1]}, {("a", 1): 0.5}, seeds=(0,))
+    files = write_report([run], tmp_path, registry=REG)
+    eff = _effects(files.effects)
+    row = eff[(eff["axis"] == "a") & (eff["metric"] == "eval_loss")].iloc[0]
+    assert row["n"] == 1 and math.isnan(row["low"]) and math.isnan(row["high"])
+    md = files.markdown.read_text()
+    assert "One seed: no interval can be given" in md and "one seed: no interval" in md

@@ -204,7 +204,7 @@ def _write_report(stdout: Any, err: Any, runs: Sequence[Path], out_dir: Path,
     except Exception as exc:  # the run is stored; say why the report is missing
         err.print(f"report failed: {type(exc).__name__}: {escape(str(exc))}", soft_wrap=True)
         return EXIT_FAILED
-    for attr in ("markdown", "html", "csv"):
+    for attr in ("markdown", "html", "csv", "tuned", "by_size"):
         path = getattr(files, attr, None)
         if path is not None:
             stdout.print(f"report: {path}")
@@ -242,6 +242,12 @@ def validate(experiment: str, device: str | None, max_variants: int,
     if exp.spec.variants and not exp.spec.grid:
         stdout.print("base: the model under `model:` as written, measured as the first variant "
                      "(`variants:` without a `grid` adds it)", soft_wrap=True)
+    axes = list(exp.spec.grid) + [p for n in exp.spec.variants for p in n.set]
+    setting = list(dict.fromkeys(p for p in axes if p.startswith("measure.")))
+    if setting:  # the report tunes each architecture over these
+        arch = list(dict.fromkeys(p for p in axes if not p.startswith("measure.")))
+        stdout.print(f"architecture axes: {', '.join(arch) or '(none)'}; "
+                     f"setting axes: {', '.join(setting)}", soft_wrap=True)
     probes = ", ".join(exp.measure.probes()) or "(none)"
     n_units = len(exp.variants) * len(exp.seeds) * len(exp.measure.probes())
     stdout.print(f"seeds: {list(exp.seeds)}  probes: {probes}  units: {n_units}")

@@ -19,6 +19,8 @@ from ..data.sources import DataSpec, SyntheticData
 from ..errors import InputError, PluginLoadError, SpecError, pydantic_issues
 from ..model.specs import ModelSpec, parse_model_spec
 from ..plugin.registry import SLOTS, Registry, build_registry
+from .axes import base_settings_of, effective, seq_len_problems, setting_problems
+from .axes import split as split_axes
 from .checks import MAX_VARIANTS, grid_cap_message, grid_size, nonfinite, seed_problems
 from .measure import MeasureSpec, ProbeResources
 from .overrides import apply_overrides, component_of, expansions, lookup, override_source, show
@@ -80,6 +82,8 @@ class Variant:
     overrides: dict[str, Any]
     spec: ModelSpec
     warnings: list[str] = field(default_factory=list)
+    #: probe -> {setting: value}: the variant's setting axes (``measure.<probe>.<key>``)
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -127,6 +131,11 @@ class Experiment:
     @property
     def baseline(self) -> str:
         return self.spec.baseline or self.variants[0].name
+
+    def probes_of(self, variant: Variant) -> dict[str, Any]:
+        """Probe name -> the settings ``variant``'s units run with: ``measure:``'s, with
+        the variant's setting axes applied."""
+        return effective(self.measure.probes(), variant.settings)
 
     def variant(self, name: str) -> Variant:
         for v in self.variants:
@@ -213,14 +222,22 @@ def _variants(
     variants: list[Variant] = []
     seen: dict[str, int] = {}  # name -> context_length
     model_issues: dict[tuple, list[str]] = {}  # (loc, message) -> variants where it arises
+    base_settings = base_settings_of(spec.measure, registry)
     for named, overrides, where in expansions(spec.grid, [v.set for v in spec.variants]):
-        model, bad = apply_overrides(base, overrides, registry)
+        model_over, changes = split_axes(overrides)
+        model, bad = apply_overrides(base, model_over, registry)
+        bad_settings, at_values = setting_problems(spec.measure, registry, overrides, changes)
+        bad.update(bad_settings)
+        for path, msg in at_values:
+            out.add(where[path], msg)
         for path, msg in bad.items():
-            out.add(where[path][:-1] if named is None else where[path], msg, at="key")
+            if msg:
+                out.add(where[path][:-1] if named is None else where[path], msg, at="key")
         if bad:  # validate the rest of the variant all the same
-            good = {p: v for p, v in overrides.items() if p not in bad}
+            good = {p: v for p, v in model_over.items() if p not in bad}
             model, _ = apply_overrides(base, good, registry)
-        differing = [f"{p}={show(v)}" for p, v in overrides.items() if lookup(base_data, p) != v]
+        differing = [f"{p}={show(v)}" for p, v in overrides.items()
+                     if lookup({**base_data, "measure": base_settings}, p) != v]
         label = ",".join(differing) or "base"
         name = label if named is None else spec.variants[named].name
         if name in seen:
@@ -243,7 +260,7 @@ def _variants(
         if bad:
             continue
         variants.append(Variant(name, label if named is None else name, dict(overrides),
-                                model_spec, model_spec.warnings()))
+                                model_spec, model_spec.warnings(), changes))
     for (loc, msg), names in model_issues.items():
         if len(names) < len(seen):  # the base is fine; some variants' overrides break it
             msg += f" (in variant{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))})"
@@ -337,6 +354,8 @@ def experiment_from_text(
     variants, contexts = _variants(spec, registry, out, ("model",)) if registry else ([], {})
     measure = _measure(spec, registry, out)
     _cross_checks(spec, measure, contexts, doc, out)
+    for loc, msg in seq_len_problems(spec, variants):  # seq_len axes vs context_length
+        out.add(loc, msg)
     if out.messages:
         raise InputError(out.messages)
     assert registry is not None  # else _registry added a message and InputError was raised

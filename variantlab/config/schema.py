@@ -108,6 +108,12 @@ def experiment_schema(registry: Registry | None = None) -> dict[str, Any]:
     _nested_slots(defs)
     family_refs = _family_defs(defs, families, name_of, docs)
     paths = _override_paths(defs, families, name_of, parts)
+    for probe in probes:  # setting axes: measure.<probe>.<setting> (config/axes.py)
+        for key, prop in defs[name_of[probe.settings_cls]].get("properties", {}).items():
+            paths[f"measure.{probe.name}.{key}"] = {
+                **{k: v for k, v in prop.items() if k not in ("title", "default")},
+                "description": f"probe {probe.name}'s setting (a setting axis; the probe must "
+                               f"run): {prop.get('description', key)}"}
     root = _root(defs, defs.pop(name_of[ExperimentSpec]), family_refs, paths)
     root["properties"]["measure"] = _measure_schema(
         root["properties"]["measure"].get("description", ""),

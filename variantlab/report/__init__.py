@@ -3,7 +3,9 @@
 ``write_report(runs, out_dir, baseline=None)`` reads one or more results stores (or
 ``RunData`` objects) and writes ``report.md`` with SVG plots beside it, ``report.html``
 (inline CSS, SVG and one small script that sorts and filters the variant table; no external
-references), ``summary.csv`` and ``effects.csv`` (a grid's effects; see :mod:`.effects`).
+references), ``summary.csv`` and ``effects.csv`` (a grid's effects; see :mod:`.effects`),
+and for sweeps over probe settings or model size ``tuned.csv`` and ``effects_by_size.csv``
+(:mod:`.tuned`, :mod:`.scaling`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from ..plugin.registry import Registry
 from .effects import compute_effects, effects_csv
+from .fair import fair_parts
 from .findings import reading
 from .frame import ReportData, gather
 from .plots import Plot, build_plots, inline_svg, to_svg
@@ -23,6 +26,7 @@ from .probeviews import probe_views
 from .render import headers, render_html, render_markdown, title_of
 from .sweep import browse_table, cross_run_table, effect_plots, effects_table, focus, interaction_table
 from .tables import (
+    csv_safe,
     failure_table,
     section_tables,
     seed_metrics,
@@ -44,6 +48,8 @@ class ReportFiles:
     csv: Path
     plots: tuple[Path, ...] = ()
     effects: Path | None = None
+    tuned: Path | None = None  # a run with setting axes: report/tuned.csv
+    by_size: Path | None = None  # a grid over size: report/effects_by_size.csv
 
 
 def build_context(data: ReportData, registry: Registry) -> tuple[dict[str, Any], list[Plot]]:
@@ -56,11 +62,13 @@ def build_context(data: ReportData, registry: Registry) -> tuple[dict[str, Any],
     effects = compute_effects(data, per_seed)
     extra_tables, extra_plots = probe_views(data, registry)
     chosen, why = focus(data, summary, effects)
-    plots = effect_plots(effects) + build_plots(data, chosen, why) + extra_plots
+    fair = fair_parts(data)  # tuned comparison and size views (issue 23)
+    plots = effect_plots(effects) + fair.plots + build_plots(data, chosen, why) + extra_plots
     context = {
         "title": title_of(data),
         "headers": headers(data),
-        "reading": reading(data, summary, effects),
+        "reading": reading(data, summary, effects) + fair.lines,
+        "fair": fair.tables,
         "baseline": data.baseline,
         "effects": effects_table(effects) if effects is not None else None,
         "interactions": interaction_table(effects) if effects is not None and
@@ -74,6 +82,7 @@ def build_context(data: ReportData, registry: Registry) -> tuple[dict[str, Any],
         "plots": plots,
         "summary": summary,
         "effects_frame": effects,
+        "fair_parts": fair,
     }
     return context, plots
 
@@ -141,7 +150,17 @@ def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None
     texts[html] = render_html(context, svgs)
     texts[csv] = summary_csv(context["summary"])
     texts[effects] = effects_csv(context["effects_frame"])
+    fair = context["fair_parts"]
+    tuned = out / "tuned.csv" if fair.tuned is not None else None
+    by_size = out / "effects_by_size.csv" if fair.by_size is not None else None
+    for path, frame in ((tuned, fair.tuned), (by_size, fair.by_size)):
+        if path is not None:
+            texts[path] = csv_safe(frame).to_csv(index=False, float_format="%.6g",
+                                                 lineterminator="\n")
     write_all(texts)
     for path in stale:  # an earlier report's plots that are not this one's
         path.unlink(missing_ok=True)
-    return ReportFiles(md, html, csv, tuple(written), effects)
+    for name, path in (("tuned.csv", tuned), ("effects_by_size.csv", by_size)):
+        if path is None:  # an earlier report's file is not this one's
+            (out / name).unlink(missing_ok=True)
+    return ReportFiles(md, html, csv, tuple(written), effects, tuned, by_size)

@@ -1,14 +1,16 @@
 """Effects of a grid's axes: which choice matters, by how much, and how sure.
 
-The main effect of an axis value ``v`` on a metric is the mean of paired differences
+The main effect of an axis value ``v`` on a metric is built from paired differences
 ``y(v) - y(b)`` against the axis's baseline value ``b`` (the baseline variant's value, else
 the first listed), each pair sharing its run, its seed and the values of every other axis.
-The interval is a 95% Student-t interval over those pairs (mean ± t(0.975, n-1) · sd/√n):
-pairs of one run and seed but different cells of the other axes count as separate pairs, so
-the interval says how consistent the effect is across the grid and the seeds. One pair gives
-no interval; pairs that all agree give a zero-width one. A paired difference smaller than
-1e-6 of the metric's mean magnitude (float32 rounding: naive and fused attention compute
-the same numbers in a different order) counts as 0.
+The seed is the unit of replication: the pairs of one seed (the cells of the other axes)
+are averaged into one difference per seed, and the effect is the mean of those with a 95%
+Student-t interval over seeds (mean ± t(0.975, n-1) · sd/√n, ``n`` = number of seeds).
+Pairs of one seed share its initialisation and its batches, so counting them as separate
+replicates would make the interval too narrow. One seed gives no interval; seeds that all
+agree give a zero-width one. A paired difference smaller than 1e-6 of the metric's mean
+magnitude (float32 rounding: naive and fused attention compute the same numbers in a
+different order) counts as 0.
 
 A two-way interaction of axes A and B at ``(a, b)`` is the paired contrast
 ``y(a, b) - y(a0, b) - y(a, b0) + y(a0, b0)``: how much the effect of A changes when B moves
@@ -163,7 +165,11 @@ def rounding(values: pd.Series) -> float:
 
 
 def _paired(diff: pd.Series, tol: float) -> tuple[float, float, float, int]:
-    return interval(diff.where(diff.abs() > tol, 0.0).where(diff.notna()))
+    """Effect, interval and number of seeds of paired differences indexed by (run, seed,
+    other axes...): averaged within each (run, seed) first, then over seeds."""
+    d = diff.where(diff.abs() > tol, 0.0).where(diff.notna())
+    per_seed = d.groupby(level=["run", "seed"]).mean() if len(d) else d
+    return interval(per_seed)
 
 
 def main_effects(grid: Grid, values: pd.DataFrame) -> pd.DataFrame:

@@ -196,11 +196,19 @@ def _baseline(given: str | None, metas: list[RunMeta], variants: pd.DataFrame,
     return hits[0] if hits else order[0]
 
 
+def variant_flat(spec: Any, overrides: Any) -> dict[str, Any]:
+    """A variant's flattened spec (its overrides when the spec is missing), plus its
+    setting axes (``measure.<probe>.<key>`` overrides: architecture and settings side by
+    side)."""
+    over = dict(overrides) if isinstance(overrides, Mapping) else {}
+    flat = flatten(spec) if isinstance(spec, Mapping) and spec else dict(over)
+    return {**flat, **{k: v for k, v in over.items() if k.startswith("measure.")}}
+
+
 def differing_axes(data: ReportData) -> list[str]:
-    """Dotted spec paths whose values are not the same for every variant."""
-    flats = [flatten(s) if isinstance(s, Mapping) else {} for s in data.variants["spec"]]
-    if not any(flats):
-        flats = [dict(o) if isinstance(o, Mapping) else {} for o in data.variants["overrides"]]
+    """Dotted spec paths (and setting axes) whose values are not the same for every
+    variant."""
+    flats = [variant_flat(s, o) for s, o in zip(data.variants["spec"], data.variants["overrides"])]
     keys: list[str] = []
     for flat in flats:
         keys.extend(k for k in flat if k not in keys)

@@ -10,7 +10,7 @@ from itertools import combinations
 import pandas as pd
 
 from .effects import HEADLINE, Effects, cell_means, clear, label_of
-from .frame import ReportData, differing_axes, flatten
+from .frame import ReportData, differing_axes, variant_flat
 from .plots import Plot, heatmap
 from .tables import Table, _text, fmt
 
@@ -27,7 +27,7 @@ def cut(names: Sequence[str], k: int = MAX_NAMES) -> str:
 
 def _interval(low: float, high: float) -> str:
     if math.isnan(low) or math.isnan(high):
-        return "— (one pair)"
+        return "— (one seed: no interval)"
     return f"[{fmt(low)}, {fmt(high)}]"
 
 
@@ -41,13 +41,20 @@ def effects_table(effects: Effects) -> Table:
     body = [[label_of(r.metric), r.axis, f"{r.value} vs {base[r.axis]}", _signed(r.effect),
              _interval(r.low, r.high), str(r.n), "yes" if clear(r.low, r.high) else "no"]
             for r in effects.main.itertuples()]
-    note = ("mean paired difference against the axis's baseline value, each pair sharing "
-            "its run, seed and the other axes' values; 95% Student-t interval over the pairs; "
+    note = ("paired differences against the axis's baseline value, each pair sharing "
+            "its run, seed and the other axes' values, averaged within each seed; 95% "
+            "Student-t interval over seeds (the seed is the unit of replication; n = seeds); "
             "'clear' when the interval excludes 0. Time in ms. All rows are in effects.csv.")
+    settings = [a for a in effects.grid.axes if a.startswith("measure.")]
+    if settings:
+        note += (f" Setting axes ({', '.join(settings)}) are averaged over like the others "
+                 "here; Tuned comparison compares each architecture at its own best setting.")
+    if effects.main["n"].max() < 2:
+        note += " One seed: no interval can be given; run more seeds to get one."
     if effects.several_runs:
         note += f" Effects are of run {effects.grid.run} only; runs are never pooled."
     return Table("Effects of each axis", ["metric", "axis", "value", "effect",
-                                           "95% interval", "n pairs", "clear"], body, note)
+                                           "95% interval", "n seeds", "clear"], body, note)
 
 
 def interaction_table(effects: Effects) -> Table:
@@ -60,7 +67,7 @@ def interaction_table(effects: Effects) -> Table:
             + ", ".join(f"{a}={base[a]}" for a in effects.top)
             + "), paired as the main effects; non-zero means the effect of one axis depends "
             "on the other.")
-    return Table("Interactions", ["axes", "values", "interaction", "95% interval", "n pairs",
+    return Table("Interactions", ["axes", "values", "interaction", "95% interval", "n seeds",
                                   "clear"], body, note)
 
 
@@ -85,7 +92,7 @@ def axis_sentence(effects: Effects, metric: str) -> str | None:
     if matters:
         parts.append("matters: " + cut(matters, 2))
     if single:
-        parts.append("one pair each, so no interval (more seeds would give one): "
+        parts.append("one seed, so no interval (more seeds would give one): "
                      + cut(single, 2))
     if unclear:
         parts.append(("no clear effect (interval includes 0): " + cut(unclear, 4))
@@ -113,8 +120,8 @@ def grid_reading(data: ReportData, summary: pd.DataFrame, effects: Effects,
     seeds = len(data.seeds)
     axes = f"{len(g.axes)} ax{'is' if len(g.axes) == 1 else 'es'}"
     lines = [f"A grid of {len(g.cells)} variants over {axes} (" + cut(list(g.axes), 6)
-             + f"), {seeds} seed(s); effects are paired differences with 95% intervals "
-             "(see Effects of each axis)."]
+             + f"), {seeds} seed(s); effects are paired differences with 95% intervals over "
+             "seeds (see Effects of each axis)."]
     flat = [label_of(m) for m, _, _ in g.metrics if axis_sentence(effects, m) is None]
     lines += [s for s in (axis_sentence(effects, m) for m, _, _ in g.metrics) if s]
     lines += list(extra)
@@ -161,8 +168,7 @@ def browse_table(data: ReportData, summary: pd.DataFrame) -> Table:
     columns = ["variant"] + (["run"] if runs else []) + axes + [label for _, label in metrics]
     body = []
     for rec in v.itertuples():
-        flat = flatten(rec.spec) if isinstance(rec.spec, dict) and rec.spec else \
-            dict(rec.overrides or {})
+        flat = variant_flat(rec.spec, rec.overrides)
         name = rec.variant + (" (baseline)" if rec.variant == data.baseline else "")
         cells = [name] + ([str(rec.run)] if runs else [])
         cells += [_text(flat.get(axis, "")) for axis in axes]

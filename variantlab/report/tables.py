@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .frame import ReportData, differing_axes, flatten, invocation_numbers
+from .frame import ReportData, differing_axes, invocation_numbers, variant_flat
 
 PASS_NAMES = {"forward": "forward", "backward": "forward+backward", "step": "train step"}
 SLOT_ORDER = ("embedding", "positional", "attention", "feedforward", "norm", "residual",
@@ -273,8 +273,7 @@ def variant_table(data: ReportData) -> Table:
     columns = ["variant"] + extra + axes
     body = []
     for _, rec in v.iterrows():
-        flat = flatten(rec["spec"]) if isinstance(rec["spec"], dict) and rec["spec"] else \
-            dict(rec["overrides"] or {})
+        flat = variant_flat(rec["spec"], rec["overrides"])
         name = rec["variant"] + (" (baseline)" if rec["variant"] == data.baseline else "")
         cells = [name] + [str(rec[c]) for c in extra]
         cells += [_text(flat.get(axis, "")) for axis in axes]

@@ -403,8 +403,33 @@ def results(path: str | Path) -> pd.DataFrame:
     message in ``error``. The columns (:data:`variantlab.store.contract.RESULTS`), in order:
 
     {columns}
+
+    A run whose grid or named variants vary probe settings (``measure.<probe>.<key>``) has
+    one more column per such setting axis, named by its path, holding the value each row's
+    variant ran with (:func:`setting_columns`).
     """
-    return _frames(path).rows
+    run = _frames(path)
+    return setting_columns(run.rows, run.variants, run.meta)
+
+
+def setting_columns(rows: pd.DataFrame, variants: pd.DataFrame, meta: RunMeta) -> pd.DataFrame:
+    """``rows`` with a column per setting axis (an override path ``measure.<probe>.<key>``
+    of any variant): the value the row's variant ran with, the experiment's own
+    ``measure:`` value for a variant that does not set it."""
+    paths: list[str] = []
+    for over in variants["overrides"]:
+        paths += [p for p in (over or {}) if p.startswith("measure.") and p not in paths]
+    if not paths:
+        return rows
+    rows = rows.copy()
+    for path in paths:
+        _, probe, key = path.split(".", 2)
+        default = (meta.measure.get(probe) or {}).get(key)
+        values = {n: (o or {}).get(path, default)
+                  for n, o in zip(variants["name"], variants["overrides"])}
+        rows[path] = pd.Series([values.get(v, default) for v in rows["variant"]],
+                               index=rows.index, dtype=object).infer_objects()
+    return rows
 
 
 if results.__doc__:  # None under python -OO

@@ -125,11 +125,12 @@ def size_problems(exp: Experiment, doc: YamlDoc, device: str | None,
     from .units import resolve_device
 
     out = []
-    for probe, settings in exp.measure.probes().items():
-        dev = resolve_device(probe, settings, device) or "cpu"
+    for probe, base in exp.measure.probes().items():
         for v in exp.variants:
             if only is not None and v.name not in only:
                 continue
+            settings = exp.probes_of(v)[probe] if v.settings else base
+            dev = resolve_device(probe, settings, device) or "cpu"
             found = refusal(v.spec, exp.registry, probe, settings, dev,
                             available or available_bytes)
             if found is None:
@@ -137,6 +138,11 @@ def size_problems(exp: Experiment, doc: YamlDoc, device: str | None,
             field, message = found
             loc = (("measure", probe, "batch_size") if field == "batch_size"
                    else override_loc(exp, v, field))
+            if field == "batch_size" and "batch_size" in v.settings.get(probe, {}):
+                from ..config.axes import setting_loc  # a batch_size setting axis
+
+                loc = setting_loc(exp.spec, v.name, f"measure.{probe}.batch_size",
+                                  v.settings[probe]["batch_size"])
             out.append(doc.message(loc, f"variant {v.name!r}: {message}"))
     return out
 

@@ -100,12 +100,14 @@ def plan_units(experiment: Experiment, device: str | None = None) -> list[Unit]:
     content = data_fingerprint(experiment.data, experiment.base_dir)
     if content is not None:
         data_data = {**data_data, "content": content}
-    probes = experiment.measure.probes()
+    base = experiment.measure.probes()
     registry = experiment.registry
-    found = {name: registry.probe(name, ("measure", name)) for name in probes}
+    found = {name: registry.probe(name, ("measure", name)) for name in base}
     units = []
     for variant in experiment.variants:
         spec_data = variant.spec.to_data()
+        # a variant's setting axes (measure.<probe>.<key>) change its probes' settings
+        probes = experiment.probes_of(variant) if getattr(variant, "settings", None) else base
         for seed in experiment.seeds:
             for name, settings in probes.items():
                 probe = found[name]

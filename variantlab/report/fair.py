@@ -1,0 +1,167 @@
+"""The report's fair-comparison parts: the tuned table, the loss-vs-learning-rate plot and
+the sentences that say when a ranking depends on the setting (:mod:`.tuned`), and the
+scaling views when the grid varies size (:mod:`.scaling`). One hook for the report:
+:func:`fair_parts`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .frame import ReportData
+from .plots import Plot, _legend, _new, styles
+from .scaling import scaling_parts
+from .tables import Table, fmt
+from .tuned import Sweep, choose, find_sweep, lr_curves, tuned_frame
+
+MAX_FLIPS = 4  # ranking sentences at most
+
+
+@dataclass
+class FairParts:
+    """What the report adds for a tuning or size sweep."""
+
+    tables: list[Table] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    plots: list[Plot] = field(default_factory=list)
+    tuned: pd.DataFrame | None = None  # tuned.csv
+    by_size: pd.DataFrame | None = None  # effects_by_size.csv
+
+
+def fair_parts(data: ReportData) -> FairParts:
+    """The tuned comparison (a run with setting axes) and the scaling views (a grid over
+    model size); empty parts otherwise."""
+    parts = FairParts()
+    sweep = find_sweep(data)
+    if sweep is not None:
+        frame = tuned_frame(sweep)
+        parts.tuned = frame
+        parts.tables.append(tuned_table(sweep, frame))
+        parts.lines += tuned_lines(sweep, frame)
+        if sweep.lr_axis is not None:
+            parts.plots.append(lr_plot(sweep, frame))
+    scaled = scaling_parts(data, sweep)
+    if scaled is not None:
+        plots, lines, tables, parts.by_size = scaled
+        parts.plots += plots
+        parts.lines += lines
+        parts.tables += tables
+    return parts
+
+
+def _num(x: object) -> str:
+    return fmt(float(x)) if isinstance(x, (int, float)) and math.isfinite(x) else "—"
+
+
+def tuned_table(sweep: Sweep, frame: pd.DataFrame) -> Table:
+    cols = ["variant", *sweep.setting_axes, f"{sweep.chosen_on} (chose)",
+            f"{sweep.reported_on}", "95% interval", "n seeds",
+            f"vs {sweep.baseline}", "at edge", "lr sensitivity", "diverged"]
+    body = []
+    for r in frame.to_dict("records"):
+        inter = (f"[{_num(r['low'])}, {_num(r['high'])}]" if _finite(r.get("low"))
+                 else "— (one seed)" if r.get("n") == 1 else "—")
+        vs = ("" if r["variant"] == sweep.baseline else
+              f"{_num(r['vs_baseline'])} [{_num(r['vs_low'])}, {_num(r['vs_high'])}]")
+        edge = "yes" if r["at_edge"] == True else "no"  # noqa: E712 (numpy bools, NaN)
+        body.append([str(r["variant"]), *[_num(r[a]) if isinstance(r[a], float) else str(r[a])
+                                          for a in sweep.setting_axes],
+                     _num(r["val_loss"]), _num(r["test_loss"]), inter, _num(r["n"]), vs,
+                     edge, _num(r["lr_sensitivity"]), f"{r['diverged']}/{r['runs']}"])
+    note = (f"each architecture at its own best setting: chosen by the mean {sweep.chosen_on} "
+            f"over seeds, reported on {sweep.reported_on}; intervals are 95% t-intervals over "
+            "seeds; vs = paired difference per seed to the baseline architecture at its own "
+            "best; lr sensitivity (Wortsman et al. 2023) = mean over lrs of min(loss, loss at "
+            "init) minus the best loss. All numbers are in tuned.csv; see "
+            "docs/fair-comparisons.md.")
+    return Table("Tuned comparison", cols, body, note)
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def tuned_lines(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
+    """The reading's sentences: the choice per architecture, what is optimistic or at an
+    edge of the sweep, and where a ranking depends on the learning rate."""
+    axes = ", ".join(sweep.setting_axes)
+    lines = [f"Tuned comparison over {axes}: each of {len(sweep.archs)} architecture "
+             f"variant(s) at its own best setting (by mean {sweep.chosen_on}, reported on "
+             f"{sweep.reported_on}); see Tuned comparison and tuned.csv."]
+    if sweep.optimistic:
+        lines.append(f"This run has no held-out val_loss/test_loss: {sweep.chosen_on} both "
+                     "chose the setting and reports it, so the tuned numbers are optimistic.")
+    edge = frame[frame["at_edge"] == True]  # noqa: E712 (NaN for an architecture never chosen)
+    if len(edge):
+        said = [f"{r.variant} ({r.edge_axes})" for r in edge.itertuples()]
+        lines.append("Best setting at the edge of the sweep for " + "; ".join(said[:4])
+                     + ": widen the sweep there, the best may lie outside it.")
+    if frame["n"].max() == 1:
+        lines.append("One seed: the tuned numbers have no interval; run more seeds.")
+    lines += ranking_flips(sweep, frame)
+    return lines
+
+
+def ranking_flips(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
+    """When two architectures rank one way at some learning rate and the other way at
+    their own best settings ("relu beats gelu at lr 0.001, loses at each one's best")."""
+    if sweep.lr_axis is None:
+        return []
+    tested = frame.set_index("variant")["test_loss"]
+    curves = {a: lr_curves(sweep, a, choose(sweep, a)).set_index("lr") for a in sweep.archs}
+    out = []
+    for i, a in enumerate(sweep.archs):
+        for b in sweep.archs[i + 1:]:
+            ta, tb = tested.get(a, math.nan), tested.get(b, math.nan)
+            if not (_finite(ta) and _finite(tb)) or ta == tb:
+                continue
+            win, lose = (a, b) if ta < tb else (b, a)
+            ca, cb = curves[win], curves[lose]
+            flips = []
+            for lr in ca.index.intersection(cb.index):
+                x, y = ca.loc[lr, "mean"], cb.loc[lr, "mean"]
+                x = x if _finite(x) else math.inf
+                y = y if _finite(y) else math.inf
+                if y < x:
+                    flips.append((x - y, lr, x, y))
+            if flips:
+                _, lr, x, y = max(flips, key=lambda f: f[0] if math.isfinite(f[0]) else 1e300)
+                out.append(f"The ranking depends on the learning rate: {lose} beats {win} at "
+                           f"lr {fmt(lr)} ({sweep.chosen_on} {_num(y)} vs {_num(x)}), loses at "
+                           f"each one's best lr ({sweep.reported_on} "
+                           f"{_num(tested[lose])} vs {_num(tested[win])}).")
+    return out[:MAX_FLIPS]
+
+
+def lr_plot(sweep: Sweep, frame: pd.DataFrame) -> Plot:
+    """Loss against learning rate (log x), one line per architecture, seed spread as a
+    band, diverged points marked at the loss at init."""
+    title = "Loss vs learning rate"
+    caption = (f"Mean {sweep.chosen_on} over seeds at each learning rate (other settings at "
+               "each architecture's chosen values), min-max over seeds shaded; x: a learning "
+               "rate with a diverged run (drawn at the loss at init); the dashed line is the "
+               "loss at init.")
+    fig, (ax,) = _new()
+    inits = []
+    for arch, style in zip(sweep.archs, styles(len(sweep.archs))):
+        curve = lr_curves(sweep, arch, choose(sweep, arch))
+        if not len(curve):
+            continue
+        ax.plot(curve["lr"], curve["mean"], label=arch, color=style["color"],
+                linestyle=style["linestyle"], marker="o")
+        ax.fill_between(curve["lr"], curve["low"], curve["high"], color=style["color"],
+                        alpha=0.15, linewidth=0)
+        bad = curve[curve["diverged"] > 0]
+        if len(bad):
+            ax.scatter(bad["lr"], bad["init"], marker="x", color=style["color"], s=40)
+        inits += curve["init"].dropna().tolist()
+    if inits:
+        ax.axhline(sum(inits) / len(inits), color="grey", linestyle="--", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_title(title)
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel(sweep.chosen_on)
+    _legend(fig, ax, len(sweep.archs))
+    return Plot("loss_vs_lr", title, caption, fig)

@@ -1,0 +1,227 @@
+"""Size as an axis: when a run's grid varies ``emb_dim`` or ``n_layers``, the loss against
+non-embedding parameters and training FLOPs (log axes, one line per architecture variant,
+a power law ``loss = a · x^(-b)`` fitted by least squares in log-log space when a line has
+at least three sizes; Kaplan et al. 2020, "Scaling laws for neural language models"), and
+each architecture axis's effect at each size (``effects_by_size.csv``): whether its sign
+holds at every size or flips.
+
+The loss of a variant is its tuned ``test_loss`` when the run has setting axes (each
+architecture variant at its own best setting, :mod:`.tuned`), else its mean over seeds of
+``test_loss`` (falling back to ``eval_loss``, then ``final_loss``). Training FLOPs are
+the training probe's own count when its rows have one (a metric ending in ``flops``), else
+the estimate ``6 · N · D`` (N non-embedding parameters, D = steps · batch_size · seq_len
+tokens; Kaplan et al. 2020).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .effects import interval, value_text
+from .frame import ReportData
+from .plots import Plot, _legend, _new, styles
+from .tables import Table, fmt
+from .tuned import REPORT, SETTING, Sweep, arch_name, choose
+
+SIZE_AXES = ("emb_dim", "n_layers")
+MIN_FIT = 3  # sizes a line needs for a fitted power law
+BY_SIZE_COLUMNS = ("axis", "value", "size", "metric", "effect", "low", "high", "n", "sign",
+                   "across_sizes")
+
+
+def scaling_parts(data: ReportData, sweep: Sweep | None
+                  ) -> tuple[list[Plot], list[str], list[Table], pd.DataFrame] | None:
+    """``(plots, sentences, tables, effects_by_size.csv)`` when the first run with a grid
+    varies size (None otherwise)."""
+    points = size_points(data, sweep)
+    if points is None:
+        return None
+    frame, per_seed, axes, baseline, metric = points
+    lines = fit_lines(frame, metric)
+    by_size = effects_by_size(per_seed, axes, baseline, metric)
+    tables = [by_size_table(by_size)] if len(by_size) else []
+    flips = by_size[by_size["across_sizes"] == "flips"]
+    said = list(dict.fromkeys(f"{r.axis}={r.value}" for r in flips.itertuples()))
+    if said:
+        lines.append("The sign of an effect flips across sizes for " + ", ".join(said[:4])
+                     + " (see Effects by size).")
+    return [scaling_plot(frame, metric)], lines, tables, by_size
+
+
+def size_points(data: ReportData, sweep: Sweep | None):
+    """``(points, per_seed, arch axes, baseline values, metric)`` of the first run whose
+    grid varies a size axis (None without one)."""
+    for meta in data.runs:
+        grid = meta.grid or {}
+        sizes = [a for a in SIZE_AXES if len(grid.get(a, [])) > 1]
+        if not sizes:
+            continue
+        mine = data.variants[data.variants["run"] == meta.run]
+        rows = data.rows[data.rows["run"] == meta.run]
+        arch = [a for a in grid if not a.startswith(SETTING) and a not in sizes]
+        metrics = set(rows.loc[rows["probe"] == "training", "metric"])
+        metric = next((m for m in REPORT if m in metrics), None)
+        if metric is None:
+            return None
+        chosen = _chosen_variants(sweep, meta.run)
+        records, seeds = [], []
+        for variant, over in zip(mine["variant"], mine["overrides"]):
+            over = dict(over) if isinstance(over, Mapping) else {}
+            if not set(grid) <= set(over):
+                continue  # a named variant outside the grid
+            name = arch_name(over)
+            if chosen is not None and chosen.get(name) != variant:
+                continue  # not this architecture's chosen setting
+            loss = _values(rows, variant, "training", metric)
+            params = _values(rows, variant, "params", "non_embedding")
+            flops = _flops(rows, variant, params, meta.measure, over)
+            line = arch_name({k: v for k, v in over.items() if k not in sizes}) \
+                if arch else "all"
+            size = ",".join(f"{a}={value_text(over[a])}" for a in sizes)
+            records.append({"line": line, "size": size, "params": params.mean(),
+                            "flops": flops, "loss": loss.mean()})
+            for seed, value in loss.items():
+                seeds.append({"seed": seed, "size": size, "value": value,
+                              **{a: value_text(over[a]) for a in arch}})
+        if not records:
+            return None
+        base = mine[mine["variant"] == data.baseline]["overrides"]
+        base_over = dict(base.iloc[0]) if len(base) and isinstance(base.iloc[0], Mapping) else {}
+        baseline = {a: value_text(base_over[a]) if a in base_over else value_text(grid[a][0])
+                    for a in arch}
+        frame = pd.DataFrame(records).sort_values(["line", "params"], kind="stable")
+        return frame, pd.DataFrame(seeds), arch, baseline, metric
+    return None
+
+
+def _chosen_variants(sweep: Sweep | None, run: str) -> dict[str, str] | None:
+    if sweep is None or sweep.run != run:
+        return None
+    out = {}
+    for arch in sweep.archs:
+        c = choose(sweep, arch)
+        if c is not None:
+            out[arch] = str(c["variant"])
+    return out
+
+
+def _values(rows: pd.DataFrame, variant: str, probe: str, metric: str) -> pd.Series:
+    part = rows[(rows["variant"] == variant) & (rows["probe"] == probe)
+                & (rows["metric"] == metric) & (rows["scope"] == "model")]
+    return part.groupby("seed")["value"].mean()
+
+
+def _flops(rows: pd.DataFrame, variant: str, params: pd.Series, measure: Mapping[str, Any],
+           over: Mapping[str, Any]) -> float:
+    """The training probe's FLOP count when it stores one, else 6 · N · D."""
+    mine = rows[(rows["variant"] == variant) & (rows["probe"] == "training")
+                & (rows["scope"] == "model")]
+    counted = mine[mine["metric"].str.endswith("flops")]["value"]
+    if len(counted):
+        return float(counted.mean())
+    settings = dict(measure.get("training") or {})
+    settings.update({k.split(".", 2)[2]: v for k, v in over.items()
+                     if k.startswith(SETTING + "training.")})
+    tokens = 1.0
+    for key in ("steps", "batch_size", "seq_len"):
+        value = settings.get(key)
+        if not isinstance(value, (int, float)):
+            return math.nan
+        tokens *= value
+    return 6.0 * float(params.mean()) * tokens
+
+
+def power_law(x: pd.Series, y: pd.Series) -> tuple[float, float] | None:
+    """``(a, b)`` of ``y = a · x^(-b)`` fitted in log-log space; None with fewer than
+    MIN_FIT distinct finite positive points."""
+    ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
+    lx, ly = np.log(x[ok].astype(float)), np.log(y[ok].astype(float))
+    if lx.nunique() < MIN_FIT:
+        return None
+    slope, intercept = np.polyfit(lx, ly, 1)
+    return float(math.exp(intercept)), float(-slope)
+
+
+def fit_lines(frame: pd.DataFrame, metric: str) -> list[str]:
+    fits = []
+    for line, part in frame.groupby("line", sort=False):
+        fit = power_law(part["params"], part["loss"])
+        if fit is not None:
+            fits.append(f"{line}: {metric} ∝ N^-{fmt(fit[1])}")
+    if not fits:
+        return [f"Size varies; fewer than {MIN_FIT} sizes per line, so no power law is fitted "
+                "(see Loss vs size)."]
+    return ["Power laws in non-embedding parameters N (see Loss vs size): "
+            + "; ".join(fits[:4]) + "."]
+
+
+def scaling_plot(frame: pd.DataFrame, metric: str) -> Plot:
+    title = "Loss vs size"
+    caption = (f"{metric} against non-embedding parameters (left) and training FLOPs (right, "
+               "the probe's count, else 6·N·tokens), log axes, one line per architecture "
+               f"variant; dashed: a power law fitted where a line has at least {MIN_FIT} sizes.")
+    fig, axes = _new(1, 2, width=9.0)
+    lines = list(dict.fromkeys(frame["line"]))
+    for line, style in zip(lines, styles(len(lines))):
+        part = frame[frame["line"] == line]
+        for ax, x in zip(axes, ("params", "flops")):
+            ax.plot(part[x], part["loss"], marker="o", color=style["color"],
+                    linestyle=style["linestyle"], label=line if x == "params" else None)
+            fit = power_law(part[x], part["loss"])
+            if fit is not None:
+                xs = np.geomspace(float(part[x].min()), float(part[x].max()), 20)
+                ax.plot(xs, fit[0] * xs ** (-fit[1]), color=style["color"], linestyle="--",
+                        linewidth=0.8)
+    for ax, label in zip(axes, ("non-embedding parameters", "training FLOPs")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(label)
+        ax.set_ylabel(metric)
+    fig.suptitle(title)
+    _legend(fig, axes[0], len(lines))
+    return Plot("loss_vs_size", title, caption, fig)
+
+
+def effects_by_size(per_seed: pd.DataFrame, axes: list[str], baseline: Mapping[str, str],
+                    metric: str) -> pd.DataFrame:
+    """effects_by_size.csv: each architecture axis value's effect at each size (paired per
+    seed, averaged within a seed over the other axes, t-interval over seeds) and whether
+    its sign holds at every size."""
+    records = []
+    for axis in axes:
+        others = ["seed", "size"] + [a for a in axes if a != axis]
+        table = per_seed.pivot_table(index=others, columns=axis, values="value",
+                                     aggfunc="mean")
+        base = baseline[axis]
+        for value in table.columns:
+            if value == base or base not in table.columns:
+                continue
+            diff = (table[value] - table[base]).dropna()
+            rows = []
+            present = set(diff.index.get_level_values("size"))
+            for size in [z for z in dict.fromkeys(per_seed["size"]) if z in present]:
+                part = diff[diff.index.get_level_values("size") == size]
+                effect, low, high, n = interval(part.groupby(level="seed").mean())
+                sign = "positive" if effect > 0 else "negative" if effect < 0 else "zero"
+                rows.append([axis, value, size, metric, effect, low, high, n, sign])
+            signs = {r[-1] for r in rows}
+            holds = "holds" if len(signs) == 1 and "zero" not in signs else \
+                "flips" if {"positive", "negative"} <= signs else "unclear"
+            records += [r + [holds] for r in rows]
+    return pd.DataFrame(records, columns=list(BY_SIZE_COLUMNS))
+
+
+def by_size_table(frame: pd.DataFrame) -> Table:
+    body = [[r.axis, r.value, r.size, fmt(r.effect),
+             f"[{fmt(r.low)}, {fmt(r.high)}]" if math.isfinite(r.low) else "— (one seed)",
+             str(r.n), r.across_sizes] for r in frame.itertuples()]
+    note = ("effect of each architecture axis value against its baseline value at each size "
+            "(paired per seed, 95% t-interval over seeds); 'flips' when its sign is not the "
+            "same at every size. All rows are in effects_by_size.csv.")
+    return Table("Effects by size", ["axis", "value", "size", "effect", "95% interval",
+                                     "n seeds", "across sizes"], body, note)
