@@ -62,8 +62,9 @@ def test_a_real_run_has_exactly_the_contracts_frames(real_run):
     assert shape(run.units) == contract_shape(UNITS)
     assert shape(vl.results(real_run)) == contract_shape(RESULTS)
     per_unit = run.rows.groupby("unit_key", sort=False).size().tolist()
-    assert per_unit == [11] * 4 and set(run.rows["status"]) == {"ok"}  # 2 variants x 2 seeds
-    assert run.rows["seed"].tolist()[:11] == [3] * 11 and run.rows["run"].iloc[0] == "contract"
+    # 2 variants x 2 seeds; 11 parameter-count rows and 4 state rows (2 layers, total, per token)
+    assert per_unit == [15] * 4 and set(run.rows["status"]) == {"ok"}
+    assert run.rows["seed"].tolist()[:15] == [3] * 15 and run.rows["run"].iloc[0] == "contract"
     assert run.variants["name"].tolist() == ["base", "norm.kind=rms"]
 
 

@@ -92,7 +92,7 @@ def test_parameter_rows_stay_per_layer_and_the_size_guard_adds_layers_up():
              pattern=["wide", "n"])
     model = built(s)
     per_layer = {r["layer"]: r["value"] for r in count_rows(model)
-                 if r["scope"] == "layer" and not r["name"]}
+                 if r["scope"] == "layer" and r["metric"] == "params" and not r["name"]}
     emb = BASE["emb_dim"]
     extra = 2 * emb * 4 * emb + 4 * emb  # hidden 8x instead of 4x: two weights and a bias
     assert per_layer[0] - per_layer[1] == extra and per_layer[2] == per_layer[0]

@@ -14,9 +14,12 @@ IMPLS = ["naive", "sdpa"]
 
 
 def attentions():
-    """Every registered attention kind, with each implementation it offers."""
+    """Every registered attention kind, with each implementation it offers; the causal-only
+    sequence mixers (no scores, no cross-attention) are checked by the conformance kit."""
     for kind in REG.kinds("attention"):
         comp = REG.get("attention", kind)
+        if getattr(comp.spec_cls, "causal_only", False):
+            continue
         impls = IMPLS if "impl" in comp.spec_cls.model_fields else [None]
         for impl in impls:
             yield kind, impl

@@ -21,7 +21,8 @@ def test_probe_names():
 
 def test_totals_match_unique_parameters(tiny):
     rows = run_probe("params", tiny, None, seed=0, registry=REG)
-    assert all(r["probe"] == "params" and r["unit"] == "count" for r in rows)
+    assert all(r["probe"] == "params" and r["unit"] == ("bytes" if r["metric"].startswith(
+        "state") else "count") for r in rows)
     model = vl.build_model(tiny, REG)
     total = sum(p.numel() for p in model.parameters())
     assert by(rows, "total")[("", None)] == total == 30_400
@@ -38,6 +39,22 @@ def test_totals_match_unique_parameters(tiny):
     assert sorted(k[1] for k in layers) == [0, 1]
     per_block = 4 * 32 * 32 + 32 + (32 * 128 + 128 + 128 * 32 + 32) + 2 * 2 * 32
     assert all(v == per_block for v in layers.values())
+
+
+@pytest.mark.parametrize("attention, per_layer, per_token", [
+    ({"kind": "mha"}, 2 * 32 * 32 * 4, 2 * 32 * 4),  # K and V: emb_dim each per position
+    ({"kind": "mha", "n_kv_heads": 1}, 2 * 8 * 32 * 4, 2 * 8 * 4),  # one KV head of 8
+    ({"kind": "mha", "window": 4}, 2 * 32 * 4 * 4, 0),  # the window's 4 positions, full
+    ({"kind": "linear_attention"}, 4 * 8 * (8 + 1) * 4, 0),  # S and z per head
+    ({"kind": "retention"}, 4 * 8 * 8 * 4, 0),
+    ({"kind": "short_conv", "width": 3}, 2 * 32 * 4, 0),  # the last 2 inputs
+])
+def test_state_bytes(tiny, attention, per_layer, per_token):
+    rows = run_probe("params", {**tiny, "attention": attention, "positional": "learned"}, None,
+                     seed=0, registry=REG)
+    assert by(rows, "state_bytes", "layer") == {("", 0): per_layer, ("", 1): per_layer}
+    assert by(rows, "state_bytes")[("", None)] == 2 * per_layer
+    assert by(rows, "state_bytes_per_token")[("", None)] == 2 * per_token
 
 
 def test_tied_weights_counted_once(tiny):

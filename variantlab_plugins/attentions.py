@@ -32,12 +32,14 @@ class MHASpec(ComponentSpec):
     2023) and a sliding window (Beltagy et al. 2020; Mistral, Jiang et al. 2023)."""
 
     kind: Literal["mha"] = "mha"
-    added_options: ClassVar[tuple[str, ...]] = ("scale", "softcap")
+    added_options: ClassVar[tuple[str, ...]] = ("scale", "softcap", "output_gate")
     walk_examples: ClassVar[tuple[dict, ...]] = (  # tests/test_registry_walk.py tries these
         {"kind": "mha", "n_kv_heads": 2, "qk_norm": {"kind": "rms"}, "window": 4},
         {"kind": "mha", "scale": 0.125, "softcap": 5.0, "window": 3},
         {"kind": "mha", "impl": "sdpa", "n_kv_heads": 1, "head_dim": 12,
          "qk_norm": {"kind": "layer"}, "qk_norm_scope": "projection"},
+        {"kind": "mha", "output_gate": "elementwise", "n_kv_heads": 2},
+        {"kind": "mha", "impl": "sdpa", "output_gate": "headwise"},
     )
     impl: Literal["naive", "sdpa"] = Field(
         "naive", description="naive: explicit softmax(QK^T/sqrt(d))V; sdpa: torch's fused kernel"
@@ -65,6 +67,11 @@ class MHASpec(ComponentSpec):
         None, description="soft-cap the scaled scores to (-softcap, softcap) with "
         "softcap * tanh(score / softcap) before the mask (Gemma 2); needs impl naive")
 
+    output_gate: Literal["none", "elementwise", "headwise"] = Field(
+        "none", description="gated attention (Qiu et al. 2025; Qwen3-Next): the heads' "
+        "output times sigmoid(W_gate x) before the output projection; elementwise: one gate "
+        "per channel (n_heads * head_dim, Qwen3-Next), headwise: one per head; none")
+
     @field_validator("qk_norm", mode="before")
     @classmethod
     def _resolve_norm(cls, value: Any, info: ValidationInfo) -> Any:
@@ -90,7 +97,8 @@ class MultiHeadAttention(nn.Module):
     ``naive`` is the seeds' explicit form; ``sdpa`` calls F.scaled_dot_product_attention
     (FlashAttention / memory-efficient kernels where available). Same parameters either way.
     Keys and values have ``n_kv_heads`` heads, each shared by n_heads / n_kv_heads query
-    heads. Self-attention applies the model's ``positions`` (rotary, ALiBi bias);
+    heads. With ``output_gate`` the heads' output is multiplied by sigmoid(W_gate x) (Qwen3-Next
+    gated attention). Self-attention applies the model's ``positions`` (rotary, ALiBi bias);
     cross-attention does not. A query that may see no key gives a zero output.
     """
 
@@ -108,6 +116,9 @@ class MultiHeadAttention(nn.Module):
         self.W_key = nn.Linear(emb_dim, kv_dim, bias=qkv_bias)
         self.W_value = nn.Linear(emb_dim, kv_dim, bias=qkv_bias)
         self.out_proj = nn.Linear(q_dim, emb_dim, bias=out_bias)
+        gates = {"elementwise": q_dim, "headwise": n_heads}.get(spec.output_gate)
+        # Qwen3-Next computes the gate in q_proj (per head [query, gate]); here its own Linear
+        self.W_gate = nn.Linear(emb_dim, gates, bias=qkv_bias) if gates else None
         for role, linear in (("query", self.W_query), ("key", self.W_key),
                              ("value", self.W_value), ("attn_out", self.out_proj)):
             declare_role(linear, role)  # read by the inits (normal, deepnorm)
@@ -165,8 +176,18 @@ class MultiHeadAttention(nn.Module):
         context = attend(queries, keys, values, allowed, bias)  # (B, H, T, hd)
         if dead is not None:
             context = context.masked_fill(dead, 0.0)
-        context = context.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim)
+        context = context.transpose(1, 2)  # (B, T, H, hd)
+        if self.W_gate is not None:
+            gate = torch.sigmoid(self.W_gate(x)).view(b, t, self.n_heads, -1)  # (B, T, H, hd|1)
+            context = context * gate
+        context = context.reshape(b, t, self.n_heads * self.head_dim)
         return self.out_proj(context)  # (B, T, D)
+
+    def state_size(self, t: int) -> int:
+        """Numbers a causal decoder keeps per sequence after ``t`` tokens: the key and value
+        cache, n_kv_heads * head_dim each per position (the last ``window`` positions)."""
+        kept = t if self.window is None else min(t, self.window)
+        return 2 * self.n_kv_heads * self.head_dim * kept
 
     def naive(self, queries, keys, values, allowed, bias):
         attn_scores = queries @ keys.transpose(2, 3)  # (B, H, T, S)

@@ -21,13 +21,14 @@ class TransformerBlock(nn.Module):
         else:
             self.res = None
             self.att = parts.residual(parts.attention(causal=causal))
-            self.ff = parts.residual(parts.feedforward())
+            ff = parts.feedforward()  # feedforward none: no sublayer, no residual, no norm
+            self.ff = None if getattr(ff, "absent", False) else parts.residual(ff)
 
     def forward(self, x, key_padding_mask=None, **attention_kw):  # (B, T, D)
         if self.res is not None:
             return self.res(x, key_padding_mask=key_padding_mask, **attention_kw)
         x = self.att(x, key_padding_mask=key_padding_mask, **attention_kw)
-        return self.ff(x)
+        return x if self.ff is None else self.ff(x)
 
 
 class DecoderBlock(nn.Module):

@@ -189,6 +189,7 @@ class DecoderSpec(ModelSpec):
     """
 
     family: Literal["decoder"] = "decoder"
+    cross_attention: ClassVar[bool] = True  # no causal-only mixer in its slot
 
     @model_validator(mode="after")
     def _sublayer_residual(self):
@@ -202,6 +203,7 @@ class EncoderDecoderSpec(ModelSpec):
     """
 
     family: Literal["encoder_decoder"] = "encoder_decoder"
+    cross_attention: ClassVar[bool] = True  # no causal-only mixer in its slot
     share_embeddings: bool = Field(
         False, description="encoder embedding, decoder embedding and output projection are one "
         "matrix (Vaswani et al. 2017, sec. 3.4); needs one vocabulary for source and target")

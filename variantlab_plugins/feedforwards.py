@@ -67,6 +67,24 @@ class GLU(nn.Module):
         return self.W_down(hidden)
 
 
+class NoFeedForwardSpec(ComponentSpec):
+    """No feed-forward sublayer: the block is its mixer alone (Mamba and Mamba-2 blocks,
+    Gu & Dao 2023; Dao & Gu 2024: norm, mixer, residual). The block leaves out the
+    feed-forward's residual and norm too, so no parameter is added."""
+
+    kind: Literal["none"] = "none"
+
+
+class NoFeedForward(nn.Module):
+    """Zeros of the input's shape; ``absent`` tells the transformer block to skip the
+    feed-forward sublayer (and its residual and norm) altogether."""
+
+    absent = True
+
+    def forward(self, x):  # (B, T, emb_dim)
+        return x * 0.0
+
+
 def hidden_size(spec, emb_dim: int) -> int:
     return spec.hidden_dim or max(1, round(spec.hidden_mult * emb_dim))
 
@@ -75,5 +93,6 @@ def hidden_size(spec, emb_dim: int) -> int:
 def register_feedforwards(register):
     register("mlp", MLPSpec, lambda spec, emb_dim, make_activation, bias=True: MLP(
         emb_dim, hidden_size(spec, emb_dim), make_activation(), bias))
+    register("none", NoFeedForwardSpec, lambda spec, emb_dim, make_activation: NoFeedForward())
     register("glu", GLUSpec, lambda spec, emb_dim, make_activation: GLU(
         emb_dim, hidden_size(spec, emb_dim), make_activation(), spec.bias))

@@ -99,6 +99,7 @@ class ALiBiSpec(ComponentSpec):
 
     kind: Literal["alibi"] = "alibi"
     acts_in_attention: ClassVar[bool] = True
+    biases_scores: ClassVar[bool] = True  # a sequence mixer without scores cannot take it
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:

@@ -22,6 +22,7 @@ from ..plugin.registry import SLOTS, Registry, build_registry
 from .axes import base_settings_of, effective, seq_len_problems, setting_problems
 from .axes import split as split_axes
 from .checks import MAX_VARIANTS, grid_cap_message, grid_size, nonfinite, seed_problems
+from .dataover import data_fit, split_data, variant_data
 from .measure import MeasureSpec, ProbeResources
 from .overrides import apply_overrides, component_of, expansions, lookup, override_source, show
 from .yamlio import YamlDoc, YamlError, load_yaml, read_text
@@ -84,6 +85,11 @@ class Variant:
     warnings: list[str] = field(default_factory=list)
     #: probe -> {setting: value}: the variant's setting axes (``measure.<probe>.<key>``)
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    data: Any = None  # its own data spec when the grid or its set: has data.* paths
+
+    def data_or(self, default: Any) -> Any:
+        """The variant's data spec, else the experiment's ``default``."""
+        return default if self.data is None else self.data
 
 
 @dataclass
@@ -223,7 +229,10 @@ def _variants(
     seen: dict[str, int] = {}  # name -> context_length
     model_issues: dict[tuple, list[str]] = {}  # (loc, message) -> variants where it arises
     base_settings = base_settings_of(spec.measure, registry)
-    for named, overrides, where in expansions(spec.grid, [v.set for v in spec.variants]):
+    for named, all_overrides, where in expansions(spec.grid, [v.set for v in spec.variants]):
+        overrides, data_over = split_data(all_overrides)
+        data = variant_data(spec.data, data_over, where, named is None,
+                            lambda loc, msg, at: out.add(loc, msg, at=at)) if data_over else None
         model_over, changes = split_axes(overrides)
         model, bad = apply_overrides(base, model_over, registry)
         bad_settings, at_values = setting_problems(spec.measure, registry, overrides, changes)
@@ -238,6 +247,9 @@ def _variants(
             model, _ = apply_overrides(base, good, registry)
         differing = [f"{p}={show(v)}" for p, v in overrides.items()
                      if lookup({**base_data, "measure": base_settings}, p) != v]
+        base_plain = spec.data.model_dump(mode="json")
+        differing += [f"{p}={show(v)}" for p, v in data_over.items()
+                      if lookup(base_plain, p[5:]) != v]
         label = ",".join(differing) or "base"
         name = label if named is None else spec.variants[named].name
         if name in seen:
@@ -257,10 +269,12 @@ def _variants(
                     names = model_issues.setdefault((issue.loc, issue.message), [])
                     names += [] if name in names else [name]
             continue
-        if bad:
+        data_fit(data or spec.data, model_spec.context_length, model_spec.vocab_size, where,
+                 name, lambda loc, msg, at: out.add(loc, msg, at=at))
+        if bad or (data_over and data is None):
             continue
-        variants.append(Variant(name, label if named is None else name, dict(overrides),
-                                model_spec, model_spec.warnings(), changes))
+        variants.append(Variant(name, label if named is None else name, dict(all_overrides),
+                                model_spec, model_spec.warnings(), changes, data))
     for (loc, msg), names in model_issues.items():
         if len(names) < len(seen):  # the base is fine; some variants' overrides break it
             msg += f" (in variant{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))})"

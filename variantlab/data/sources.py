@@ -24,7 +24,7 @@ from typing import Annotated, Literal
 
 import numpy as np
 import torch
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, model_serializer
 
 from ..model.specs import ModelSpec
 from ..model.tasks import Batch, task_for
@@ -44,6 +44,20 @@ class SyntheticData(Strict):
 
     source: Literal["synthetic"] = "synthetic"
     task: Literal["random", "recall"] = "random"
+    n_pairs: PositiveInt | None = Field(
+        default=None, description="recall: key-value pairs per row (unset: a quarter of the row); "
+        "the rest of the row asks queries")
+    seq_len: PositiveInt | None = Field(
+        default=None, description="positions per row, in place of the probe's seq_len (so that a "
+        "grid can sweep it with data.seq_len); unset: the probe's")
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler):  # data written before these keys keeps its unit keys
+        data = handler(self)
+        for key in ("n_pairs", "seq_len"):
+            if isinstance(data, dict) and data.get(key) is None:
+                data.pop(key, None)
+        return data
 
 
 Fraction = Annotated[float, Field(gt=0, lt=0.5)]
@@ -83,8 +97,8 @@ class HFDiskData(CorpusData):
 AnyData = SyntheticData | TextData | StdlibData | HFDiskData
 DataSpec = Annotated[AnyData, Field(discriminator="source")]
 
-__all__ = ["DataError", "batches", "corpus_splits", "recall_tokens", "stdlib_files",
-           "text_files", "token_stream"]
+__all__ = ["DataError", "batches", "corpus_splits", "recall_pairs", "recall_tokens",
+           "stdlib_files", "text_files", "token_stream", "with_recall_mask"]
 
 
 def batches(
@@ -111,11 +125,16 @@ def batches(
     vocab = spec.vocab_size
     out = []
     if isinstance(data, SyntheticData):
+        seq_len = data.seq_len or seq_len
         for _ in range(n):
             if data.task == "recall":
-                tokens = recall_tokens(batch_size, seq_len + 1, vocab, generator=gen)
-            else:
-                tokens = torch.randint(0, vocab, (batch_size, seq_len + 1), generator=gen)
+                tokens = recall_tokens(batch_size, seq_len + 1, vocab, generator=gen,
+                                       n_pairs=data.n_pairs)
+                out.append(with_recall_mask(
+                    task.batch(spec, batch_size, seq_len, tokens=tokens, generator=gen),
+                    tokens, vocab, data.n_pairs))
+                continue
+            tokens = torch.randint(0, vocab, (batch_size, seq_len + 1), generator=gen)
             out.append(task.batch(spec, batch_size, seq_len, tokens=tokens, generator=gen))
         return out
     if data.tokenizer == "bytes" and vocab < 256:
@@ -172,22 +191,52 @@ _SPLITS: dict[tuple[str, str, float, float], Splits] = {}
 def read_texts(paths: tuple[str, ...]) -> list[str]:
     """The files' text (UTF-8; undecodable bytes read as U+FFFD)."""
     return [Path(p).read_text(encoding="utf-8", errors="replace") for p in paths]
+def recall_pairs(length: int, vocab_size: int, n_pairs: int | None = None) -> int:
+    """Key-value pairs per row of ``length`` tokens: ``n_pairs``, or a quarter of the row
+    (at most half the vocabulary); a :class:`DataError` when they do not fit."""
+    half = vocab_size // 2
+    if n_pairs is None:
+        return max(1, min(length // 4, half))
+    if n_pairs > half:
+        raise DataError(f"data.n_pairs={n_pairs} needs {n_pairs} distinct keys, but the lower "
+                        f"half of vocab_size={vocab_size} has {half}; use at most {half}")
+    if 2 * n_pairs + 2 > length:
+        raise DataError(f"data.n_pairs={n_pairs} fills {2 * n_pairs} of the row's {length} "
+                        f"tokens, leaving no query; use at most {(length - 2) // 2} pairs or "
+                        "a longer seq_len")
+    return n_pairs
+
+
+def with_recall_mask(batch: Batch, tokens: torch.Tensor, vocab_size: int,
+                     n_pairs: int | None) -> Batch:
+    """``batch`` with ``extra["recall_mask"]`` (B, T) True where the target is a queried value
+    (the probes' ``recall_accuracy``), when the batch's target is the next token; else as is."""
+    if batch.target.shape != tokens[:, 1:].shape or not torch.equal(batch.target, tokens[:, 1:]):
+        return batch
+    length = tokens.shape[1]
+    pairs = recall_pairs(length, vocab_size, n_pairs)
+    t = torch.arange(length - 1)  # target index i predicts token i + 1
+    asked = (t >= 2 * pairs) & ((t - 2 * pairs) % 2 == 0)  # (T,): inputs that are queried keys
+    batch.extra["recall_mask"] = asked[None, :].expand(tokens.shape[0], -1)  # (B, T)
+    return batch
 
 
 def recall_tokens(
-    batch_size: int, length: int, vocab_size: int, *, generator: torch.Generator | None = None
+    batch_size: int, length: int, vocab_size: int, *, generator: torch.Generator | None = None,
+    n_pairs: int | None = None,
 ) -> torch.Tensor:
     """Associative recall (multi-query, as in Zoology / H3): each row first lists key-value
     pairs ``k1 v1 k2 v2 ...`` (distinct keys from the lower half of the vocabulary, values
     from the upper half), then asks ``q v q v ...`` with keys drawn from those pairs; the
     token after a queried key is its value. Only a model that looks back at the pairs
     (attention with working positions) predicts the answers; a bag-of-tokens model cannot.
-    Returns (batch_size, length) int64.
+    ``n_pairs`` pairs per row (default a quarter of the row). Returns (batch_size, length)
+    int64.
     """
     if vocab_size < 4:
         raise DataError(f"the recall task needs vocab_size >= 4, got {vocab_size}")
     half = vocab_size // 2
-    n_pairs = max(1, min(length // 4, half))
+    n_pairs = recall_pairs(length, vocab_size, n_pairs)
     n_queries = (length - 2 * n_pairs + 1) // 2
     rows = []
     for _ in range(batch_size):

@@ -1,7 +1,8 @@
 """Import a Hugging Face ``transformers`` causal LM into variantlab: ``(spec, model)``.
 
 ``GPT2LMHeadModel``, ``LlamaForCausalLM``, ``GPTNeoXForCausalLM``, ``Qwen3ForCausalLM``,
-``Olmo2ForCausalLM``, ``Gemma2ForCausalLM`` and ``Gemma3ForCausalLM`` (one module per family;
+``Olmo2ForCausalLM``, ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``, ``Mamba2ForCausalLM``,
+``JambaForCausalLM`` and ``Qwen3NextForCausalLM`` (one module per family;
 see docs/transformers.md). Other classes and config options that variantlab cannot
 express raise :class:`ConversionError` naming them."""
 
@@ -19,7 +20,9 @@ from .common import ConversionError
 from .gemma import gemma_spec, gemma_state
 from .gpt2 import gpt2_spec, gpt2_state
 from .llama import llama_spec, llama_state, olmo2_spec, olmo2_state, qwen3_spec, qwen3_state
+from .mamba import jamba_spec, jamba_state, mamba2_spec, mamba2_state
 from .neox import neox_spec, neox_state
+from .qwen3next import qwen3next_spec, qwen3next_state
 
 __all__ = ["CONVERTERS", "ConversionError", "from_transformers", "spec_yaml"]
 
@@ -31,9 +34,12 @@ CONVERTERS: dict[str, Converter] = {
     "Gemma2ForCausalLM": (gemma_spec, gemma_state),
     "Gemma3ForCausalLM": (gemma_spec, gemma_state),
     "GPTNeoXForCausalLM": (neox_spec, neox_state),
+    "JambaForCausalLM": (jamba_spec, jamba_state),
     "LlamaForCausalLM": (llama_spec, llama_state),
+    "Mamba2ForCausalLM": (mamba2_spec, mamba2_state),
     "Olmo2ForCausalLM": (olmo2_spec, olmo2_state),
     "Qwen3ForCausalLM": (qwen3_spec, qwen3_state),
+    "Qwen3NextForCausalLM": (qwen3next_spec, qwen3next_state),
 }
 
 
@@ -41,7 +47,7 @@ def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
                       ) -> tuple[ModelSpec, torch.nn.Module]:
     """The variantlab spec equal to ``hf_model`` and a variantlab model holding copies of its
     weights (logits equal in float32), built with the built-in components of ``registry``.
-    ``impl`` picks the attention implementation."""
+    ``impl`` picks the implementation of the mha attentions."""
     name = type(hf_model).__name__
     if name not in CONVERTERS:
         raise ConversionError.at(["transformers"], f"class {name} is not supported; "
@@ -49,8 +55,8 @@ def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
     make_spec, make_state = CONVERTERS[name]
     data = make_spec(hf_model.config)
     for slots in [data, *(data.get("layout") or {}).get("kinds", {}).values()]:
-        if "attention" in slots:
-            slots["attention"]["impl"] = impl
+        if "attention" in slots and slots["attention"].get("kind", "mha") == "mha":
+            slots["attention"]["impl"] = impl  # the sequence mixers keep their chunked form
     spec = parse_model_spec(data, registry)
     model = build_model(spec, registry)
     state = {k: v.detach().clone() for k, v in make_state(hf_model).items()}

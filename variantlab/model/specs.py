@@ -205,6 +205,9 @@ class ModelSpec(BaseModel):
         "explicit layers (docs/experiments.md, Layouts); unset: every layer alike")
     #: whether the family builds a stack of layers a layout can vary (block and mlp: no)
     layered: ClassVar[bool] = True
+    #: whether the family's attention slot also cross-attends to a memory or runs in a
+    #: bidirectional stack (decoder, encoder_decoder): a causal-only mixer cannot fill it
+    cross_attention: ClassVar[bool] = False
     #: keys added after the first release: left out of the data while at their defaults
     #: (see :attr:`ComponentSpec.added_options`), so older specs keep their unit keys
     added_options: ClassVar[tuple[str, ...]] = ("layout",)
@@ -243,6 +246,7 @@ class ModelSpec(BaseModel):
         attention (rotary, ALiBi) paired with an attention that cannot take it."""
         issues = [SpecIssue((slot, field), message) for slot, comp in self.components().items()
                   for field, message in comp.errors(self)]
+        issues += mixer_issues(self.attention, self, ("attention", "kind"))
         issues += self._layout_issues()
         positional = self.positional
         if getattr(positional, "acts_in_attention", False):
@@ -273,6 +277,8 @@ class ModelSpec(BaseModel):
             for slot, comp in slots.items():
                 loc = ("layout", "kinds", name, slot)
                 issues += [SpecIssue(loc + (f,), m) for f, m in comp.errors(layer)]
+                if slot == "attention":
+                    issues += mixer_issues(comp, layer, loc + ("kind",), in_layer=True)
                 if slot == "positional" and not (
                         acts and getattr(comp, "acts_in_attention", False)):
                     issues.append(SpecIssue(loc + ("kind",), (
@@ -317,6 +323,31 @@ class ModelSpec(BaseModel):
     def to_data(self) -> dict[str, Any]:
         """Plain data (JSON-safe) that :func:`parse_model_spec` turns back into this spec."""
         return self.model_dump(mode="json")
+
+
+def mixer_issues(comp: ComponentSpec, model: ModelSpec, loc: tuple,
+                 in_layer: bool = False) -> list[SpecIssue]:
+    """Where a causal-only sequence mixer (an attention-slot spec with ``causal_only``, see
+    docs/plugins.md) cannot work: a bidirectional family, a family that cross-attends, and,
+    in a layer of a layout, a positional that biases attention scores (ALiBi). The model's
+    own attention slot refuses every positional acting inside attention already (the build
+    takes no ``positions``); a mixer layer of a layout leaves rotary to the attention
+    layers (Qwen3-Next's linear-attention layers use no rotary)."""
+    if not getattr(type(comp), "causal_only", False):
+        return []
+    what = f"attention {comp.kind!r} is a causal sequence mixer"
+    if type(model).cross_attention:
+        return [SpecIssue(loc, f"{what}; family {model.family!r} also cross-attends to a "
+                               "memory (or runs a bidirectional encoder) through this slot; "
+                               "use family gpt, or attention mha")]
+    if not model.causal:
+        return [SpecIssue(loc, f"{what}; family {model.family!r} runs it bidirectionally "
+                               "(not causal); use a causal family (gpt), or attention mha")]
+    if in_layer and getattr(type(model.positional), "biases_scores", False):
+        return [SpecIssue(loc, f"{what} and computes no attention scores for positional "
+                               f"{model.positional.kind!r} to bias; use rotary, learned or "
+                               "none, or attention mha in this layer")]
+    return []
 
 
 def parse_model_spec(data: Any, registry: Registry | None = None, loc: tuple = ()) -> ModelSpec:

@@ -32,8 +32,9 @@ SLOTS = ("norm", "activation", "feedforward", "attention", "residual", "position
 ALL_SLOTS = SLOTS + ("family",)
 HOOKS = {**{slot: f"register_{slot}s" for slot in SLOTS}, "family": "register_families"}
 BUILTIN_MODULES = (
-    "norms", "activations", "feedforwards", "attentions", "residuals", "positionals", "inits",
-    "families", "probes", "executors",
+    "norms", "activations", "feedforwards", "attentions", "mixers", "ssm", "deltanet",
+    "residuals", "positionals",
+    "inits", "families", "probes", "executors",
 )
 PROBE_HOOK = "register_probes"
 EXECUTOR_HOOK = "register_executors"

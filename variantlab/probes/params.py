@@ -1,4 +1,6 @@
-"""Parameter counts: total, trainable, non-embedding, per slot, per layer.
+"""Parameter counts: total, trainable, non-embedding, per slot, per layer; and the recurrent
+state a causal decoder keeps per sequence (``state_bytes``: KV cache for attention, a fixed
+state for sequence mixers; docs/mixers.md).
 
 Each tensor is counted once (a head tied to the token embedding is the same tensor).
 Per-layer rows of a model of several stacks are named by their stack (``encoder/``,
@@ -17,7 +19,7 @@ from ..model.specs import ModelSpec
 from ..plugin.registry import Registry
 from ..plugin.rows import Row, row
 from ..plugin.settings import Strict
-from .common import EMBEDDING_SLOTS, make_model, param_index, stacked
+from .common import EMBEDDING_SLOTS, layer_stacks, make_model, param_index, stacked
 
 
 class ParamsSettings(Strict):
@@ -46,7 +48,38 @@ def count_rows(model: nn.Module) -> list[Row]:
     rows += [row("params", "params", n, scope="layer", name=stacked(stack, ""), layer=i,
                  unit="count")
              for (i, stack), n in sorted(by_layer.items())]
-    return rows
+    return rows + state_rows(model)
+
+
+def state_rows(model: nn.Module) -> list[Row]:
+    """What a causal decoder keeps per sequence at the model's context length, in bytes of
+    the parameters' dtype: ``state_bytes`` (all layers, and per layer) and
+    ``state_bytes_per_token`` (its growth at the last position: the KV cache per token for
+    attention, 0 for a fixed-state mixer or a full sliding window). Read from each causal
+    attention-slot module's ``state_size(t)`` (numbers kept after t tokens); none when the
+    model has no such module (encoders, cross-attention only, plugins without it)."""
+    spec = getattr(model, "variantlab_spec", None)
+    ctx = getattr(spec, "context_length", None)
+    param = next(model.parameters(), None)
+    if ctx is None or param is None:
+        return []
+    size = param.element_size()
+    per_layer: dict[tuple[int, str], int] = defaultdict(int)
+    growth = 0
+    for i, layer, stack in layer_stacks(model):
+        for m in layer.modules():
+            state = getattr(m, "state_size", None)
+            if getattr(m, "variantlab_slot", None) != "attention" or not callable(state) or \
+                    getattr(m, "causal", False) is not True:
+                continue
+            per_layer[(i, stack)] += state(ctx) * size
+            growth += (state(ctx) - state(ctx - 1)) * size
+    if not per_layer:
+        return []
+    rows = [row("params", "state_bytes", sum(per_layer.values()), unit="bytes"),
+            row("params", "state_bytes_per_token", growth, unit="bytes")]
+    return rows + [row("params", "state_bytes", n, scope="layer", name=stacked(stack, ""),
+                       layer=i, unit="bytes") for (i, stack), n in sorted(per_layer.items())]
 
 
 def non_embedding_params(model: nn.Module) -> int:

@@ -46,6 +46,7 @@ from .common import autocast, make_model, resolve_device
 from .compiled import compile_errors, compile_model
 from .flops import model_flops_per_token
 from .params import non_embedding_params
+from .recall import recall_rows
 from .recipe import RECIPE_OPTIONS, RecipeSettings, lr_at, make_optimizer, planned_steps
 
 
@@ -196,8 +197,13 @@ def run(
         with compile_errors(settings.compile):
             scores = {name: eval_loss(compiled, loss, part, dev, settings)
                       for name, part in held.items()}
+            # recall data only: chosen on validation, reported on test
+            recall = (recall_rows("training", compiled, held["val_loss"], dev,
+                                  "val_recall_accuracy")
+                      + recall_rows("training", compiled, held["test_loss"], dev))
         rows += [row("training", "eval_loss", scores["val_loss"])]
         rows += [row("training", name, value) for name, value in scores.items()]
+        rows += recall
     return rows
 
 

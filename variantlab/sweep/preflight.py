@@ -57,6 +57,28 @@ def _file_warning(path: Path) -> str | None:
     return None
 
 
+def recall_fit_problems(exp: Any, doc: YamlDoc, readers: dict, variants: list) -> list[str]:
+    """Recall pairs (``data.n_pairs``) that leave no query in a row of the length a probe
+    reads (``data.seq_len`` or the probe's ``seq_len``), once per variant."""
+    from ..data.sources import DataError, SyntheticData, recall_pairs
+
+    grid = getattr(exp.spec, "grid", {}) or {}
+    loc = ("grid", "data.n_pairs") if "data.n_pairs" in grid else ("data", "n_pairs")
+    out = []
+    for v in variants:
+        data = v.data_or(exp.data) if hasattr(v, "data_or") else exp.data
+        if not isinstance(data, SyntheticData) or data.task != "recall" or not data.n_pairs:
+            continue
+        for probe, settings in readers.items():
+            try:
+                recall_pairs((data.seq_len or settings.seq_len) + 1, v.spec.vocab_size,
+                             data.n_pairs)
+            except DataError as exc:
+                out.append(doc.message(loc, f"{exc} (variant {v.name!r}, measure.{probe})"))
+                break
+    return out
+
+
 def data_problems(exp: Experiment, doc: YamlDoc) -> tuple[list[str], list[str]]:
     """(errors, warnings) about ``data:`` for the probes that read it."""
     from ..data.sources import SPLIT_NAMES, DataError, SyntheticData, TextData, corpus_splits, text_files
@@ -72,6 +94,7 @@ def data_problems(exp: Experiment, doc: YamlDoc) -> tuple[list[str], list[str]]:
                       if task_for(v.spec, exp.registry).inputs != "floats"]
     if not readers or not token_variants:
         return errors, warns
+    errors += recall_fit_problems(exp, doc, readers, token_variants)
     if isinstance(data, SyntheticData):
         small = [v.name for v in token_variants if v.spec.vocab_size < 4]
         if data.task == "recall" and small:

@@ -96,10 +96,12 @@ def plan_units(experiment: Experiment, device: str | None = None) -> list[Unit]:
     units of serial probes (timing) last, interleaved (seed, then variant): a variant's
     timings then sit next to the other variants' in time, so the machine's drift hits
     them alike (the process pool also keeps them out)."""
-    data_data = plain(experiment.data)
-    content = data_fingerprint(experiment.data, experiment.base_dir)
-    if content is not None:
-        data_data = {**data_data, "content": content}
+    def data_key(data: Any) -> Any:
+        out = plain(data)
+        content = data_fingerprint(data, experiment.base_dir)
+        return out if content is None else {**out, "content": content}
+
+    data_data = data_key(experiment.data)
     base = experiment.measure.probes()
     registry = experiment.registry
     found = {name: registry.probe(name, ("measure", name)) for name in base}
@@ -108,6 +110,8 @@ def plan_units(experiment: Experiment, device: str | None = None) -> list[Unit]:
         spec_data = variant.spec.to_data()
         # a variant's setting axes (measure.<probe>.<key>) change its probes' settings
         probes = experiment.probes_of(variant) if getattr(variant, "settings", None) else base
+        variant_data = getattr(variant, "data", None)
+        data_in_key = data_data if variant_data is None else data_key(variant_data)
         for seed in experiment.seeds:
             for name, settings in probes.items():
                 probe = found[name]
@@ -115,7 +119,7 @@ def plan_units(experiment: Experiment, device: str | None = None) -> list[Unit]:
                            **probe_code(probe, registry)}
                 code = {**environment(), "plugins": plugins} if plugins else environment()
                 dev = resolve_device(probe, settings, device)
-                key = unit_key(spec_data, name, plain(settings), dev, data_data, seed,
+                key = unit_key(spec_data, name, plain(settings), dev, data_in_key, seed,
                                code=code)
                 units.append(Unit(key, variant, seed, name, settings, dev, probe.serial))
     seeds = list(experiment.seeds)
@@ -238,7 +242,8 @@ def run_unit(unit: Unit, experiment: Experiment, probe_fn: Callable[..., list]) 
     error = tb = None
     try:
         rows = list(probe_fn(
-            unit.probe, unit.variant.spec, unit.settings, seed=unit.seed, data=experiment.data,
+            unit.probe, unit.variant.spec, unit.settings, seed=unit.seed,
+            data=getattr(unit.variant, "data", None) or experiment.data,
             base_dir=Path(experiment.base_dir), device=unit.device, registry=experiment.registry,
         ))
         _check_rows(rows, unit.probe)

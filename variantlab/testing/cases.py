@@ -56,6 +56,76 @@ def _causality(make: Callable[[], nn.Module], what: str, causal: bool = True) ->
     return check
 
 
+def _causal_at_every_t(make: Callable[[], nn.Module], what: str) -> Callable:
+    def check() -> list[str]:
+        """causality at every position"""
+        torch.manual_seed(0)
+        module, x = make(), _x(B, T, D)
+        base = _eval(module, x)
+        bad = []
+        for t in range(T - 1):  # change tokens t+1.. only
+            y = x.clone()
+            y[:, t + 1:] = _x(B, T - t - 1, D, seed=100 + t)
+            if not close(_eval(module, y)[:, : t + 1], base[:, : t + 1], 1e-5):
+                bad.append(t)
+        return [f"{what}: outputs at earlier positions change when later positions change "
+                f"(outputs at <= t when tokens after t change, t in {bad})"] if bad else []
+
+    return check
+
+
+def _state_size(make: Callable[[], nn.Module]) -> Callable:
+    def check() -> list[str]:
+        """state_size"""
+        module = make()
+        size = getattr(module, "state_size", None)
+        if not callable(size):
+            return ["a causal-only mixer must have state_size(t): the numbers it keeps per "
+                    "sequence after t tokens (docs/plugins.md)"]
+        got = [size(t) for t in (1, T, CTX)]
+        if not all(isinstance(n, int) and n >= 0 for n in got) or got != sorted(got):
+            return [f"state_size(1, {T}, {CTX}) = {got}: expected non-negative ints that do "
+                    "not shrink as t grows"]
+        return []
+
+    return check
+
+
+def _mixer_case(spec: ComponentSpec, make: Callable[..., nn.Module]) -> Case:
+    """An attention-slot kind whose spec declares ``causal_only``: causal at every position,
+    left padding honoured, and a clear refusal of bidirectional builds and of a memory."""
+    def refuses_and_pads() -> list[str]:
+        """refusals and padding"""
+        found = []
+        try:
+            make(drop_rate=0.0, causal=False)
+            found.append("causal_only, yet its build accepted causal=False (raise ValueError)")
+        except ValueError:
+            pass
+        torch.manual_seed(0)
+        module, x = make(drop_rate=0.0, causal=True), _x(B, T, D)
+        try:
+            _eval(module, x, memory=_x(B, 5, D, seed=3))
+            found.append("causal_only, yet forward accepted a memory (raise ValueError)")
+        except ValueError:
+            pass
+        pad = torch.zeros(B, T, dtype=torch.bool)
+        pad[:, :3] = True  # left padding, as batched generation pads
+        changed = x.clone()
+        changed[:, :3] += 10.0
+        a = _eval(module, x, key_padding_mask=pad)[:, 3:]
+        b = _eval(module, changed, key_padding_mask=pad)[:, 3:]
+        if not close(a, b, 1e-5):
+            found.append("padded positions (key_padding_mask True) still influence the output")
+        return found
+
+    causal = lambda: make(drop_rate=0.0, causal=True)  # noqa: E731
+    return Case(f"attention {spec.kind!r} (standalone, causal-only mixer)", causal, (_x(B, T, D),),
+                expect=(B, T, D), extra=[
+                    _causal_at_every_t(causal, "causal mixer"), refuses_and_pads,
+                    _state_size(causal), _dropout_off(lambda: make(drop_rate=0.5, causal=True))])
+
+
 def _dropout_off(make: Callable[[], nn.Module]) -> Callable:
     def check() -> list[str]:
         """dropout in eval mode"""
@@ -107,6 +177,8 @@ def _attention_case(spec: ComponentSpec, registry: Registry) -> Case:
         return registry.get("norm", norm.kind).build(norm, dim=dim)
 
     make = _maker(registry, "attention", spec, {"make_norm": make_norm}, **sizes)
+    if getattr(type(spec), "causal_only", False):
+        return _mixer_case(spec, make)
 
     def cross_and_padding() -> list[str]:
         """cross-attention and key padding mask"""
@@ -128,7 +200,7 @@ def _attention_case(spec: ComponentSpec, registry: Registry) -> Case:
     return Case(
         "attention (standalone, causal)", lambda: make(drop_rate=0.0, causal=True), (_x(B, T, D),),
         expect=(B, T, D), extra=[
-            _causality(lambda: make(drop_rate=0.0, causal=True), "causal=True"),
+            _causal_at_every_t(lambda: make(drop_rate=0.0, causal=True), "causal=True"),
             _causality(lambda: make(drop_rate=0.0, causal=False), "attention", causal=False),
             cross_and_padding, _dropout_off(lambda: make(drop_rate=0.5, causal=True)),
         ])

@@ -1,0 +1,120 @@
+"""State-space models: ``Mamba2ForCausalLM`` and ``JambaForCausalLM``.
+
+Mamba-2 (Dao & Gu 2024): every block is RMSNorm, the SSD mixer (``attention: mamba2``) and
+the residual, with no feed-forward (``feedforward: none``), no positional. Jamba (Lieber et
+al. 2024): Mamba-1 mixers (``attention: mamba`` with Jamba's inner RMSNorms) and, every
+``attn_layer_period`` layers, grouped-query attention without positional encoding, each
+followed by a SwiGLU feed-forward; the attention layers are a layer kind of the ``layout``.
+Jamba's mixture-of-experts feed-forward is not imported (``num_experts`` must be 1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .common import activation, dropouts, head_dim_of, linear, reject
+from .gemma import _period
+
+#: Mamba-2 has no maximum length; the spec needs one (edit it freely: nothing depends on it)
+MAMBA_CONTEXT = 2048
+
+
+def _plain(cfg: Any, context: int, eps: float) -> dict[str, Any]:
+    return {
+        "family": "gpt", "vocab_size": cfg.vocab_size, "context_length": context,
+        "emb_dim": cfg.hidden_size, "n_layers": cfg.num_hidden_layers,
+        **dropouts(0.0, 0.0, 0.0), "qkv_bias": False, "attn_out_bias": False,
+        "ffn_bias": False, "norm_bias": False, "tie_weights": bool(cfg.tie_word_embeddings),
+        "norm": {"kind": "rms", "eps": eps}, "positional": {"kind": "none"},
+    }
+
+
+def mamba2_spec(cfg: Any) -> dict[str, Any]:
+    """Spec data of a ``Mamba2Config``."""
+    if cfg.hidden_act not in ("silu", "swish"):
+        reject("hidden_act", cfg.hidden_act, "Mamba-2's convolution activation must be silu")
+    if tuple(cfg.time_step_limit) != (0.0, float("inf")):
+        reject("time_step_limit", cfg.time_step_limit, "clamping dt is not supported; only "
+               "(0.0, inf)")
+    if cfg.num_heads * cfg.head_dim != cfg.expand * cfg.hidden_size:
+        reject("num_heads", cfg.num_heads, "num_heads * head_dim must equal expand * "
+               "hidden_size")
+    data = _plain(cfg, MAMBA_CONTEXT, cfg.layer_norm_epsilon)
+    heads = cfg.num_heads if cfg.hidden_size % cfg.num_heads == 0 else 1
+    data.update({
+        "n_heads": heads, "feedforward": {"kind": "none"},
+        "attention": {"kind": "mamba2", "d_state": cfg.state_size, "expand": cfg.expand,
+                      "head_dim": cfg.head_dim, "n_groups": cfg.n_groups,
+                      "conv_width": cfg.conv_kernel, "chunk_size": cfg.chunk_size,
+                      "bias": bool(cfg.use_bias), "conv_bias": bool(cfg.use_conv_bias),
+                      "norm_eps": cfg.layer_norm_epsilon,
+                      "dt_min": cfg.time_step_min, "dt_max": cfg.time_step_max},
+    })
+    return data
+
+
+def mamba2_state(hf: Any) -> dict[str, torch.Tensor]:
+    """Our state dict from a ``Mamba2ForCausalLM``: the mixers' names are HF's."""
+    sd = hf.state_dict()
+    out = {"embed.tok_emb.weight": sd["backbone.embeddings.weight"],
+           "final_norm.scale": sd["backbone.norm_f.weight"], "out_head.weight": sd["lm_head.weight"]}
+    for key, value in sd.items():
+        if key.startswith("backbone.layers."):
+            i, rest = key[len("backbone.layers."):].split(".", 1)
+            if rest == "norm.weight":
+                out[f"trf_blocks.{i}.att.norm.scale"] = value
+            elif rest.startswith("mixer."):
+                out[f"trf_blocks.{i}.att.sublayer.{rest[len('mixer.'):]}"] = value
+    return out
+
+
+def jamba_spec(cfg: Any) -> dict[str, Any]:
+    """Spec data of a ``JambaConfig``; refuses mixture-of-experts configs."""
+    if cfg.num_experts != 1:
+        reject("num_experts", cfg.num_experts, "Jamba's mixture-of-experts feed-forward is "
+               "not imported; only num_experts=1 (a SwiGLU in every layer)")
+    data = _plain(cfg, cfg.max_position_embeddings, cfg.rms_norm_eps)
+    data.update({
+        "n_heads": cfg.num_attention_heads,
+        "activation": activation("hidden_act", cfg.hidden_act),
+        "feedforward": {"kind": "glu", "hidden_dim": cfg.intermediate_size},
+        "attention": {"kind": "mamba", "d_state": cfg.mamba_d_state, "expand": cfg.mamba_expand,
+                      "dt_rank": cfg.mamba_dt_rank, "conv_width": cfg.mamba_d_conv,
+                      "inner_norms": True, "norm_eps": cfg.rms_norm_eps,
+                      "bias": bool(cfg.mamba_proj_bias), "conv_bias": bool(cfg.mamba_conv_bias)},
+    })
+    mha = {"kind": "mha", "n_kv_heads": cfg.num_key_value_heads}
+    head_dim = head_dim_of(cfg)
+    if head_dim * cfg.num_attention_heads != cfg.hidden_size:
+        mha["head_dim"] = head_dim
+    types = list(cfg.layers_block_type)
+    if "attention" in types:
+        data["layout"] = {"kinds": {"attention": {"attention": mha}, "mamba": {}},
+                          "pattern": _period(types)}
+    return data
+
+
+def jamba_state(hf: Any) -> dict[str, torch.Tensor]:
+    """Our state dict from a ``JambaForCausalLM``."""
+    sd, cfg = hf.state_dict(), hf.config
+    out = {"embed.tok_emb.weight": sd["model.embed_tokens.weight"],
+           "final_norm.scale": sd["model.final_layernorm.weight"],
+           "out_head.weight": sd["lm_head.weight"]}
+    for i, kind in enumerate(cfg.layers_block_type):
+        ours, theirs = f"trf_blocks.{i}", f"model.layers.{i}"
+        out[f"{ours}.att.norm.scale"] = sd[f"{theirs}.input_layernorm.weight"]
+        out[f"{ours}.ff.norm.scale"] = sd[f"{theirs}.pre_ff_layernorm.weight"]
+        for mine, hf_name in (("W_gate", "gate_proj"), ("W_up", "up_proj"), ("W_down", "down_proj")):
+            linear(out, f"{ours}.ff.sublayer.{mine}", sd, f"{theirs}.feed_forward.{hf_name}", False)
+        if kind == "attention":
+            for mine, hf_name in (("W_query", "q_proj"), ("W_key", "k_proj"),
+                                  ("W_value", "v_proj"), ("out_proj", "o_proj")):
+                linear(out, f"{ours}.att.sublayer.{mine}", sd, f"{theirs}.self_attn.{hf_name}", False)
+        else:
+            prefix = f"{theirs}.mamba."
+            for key, value in sd.items():
+                if key.startswith(prefix):
+                    out[f"{ours}.att.sublayer.{key[len(prefix):]}"] = value
+    return out

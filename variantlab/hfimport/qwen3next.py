@@ -1,0 +1,92 @@
+"""Qwen3-Next: ``Qwen3NextForCausalLM`` with dense feed-forwards.
+
+A hybrid (Qwen team 2025): most layers are Gated DeltaNet mixers (``attention:
+gated_deltanet`` in the layer kind ``linear``), every ``full_attention_interval``-th layer is
+gated attention (``mha`` with ``output_gate: elementwise``, per-head QK RMSNorm, partial
+rotary), each followed by a SwiGLU. RMSNorms scale by ``(1 + weight)`` (imported as the scale
+``1 + weight``), except the Gated DeltaNet's output norm (a plain weight). The mixture-of-
+experts feed-forward is not imported: every layer must be dense (``num_experts: 0``, or
+every layer in ``mlp_only_layers``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .common import activation, dropouts, linear, reject, rotary
+from .gemma import _period
+
+_KINDS = {"linear_attention": "linear", "full_attention": "full"}
+
+
+def qwen3next_spec(cfg: Any) -> dict[str, Any]:
+    """Spec data of a ``Qwen3NextConfig`` (dense layers only)."""
+    sparse = [i for i in range(cfg.num_hidden_layers) if i not in cfg.mlp_only_layers
+              and cfg.num_experts > 0 and (i + 1) % cfg.decoder_sparse_step == 0]
+    if sparse:
+        reject("num_experts", cfg.num_experts, f"layers {sparse} use Qwen3-Next's "
+               "mixture-of-experts feed-forward, which is not imported; set num_experts=0 "
+               "or list every layer in mlp_only_layers")
+    types = list(cfg.layer_types)
+    unknown = sorted(set(types) - set(_KINDS))
+    if unknown:
+        reject("layer_types", unknown, f"supported layer types: {', '.join(_KINDS)}")
+    bias = bool(cfg.attention_bias)
+    data = {
+        "family": "gpt", "vocab_size": cfg.vocab_size,
+        "context_length": cfg.max_position_embeddings, "emb_dim": cfg.hidden_size,
+        "n_heads": cfg.num_attention_heads, "n_layers": cfg.num_hidden_layers,
+        **dropouts(0.0, cfg.attention_dropout, 0.0),
+        "qkv_bias": bias, "attn_out_bias": bias, "ffn_bias": False, "norm_bias": False,
+        "tie_weights": bool(cfg.tie_word_embeddings),
+        "norm": {"kind": "rms", "eps": cfg.rms_norm_eps},
+        "activation": activation("hidden_act", cfg.hidden_act),
+        "feedforward": {"kind": "glu", "hidden_dim": cfg.intermediate_size},
+        "attention": {"kind": "mha", "n_kv_heads": cfg.num_key_value_heads,
+                      "head_dim": cfg.head_dim, "output_gate": "elementwise",
+                      "qk_norm": {"kind": "rms", "eps": cfg.rms_norm_eps},
+                      "qk_norm_scope": "head"},
+        "positional": rotary(cfg, partial=True, head_dim=cfg.head_dim),
+    }
+    if "linear_attention" in types:
+        gdn = {"kind": "gated_deltanet", "n_k_heads": cfg.linear_num_key_heads,
+               "n_v_heads": cfg.linear_num_value_heads, "head_k_dim": cfg.linear_key_head_dim,
+               "head_v_dim": cfg.linear_value_head_dim,
+               "conv_width": cfg.linear_conv_kernel_dim, "norm_eps": cfg.rms_norm_eps}
+        data["layout"] = {"kinds": {"linear": {"attention": gdn}, "full": {}},
+                          "pattern": [_KINDS[t] for t in _period(types)]}
+    return data
+
+
+def qwen3next_state(hf: Any) -> dict[str, torch.Tensor]:
+    """Our state dict from a ``Qwen3NextForCausalLM``; (1 + w) norms become scales 1 + w."""
+    sd, cfg = hf.state_dict(), hf.config
+    one = lambda w: 1.0 + w.float()  # noqa: E731
+    out = {"embed.tok_emb.weight": sd["model.embed_tokens.weight"],
+           "final_norm.scale": one(sd["model.norm.weight"]), "out_head.weight": sd["lm_head.weight"]}
+    heads, hd, bias = cfg.num_attention_heads, cfg.head_dim, bool(cfg.attention_bias)
+    for i, kind in enumerate(cfg.layer_types):
+        ours, theirs = f"trf_blocks.{i}", f"model.layers.{i}"
+        out[f"{ours}.att.norm.scale"] = one(sd[f"{theirs}.input_layernorm.weight"])
+        out[f"{ours}.ff.norm.scale"] = one(sd[f"{theirs}.post_attention_layernorm.weight"])
+        for mine, name in (("W_gate", "gate_proj"), ("W_up", "up_proj"), ("W_down", "down_proj")):
+            linear(out, f"{ours}.ff.sublayer.{mine}", sd, f"{theirs}.mlp.{name}", False)
+        att = f"{ours}.att.sublayer"
+        if kind == "linear_attention":
+            prefix = f"{theirs}.linear_attn."
+            out.update({f"{att}.{k[len(prefix):]}": v for k, v in sd.items() if k.startswith(prefix)})
+            continue
+        q = sd[f"{theirs}.self_attn.q_proj.weight"].view(heads, 2, hd, -1)  # (H, [q, gate], hd, D)
+        out[f"{att}.W_query.weight"] = q[:, 0].reshape(heads * hd, -1)
+        out[f"{att}.W_gate.weight"] = q[:, 1].reshape(heads * hd, -1)
+        if bias:
+            qb = sd[f"{theirs}.self_attn.q_proj.bias"].view(heads, 2, hd)
+            out[f"{att}.W_query.bias"] = qb[:, 0].reshape(-1)
+            out[f"{att}.W_gate.bias"] = qb[:, 1].reshape(-1)
+        for mine, name in (("W_key", "k_proj"), ("W_value", "v_proj"), ("out_proj", "o_proj")):
+            linear(out, f"{att}.{mine}", sd, f"{theirs}.self_attn.{name}", bias)
+        for name in ("q_norm", "k_norm"):
+            out[f"{att}.{name}.scale"] = one(sd[f"{theirs}.self_attn.{name}.weight"])
+    return out
