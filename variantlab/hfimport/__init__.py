@@ -19,8 +19,7 @@ from ..plugin.registry import Registry
 from .common import ConversionError
 from .gemma import gemma_spec, gemma_state
 from .gpt2 import gpt2_spec, gpt2_state
-from .llama import (llama_spec, llama_state, mistral_spec, olmo2_spec, olmo2_state, qwen3_spec,
-                    qwen3_state)
+from .llama import llama_spec, llama_state, mistral_spec, olmo2_spec, olmo2_state, qwen3_spec, qwen3_state
 from .mamba import jamba_spec, jamba_state, mamba2_spec, mamba2_state
 from .neox import neox_spec, neox_state
 from .qwen3next import qwen3next_spec, qwen3next_state
