@@ -30,6 +30,8 @@ CASES = {
     "neox-sequential-nobias-tied": ("GPTNeoXForCausalLM", "GPTNeoXConfig", dict(
         BASE, use_parallel_residual=False, attention_bias=False, tie_word_embeddings=True,
         rotary_pct=0.5, rotary_emb_base=500.0)),
+    "neox-odd-rotary-head12": ("GPTNeoXForCausalLM", "GPTNeoXConfig", dict(
+        BASE, hidden_size=48, rotary_pct=0.25, use_parallel_residual=True)),
     "llama-gqa-biases": ("LlamaForCausalLM", "LlamaConfig", dict(
         BASE, num_key_value_heads=2, attention_bias=True, mlp_bias=True,
         hidden_act="gelu_pytorch_tanh", tie_word_embeddings=False, rope_theta=500000.0)),

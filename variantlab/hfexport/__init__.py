@@ -4,9 +4,9 @@ The inverse of :mod:`variantlab.hfimport`: the transformers class is chosen from
 components (learned positions: GPT-2; rotary with a parallel residual or LayerNorm: GPT-NeoX;
 rotary with RMSNorm: Llama, Mistral (a sliding window), Qwen3 (per-head QK-norm), OLMo 2
 (post-sublayer norms) or Gemma 2/3 (sandwich norms)); its config is built from the spec and
-its weights from the model's. A component or option no supported class has raises :class:`ConversionError`
-naming its spec path; one the class has in another form (a bias the variant lacks, exported
-as zeros) gives an :class:`ExportWarning`. See docs/transformers.md, Export.
+its weights from the model's. A component or option no supported class has raises
+:class:`ConversionError` naming its spec path; one the class has in another form (a bias the
+variant lacks, exported as zeros) gives an :class:`ExportWarning`. See docs/transformers.md, Export.
 """
 
 from __future__ import annotations
