@@ -178,12 +178,12 @@ def deepnorm(spec: DeepNormInitSpec) -> Callable[[nn.Module], None]:
             nn.init.xavier_normal_(module.weight, gain=gain)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
-        for module, name, role in experts:
+        for holder, name, role in experts:
             gain = beta if role in DEEPNORM_SCALED else 1.0
-            for w in getattr(module, name):  # one expert's (out, in) weight at a time
+            for w in getattr(holder, name):  # one expert's (out, in) weight at a time
                 nn.init.xavier_normal_(w, gain=gain)
-            if stacked_bias(module, name) is not None:
-                nn.init.zeros_(stacked_bias(module, name))
+            if stacked_bias(holder, name) is not None:
+                nn.init.zeros_(stacked_bias(holder, name))
 
     return apply
 

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 
-def routed_modules(model: nn.Module) -> Iterator[nn.Module]:
+def routed_modules(model: nn.Module) -> Iterator[Any]:
     """The modules of ``model`` that report auxiliary losses (``aux_terms``)."""
     return (m for m in model.modules() if callable(getattr(m, "aux_terms", None)))
 
@@ -72,8 +72,8 @@ def after_step(model: nn.Module) -> None:
 
 def inactive_params(model: nn.Module) -> int:
     """Parameters of ``model`` that one token does not use (0 for a dense model)."""
-    return sum(int(m.inactive_params()) for m in model.modules()
-               if callable(getattr(m, "inactive_params", None)))
+    hooks: list[Any] = [getattr(m, "inactive_params", None) for m in model.modules()]
+    return sum(int(fn()) for fn in hooks if callable(fn))
 
 
 def stats_of(module: nn.Module) -> dict[str, Any] | None:
