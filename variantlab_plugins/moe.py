@@ -79,7 +79,7 @@ class MoESpec(ComponentSpec):
     )
     n_experts: int = Field(8, description="routed experts (at least 1)")
     top_k: int = Field(2, description="experts per token (1 .. n_experts)")
-    expert: ExpertSpec = Field(ExpertSpec(), description="each expert's FFN")
+    expert: ExpertSpec = Field(ExpertSpec.model_validate({}), description="each expert's FFN")
     router: Literal["softmax_topk", "topk_softmax"] = Field(
         "softmax_topk", description="softmax_topk: softmax over all, then top-k (Mixtral, "
         "Qwen3-MoE, OLMoE); topk_softmax: top-k logits, then softmax over them")
