@@ -54,6 +54,8 @@ def llama_state(hf: Any, norms: tuple[str, str] = ("input_layernorm",
         for mine, hf_name in _ATTENTION.items():
             linear(out, f"{ours}.att.sublayer.{mine}", sd, f"{theirs}.self_attn.{hf_name}",
                    attention_bias)
+        if f"{theirs}.mlp.gate_proj.weight" not in sd:
+            continue  # a mixture-of-experts layer (hfimport.moe maps it)
         for mine, hf_name in _MLP.items():
             linear(out, f"{ours}.ff.sublayer.{mine}", sd, f"{theirs}.mlp.{hf_name}", mlp_bias)
     return out
