@@ -34,6 +34,10 @@ CASES = {
     "jamba": ("Jamba", JAMBA),
     "jamba-mamba-only": ("Jamba", dict(JAMBA, num_hidden_layers=2, attn_layer_period=4,
                                        attn_layer_offset=3, tie_word_embeddings=True)),
+    "jamba-moe": ("Jamba", dict(JAMBA, num_experts=4, num_experts_per_tok=2,
+                                expert_layer_period=2, expert_layer_offset=1)),
+    "jamba-moe-every-layer": ("Jamba", dict(JAMBA, num_experts=3, num_experts_per_tok=1,
+                                            intermediate_size=20)),
     "qwen3next": ("Qwen3Next", QNEXT),
     "qwen3next-bias-tied": ("Qwen3Next", dict(QNEXT, attention_bias=True, tie_word_embeddings=True,
                                               num_experts=4, mlp_only_layers=[0, 1, 2, 3])),
@@ -98,6 +102,14 @@ def test_what_the_spec_says():
     assert spec.layout.pattern == ["mamba", "attention"]
     assert spec.layout.kinds["attention"]["attention"].n_kv_heads == 2
     assert spec.positional.kind == "none"
+    spec, _ = from_transformers(hf_model(*CASES["jamba-moe"]), REG)
+    ff = spec.feedforward
+    assert (ff.kind, ff.n_experts, ff.top_k, ff.renormalize, ff.n_shared_experts) == (
+        "moe", 4, 2, False, 0)
+    assert spec.layout.pattern == ["mamba_dense", "attention"]  # experts in layers 1, 3
+    assert spec.layer_spec(0).feedforward.kind == "glu"
+    spec, _ = from_transformers(hf_model(*CASES["jamba-moe-every-layer"]), REG)
+    assert spec.layout.pattern == ["mamba", "attention"] and spec.feedforward.top_k == 1
     spec, _ = from_transformers(hf_model(*CASES["qwen3next"]), REG)
     assert spec.layout.pattern == ["linear", "full"] and spec.attention.output_gate == "elementwise"
     assert spec.layout.kinds["linear"]["attention"].n_v_heads == 4
@@ -132,7 +144,8 @@ def test_qwen3next_shared_expert_gate_matters():
         assert (other.eval()(idx) - ref).abs().max().item() > 1e-2
 
 
-@pytest.mark.parametrize("case", ["mamba2", "jamba", "qwen3next", "qwen3next-moe-dense-layers"])
+@pytest.mark.parametrize("case", ["mamba2", "jamba", "jamba-moe", "qwen3next",
+                                  "qwen3next-moe-dense-layers"])
 def test_yaml_round_trip(case):
     spec, model = from_transformers(hf_model(*CASES[case]), REG)
     again = vl.parse_model_spec(yaml.safe_load(spec_yaml(spec))["model"], REG)
@@ -145,7 +158,5 @@ def test_yaml_round_trip(case):
 
 
 def test_refusals():
-    with pytest.raises(ConversionError, match="num_experts"):
-        from_transformers(hf_model("Jamba", dict(JAMBA, num_experts=2)), REG)
     with pytest.raises(ConversionError, match="time_step_limit"):
         from_transformers(hf_model("Mamba2", dict(MAMBA2, time_step_limit=(0.0, 1.0))), REG)

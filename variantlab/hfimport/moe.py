@@ -1,11 +1,11 @@
 """Mixture-of-experts classes: ``MixtralForCausalLM``, ``Qwen3MoeForCausalLM`` and
 ``OlmoeForCausalLM``, each a Llama-like model whose feed-forward is ``feedforward: {kind: moe}``
-(variantlab_plugins/moe.py), and the expert mapping Qwen3-Next shares.
+(variantlab_plugins/moe.py), and the expert mapping Qwen3-Next and Jamba share.
 
-Routing in all four (transformers 5.x ``*TopKRouter``): softmax over all experts of the
+Routing in all five (transformers 5.x ``*TopKRouter``): softmax over all experts of the
 router logits ``gate(x)``, the top ``num_experts_per_tok`` probabilities as weights
-(``router: softmax_topk``), divided by their sum in Mixtral always and in Qwen3-MoE, OLMoE and
-Qwen3-Next when ``norm_topk_prob`` (``renormalize``). The experts are stored fused, as
+(``router: softmax_topk``), divided by their sum in Mixtral always, in Qwen3-MoE, OLMoE and
+Qwen3-Next when ``norm_topk_prob`` (``renormalize``), never in Jamba. The experts are stored fused, as
 ``experts.gate_up_proj`` (E, 2 x hidden, D), the gate rows first, and ``experts.down_proj``
 (E, D, hidden): split into our stacked ``W_gate``, ``W_up`` and ``W_down``. Qwen3-MoE and
 Qwen3-Next keep a dense SwiGLU on layers in ``mlp_only_layers`` and off the
@@ -65,11 +65,32 @@ def with_dense_layers(data: dict[str, Any], cfg: Any, moe: dict[str, Any]) -> di
     return data
 
 
+def hybrid_layout(mixers: list[str], mixer_slots: dict[str, dict[str, Any]],
+                  sparse: list[bool], dense: dict[str, Any]) -> dict[str, Any] | None:
+    """The layout of a hybrid whose layers differ by mixer (``mixers``: each layer's mixer
+    kind name, ``mixer_slots``: its slot overrides) and by feed-forward (``sparse``: each
+    layer's; the model's own is the MoE when any layer is sparse). With both sparse and dense
+    layers, a dense layer's kind is its mixer's name plus ``_dense``, overriding the
+    feed-forward with ``dense``. None when every layer is the model itself."""
+    mixed = any(sparse) and not all(sparse)
+    names = [m + ("_dense" if mixed and not s else "") for m, s in zip(mixers, sparse)]
+    kinds: dict[str, dict[str, Any]] = {}
+    for name, mixer in zip(names, mixers):
+        slots = dict(mixer_slots.get(mixer, {}))
+        if name.endswith("_dense"):
+            slots["feedforward"] = dense
+        kinds[name] = slots
+    if not any(kinds.values()):
+        return None
+    return {"kinds": kinds, "pattern": _period(names)}
+
+
 def experts_state(out: dict[str, torch.Tensor], ours: str, sd: dict[str, torch.Tensor],
-                  theirs: str) -> None:
+                  theirs: str, router: str = "gate") -> None:
     """Copy a transformers sparse MoE block at ``theirs`` (``...mlp``) into our ``moe``
-    feed-forward at ``ours``: router, fused experts split, shared expert and its gate."""
-    out[f"{ours}.gate.weight"] = sd[f"{theirs}.gate.weight"]
+    feed-forward at ``ours``: router (HF's ``router``: ``gate``, Jamba's ``router``), fused
+    experts split, shared expert and its gate."""
+    out[f"{ours}.gate.weight"] = sd[f"{theirs}.{router}.weight"]
     gate_up = sd[f"{theirs}.experts.gate_up_proj"]  # (E, 2 hidden, D): gate rows, then up
     hidden = gate_up.shape[1] // 2
     out[f"{ours}.W_gate"] = gate_up[:, :hidden]  # (E, hidden, D)

@@ -18,8 +18,7 @@ from typing import Any
 import torch
 
 from .common import activation, dropouts, linear, reject, rotary
-from .gemma import _period
-from .moe import experts_state, moe_feedforward, sparse_layers
+from .moe import experts_state, hybrid_layout, moe_feedforward, sparse_layers
 
 _KINDS = {"linear_attention": "linear", "full_attention": "full"}
 
@@ -52,19 +51,15 @@ def qwen3next_spec(cfg: Any) -> dict[str, Any]:
            "head_v_dim": cfg.linear_value_head_dim,
            "conv_width": cfg.linear_conv_kernel_dim, "norm_eps": cfg.rms_norm_eps}
     sparse = sparse_layers(cfg)
-    mixed = any(sparse) and not all(sparse)
-    names = [_KINDS[t] + ("_dense" if mixed and not s else "") for t, s in zip(types, sparse)]
     dense = data["feedforward"]
     if any(sparse):  # the model's feed-forward is the MoE; dense layers override it
         data["feedforward"] = moe_feedforward(cfg, cfg.moe_intermediate_size,
                                               cfg.norm_topk_prob,
                                               cfg.shared_expert_intermediate_size)
-    kinds: dict[str, dict[str, Any]] = {}
-    for name in names:
-        slots = {"attention": gdn} if name.startswith("linear") else {}
-        kinds[name] = {**slots, "feedforward": dense} if name.endswith("_dense") else slots
-    if any(kinds.values()):
-        data["layout"] = {"kinds": kinds, "pattern": _period(names)}
+    layout = hybrid_layout([_KINDS[t] for t in types], {"linear": {"attention": gdn}},
+                           sparse, dense)
+    if layout is not None:
+        data["layout"] = layout
     return data
 
 
