@@ -140,3 +140,20 @@ def test_aux_free_bias_moves_after_each_training_step():
         steps = (m.expert_bias / 0.01).round()
         assert steps.abs().sum() > 0 and (steps.abs() <= 3).all()
         torch.testing.assert_close(m.expert_bias, steps * 0.01)
+
+
+@pytest.mark.parametrize("extra", [{}, {"capacity_factor": 0.5, "bias_update_rate": 0.01,
+                                        "n_shared_experts": 1}])
+def test_size_guard_estimates_moe_on_meta_close_to_a_real_forward(extra):
+    from variantlab.sweep.sizeguard import _activation_bytes, model_cost
+
+    spec = parse_model_spec(moe_spec(**extra), REG)
+    cost = model_cost(spec, REG, (4, 16))
+    torch.manual_seed(0)
+    real = vl.build_model(spec, REG)
+    assert cost.params == sum(p.numel() for p in real.parameters())
+    assert cost.buffer_bytes == sum(b.numel() * b.element_size() for b in real.buffers())
+    measured = _activation_bytes(real, spec, task_for(spec, REG),
+                                 {id(p) for p in real.parameters()}, 4, 16)
+    # the estimate assumes a balanced dispatch; a real one differs by a few dropped tokens
+    assert 0.8 * measured < cost.activation_bytes < 1.25 * measured
