@@ -45,3 +45,21 @@ def test_a_mixtral_like_experiment_validates(tmp_path):
                         " expert: {kind: glu, hidden_dim: 56}}\n" + MEASURE))
     result = CliRunner().invoke(main, ["validate", str(path)])
     assert result.exit_code == 0, result.output
+
+
+def test_moe_run_reports_active_params_and_expert_load(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text(exp(
+        "  feedforward: {kind: moe, n_experts: 4, top_k: 1, expert: {hidden_dim: 16},"
+        " capacity_factor: 1.0}\n"
+        "measure:\n  params: {}\n"
+        "  dynamics: {steps: 3, batch_size: 2, seq_len: 8, every: 1, device: cpu}\n"))
+    out = tmp_path / "runs"
+    result = CliRunner().invoke(main, ["run", str(path), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = (out / "demo" / "report" / "report.md").read_text()
+    assert "| active per token | active non-embedding |" in report
+    assert "### Expert load per layer over training" in report
+    assert "### Routing balance over training" in report
+    html = (out / "demo" / "report" / "report.html").read_text()
+    assert "dropped assignments (share)" in html  # the capacity panel, inline SVG text
