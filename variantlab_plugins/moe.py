@@ -138,6 +138,28 @@ def capacity(spec: MoESpec, n_tokens: int) -> int | None:
     return max(1, math.ceil(spec.capacity_factor * n_tokens * spec.top_k / spec.n_experts))
 
 
+def dispatch(experts: torch.Tensor, n_experts: int, cap: int | None,
+             ) -> tuple[torch.Tensor, list[int], torch.Tensor]:
+    """``(kept assignments grouped by expert (A,), kept per expert, chosen per expert (E,))``
+    from each assignment's expert (k*N,) in priority order: a stable sort by expert, then the
+    first ``cap`` of each expert's run. On the meta device (the size guard's estimate, no
+    data) a balanced dispatch stands in: the same number of assignments for every expert."""
+    if experts.device.type == "meta":
+        total = experts.numel()
+        sizes = [total // n_experts + (e < total % n_experts) for e in range(n_experts)]
+        if cap is not None:
+            sizes = [min(c, cap) for c in sizes]
+        keep = torch.arange(sum(sizes), device=experts.device)  # (A,)
+        return keep, sizes, torch.full((n_experts,), total // n_experts, device=experts.device)
+    order = torch.sort(experts, stable=True).indices  # (k*N,) grouped by expert
+    counts = torch.bincount(experts, minlength=n_experts)  # (E,)
+    if cap is None:
+        return order, counts.tolist(), counts
+    starts = torch.cumsum(counts, 0) - counts  # (E,) first position of each expert's run
+    rank = torch.arange(order.numel(), device=experts.device) - starts[experts[order]]
+    return order[rank < cap], counts.clamp(max=cap).tolist(), counts  # (A,)
+
+
 class MoE(nn.Module):
     """Top-k routed experts with stacked weights, grouped dispatch and balancing terms."""
 
@@ -224,25 +246,15 @@ class MoE(nn.Module):
         if logits.dtype in (torch.float16, torch.bfloat16):
             logits = logits.float()  # routing in float32, as transformers does
         probs, weights, chosen = route(logits, spec, self.expert_bias)
-        e_n = spec.n_experts
         # assignments a = choice * N + token (top-1 choices first, then top-2, ...)
         experts = chosen.t().reshape(-1)  # (k*N,)
-        order = torch.sort(experts, stable=True).indices  # (k*N,) grouped by expert
-        counts = torch.bincount(experts, minlength=e_n)  # (E,)
-        cap = capacity(spec, n)
-        keep = order
-        kept_counts = counts
-        if cap is not None:
-            starts = torch.cumsum(counts, 0) - counts  # (E,)
-            rank = torch.arange(order.numel(), device=x.device) - starts[experts[order]]
-            keep = order[rank < cap]
-            kept_counts = counts.clamp(max=cap)
+        keep, sizes, counts = dispatch(experts, spec.n_experts, capacity(spec, n))
         tokens = keep % n  # (A,) token of each kept assignment, grouped by expert
         w = weights.t().reshape(-1)[keep].to(flat.dtype)  # (A,)
         xs = flat[tokens]  # (A, D)
         pieces = []
         start = 0
-        for e, c in enumerate(kept_counts.tolist()):
+        for e, c in enumerate(sizes):
             if c:
                 pieces.append(self.expert_forward(e, xs[start:start + c]))
             start += c
@@ -252,7 +264,7 @@ class MoE(nn.Module):
         extra = self.shared(flat)
         if extra is not None:
             out = out + extra
-        self._record(logits, probs, counts, n, int(counts.sum() - kept_counts.sum()))
+        self._record(logits, probs, counts, n, spec.top_k * n - sum(sizes))
         return out.reshape(shape)
 
     def _record(self, logits: torch.Tensor, probs: torch.Tensor, counts: torch.Tensor,
