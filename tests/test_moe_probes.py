@@ -157,3 +157,18 @@ def test_size_guard_estimates_moe_on_meta_close_to_a_real_forward(extra):
                                  {id(p) for p in real.parameters()}, 4, 16)
     # the estimate assumes a balanced dispatch; a real one differs by a few dropped tokens
     assert 0.8 * measured < cost.activation_bytes < 1.25 * measured
+
+
+def test_flops_of_active_parameters_match_torch_flop_counter():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    spec = parse_model_spec({**moe_spec(n_shared_experts=1), "qkv_bias": False,
+                             "context_length": 64}, REG)
+    torch.manual_seed(0)
+    model = vl.build_model(spec, REG)
+    batch = datalib.batches(None, spec, 2, 64, 1, seed=0, registry=REG)[0]
+    with FlopCounterMode(display=False) as counter:
+        task_for(spec, REG).loss(spec, model(**batch.inputs), batch).backward()
+    counted = counter.get_total_flops() / batch.n_tokens
+    # every token runs top_k of the experts: the counted matmuls are the active ones
+    assert model_flops_per_token(model, spec, 64) == pytest.approx(counted, rel=0.03)
