@@ -172,3 +172,17 @@ def test_flops_of_active_parameters_match_torch_flop_counter():
     counted = counter.get_total_flops() / batch.n_tokens
     # every token runs top_k of the experts: the counted matmuls are the active ones
     assert model_flops_per_token(model, spec, 64) == pytest.approx(counted, rel=0.03)
+
+
+def test_a_layout_with_dense_first_layer_counts_active_params_per_layer():
+    """DeepSeek-style: the first layer dense, the others MoE (a layout's per-layer kinds)."""
+    spec = {**moe_spec(), "n_layers": 3, "feedforward": {"kind": "glu", "hidden_dim": 64},
+            "layout": {"kinds": {"dense": {}, "moe": {"feedforward": {
+                "kind": "moe", "n_experts": 4, "top_k": 1, "expert": {"hidden_dim": 64}}}},
+                "pattern": ["dense", "moe", "moe"]}}
+    parsed = parse_model_spec(spec, REG)
+    rows = run_probe("params", parsed, {}, seed=0, registry=REG)
+    m = {r["metric"]: r["value"] for r in rows if r["scope"] == "model"}
+    assert m["total"] - m["active"] == 2 * 3 * (3 * 64 * 32)  # 2 MoE layers x 3 idle experts
+    train = run_probe("training", parsed, TRAIN, seed=0, registry=REG)
+    assert {r["layer"] for r in by(train, "expert_load")} == {1, 2}
