@@ -186,3 +186,15 @@ def test_a_layout_with_dense_first_layer_counts_active_params_per_layer():
     assert m["total"] - m["active"] == 2 * 3 * (3 * 64 * 32)  # 2 MoE layers x 3 idle experts
     train = run_probe("training", parsed, TRAIN, seed=0, registry=REG)
     assert {r["layer"] for r in by(train, "expert_load")} == {1, 2}
+
+
+@pytest.mark.slow
+def test_compiled_moe_training_gives_the_eager_losses_and_aux_terms():
+    spec = parse_model_spec(moe_spec(aux_loss_coef=0.1, bias_update_rate=0.01), REG)
+    settings = {**TRAIN, "eval_batches": 1}
+    eager = run_probe("training", spec, settings, seed=0, registry=REG)
+    compiled = run_probe("training", spec, {**settings, "compile": True}, seed=0, registry=REG)
+    for metric in ("loss", "aux_loss", "z_loss", "val_loss"):
+        a = [r["value"] for r in by(eager, metric, scope="model")]
+        b = [r["value"] for r in by(compiled, metric, scope="model")]
+        assert len(a) == len(b) > 0 and a == pytest.approx(b, abs=1e-4), metric
