@@ -157,3 +157,44 @@ def test_size_guard_estimates_moe_on_meta_close_to_a_real_forward(extra):
                                  {id(p) for p in real.parameters()}, 4, 16)
     # the estimate assumes a balanced dispatch; a real one differs by a few dropped tokens
     assert 0.8 * measured < cost.activation_bytes < 1.25 * measured
+
+
+def test_flops_of_active_parameters_match_torch_flop_counter():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    spec = parse_model_spec({**moe_spec(n_shared_experts=1), "qkv_bias": False,
+                             "context_length": 64}, REG)
+    torch.manual_seed(0)
+    model = vl.build_model(spec, REG)
+    batch = datalib.batches(None, spec, 2, 64, 1, seed=0, registry=REG)[0]
+    with FlopCounterMode(display=False) as counter:
+        task_for(spec, REG).loss(spec, model(**batch.inputs), batch).backward()
+    counted = counter.get_total_flops() / batch.n_tokens
+    # every token runs top_k of the experts: the counted matmuls are the active ones
+    assert model_flops_per_token(model, spec, 64) == pytest.approx(counted, rel=0.03)
+
+
+def test_a_layout_with_dense_first_layer_counts_active_params_per_layer():
+    """DeepSeek-style: the first layer dense, the others MoE (a layout's per-layer kinds)."""
+    spec = {**moe_spec(), "n_layers": 3, "feedforward": {"kind": "glu", "hidden_dim": 64},
+            "layout": {"kinds": {"dense": {}, "moe": {"feedforward": {
+                "kind": "moe", "n_experts": 4, "top_k": 1, "expert": {"hidden_dim": 64}}}},
+                "pattern": ["dense", "moe", "moe"]}}
+    parsed = parse_model_spec(spec, REG)
+    rows = run_probe("params", parsed, {}, seed=0, registry=REG)
+    m = {r["metric"]: r["value"] for r in rows if r["scope"] == "model"}
+    assert m["total"] - m["active"] == 2 * 3 * (3 * 64 * 32)  # 2 MoE layers x 3 idle experts
+    train = run_probe("training", parsed, TRAIN, seed=0, registry=REG)
+    assert {r["layer"] for r in by(train, "expert_load")} == {1, 2}
+
+
+@pytest.mark.slow
+def test_compiled_moe_training_gives_the_eager_losses_and_aux_terms():
+    spec = parse_model_spec(moe_spec(aux_loss_coef=0.1, bias_update_rate=0.01), REG)
+    settings = {**TRAIN, "eval_batches": 1}
+    eager = run_probe("training", spec, settings, seed=0, registry=REG)
+    compiled = run_probe("training", spec, {**settings, "compile": True}, seed=0, registry=REG)
+    for metric in ("loss", "aux_loss", "z_loss", "val_loss"):
+        a = [r["value"] for r in by(eager, metric, scope="model")]
+        b = [r["value"] for r in by(compiled, metric, scope="model")]
+        assert len(a) == len(b) > 0 and a == pytest.approx(b, abs=1e-4), metric
