@@ -135,6 +135,10 @@ CASES = {
     "neox-sequential-nobias-tied": ("GPTNeoX", dict(
         NEOX_BASE, use_parallel_residual=False, attention_bias=False,
         tie_word_embeddings=True, rotary_pct=0.5, rotary_emb_base=500.0)),
+    "neox-odd-rotary-head12": ("GPTNeoX", dict(NEOX_BASE, hidden_size=48, rotary_pct=0.25,
+                                               use_parallel_residual=True)),
+    "neox-odd-rotary-sequential": ("GPTNeoX", dict(NEOX_BASE, rotary_pct=0.375,
+                                                   use_parallel_residual=False)),
     "neox-full-rotary-params": ("GPTNeoX", dict(NEOX_BASE, hidden_act="gelu_new", rope_parameters={
         "rope_type": "default", "rope_theta": 1000.0, "partial_rotary_factor": 1.0})),
     "llama-biases-gelu-tanh": ("Llama", dict(BASE, num_key_value_heads=2, attention_bias=True,
@@ -177,7 +181,8 @@ def test_every_class_logits_equal(case, impl):
 
 @pytest.mark.parametrize("impl", ["naive", "sdpa"])
 @pytest.mark.parametrize("case", ["gpt2-untied-relu-inner", "neox-parallel-partial",
-                                  "neox-sequential-nobias-tied", "olmo2-gqa-untied-bias",
+                                  "neox-sequential-nobias-tied", "neox-odd-rotary-head12",
+                                  "olmo2-gqa-untied-bias",
                                   "llama-biases-gelu-tanh", "qwen3-gqa-headdim-bias"])
 def test_every_class_left_padded_mask(case, impl):
     hf = hf_model(*CASES[case])
@@ -214,10 +219,27 @@ def test_mapped_options_reach_the_spec():
     assert spec.positional.kind == "learned" and spec.feedforward.hidden_dim == 128
 
 
+def test_odd_rotary_count_rounds_up_as_transformers_does():
+    """head_dim 12, rotary_pct 0.25: int(3.0) = 3 dims; HF's inv_freq has 2 frequencies
+    theta^(-2i/3) over 4 dims. Rounding down (2 dims) gives other logits."""
+    hf = hf_model(*CASES["neox-odd-rotary-head12"])
+    spec, model = from_transformers(hf, REG)
+    assert spec.positional.fraction == 0.25 and spec.positional.odd_rounding == "up"
+    assert hf.gpt_neox.rotary_emb.inv_freq.numel() == 2
+    down = vl.parse_model_spec({**spec.to_data(), "positional": {
+        **spec.positional.model_dump(), "odd_rounding": "down"}}, REG)
+    other = vl.build_model(down, REG)
+    other.load_state_dict(model.state_dict())
+    idx = torch.randint(0, 64, (2, 10))
+    with torch.no_grad():
+        ref = hf(idx).logits
+        assert (model.eval()(idx) - ref).abs().max().item() < 1e-4
+        assert (other.eval()(idx) - ref).abs().max().item() > 1e-2
+
+
 @pytest.mark.parametrize("family, kwargs, match", [
     ("GPTNeoX", dict(NEOX_BASE, rope_scaling={"rope_type": "linear", "factor": 2.0}),
      "rope_scaling.*'linear'"),
-    ("GPTNeoX", dict(NEOX_BASE, rotary_pct=0.375), "partial_rotary_factor=0.375.*odd"),
     ("GPTNeoX", dict(NEOX_BASE, hidden_act="quick_gelu"), "hidden_act='quick_gelu'"),
     ("GPT2", dict(GPT2_BASE, scale_attn_by_inverse_layer_idx=True),
      "scale_attn_by_inverse_layer_idx=True"),

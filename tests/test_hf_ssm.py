@@ -1,7 +1,7 @@
-"""Mamba2ForCausalLM, JambaForCausalLM and Qwen3NextForCausalLM (dense) from transformers
-(issue 20 item 6): perturbed weights, equal parameter counts, logits within 1e-4 in float32
-(HF's pure-torch path on CPU) with and without left padding, the hybrid layouts, refusals,
-YAML round trip."""
+"""Mamba2ForCausalLM, JambaForCausalLM and Qwen3NextForCausalLM (dense and mixture-of-
+experts) from transformers (issue 20 item 6): perturbed weights, equal parameter counts,
+logits within 1e-4 in float32 (HF's pure-torch path on CPU) with and without left padding,
+the hybrid layouts, refusals, YAML round trip."""
 
 import pytest
 import torch
@@ -25,6 +25,8 @@ QNEXT = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_atte
              linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
              linear_value_head_dim=6, linear_conv_kernel_dim=3, num_experts=0,
              full_attention_interval=2)
+QNEXT_MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                 shared_expert_intermediate_size=20, norm_topk_prob=True)
 CASES = {
     "mamba2": ("Mamba2", MAMBA2),
     "mamba2-tied-bias": ("Mamba2", dict(MAMBA2, tie_word_embeddings=True, use_bias=True,
@@ -32,9 +34,18 @@ CASES = {
     "jamba": ("Jamba", JAMBA),
     "jamba-mamba-only": ("Jamba", dict(JAMBA, num_hidden_layers=2, attn_layer_period=4,
                                        attn_layer_offset=3, tie_word_embeddings=True)),
+    "jamba-moe": ("Jamba", dict(JAMBA, num_experts=4, num_experts_per_tok=2,
+                                expert_layer_period=2, expert_layer_offset=1)),
+    "jamba-moe-every-layer": ("Jamba", dict(JAMBA, num_experts=3, num_experts_per_tok=1,
+                                            intermediate_size=20)),
     "qwen3next": ("Qwen3Next", QNEXT),
     "qwen3next-bias-tied": ("Qwen3Next", dict(QNEXT, attention_bias=True, tie_word_embeddings=True,
                                               num_experts=4, mlp_only_layers=[0, 1, 2, 3])),
+    "qwen3next-moe": ("Qwen3Next", dict(QNEXT, **QNEXT_MOE)),
+    "qwen3next-moe-dense-layers": ("Qwen3Next", dict(
+        QNEXT, **dict(QNEXT_MOE, norm_topk_prob=False, num_experts_per_tok=3,
+                      shared_expert_intermediate_size=12), num_hidden_layers=5,
+        mlp_only_layers=[1])),
 }
 
 
@@ -91,13 +102,50 @@ def test_what_the_spec_says():
     assert spec.layout.pattern == ["mamba", "attention"]
     assert spec.layout.kinds["attention"]["attention"].n_kv_heads == 2
     assert spec.positional.kind == "none"
+    spec, _ = from_transformers(hf_model(*CASES["jamba-moe"]), REG)
+    ff = spec.feedforward
+    assert (ff.kind, ff.n_experts, ff.top_k, ff.renormalize, ff.n_shared_experts) == (
+        "moe", 4, 2, False, 0)
+    assert spec.layout.pattern == ["mamba_dense", "attention"]  # experts in layers 1, 3
+    assert spec.layer_spec(0).feedforward.kind == "glu"
+    spec, _ = from_transformers(hf_model(*CASES["jamba-moe-every-layer"]), REG)
+    assert spec.layout.pattern == ["mamba", "attention"] and spec.feedforward.top_k == 1
     spec, _ = from_transformers(hf_model(*CASES["qwen3next"]), REG)
     assert spec.layout.pattern == ["linear", "full"] and spec.attention.output_gate == "elementwise"
     assert spec.layout.kinds["linear"]["attention"].n_v_heads == 4
     assert spec.positional.fraction == 0.25
+    spec, _ = from_transformers(hf_model(*CASES["qwen3next-moe"]), REG)
+    ff = spec.feedforward
+    assert (ff.kind, ff.n_experts, ff.top_k, ff.renormalize, ff.expert.hidden_dim) == (
+        "moe", 4, 2, True, 16)
+    assert (ff.n_shared_experts, ff.shared_hidden_dim, ff.shared_gate) == (1, 20, True)
+    assert spec.layout.pattern == ["linear", "full"]
+    spec, _ = from_transformers(hf_model(*CASES["qwen3next-moe-dense-layers"]), REG)
+    assert [spec.layout.kind_at(i) for i in range(5)] == [
+        "linear", "full_dense", "linear", "full", "linear"]
+    assert spec.layer_spec(1).feedforward.kind == "glu" and not spec.feedforward.renormalize
+    assert spec.layer_spec(1).attention.kind == "mha"
+    assert spec.layer_spec(2).attention.kind == "gated_deltanet"
 
 
-@pytest.mark.parametrize("case", ["mamba2", "jamba", "qwen3next"])
+def test_qwen3next_shared_expert_gate_matters():
+    """Dropping the shared expert's sigmoid gate (same weights) changes the logits."""
+    hf = hf_model(*CASES["qwen3next-moe"])
+    spec, model = from_transformers(hf, REG)
+    data = spec.to_data()
+    data["feedforward"]["shared_gate"] = False
+    other = vl.build_model(data, REG)
+    state = {k: v for k, v in model.state_dict().items() if "shared_expert_gate" not in k}
+    other.load_state_dict(state)
+    idx = torch.randint(0, 64, (2, 11))
+    with torch.no_grad():
+        ref = hf(idx, use_cache=False).logits
+        assert (model.eval()(idx) - ref).abs().max().item() < 1e-4
+        assert (other.eval()(idx) - ref).abs().max().item() > 1e-2
+
+
+@pytest.mark.parametrize("case", ["mamba2", "jamba", "jamba-moe", "qwen3next",
+                                  "qwen3next-moe-dense-layers"])
 def test_yaml_round_trip(case):
     spec, model = from_transformers(hf_model(*CASES[case]), REG)
     again = vl.parse_model_spec(yaml.safe_load(spec_yaml(spec))["model"], REG)
@@ -110,9 +158,5 @@ def test_yaml_round_trip(case):
 
 
 def test_refusals():
-    with pytest.raises(ConversionError, match="num_experts"):
-        from_transformers(hf_model("Jamba", dict(JAMBA, num_experts=2)), REG)
-    with pytest.raises(ConversionError, match="num_experts"):
-        from_transformers(hf_model("Qwen3Next", dict(QNEXT, num_experts=2)), REG)
     with pytest.raises(ConversionError, match="time_step_limit"):
         from_transformers(hf_model("Mamba2", dict(MAMBA2, time_step_limit=(0.0, 1.0))), REG)

@@ -41,6 +41,37 @@ def test_rotary_matches_the_formula(theta, fraction, head_dim):
         assert torch.equal(q_rot[..., rot:], q[..., rot:])  # partial rotary: the rest passes
 
 
+@pytest.mark.parametrize("fraction, head_dim", [(0.25, 12), (0.375, 8), (0.6, 5)])
+def test_odd_rotary_count_rounded_up_matches_the_formula(fraction, head_dim):
+    """odd_rounding up (Hugging Face's inv_freq over an odd r = int(head_dim * fraction)):
+    pairs (i, i + (r+1)/2) turn by pos * theta^(-2i/r), so r + 1 dims rotate."""
+    q = torch.randn(1, 2, 6, head_dim, dtype=torch.float64)
+    r = int(head_dim * fraction)
+    assert r % 2 == 1
+    rope = RotaryPositions(500.0, fraction, odd_rounding="up")
+    q_rot, _ = rope.rotate(q, q)
+    half = (r + 1) // 2
+    want = q.clone()
+    for t in range(6):
+        for i in range(half):
+            angle = t * 500.0 ** (-2 * i / r)
+            a, b = q[..., t, i], q[..., t, i + half]
+            want[..., t, i] = a * math.cos(angle) - b * math.sin(angle)
+            want[..., t, i + half] = b * math.cos(angle) + a * math.sin(angle)
+    torch.testing.assert_close(q_rot, want)
+    assert torch.equal(q_rot[..., r + 1:], q[..., r + 1:])
+    down, _ = RotaryPositions(500.0, fraction).rotate(q, q)  # the default: r - 1 dims
+    torch.testing.assert_close(down, rope_by_hand(q, range(6), 500.0, r - 1))
+
+
+def test_odd_rounding_up_past_the_head_is_refused():
+    data = {"family": "gpt", "vocab_size": 64, "context_length": 16, "emb_dim": 20,
+            "n_heads": 4, "n_layers": 1,
+            "positional": {"kind": "rotary", "fraction": 1.0, "odd_rounding": "up"}}
+    with pytest.raises(vl.SpecError, match="odd_rounding.*rotates 6 dims, more than"):
+        vl.parse_model_spec(data, REG)
+
+
 def test_rotary_hand_numbers_and_explicit_positions():
     rope = RotaryPositions(theta=10000.0)
     q = torch.tensor([[[[1.0, 0.0, 0.0, 1.0]] * 3]])  # (1, 1, 3, 4)

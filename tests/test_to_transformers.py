@@ -30,11 +30,15 @@ CASES = {
     "neox-sequential-nobias-tied": ("GPTNeoXForCausalLM", "GPTNeoXConfig", dict(
         BASE, use_parallel_residual=False, attention_bias=False, tie_word_embeddings=True,
         rotary_pct=0.5, rotary_emb_base=500.0)),
+    "neox-odd-rotary-head12": ("GPTNeoXForCausalLM", "GPTNeoXConfig", dict(
+        BASE, hidden_size=48, rotary_pct=0.25, use_parallel_residual=True)),
     "llama-gqa-biases": ("LlamaForCausalLM", "LlamaConfig", dict(
         BASE, num_key_value_heads=2, attention_bias=True, mlp_bias=True,
         hidden_act="gelu_pytorch_tanh", tie_word_embeddings=False, rope_theta=500000.0)),
     "llama-mqa-headdim-tied": ("LlamaForCausalLM", "LlamaConfig", dict(
         BASE, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True)),
+    "mistral-window-gqa": ("MistralForCausalLM", "MistralConfig", dict(
+        BASE, num_key_value_heads=2, sliding_window=4, tie_word_embeddings=False)),
     "qwen3-gqa-headdim-bias": ("Qwen3ForCausalLM", "Qwen3Config", dict(
         BASE, num_key_value_heads=2, head_dim=16, attention_bias=True,
         tie_word_embeddings=False)),
@@ -97,6 +101,9 @@ NATIVE = {
         norm={"kind": "rms", "eps": 1e-6}, positional={"kind": "rotary", "theta": 500.0},
         feedforward={"kind": "glu"}, activation="silu", attn_out_bias=False,
         attention={"kind": "mha", "n_kv_heads": 2})),
+    "mistral": ("MistralForCausalLM", dict(
+        norm="rms", positional="rotary", feedforward="glu", activation="silu",
+        attn_out_bias=False, attention={"kind": "mha", "n_kv_heads": 2, "window": 3})),
     "qwen3": ("Qwen3ForCausalLM", dict(
         norm="rms", positional="rotary", feedforward="glu", activation="silu",
         qkv_bias=True, attention={"kind": "mha", "qk_norm": {"kind": "rms"}, "head_dim": 12})),
@@ -133,7 +140,7 @@ def test_a_spec_built_in_variantlab_exports_with_equal_logits(case):
         assert n_params(hf) == n_params(model) + 3 * 32 * 3
     if case == "neox-shared-parallel":
         assert any("two equal norms" in s for s in said)
-    if case == "llama":
+    if case in ("llama", "mistral"):
         assert not said and n_params(hf) == n_params(model)
 
 
@@ -148,6 +155,9 @@ REFUSED = {
         "feedforward.bias", "Qwen3ForCausalLM"),
     "gpt2 window": (dict(attention={"kind": "mha", "window": 4}), "attention.window",
                     "Gemma"),
+    "mistral biases": (dict(norm="rms", positional="rotary", feedforward="glu", qkv_bias=True,
+                            attention={"kind": "mha", "window": 4}), "qkv_bias",
+                       "MistralForCausalLM"),
     "odd neox rotary": (dict(positional={"kind": "rotary", "fraction": 0.4}),
                         "positional.fraction", "odd"),
 }

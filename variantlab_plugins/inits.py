@@ -15,6 +15,19 @@ from variantlab import ComponentSpec, hookimpl
 from variantlab.model.roles import OUTPUT_ROLES, role_of
 
 
+def stacked(model: nn.Module) -> list[tuple[nn.Module, str, str]]:
+    """``(module, parameter name, role)`` of the stacked per-expert projections that modules
+    list in ``variantlab_stacked`` (the ``moe`` feed-forward's ``W_up`` (n_experts, out, in)
+    ...): each slice along the first dim is one Linear's weight; its bias, if any, is the
+    parameter named with ``b_`` for ``W_``."""
+    return [(m, name, role) for m in model.modules()
+            for name, role in getattr(m, "variantlab_stacked", ())]
+
+
+def stacked_bias(module: nn.Module, name: str):
+    return getattr(module, "b_" + name[2:], None) if name.startswith("W_") else None
+
+
 class DefaultInitSpec(ComponentSpec):
     """PyTorch's own per-module initialisation, untouched (what the seeds use)."""
 
@@ -55,6 +68,11 @@ def xavier(spec: XavierInitSpec) -> Callable[[nn.Module], None]:
                 fill(module.weight, gain=spec.gain)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
+        for module, name, _ in stacked(model):
+            for w in getattr(module, name):  # one expert's (out, in) weight at a time
+                fill(w, gain=spec.gain)
+            if stacked_bias(module, name) is not None:
+                nn.init.zeros_(stacked_bias(module, name))
 
     return apply
 
@@ -68,7 +86,8 @@ def output_projections(model: nn.Module) -> set[nn.Module]:
     for module in model.modules():
         slot = getattr(module, "variantlab_slot", None)
         if slot in ("attention", "feedforward") and not any(
-                role_of(m) in OUTPUT_ROLES for m in module.modules()) and any(
+                role_of(m) in OUTPUT_ROLES for m in module.modules()) and not any(
+                role in OUTPUT_ROLES for _, _, role in stacked(module)) and any(
                 isinstance(m, nn.Linear) for m in module.modules()):
             raise ValueError(
                 f"init 'normal' scales each sublayer's output projection, but the "
@@ -106,6 +125,11 @@ def normal(spec: NormalInitSpec) -> Callable[[nn.Module], None]:
                     nn.init.zeros_(module.weight[pad])
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
+        for module, name, role in stacked(model):
+            std = spec.std / math.sqrt(n_res) if scaled and role in OUTPUT_ROLES else spec.std
+            nn.init.normal_(getattr(module, name), mean=0.0, std=std)
+            if stacked_bias(module, name) is not None:
+                nn.init.zeros_(stacked_bias(module, name))
 
     return apply
 
@@ -142,7 +166,8 @@ def deepnorm(spec: DeepNormInitSpec) -> Callable[[nn.Module], None]:
         beta = deepnorm_beta(n_layers)
         roles = [(m, role_of(m)) for m in model.modules()
                  if isinstance(m, nn.Linear)]
-        if not any(role in DEEPNORM_SCALED for _, role in roles):
+        experts = stacked(model)
+        if not any(role in DEEPNORM_SCALED for _, role in roles) and not experts:
             raise ValueError(
                 "init 'deepnorm' found no Linear marked as a value, output or feed-forward "
                 "projection (variantlab_role); use it with components that declare roles")
@@ -153,6 +178,12 @@ def deepnorm(spec: DeepNormInitSpec) -> Callable[[nn.Module], None]:
             nn.init.xavier_normal_(module.weight, gain=gain)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
+        for holder, name, role in experts:
+            gain = beta if role in DEEPNORM_SCALED else 1.0
+            for w in getattr(holder, name):  # one expert's (out, in) weight at a time
+                nn.init.xavier_normal_(w, gain=gain)
+            if stacked_bias(holder, name) is not None:
+                nn.init.zeros_(stacked_bias(holder, name))
 
     return apply
 

@@ -8,6 +8,7 @@ from variantlab.probes.params import ParamsSettings
 from variantlab.probes.timing import TimingSettings
 from variantlab.probes.training import TrainingSettings
 from variantlab.report.dynamics import dynamics_views
+from variantlab.report.routing import routing_views
 
 
 @hookimpl
@@ -16,4 +17,5 @@ def register_probes(register):
     register("gradients", GradientsSettings, gradients.run)
     register("timing", TimingSettings, timing.run, serial=True)
     register("training", TrainingSettings, training.run, trains=True)
-    register("dynamics", DynamicsSettings, dynamics.run, trains=True, views=dynamics_views())
+    register("dynamics", DynamicsSettings, dynamics.run, trains=True,
+             views=(*dynamics_views(), *routing_views()))

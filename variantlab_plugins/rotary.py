@@ -23,12 +23,27 @@ class RotarySpec(ComponentSpec):
     kind: Literal["rotary"] = "rotary"
     acts_in_attention: ClassVar[bool] = True
     walk_examples: ClassVar[tuple[dict, ...]] = (  # tests/test_registry_walk.py tries these
-        {"kind": "rotary", "theta": 500.0, "fraction": 0.5},)
+        {"kind": "rotary", "theta": 500.0, "fraction": 0.5},
+        {"kind": "rotary", "fraction": 0.375, "odd_rounding": "up"},)
     theta: PositiveFloat = Field(
         10000.0, description="base of the angle frequencies theta^(-2i/d) (Llama 3: 500000)")
     fraction: float = Field(
-        1.0, gt=0.0, le=1.0, description="fraction of each head's dims rotated, rounded down "
-        "to an even count (GPT-NeoX's rotary_pct; the rest pass unrotated)")
+        1.0, gt=0.0, le=1.0, description="fraction of each head's dims rotated, r = "
+        "int(head_dim * fraction), made even by odd_rounding (GPT-NeoX's rotary_pct; the rest "
+        "pass unrotated)")
+    odd_rounding: Literal["down", "up"] = Field(
+        "down", description="an odd r: down rotates r - 1 dims; up rotates r + 1 dims with "
+        "the r/2 rounded up frequencies theta^(-2i/r) of the odd r, as Hugging Face's rotary "
+        "code does (GPT-NeoX with head_dim 12, rotary_pct 0.25)")
+
+    def errors(self, model) -> list[tuple[str, str]]:
+        head_dim = getattr(model.attention, "head_dim", None) or model.emb_dim // model.n_heads
+        rot = int(head_dim * self.fraction)
+        if self.odd_rounding == "up" and rot % 2 and rot + 1 > head_dim:
+            return [("odd_rounding", f"rounding int({head_dim} * {self.fraction}) = {rot} up "
+                     f"rotates {rot + 1} dims, more than the head has ({head_dim}); use "
+                     "odd_rounding: down")]
+        return []
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -42,27 +57,33 @@ class RotaryPositions(Positions):
     """RoPE (Su et al. 2021) in the rotate_half layout of GPT-NeoX and Hugging Face Llama:
     ``x * cos + rotate_half(x) * sin`` over the first ``rot`` dims of each head, with angle
     ``pos * theta^(-2i/rot)`` shared by dims i and i + rot/2. Angles are computed in float32
-    and cast to the input's dtype, as Hugging Face does."""
+    and cast to the input's dtype, as Hugging Face does. With ``odd_rounding="up"`` and an
+    odd ``r = int(head_dim * fraction)``, the angles are ``pos * theta^(-2i/r)`` for
+    i < (r + 1)/2, so r + 1 dims rotate (Hugging Face's ``inv_freq`` over the odd r)."""
 
     rotates = True
 
-    def __init__(self, theta: float = 10000.0, fraction: float = 1.0):
+    def __init__(self, theta: float = 10000.0, fraction: float = 1.0,
+                 odd_rounding: str = "down"):
         super().__init__()
-        self.theta, self.fraction = theta, fraction
+        self.theta, self.fraction, self.odd_rounding = theta, fraction, odd_rounding
         self._cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def rotary_dims(self, head_dim: int) -> int:
+        """The ``r`` whose frequencies theta^(-2i/r) rotate r dims (r even) or, rounded up,
+        r + 1 (r odd)."""
         rot = int(head_dim * self.fraction)
-        return rot - rot % 2
+        return rot if self.odd_rounding == "up" else rot - rot % 2
 
     def cos_sin(self, rot: int, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin, (B or 1, 1, T, rot) in float32, for positions (B or 1, T)."""
+        """cos and sin, (B or 1, 1, T, rot rounded up to even) in float32, for positions
+        (B or 1, T)."""
         device = position_ids.device
         inv_freq = 1.0 / (self.theta ** (
-            torch.arange(0, rot, 2, dtype=torch.int64, device=device).float() / rot))  # (rot/2,)
-        freqs = position_ids[..., None].float() * inv_freq  # (B, T, rot/2)
-        emb = torch.cat((freqs, freqs), dim=-1)  # (B, T, rot)
-        return emb.cos()[:, None], emb.sin()[:, None]  # (B, 1, T, rot) each
+            torch.arange(0, rot, 2, dtype=torch.int64, device=device).float() / rot))  # (ceil(rot/2),)
+        freqs = position_ids[..., None].float() * inv_freq  # (B, T, ceil(rot/2))
+        emb = torch.cat((freqs, freqs), dim=-1)  # (B, T, 2 ceil(rot/2))
+        return emb.cos()[:, None], emb.sin()[:, None]  # (B, 1, T, 2 ceil(rot/2)) each
 
     def _default_cos_sin(self, rot: int, t: int, device: torch.device):
         key = (rot, t, str(device))
@@ -80,8 +101,9 @@ class RotaryPositions(Positions):
             cos, sin = self._default_cos_sin(rot, q.shape[2], q.device)
         else:
             cos, sin = self.cos_sin(rot, position_ids)
-        cos, sin = cos.to(q.dtype), sin.to(q.dtype)  # (B, 1, T, rot)
-        return self._rotate_one(q, cos, sin, rot), self._rotate_one(k, cos, sin, rot)
+        cos, sin = cos.to(q.dtype), sin.to(q.dtype)  # (B, 1, T, width)
+        width = cos.shape[-1]  # rot, or rot + 1 for an odd rot rounded up
+        return self._rotate_one(q, cos, sin, width), self._rotate_one(k, cos, sin, width)
 
     @staticmethod
     def _rotate_one(x, cos, sin, rot):  # x (B, H, T, hd)
@@ -90,7 +112,8 @@ class RotaryPositions(Positions):
         return torch.cat((x_rot, x_pass), dim=-1) if x_pass.shape[-1] else x_rot
 
     def extra_repr(self) -> str:
-        return f"theta={self.theta}, fraction={self.fraction}"
+        odd = ", odd_rounding=up" if self.odd_rounding == "up" else ""
+        return f"theta={self.theta}, fraction={self.fraction}{odd}"
 
 
 class ALiBiSpec(ComponentSpec):

@@ -2,11 +2,11 @@
 
 The inverse of :mod:`variantlab.hfimport`: the transformers class is chosen from the spec's
 components (learned positions: GPT-2; rotary with a parallel residual or LayerNorm: GPT-NeoX;
-rotary with RMSNorm: Llama, Qwen3 (per-head QK-norm), OLMo 2 (post-sublayer norms) or
-Gemma 2/3 (sandwich norms)); its config is built from the spec and its weights from the
-model's. A component or option no supported class has raises :class:`ConversionError`
-naming its spec path; one the class has in another form (a bias the variant lacks, exported
-as zeros) gives an :class:`ExportWarning`. See docs/transformers.md, Export.
+rotary with RMSNorm: Llama, Mistral (a sliding window), Qwen3 (per-head QK-norm), OLMo 2
+(post-sublayer norms) or Gemma 2/3 (sandwich norms)); its config is built from the spec and
+its weights from the model's. A component or option no supported class has raises
+:class:`ConversionError` naming its spec path; one the class has in another form (a bias the
+variant lacks, exported as zeros) gives an :class:`ExportWarning`. See docs/transformers.md, Export.
 """
 
 from __future__ import annotations
@@ -52,7 +52,10 @@ def choose_class(spec: Spec) -> str:
     if residual == "post_sublayer":
         return "Olmo2ForCausalLM"
     if residual == "pre_norm":
-        return "Qwen3ForCausalLM" if spec.attention.qk_norm is not None else "LlamaForCausalLM"
+        if spec.attention.qk_norm is not None:
+            return "Qwen3ForCausalLM"
+        window = getattr(spec.attention, "window", None) is not None
+        return "MistralForCausalLM" if window else "LlamaForCausalLM"
     refuse("residual.kind", "transformers", f"residual {residual!r} has no equivalent in the "
            "supported classes; pre_norm, parallel (GPT-NeoX), post_sublayer (OLMo 2) or "
            "sandwich (Gemma 2/3)")

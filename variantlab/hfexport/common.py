@@ -58,10 +58,12 @@ def head_dim(spec: Spec) -> int:
 
 
 def check_attention(spec: Spec, cls: str, *, gqa: bool, head_dim_free: bool,
-                    qk_norm: str | None = None, gemma: bool = False) -> None:
+                    qk_norm: str | None = None, gemma: bool = False,
+                    window: bool = False) -> None:
     """The attention is ``mha`` and uses only what ``cls`` has: grouped-query heads
-    (``gqa``), its own head width (``head_dim_free``), QK-norm of ``qk_norm`` scope, and
-    (``gemma``) a score scale, soft-cap and sliding window."""
+    (``gqa``), its own head width (``head_dim_free``), QK-norm of ``qk_norm`` scope,
+    (``gemma``) a score scale, soft-cap and sliding window, and (``window``, Mistral) a
+    sliding window."""
     att = spec.attention
     need(spec, cls, "attention.kind", att.kind == "mha",
          f"attention {att.kind!r} has no transformers equivalent; use mha")
@@ -86,8 +88,9 @@ def check_attention(spec: Spec, cls: str, *, gqa: bool, head_dim_free: bool,
              f"QK-norm eps {att.qk_norm.eps} differs from the norm's {spec.norm.eps}; the "
              "class uses one rms_norm_eps for both")
     if not gemma:
-        need(spec, cls, "attention.window", att.window is None,
-             "a sliding window is in Gemma 2/3 only")
+        need(spec, cls, "attention.window", window or att.window is None,
+             "a sliding window is in Mistral (every layer, RMSNorm, glu, no biases) and "
+             "Gemma 2/3 only")
         need(spec, cls, "attention.softcap", att.softcap is None,
              "score soft-capping is in Gemma 2 only")
         need(spec, cls, "attention.scale", att.scale is None or

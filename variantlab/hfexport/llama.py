@@ -1,7 +1,7 @@
-"""``LlamaForCausalLM``, ``Qwen3ForCausalLM`` and ``Olmo2ForCausalLM`` from a spec with
-rotary positions, RMSNorm and a gated feed-forward: the inverse of
-:mod:`variantlab.hfimport.llama` (Qwen3: per-head QK RMSNorm; OLMo 2: post-sublayer norms
-and QK RMSNorm across each projection)."""
+"""``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen3ForCausalLM`` and ``Olmo2ForCausalLM``
+from a spec with rotary positions, RMSNorm and a gated feed-forward: the inverse of
+:mod:`variantlab.hfimport.llama` (Mistral: a sliding window on every layer, no biases; Qwen3:
+per-head QK RMSNorm; OLMo 2: post-sublayer norms and QK RMSNorm across each projection)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ _MLP = {"W_gate": "gate_proj", "W_up": "up_proj", "W_down": "down_proj"}
 CLASSES: dict[str, tuple[str, str, str | None, tuple[str, str]]] = {
     "LlamaForCausalLM": ("LlamaConfig", "pre_norm", None,
                          ("input_layernorm", "post_attention_layernorm")),
+    "MistralForCausalLM": ("MistralConfig", "pre_norm", None,
+                           ("input_layernorm", "post_attention_layernorm")),
     "Qwen3ForCausalLM": ("Qwen3Config", "pre_norm", "head",
                          ("input_layernorm", "post_attention_layernorm")),
     "Olmo2ForCausalLM": ("Olmo2Config", "post_sublayer", "projection",
@@ -57,13 +59,20 @@ def llama_config(spec: Spec, cls: str) -> Any:
 
     config_cls, residual, scope, _ = CLASSES[cls]
     check_common(spec, cls, norm="rms", rotary=True)
-    check_attention(spec, cls, gqa=True, head_dim_free=True, qk_norm=scope)
+    mistral = cls == "MistralForCausalLM"
+    check_attention(spec, cls, gqa=True, head_dim_free=True, qk_norm=scope, window=mistral)
     need(spec, cls, "residual.kind", spec.residual.kind == residual,
          f"residual {spec.residual.kind!r}: this class is {residual}")
     kwargs = llama_kwargs(spec, cls)
     bias = spec.feedforward.bias
     if cls == "LlamaForCausalLM":
         kwargs["mlp_bias"] = bias
+    elif mistral:
+        need(spec, cls, "qkv_bias", not (spec.qkv_bias or spec.attn_out_bias),
+             "Mistral's attention has no biases")
+        need(spec, cls, "feedforward.bias", not bias, "this class has no feed-forward biases")
+        del kwargs["attention_bias"]
+        kwargs["sliding_window"] = spec.attention.window
     else:
         need(spec, cls, "feedforward.bias", not bias, "this class has no feed-forward biases")
     config = getattr(transformers, config_cls)

@@ -1,5 +1,6 @@
 """``GPTNeoXForCausalLM`` from a spec with rotary positions (any fraction that rotates an
-even number of dims), LayerNorm, an MLP and a parallel or pre-norm residual: the inverse of
+even number of dims, or an odd number rounded up, ``odd_rounding: up``, as transformers
+does), LayerNorm, an MLP and a parallel or pre-norm residual: the inverse of
 :mod:`variantlab.hfimport.neox` (q/k/v fused per head as (q_h, k_h, v_h))."""
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ def neox_config(spec: Spec) -> Any:
     need(spec, CLS, "feedforward.kind", spec.feedforward.kind == "mlp",
          f"feedforward {spec.feedforward.kind!r}: GPT-NeoX has a plain MLP")
     dims = int(head_dim(spec) * spec.positional.fraction)
-    need(spec, CLS, "positional.fraction", dims % 2 == 0,
+    need(spec, CLS, "positional.fraction", dims % 2 == 0 or
+         spec.positional.odd_rounding == "up",
          f"fraction={spec.positional.fraction} rotates int({head_dim(spec)} * fraction) = "
-         f"{dims} dims in transformers, an odd count; choose one that gives an even count")
+         f"{dims} dims, an odd count, rounded down to {dims - 1} here and up to {dims + 1} in "
+         "transformers; set odd_rounding: up or choose a fraction that gives an even count")
     if res.kind == "parallel" and res.shared_norm:
         warn(f"{CLS} has a norm per sublayer: the shared norm is exported as two equal "
              "norms (same logits; training the exported model trains them apart)")

@@ -1,7 +1,8 @@
 """Import a Hugging Face ``transformers`` causal LM into variantlab: ``(spec, model)``.
 
-``GPT2LMHeadModel``, ``LlamaForCausalLM``, ``GPTNeoXForCausalLM``, ``Qwen3ForCausalLM``,
-``Olmo2ForCausalLM``, ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``, ``Mamba2ForCausalLM``,
+``GPT2LMHeadModel``, ``LlamaForCausalLM``, ``MistralForCausalLM``, ``GPTNeoXForCausalLM``,
+``Qwen3ForCausalLM``, ``Olmo2ForCausalLM``, ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``,
+``MixtralForCausalLM``, ``Qwen3MoeForCausalLM``, ``OlmoeForCausalLM``, ``Mamba2ForCausalLM``,
 ``JambaForCausalLM`` and ``Qwen3NextForCausalLM`` (one module per family;
 see docs/transformers.md). Other classes and config options that variantlab cannot
 express raise :class:`ConversionError` naming them."""
@@ -19,8 +20,9 @@ from ..plugin.registry import Registry
 from .common import ConversionError
 from .gemma import gemma_spec, gemma_state
 from .gpt2 import gpt2_spec, gpt2_state
-from .llama import llama_spec, llama_state, olmo2_spec, olmo2_state, qwen3_spec, qwen3_state
+from .llama import llama_spec, llama_state, mistral_spec, olmo2_spec, olmo2_state, qwen3_spec, qwen3_state
 from .mamba import jamba_spec, jamba_state, mamba2_spec, mamba2_state
+from .moe import mixtral_spec, mixtral_state, olmoe_spec, olmoe_state, qwen3moe_spec, qwen3moe_state
 from .neox import neox_spec, neox_state
 from .qwen3next import qwen3next_spec, qwen3next_state
 
@@ -37,8 +39,12 @@ CONVERTERS: dict[str, Converter] = {
     "JambaForCausalLM": (jamba_spec, jamba_state),
     "LlamaForCausalLM": (llama_spec, llama_state),
     "Mamba2ForCausalLM": (mamba2_spec, mamba2_state),
+    "MistralForCausalLM": (mistral_spec, llama_state),
+    "MixtralForCausalLM": (mixtral_spec, mixtral_state),
+    "OlmoeForCausalLM": (olmoe_spec, olmoe_state),
     "Olmo2ForCausalLM": (olmo2_spec, olmo2_state),
     "Qwen3ForCausalLM": (qwen3_spec, qwen3_state),
+    "Qwen3MoeForCausalLM": (qwen3moe_spec, qwen3moe_state),
     "Qwen3NextForCausalLM": (qwen3next_spec, qwen3next_state),
 }
 

@@ -55,8 +55,9 @@ def rope_params(cfg: Any) -> dict[str, Any]:
 
 def rotary(cfg: Any, partial: bool, head_dim: int) -> dict[str, Any]:
     """The ``rotary`` positional spec of ``cfg``; refuses scaled rotary (any ``rope_type``
-    but ``default``), and partial rotary where the model has none (``partial`` false) or
-    where it would rotate an odd number of dims."""
+    but ``default``) and partial rotary where the model has none (``partial`` false). An odd
+    ``r = int(head_dim * fraction)`` gets ``odd_rounding: up``: Hugging Face's ``inv_freq``
+    has ceil(r/2) frequencies theta^(-2i/r), each turning a pair, so r + 1 dims rotate."""
     params = rope_params(cfg)
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type != "default":
@@ -66,13 +67,15 @@ def rotary(cfg: Any, partial: bool, head_dim: int) -> dict[str, Any]:
     if theta is None:
         reject("rope_theta", theta, "a rotary base is needed")
     fraction = float(params.get("partial_rotary_factor", 1.0) or 1.0)
-    if fraction != 1.0:
-        if not partial:
-            reject("partial_rotary_factor", fraction, "this class rotates every head dim")
-        if int(head_dim * fraction) % 2:
+    if fraction != 1.0 and not partial:
+        reject("partial_rotary_factor", fraction, "this class rotates every head dim")
+    out = {"kind": "rotary", "theta": float(theta), "fraction": fraction}
+    if int(head_dim * fraction) % 2:
+        if int(head_dim * fraction) + 1 > head_dim:
             reject("partial_rotary_factor", fraction, f"rotates int({head_dim} * {fraction}) "
-                   "dims, an odd count; variantlab rotates pairs")
-    return {"kind": "rotary", "theta": float(theta), "fraction": fraction}
+                   "dims, an odd count that rounded up to a pair exceeds the head")
+        out["odd_rounding"] = "up"
+    return out
 
 
 def dropouts(emb: float, attn: float, resid: float) -> dict[str, float]:

@@ -1,5 +1,6 @@
-"""Llama-like classes: ``LlamaForCausalLM``, ``Qwen3ForCausalLM`` and ``Olmo2ForCausalLM``
-(RMSNorm, gated feed-forward, rotary, grouped-query attention; separate q/k/v projections)."""
+"""Llama-like classes: ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen3ForCausalLM`` and
+``Olmo2ForCausalLM`` (RMSNorm, gated feed-forward, rotary, grouped-query attention; separate
+q/k/v projections)."""
 
 from __future__ import annotations
 
@@ -53,9 +54,21 @@ def llama_state(hf: Any, norms: tuple[str, str] = ("input_layernorm",
         for mine, hf_name in _ATTENTION.items():
             linear(out, f"{ours}.att.sublayer.{mine}", sd, f"{theirs}.self_attn.{hf_name}",
                    attention_bias)
+        if f"{theirs}.mlp.gate_proj.weight" not in sd:
+            continue  # a mixture-of-experts layer (hfimport.moe maps it)
         for mine, hf_name in _MLP.items():
             linear(out, f"{ours}.ff.sublayer.{mine}", sd, f"{theirs}.mlp.{hf_name}", mlp_bias)
     return out
+
+
+def mistral_spec(cfg: Any) -> dict[str, Any]:
+    """Llama plus Mistral's sliding window (Jiang et al. 2023): every layer's query sees at
+    most ``sliding_window`` keys, itself included (HF's mask keeps key j for query i when
+    ``i - sliding_window < j <= i``, counting sequence indices, padding included, as ours)."""
+    data = llama_spec(cfg)
+    if getattr(cfg, "sliding_window", None) is not None:
+        data["attention"]["window"] = int(cfg.sliding_window)
+    return data
 
 
 def qwen3_spec(cfg: Any) -> dict[str, Any]:

@@ -4,8 +4,11 @@ Mamba-2 (Dao & Gu 2024): every block is RMSNorm, the SSD mixer (``attention: mam
 the residual, with no feed-forward (``feedforward: none``), no positional. Jamba (Lieber et
 al. 2024): Mamba-1 mixers (``attention: mamba`` with Jamba's inner RMSNorms) and, every
 ``attn_layer_period`` layers, grouped-query attention without positional encoding, each
-followed by a SwiGLU feed-forward; the attention layers are a layer kind of the ``layout``.
-Jamba's mixture-of-experts feed-forward is not imported (``num_experts`` must be 1).
+followed by a SwiGLU feed-forward or, every ``expert_layer_period`` layers from
+``expert_layer_offset`` when ``num_experts`` > 1, a mixture of experts (``feedforward: moe``:
+softmax then top-k, the chosen probabilities not renormalised); the attention layers, and
+with both, the dense layers (``mamba_dense``, ``attention_dense``), are layer kinds of the
+``layout``.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 import torch
 
 from .common import activation, dropouts, head_dim_of, linear, reject
-from .gemma import _period
+from .moe import experts_state, hybrid_layout, moe_feedforward
 
 #: Mamba-2 has no maximum length; the spec needs one (edit it freely: nothing depends on it)
 MAMBA_CONTEXT = 2048
@@ -71,10 +74,7 @@ def mamba2_state(hf: Any) -> dict[str, torch.Tensor]:
 
 
 def jamba_spec(cfg: Any) -> dict[str, Any]:
-    """Spec data of a ``JambaConfig``; refuses mixture-of-experts configs."""
-    if cfg.num_experts != 1:
-        reject("num_experts", cfg.num_experts, "Jamba's mixture-of-experts feed-forward is "
-               "not imported; only num_experts=1 (a SwiGLU in every layer)")
+    """Spec data of a ``JambaConfig``."""
     data = _plain(cfg, cfg.max_position_embeddings, cfg.rms_norm_eps)
     data.update({
         "n_heads": cfg.num_attention_heads,
@@ -89,10 +89,14 @@ def jamba_spec(cfg: Any) -> dict[str, Any]:
     head_dim = head_dim_of(cfg)
     if head_dim * cfg.num_attention_heads != cfg.hidden_size:
         mha["head_dim"] = head_dim
-    types = list(cfg.layers_block_type)
-    if "attention" in types:
-        data["layout"] = {"kinds": {"attention": {"attention": mha}, "mamba": {}},
-                          "pattern": _period(types)}
+    sparse = [n > 1 for n in cfg.layers_num_experts]
+    dense = data["feedforward"]
+    if any(sparse):
+        data["feedforward"] = moe_feedforward(cfg, cfg.intermediate_size, renormalize=False)
+    layout = hybrid_layout(list(cfg.layers_block_type), {"attention": {"attention": mha}},
+                           sparse, dense)
+    if layout is not None:
+        data["layout"] = layout
     return data
 
 
@@ -106,8 +110,13 @@ def jamba_state(hf: Any) -> dict[str, torch.Tensor]:
         ours, theirs = f"trf_blocks.{i}", f"model.layers.{i}"
         out[f"{ours}.att.norm.scale"] = sd[f"{theirs}.input_layernorm.weight"]
         out[f"{ours}.ff.norm.scale"] = sd[f"{theirs}.pre_ff_layernorm.weight"]
-        for mine, hf_name in (("W_gate", "gate_proj"), ("W_up", "up_proj"), ("W_down", "down_proj")):
-            linear(out, f"{ours}.ff.sublayer.{mine}", sd, f"{theirs}.feed_forward.{hf_name}", False)
+        if f"{theirs}.feed_forward.router.weight" in sd:  # a mixture-of-experts layer
+            experts_state(out, f"{ours}.ff.sublayer", sd, f"{theirs}.feed_forward", "router")
+        else:
+            for mine, hf_name in (("W_gate", "gate_proj"), ("W_up", "up_proj"),
+                                  ("W_down", "down_proj")):
+                linear(out, f"{ours}.ff.sublayer.{mine}", sd, f"{theirs}.feed_forward.{hf_name}",
+                       False)
         if kind == "attention":
             for mine, hf_name in (("W_query", "q_proj"), ("W_key", "k_proj"),
                                   ("W_value", "v_proj"), ("out_proj", "o_proj")):

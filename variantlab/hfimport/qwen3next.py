@@ -1,12 +1,14 @@
-"""Qwen3-Next: ``Qwen3NextForCausalLM`` with dense feed-forwards.
+"""Qwen3-Next: ``Qwen3NextForCausalLM``.
 
 A hybrid (Qwen team 2025): most layers are Gated DeltaNet mixers (``attention:
 gated_deltanet`` in the layer kind ``linear``), every ``full_attention_interval``-th layer is
 gated attention (``mha`` with ``output_gate: elementwise``, per-head QK RMSNorm, partial
-rotary), each followed by a SwiGLU. RMSNorms scale by ``(1 + weight)`` (imported as the scale
-``1 + weight``), except the Gated DeltaNet's output norm (a plain weight). The mixture-of-
-experts feed-forward is not imported: every layer must be dense (``num_experts: 0``, or
-every layer in ``mlp_only_layers``).
+rotary), each followed by a mixture of experts (``feedforward: moe``: softmax then top-k,
+renormalised when ``norm_topk_prob``, plus one shared SwiGLU expert scaled by
+``sigmoid(shared_expert_gate(x))``) or, on layers in ``mlp_only_layers``, off the
+``decoder_sparse_step`` or with ``num_experts: 0``, a dense SwiGLU (layer kinds ``linear_dense``
+and ``full_dense`` when both occur). RMSNorms scale by ``(1 + weight)`` (imported as the
+scale ``1 + weight``), except the Gated DeltaNet's output norm (a plain weight).
 """
 
 from __future__ import annotations
@@ -16,19 +18,13 @@ from typing import Any
 import torch
 
 from .common import activation, dropouts, linear, reject, rotary
-from .gemma import _period
+from .moe import experts_state, hybrid_layout, moe_feedforward, sparse_layers
 
 _KINDS = {"linear_attention": "linear", "full_attention": "full"}
 
 
 def qwen3next_spec(cfg: Any) -> dict[str, Any]:
-    """Spec data of a ``Qwen3NextConfig`` (dense layers only)."""
-    sparse = [i for i in range(cfg.num_hidden_layers) if i not in cfg.mlp_only_layers
-              and cfg.num_experts > 0 and (i + 1) % cfg.decoder_sparse_step == 0]
-    if sparse:
-        reject("num_experts", cfg.num_experts, f"layers {sparse} use Qwen3-Next's "
-               "mixture-of-experts feed-forward, which is not imported; set num_experts=0 "
-               "or list every layer in mlp_only_layers")
+    """Spec data of a ``Qwen3NextConfig``."""
     types = list(cfg.layer_types)
     unknown = sorted(set(types) - set(_KINDS))
     if unknown:
@@ -50,13 +46,20 @@ def qwen3next_spec(cfg: Any) -> dict[str, Any]:
                       "qk_norm_scope": "head"},
         "positional": rotary(cfg, partial=True, head_dim=cfg.head_dim),
     }
-    if "linear_attention" in types:
-        gdn = {"kind": "gated_deltanet", "n_k_heads": cfg.linear_num_key_heads,
-               "n_v_heads": cfg.linear_num_value_heads, "head_k_dim": cfg.linear_key_head_dim,
-               "head_v_dim": cfg.linear_value_head_dim,
-               "conv_width": cfg.linear_conv_kernel_dim, "norm_eps": cfg.rms_norm_eps}
-        data["layout"] = {"kinds": {"linear": {"attention": gdn}, "full": {}},
-                          "pattern": [_KINDS[t] for t in _period(types)]}
+    gdn = {"kind": "gated_deltanet", "n_k_heads": cfg.linear_num_key_heads,
+           "n_v_heads": cfg.linear_num_value_heads, "head_k_dim": cfg.linear_key_head_dim,
+           "head_v_dim": cfg.linear_value_head_dim,
+           "conv_width": cfg.linear_conv_kernel_dim, "norm_eps": cfg.rms_norm_eps}
+    sparse = sparse_layers(cfg)
+    dense = data["feedforward"]
+    if any(sparse):  # the model's feed-forward is the MoE; dense layers override it
+        data["feedforward"] = moe_feedforward(cfg, cfg.moe_intermediate_size,
+                                              cfg.norm_topk_prob,
+                                              cfg.shared_expert_intermediate_size)
+    layout = hybrid_layout([_KINDS[t] for t in types], {"linear": {"attention": gdn}},
+                           sparse, dense)
+    if layout is not None:
+        data["layout"] = layout
     return data
 
 
@@ -71,8 +74,12 @@ def qwen3next_state(hf: Any) -> dict[str, torch.Tensor]:
         ours, theirs = f"trf_blocks.{i}", f"model.layers.{i}"
         out[f"{ours}.att.norm.scale"] = one(sd[f"{theirs}.input_layernorm.weight"])
         out[f"{ours}.ff.norm.scale"] = one(sd[f"{theirs}.post_attention_layernorm.weight"])
-        for mine, name in (("W_gate", "gate_proj"), ("W_up", "up_proj"), ("W_down", "down_proj")):
-            linear(out, f"{ours}.ff.sublayer.{mine}", sd, f"{theirs}.mlp.{name}", False)
+        if f"{theirs}.mlp.gate.weight" in sd:  # a mixture-of-experts layer
+            experts_state(out, f"{ours}.ff.sublayer", sd, f"{theirs}.mlp")
+        else:
+            for mine, name in (("W_gate", "gate_proj"), ("W_up", "up_proj"),
+                               ("W_down", "down_proj")):
+                linear(out, f"{ours}.ff.sublayer.{mine}", sd, f"{theirs}.mlp.{name}", False)
         att = f"{ours}.att.sublayer"
         if kind == "linear_attention":
             prefix = f"{theirs}.linear_attn."

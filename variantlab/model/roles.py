@@ -5,6 +5,10 @@ declaration, never by position (registration order) or by name.
   ``attn_out``, ``ffn_in``, ``ffn_gate``, ``ffn_out``. A Linear whose role is in
   :data:`OUTPUT_ROLES` writes to the residual stream (GPT-2's ``normal`` init scales those);
   DeepNet's init reads the others.
+- ``variantlab_stacked`` on a module holding several Linears' weights stacked in one
+  parameter (the ``moe`` experts' ``W_up`` (n_experts, out, in) ...): a list of
+  ``(parameter name, role)``; the inits treat each slice along the first dim as one Linear
+  of that role, its bias the parameter named ``b_...`` for ``W_...``.
 - ``variantlab_slot`` / ``variantlab_kind`` on a built component (set by the build).
 - ``variantlab_layer`` on a block: its index in the stack.
 """

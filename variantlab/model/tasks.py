@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 import torch.nn.functional as F
 
+from .sparse import aux_loss
+
 if TYPE_CHECKING:  # annotations only: the registry imports nothing from here
     from ..plugin.registry import Registry
     from .specs import ModelSpec
@@ -63,6 +65,13 @@ class Task:
         """Cross-entropy of (B, T, vocab_size) logits against the (B, T) target; positions
         whose target is -100 are not scored."""
         return F.cross_entropy(output.flatten(0, 1), batch.target.flatten())
+
+    def aux_loss(self, spec: ModelSpec, model: torch.nn.Module) -> torch.Tensor | None:
+        """The auxiliary loss that training adds to :meth:`loss`, from the model's last
+        forward: the weighted balancing terms of its routed (mixture-of-experts) modules
+        (:func:`variantlab.model.sparse.aux_loss`); None for a dense model, whose objective
+        is :meth:`loss` alone. Probes report it apart from the task's loss."""
+        return aux_loss(model)
 
     def output_shape(self, spec: ModelSpec, batch: Batch) -> tuple[int, ...]:
         """The shape the model's forward returns for ``batch`` (logits per target position)."""

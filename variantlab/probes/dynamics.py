@@ -11,6 +11,12 @@
   ``mha`` does for both impls);
 - ``attn_entropy``: the attention distribution's entropy (nats), mean over heads and queries.
 
+A model with routed (mixture-of-experts) layers also gets, at each recorded step and per
+layer, the routing rows of :mod:`variantlab.probes.routing` (``expert_load`` per expert,
+``load_imbalance``, ``router_entropy``, ``aux_loss``, ``z_loss``, ``dropped_fraction`` with a
+capacity); it trains on the task's loss plus the weighted balancing losses, as the training
+probe does.
+
 It also records ``loss`` at each recorded step, and ``eval_loss`` after training when
 ``eval_batches`` > 0 (as the training probe). Rows have scope ``layer``, ``layer`` and
 ``step`` set and ``name`` the layer's stack (``""`` in a one-stack model).
@@ -28,11 +34,13 @@ from pydantic import Field, PositiveInt
 from torch import nn
 
 from ..data import sources as datalib
+from ..model.sparse import after_step
 from ..model.specs import ModelSpec
 from ..plugin.registry import Registry
 from ..plugin.rows import Row, row
 from .common import autocast, first_tensor, layer_stacks, param_index
 from .recipe import lr_at
+from .routing import layer_rows, routed_layers, snapshot
 from .training import EVAL_SEED_OFFSET, TrainRunSettings, eval_loss, setup
 
 
@@ -104,6 +112,7 @@ def run(
     dev, model, opt, batches, loss_fn = setup(spec, settings, seed, data, base_dir, device,
                                               registry)
     layers, attn = layer_params(model), attention_modules(model)
+    routed = routed_layers(model)
     rows: list[Row] = []
     for step, batch in enumerate(batches):
         batch = batch.to(dev)
@@ -117,6 +126,7 @@ def run(
         try:
             with autocast(settings.dtype, dev):
                 loss = loss_fn(model(**batch.inputs), batch)
+                objective = loss_fn.total(loss, model)
         finally:
             for h in hooks:
                 h.remove()
@@ -124,7 +134,8 @@ def run(
         if not math.isfinite(value):
             rows.append(row("dynamics", "loss", value, step=step))
             break
-        loss.backward()
+        routing = snapshot(routed) if watch and routed else {}
+        objective.backward()
         before = {}
         if watch:
             _attention_stats(attn, record)
@@ -134,6 +145,7 @@ def run(
         if settings.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
         opt.step()
+        after_step(model)
         if watch:
             for key, ps in layers.items():
                 delta = [p.detach() - b for p, b in zip(ps, before[key])]
@@ -141,6 +153,7 @@ def run(
                 record["update_ratio"][key] = norm_of(delta) / w if w > 0 else math.nan
             rows.append(row("dynamics", "loss", value, step=step))
             rows += _rows(record, step)
+            rows += layer_rows("dynamics", routing, step)
     _attention(attn, False)
     diverged = any(r["metric"] == "loss" and not math.isfinite(r["value"]) for r in rows)
     if settings.eval_batches and not diverged:

@@ -1,7 +1,9 @@
 """FLOPs per token and the devices' peak FLOP/s (for MFU).
 
 Per token of a forward+backward pass (Chowdhery et al. 2022, PaLM, appendix B; nanoGPT's
-``estimate_mfu``):  6N + 12·L·H·Q·T  with N the non-embedding parameters, L layers, H heads,
+``estimate_mfu``):  6N + 12·L·H·Q·T  with N the non-embedding parameters a token uses (all
+of them in a dense model; a mixture of experts counts the top_k routed experts of each layer,
+not all n_experts: its active parameters), L layers, H heads,
 Q head size, T sequence length. A forward pass alone is a third of it (2N + 4·L·H·Q·T); an
 optimizer step adds O(N) FLOPs per step, not per token, and is left out.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..model.specs import ModelSpec
-from .params import non_embedding_params
+from .params import active_non_embedding_params
 
 FLOP_FORMULA = "6N + 12*L*H*Q*T per token (PaLM app. B; nanoGPT estimate_mfu); forward = 1/3"
 
@@ -40,12 +42,13 @@ def flops_per_token(non_embedding: int, n_layers: int, n_heads: int, head_dim: i
 
 
 def model_flops_per_token(model: torch.nn.Module, spec: ModelSpec, seq_len: int) -> float:
-    """Training FLOPs per token of ``model`` by the formula: N its non-embedding parameters,
+    """Training FLOPs per token of ``model`` by the formula: N its active non-embedding
+    parameters (all non-embedding parameters of a dense model),
     L its attention modules (self- and cross-; none in an ``mlp`` model), H and Q from the
     spec's ``n_heads`` and ``emb_dim``."""
     n_attn = sum(getattr(m, "variantlab_slot", None) == "attention" for m in model.modules())
     n_heads = getattr(spec, "n_heads", 1) or 1
-    return flops_per_token(non_embedding_params(model), n_attn, n_heads,
+    return flops_per_token(active_non_embedding_params(model), n_attn, n_heads,
                            getattr(spec, "emb_dim", 0) // n_heads, seq_len)
 
 

@@ -6,6 +6,12 @@ Each tensor is counted once (a head tied to the token embedding is the same tens
 Per-layer rows of a model of several stacks are named by their stack (``encoder/``,
 ``decoder/``). Non-embedding excludes the token and position embeddings (slots ``embedding`` and
 ``positional``), as Kaplan et al. 2020 and nanoGPT count N.
+
+A model with routed (mixture-of-experts) layers also gets ``active`` and
+``active_non_embedding``: the parameters one token uses, i.e. the total less the routed
+experts it is not sent to (``(n_experts - top_k)`` experts per layer; shared experts and the
+router count as active; :func:`variantlab.model.sparse.inactive_params`). Dense models get
+no such rows.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 
 from torch import nn
 
+from ..model.sparse import inactive_params, routed_modules
 from ..model.specs import ModelSpec
 from ..plugin.registry import Registry
 from ..plugin.rows import Row, row
@@ -43,6 +50,10 @@ def count_rows(model: nn.Module) -> list[Row]:
         row("params", "trainable", trainable, unit="count"),
         row("params", "non_embedding", non_emb, unit="count"),
     ]
+    if any(True for _ in routed_modules(model)):
+        idle = inactive_params(model)
+        rows += [row("params", "active", total - idle, unit="count"),
+                 row("params", "active_non_embedding", non_emb - idle, unit="count")]
     rows += [row("params", "params", n, scope="slot", name=s, unit="count")
              for s, n in sorted(by_slot.items())]
     rows += [row("params", "params", n, scope="layer", name=stacked(stack, ""), layer=i,
@@ -86,6 +97,12 @@ def non_embedding_params(model: nn.Module) -> int:
     return sum(p.param.numel() for p in param_index(model) if p.slot not in EMBEDDING_SLOTS)
 
 
+def active_non_embedding_params(model: nn.Module) -> int:
+    """Non-embedding parameters one token uses: all of them in a dense model; less the
+    experts a token is not routed to in a mixture of experts."""
+    return non_embedding_params(model) - inactive_params(model)
+
+
 def run(
     spec: ModelSpec, settings: ParamsSettings, *, seed: int, registry: Registry,
     **_: Any,
@@ -94,4 +111,4 @@ def run(
     return count_rows(make_model(spec, seed, registry))
 
 
-__all__ = ["count_rows", "non_embedding_params", "run"]
+__all__ = ["active_non_embedding_params", "count_rows", "non_embedding_params", "run"]

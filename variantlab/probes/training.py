@@ -20,15 +20,20 @@ schedule, optimizer, weight-decay groups and a token budget in place of ``steps`
   explain (3 standard deviations of the difference, at least 5% of the first loss), or it is
   more than twice the first loss. A short run on data that cannot be learned (random
   tokens) wanders around its first loss and is not flagged;
+- a model with routed (mixture-of-experts) layers trains on the task's loss plus the
+  weighted balancing losses (:meth:`variantlab.model.tasks.Task.aux_loss`); ``loss`` and
+  every loss row above stay the task's loss alone, and the routing rows of
+  :mod:`variantlab.probes.routing` come besides (``aux_loss``, ``z_loss``,
+  ``load_imbalance``, ``router_entropy`` per step; ``expert_load`` per layer);
 - ``compiled``: 1 when the run was compiled (``compile: true``: the model runs under
   ``torch.compile``, :mod:`variantlab.probes.compiled`), else 0.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -37,8 +42,9 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_serializer
 
 from ..data import sources as datalib
 from ..data.splits import Split
+from ..model.sparse import after_step
 from ..model.specs import ModelSpec, omit_added_defaults
-from ..model.tasks import Batch, task_for
+from ..model.tasks import Batch, Task, task_for
 from ..plugin.registry import Registry
 from ..plugin.rows import Row, row
 from ..plugin.settings import Device, DType
@@ -48,6 +54,7 @@ from .flops import model_flops_per_token
 from .params import non_embedding_params
 from .recall import recall_rows
 from .recipe import RECIPE_OPTIONS, RecipeSettings, lr_at, make_optimizer, planned_steps
+from .routing import Record, routed_layers, snapshot, training_rows
 
 
 class TrainRunSettings(RecipeSettings):
@@ -76,6 +83,24 @@ class TrainingSettings(TrainRunSettings):
     compile: bool = Field(False, description="run the model under torch.compile")
 
 Loss = Callable[[Any, Batch], torch.Tensor]  # (model output, batch) -> scalar loss
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What a training run minimises: the family task's loss of the output (``__call__``,
+    what every loss row reports) plus the task's auxiliary loss of the model's last forward
+    (:meth:`total`; nothing for a dense model)."""
+
+    task: Task
+    spec: ModelSpec
+
+    def __call__(self, output: Any, batch: Batch) -> torch.Tensor:
+        return self.task.loss(self.spec, output, batch)
+
+    def total(self, loss: torch.Tensor, model: torch.nn.Module) -> torch.Tensor:
+        """``loss`` plus the auxiliary loss, when the model has one."""
+        aux = self.task.aux_loss(self.spec, model)
+        return loss if aux is None else loss + aux
 
 #: Held-out batches come from the data with these offsets added to the unit's seed:
 #: validation (``eval_loss``/``val_loss``) and test.
@@ -142,10 +167,11 @@ def diverged(losses: list[float]) -> bool:
 
 def setup(spec: ModelSpec, settings: TrainRunSettings, seed: int, data: Any,
           base_dir: Path | str, device: str | None, registry: Registry,
-          ) -> tuple[torch.device, torch.nn.Module, Any, list[Batch], Loss]:
+          ) -> tuple[torch.device, torch.nn.Module, Any, list[Batch], Objective]:
     """``(device, model in train mode, optimizer, batches, loss)`` of a training run (training
     and dynamics probes alike): one batch per step (``steps``, or the token budget);
-    ``loss(output, batch)`` is the family task's."""
+    ``loss(output, batch)`` is the family task's, ``loss.total(value, model)`` adds the
+    auxiliary loss."""
     dev = resolve_device(device or settings.device)
     model = make_model(spec, seed, registry, dev)
     model.train()
@@ -154,7 +180,7 @@ def setup(spec: ModelSpec, settings: TrainRunSettings, seed: int, data: Any,
                       non_embedding_params(model))
     batches = datalib.batches(data, spec, settings.batch_size, settings.seq_len, n,
                               seed=seed, registry=registry, base_dir=base_dir)
-    return dev, model, opt, batches, functools.partial(task_for(spec, registry).loss, spec)
+    return dev, model, opt, batches, Objective(task_for(spec, registry), spec)
 
 
 def held_out(data: Any, spec: ModelSpec, settings: TrainRunSettings, seed: int,
@@ -173,8 +199,9 @@ def run(
 ) -> list[Row]:
     dev, model, opt, batches, loss = setup(spec, settings, seed, data, base_dir, device, registry)
     compiled = compile_model(model, settings.compile)
+    log: list[Record] = []
     with compile_errors(settings.compile):
-        losses = train(model, compiled, opt, loss, batches, dev, settings)
+        losses = train(model, compiled, opt, loss, batches, dev, settings, log)
 
     rows = [row("training", "loss", v, step=i) for i, v in enumerate(losses)]
     rows += [row("training", "lr", lr_at(i, settings, len(batches)), step=i)
@@ -192,6 +219,7 @@ def run(
         row("training", "flops", tokens * model_flops_per_token(model, spec, settings.seq_len),
             unit="FLOP"),
     ]
+    rows += training_rows(log)
     if settings.eval_batches and math.isfinite(final):
         held = held_out(data, spec, settings, seed, base_dir, registry)
         with compile_errors(settings.compile):
@@ -208,12 +236,15 @@ def run(
 
 
 def train(model: torch.nn.Module, compiled: torch.nn.Module, opt: Any,
-          loss_fn: Loss, batches: list, dev: torch.device,
-          settings: TrainingSettings) -> list[float]:
-    """The training loop: the loss per step, stopping at the first non-finite one.
+          loss_fn: Objective, batches: list, dev: torch.device,
+          settings: TrainingSettings, log: list[Record] | None = None) -> list[float]:
+    """The training loop: the task's loss per step, stopping at the first non-finite one.
     ``compiled`` runs the forward (``model`` itself, or it under torch.compile); ``model``
-    owns the parameters that are clipped."""
+    owns the parameters that are clipped. The step minimises ``loss_fn.total`` (the task's
+    loss plus any auxiliary loss); ``log`` receives each step's routing snapshot (routed
+    models only)."""
     losses: list[float] = []
+    routed = routed_layers(model)
     for step, batch in enumerate(batches):
         batch = batch.to(dev)
         for group in opt.param_groups:
@@ -221,14 +252,18 @@ def train(model: torch.nn.Module, compiled: torch.nn.Module, opt: Any,
         opt.zero_grad(set_to_none=True)
         with autocast(settings.dtype, dev):
             loss = loss_fn(compiled(**batch.inputs), batch)
+            objective = loss_fn.total(loss, model)
         value = float(loss.detach())
         losses.append(value)
+        if routed and log is not None:
+            log.append(snapshot(routed))
         if not math.isfinite(value):
             break
-        loss.backward()
+        objective.backward()
         if settings.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
         opt.step()
+        after_step(model)
     return losses
 
 

@@ -54,7 +54,9 @@ def seed_metrics(data: ReportData) -> pd.DataFrame:
         out.append(part)
 
     for metric, label in (("total", "total"), ("trainable", "trainable"),
-                          ("non_embedding", "non-embedding")):
+                          ("non_embedding", "non-embedding"),
+                          ("active", "active per token"),  # mixtures of experts only
+                          ("active_non_embedding", "active non-embedding")):
         add(_select(rows, "params", metric), "params", metric, label, "count")
     slots = rows[(rows["probe"] == "params") & (rows["scope"] == "slot")]
     present = list(dict.fromkeys(slots["name"]))

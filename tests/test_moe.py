@@ -1,0 +1,157 @@
+"""The ``moe`` feed-forward (issue 19.3): grouped dispatch equal to the per-token reference
+(outputs and gradients, float64) for every routing option; balancing terms by their formulas
+(transformers' load_balancing_loss_func, ST-MoE's z-loss); aux-loss-free bias updates;
+validation of sizes."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import variantlab as vl
+from variantlab.errors import SpecError
+from variantlab_plugins.moe import MoE, MoESpec
+from variantlab_plugins.moe_reference import moe_reference
+
+OPTIONS = {
+    "mixtral": {"n_experts": 4, "top_k": 2},
+    "olmoe-no-renorm": {"n_experts": 4, "top_k": 2, "renormalize": False},
+    "topk-softmax": {"n_experts": 5, "top_k": 3, "router": "topk_softmax"},
+    "top1": {"n_experts": 4, "top_k": 1},
+    "all-experts": {"n_experts": 3, "top_k": 3},
+    "shared-gated": {"n_experts": 4, "top_k": 2, "n_shared_experts": 2, "shared_gate": True},
+    "shared-width": {"n_experts": 4, "top_k": 2, "n_shared_experts": 1, "shared_hidden_dim": 24},
+    "mlp-bias": {"n_experts": 4, "top_k": 2, "expert": {"kind": "mlp", "bias": True}},
+    "glu-bias": {"n_experts": 4, "top_k": 2, "expert": {"kind": "glu", "bias": True,
+                                                        "hidden_dim": 20}},
+    "capacity": {"n_experts": 4, "top_k": 2, "capacity_factor": 0.5},
+    "capacity-top1": {"n_experts": 3, "top_k": 1, "capacity_factor": 0.75,
+                      "router": "topk_softmax"},
+    "aux-free-bias": {"n_experts": 6, "top_k": 2, "bias_update_rate": 0.01},
+    "aux-free-bias-topk-softmax": {"n_experts": 6, "top_k": 2, "bias_update_rate": 0.01,
+                                   "router": "topk_softmax"},
+}
+
+
+def make(options: dict, dim: int = 16, seed: int = 0) -> MoE:
+    torch.manual_seed(seed)
+    module = MoE(MoESpec(**options), dim, nn.SiLU).double()
+    if module.expert_bias is not None:  # a bias that changes the choices
+        module.expert_bias.copy_(torch.randn(module.spec.n_experts, dtype=torch.float64) * 0.2)
+    return module
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_grouped_dispatch_equals_the_per_token_reference(name):
+    module = make(OPTIONS[name])
+    x = torch.randn(3, 7, 16, dtype=torch.float64, requires_grad=True)
+    fast = module(x)
+    grads_fast = torch.autograd.grad((fast * torch.cos(fast)).sum(),
+                                     [x, *module.parameters()], allow_unused=True)
+    slow = moe_reference(module, x)
+    grads_slow = torch.autograd.grad((slow * torch.cos(slow)).sum(),
+                                     [x, *module.parameters()], allow_unused=True)
+    torch.testing.assert_close(fast, slow, rtol=1e-12, atol=1e-12)
+    for (pname, _), a, b in zip([("x", x), *module.named_parameters()], grads_fast, grads_slow):
+        assert (a is None) == (b is None), pname
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=pname)
+
+
+def test_capacity_drops_and_counts():
+    module = make({"n_experts": 4, "top_k": 2, "capacity_factor": 0.5})
+    module(torch.randn(2, 8, 16, dtype=torch.float64))
+    # 16 tokens x 2 choices = 32 assignments; capacity 4 per expert keeps at most 16
+    stats = module.routing_stats()
+    assert stats["dropped_fraction"] >= 0.5
+    load = stats["load"]
+    assert load.sum().item() == pytest.approx(1.0)
+
+
+def test_load_balancing_loss_is_transformers_one():
+    from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+
+    module = make({"n_experts": 6, "top_k": 2})
+    x = torch.randn(4, 5, 16, dtype=torch.float64)
+    module(x)
+    logits = module.gate(x.reshape(-1, 16)).detach()
+    want = load_balancing_loss_func((logits.float(),), 6, 2)
+    got = module.aux_terms()["aux_loss"].detach()
+    assert float(got) == pytest.approx(float(want), rel=1e-5)
+    # and by hand: n_experts * sum_e f_e * P_e, f_e assignments per token
+    probs = logits.softmax(-1)
+    chosen = probs.topk(2, -1).indices
+    f = torch.bincount(chosen.reshape(-1), minlength=6).double() / 20
+    assert float(got) == pytest.approx(float(6 * (f * probs.mean(0)).sum()), rel=1e-12)
+
+
+def test_z_loss_is_the_mean_squared_logsumexp():
+    module = make({"n_experts": 4, "top_k": 1})
+    x = torch.randn(2, 3, 16, dtype=torch.float64)
+    module(x)
+    logits = module.gate(x.reshape(-1, 16)).detach()
+    want = sum(math.log(sum(math.exp(v) for v in row)) ** 2 for row in logits.tolist()) / 6
+    assert float(module.aux_terms()["z_loss"].detach()) == pytest.approx(want, rel=1e-12)
+
+
+def test_aux_free_bias_moves_toward_the_mean_load():
+    module = make({"n_experts": 4, "top_k": 1, "bias_update_rate": 0.5})
+    module.expert_bias.zero_()
+    module.train()
+    module(torch.randn(2, 16, 16, dtype=torch.float64))
+    counts = module.routing_stats()["load"] * 32
+    module.after_step()
+    want = 0.5 * torch.sign(counts.mean() - counts)
+    torch.testing.assert_close(module.expert_bias, want.double())
+    assert "expert_bias" in module.state_dict()  # a buffer, saved, not trained
+    assert "expert_bias" not in dict(module.named_parameters())
+    module.after_step()  # nothing pending: unchanged
+    torch.testing.assert_close(module.expert_bias, want.double())
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"n_experts": 2, "top_k": 3}, "must not exceed n_experts"),
+    ({"n_experts": 4, "top_k": 0}, "top_k must be at least 1"),
+    ({"n_experts": 0, "top_k": 1}, "n_experts must be at least 1"),
+    ({"n_experts": 4, "shared_gate": True}, "need n_shared_experts"),
+])
+def test_bad_sizes_are_refused(options, message):
+    with pytest.raises(SpecError, match=message):
+        vl.build_model({"family": "gpt", "vocab_size": 16, "context_length": 8, "emb_dim": 16,
+                        "n_heads": 2, "n_layers": 1, "feedforward": {"kind": "moe", **options}})
+
+
+def test_parameter_names_and_shapes_map_to_transformers_layout():
+    module = make({"n_experts": 4, "top_k": 2, "expert": {"hidden_dim": 12}})
+    shapes = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+    assert shapes == {"gate.weight": (4, 16), "W_gate": (4, 12, 16), "W_up": (4, 12, 16),
+                      "W_down": (4, 16, 12)}
+    # HF MixtralExperts: gate_up_proj (E, 2H, D) = cat(W_gate, W_up); down_proj (E, D, H)
+    x = torch.randn(5, 16, dtype=torch.float64)
+    gate_up = torch.cat([module.W_gate, module.W_up], 1)
+    g, u = nn.functional.linear(x, gate_up[1]).chunk(2, dim=-1)
+    want = nn.functional.linear(nn.functional.silu(g) * u, module.W_down[1])
+    torch.testing.assert_close(module.expert_forward(1, x), want)
+
+
+def gpt_moe(feedforward: dict, **extra) -> dict:
+    return {"family": "gpt", "vocab_size": 32, "context_length": 16, "emb_dim": 32,
+            "n_heads": 4, "n_layers": 2, "drop_rate": 0.0,
+            "feedforward": {"kind": "moe", **feedforward}, **extra}
+
+
+@pytest.mark.parametrize("init", ["normal", "xavier", "deepnorm"])
+def test_inits_reach_the_stacked_expert_weights(init):
+    torch.manual_seed(0)
+    model = vl.build_model(gpt_moe({"n_experts": 8, "top_k": 2, "expert": {"hidden_dim": 64}},
+                                   init={"kind": init}))
+    moe = next(m for m in model.modules() if isinstance(m, MoE))
+    std_up, std_down = float(moe.W_up.detach().std()), float(moe.W_down.detach().std())
+    if init == "normal":  # N(0, 0.02); W_down an output projection: 0.02 / sqrt(4 additions)
+        assert std_up == pytest.approx(0.02, rel=0.05)
+        assert std_down == pytest.approx(0.01, rel=0.05)
+    elif init == "xavier":  # per expert: U(+-sqrt(6 / (64 + 32))), std sqrt(2 / 96)
+        assert std_up == pytest.approx(math.sqrt(2 / 96), rel=0.05)
+    else:  # xavier_normal with DeepNet's beta = (8 * 2) ** -0.25 on FFN projections
+        assert std_up == pytest.approx(16 ** -0.25 * math.sqrt(2 / 96), rel=0.05)

@@ -1,0 +1,310 @@
+"""Mixture-of-experts feed-forward: ``feedforward: {kind: moe, ...}``.
+
+A router (``gate``, a Linear emb_dim -> n_experts without bias) scores the experts for each
+token; each token goes to ``top_k`` of them and the output is the weighted sum of their
+outputs (Shazeer et al. 2017; Switch, Fedus et al. 2021; Mixtral, Jiang et al. 2024), plus
+optional shared experts every token goes through (Qwen2-MoE; DeepSeekMoE, Dai et al. 2024),
+optionally scaled by a sigmoid gate (Qwen2-MoE's ``shared_expert_gate``).
+
+Routing (what the Hugging Face families do):
+
+- ``softmax_topk``: softmax over all experts, then the top-k probabilities as weights,
+  divided by their sum when ``renormalize`` (Mixtral; Qwen3-MoE's ``norm_topk_prob``; OLMoE
+  leaves them as they are);
+- ``topk_softmax``: the top-k logits, then a softmax over those alone (Switch-style top-k).
+
+Balancing: the load-balancing loss ``n_experts * sum_e f_e * P_e`` (Switch eq. 4-6, as
+transformers' ``load_balancing_loss_func``: f_e the routing assignments to e per token, which
+sum to top_k, P_e the mean router probability), the router z-loss ``mean_t
+logsumexp(logits_t)^2`` (ST-MoE, Zoph et al. 2022), each with a coefficient in the training
+objective; and aux-loss-free balancing (DeepSeek-V3; Wang et al. 2024): a per-expert bias,
+a buffer, added to the routing scores for choosing experts only, moved after each optimizer
+step by ``bias_update_rate * sign(mean load - load_e)``. ``capacity_factor`` caps each
+expert at ``ceil(capacity_factor * tokens * top_k / n_experts)`` assignments; the rest are
+dropped (top-1 choices first, then top-2 ..., each in token order: GShard, Lepikhin et al.
+2020) and counted.
+
+Dispatch: the (token, choice) assignments are sorted by expert (a stable sort), so each
+expert reads one contiguous slice and runs two or three matmuls on it; a loop over experts,
+none over tokens. :mod:`variantlab_plugins.moe_reference` computes the same per token.
+
+Parameters (stacked per expert, as transformers 5.x stores experts fused):
+``gate.weight`` (n_experts, emb_dim); ``W_gate``, ``W_up`` (n_experts, hidden, emb_dim)
+(HF ``gate_up_proj`` is their concatenation on dim 1; ``mlp`` experts have no ``W_gate``);
+``W_down`` (n_experts, emb_dim, hidden); ``b_gate``, ``b_up`` (n_experts, hidden), ``b_down``
+(n_experts, emb_dim) with ``bias``; ``shared_expert`` (a ``glu``/``mlp`` feed-forward) and
+``shared_expert_gate`` (Linear emb_dim -> 1); buffer ``expert_bias`` (n_experts) with
+``bias_update_rate`` > 0.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+from torch import nn
+
+from variantlab import ComponentSpec, hookimpl
+from variantlab.plugin.settings import Strict
+from variantlab_plugins.feedforwards import GLU, MLP
+
+
+class ExpertSpec(Strict):
+    """One expert: a ``glu`` (gated, SwiGLU with silu) or ``mlp`` feed-forward."""
+
+    kind: Literal["glu", "mlp"] = Field("glu", description="glu (gated) or mlp")
+    hidden_mult: PositiveFloat | None = Field(
+        None, description="expert width = hidden_mult * emb_dim (default 8/3 glu, 4 mlp)")
+    hidden_dim: PositiveInt | None = Field(
+        None, description="expert width; overrides hidden_mult when set")
+    bias: bool = Field(False, description="biases in the experts' projections")
+
+    def hidden(self, emb_dim: int) -> int:
+        mult = self.hidden_mult or (8 / 3 if self.kind == "glu" else 4.0)
+        return self.hidden_dim or max(1, round(mult * emb_dim))
+
+
+class MoESpec(ComponentSpec):
+    """Routed mixture of experts (Shazeer et al. 2017; Fedus et al. 2021; Jiang et al. 2024)."""
+
+    kind: Literal["moe"] = "moe"
+    walk_examples: ClassVar[tuple[dict, ...]] = (  # tests/test_registry_walk.py tries these
+        {"kind": "moe", "n_experts": 4, "top_k": 2, "router": "topk_softmax",
+         "n_shared_experts": 1, "shared_gate": True, "expert": {"kind": "mlp", "bias": True}},
+        {"kind": "moe", "n_experts": 4, "top_k": 1, "aux_loss_coef": 0.01, "z_loss_coef": 0.001,
+         "bias_update_rate": 0.001, "capacity_factor": 1.0, "renormalize": False},
+    )
+    n_experts: int = Field(8, description="routed experts (at least 1)")
+    top_k: int = Field(2, description="experts per token (1 .. n_experts)")
+    expert: ExpertSpec = Field(ExpertSpec.model_validate({}), description="each expert's FFN")
+    router: Literal["softmax_topk", "topk_softmax"] = Field(
+        "softmax_topk", description="softmax_topk: softmax over all, then top-k (Mixtral, "
+        "Qwen3-MoE, OLMoE); topk_softmax: top-k logits, then softmax over them")
+    renormalize: bool = Field(
+        True, description="softmax_topk: divide the chosen weights by their sum (Mixtral, "
+        "Qwen3-MoE norm_topk_prob; OLMoE: false)")
+    n_shared_experts: NonNegativeInt = Field(
+        0, description="shared experts every token goes through (one FFN of their total width)")
+    shared_hidden_dim: PositiveInt | None = Field(
+        None, description="the shared FFN's width (default n_shared_experts x expert width)")
+    shared_gate: bool = Field(
+        False, description="scale the shared FFN by sigmoid(Linear(x)) (Qwen2-MoE)")
+    aux_loss_coef: NonNegativeFloat = Field(
+        0.0, description="weight of the load-balancing loss (Switch / Mixtral form)")
+    z_loss_coef: NonNegativeFloat = Field(
+        0.0, description="weight of the router z-loss (ST-MoE)")
+    bias_update_rate: NonNegativeFloat = Field(
+        0.0, description="aux-loss-free balancing (DeepSeek-V3): per-expert bias step; 0 off")
+    capacity_factor: PositiveFloat | None = Field(
+        None, description="cap per expert: capacity_factor * tokens * top_k / n_experts")
+
+    @model_validator(mode="after")
+    def _sizes(self) -> MoESpec:
+        if self.n_experts < 1:
+            raise ValueError(f"n_experts must be at least 1, got {self.n_experts}")
+        if self.top_k < 1:
+            raise ValueError(f"top_k must be at least 1, got {self.top_k}")
+        if self.top_k > self.n_experts:
+            raise ValueError(f"top_k ({self.top_k}) must not exceed n_experts "
+                             f"({self.n_experts})")
+        if (self.shared_gate or self.shared_hidden_dim) and not self.n_shared_experts:
+            raise ValueError("shared_gate and shared_hidden_dim need n_shared_experts >= 1")
+        return self
+
+
+def route(logits: torch.Tensor, spec: MoESpec, bias: torch.Tensor | None,
+          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(probs (N, E), weights (N, k), experts (N, k))`` from router logits (N, E): the
+    softmax over all experts, and each token's chosen experts with their weights. ``bias``
+    (E) is added to the scores for choosing only (aux-loss-free balancing)."""
+    probs = logits.softmax(-1)  # (N, E)
+    scores = probs if spec.router == "softmax_topk" else logits
+    chosen = (scores if bias is None else scores + bias).topk(spec.top_k, dim=-1).indices
+    if spec.router == "topk_softmax":
+        return probs, logits.gather(-1, chosen).softmax(-1), chosen
+    weights = probs.gather(-1, chosen)  # (N, k)
+    if spec.renormalize:
+        weights = weights / weights.sum(-1, keepdim=True)
+    return probs, weights, chosen
+
+
+def capacity(spec: MoESpec, n_tokens: int) -> int | None:
+    """Assignments an expert takes at most, or None without a capacity factor."""
+    if spec.capacity_factor is None:
+        return None
+    return max(1, math.ceil(spec.capacity_factor * n_tokens * spec.top_k / spec.n_experts))
+
+
+def dispatch(experts: torch.Tensor, n_experts: int, cap: int | None,
+             ) -> tuple[torch.Tensor, list[int], torch.Tensor]:
+    """``(kept assignments grouped by expert (A,), kept per expert, chosen per expert (E,))``
+    from each assignment's expert (k*N,) in priority order: a stable sort by expert, then the
+    first ``cap`` of each expert's run. On the meta device (the size guard's estimate, no
+    data) a balanced dispatch stands in: the same number of assignments for every expert."""
+    if experts.device.type == "meta":
+        total = experts.numel()
+        sizes = [total // n_experts + (e < total % n_experts) for e in range(n_experts)]
+        if cap is not None:
+            sizes = [min(c, cap) for c in sizes]
+        keep = torch.arange(sum(sizes), device=experts.device)  # (A,)
+        return keep, sizes, torch.full((n_experts,), total // n_experts, device=experts.device)
+    order = torch.sort(experts, stable=True).indices  # (k*N,) grouped by expert
+    counts = torch.bincount(experts, minlength=n_experts)  # (E,)
+    if cap is None:
+        return order, counts.tolist(), counts
+    starts = torch.cumsum(counts, 0) - counts  # (E,) first position of each expert's run
+    rank = torch.arange(order.numel(), device=experts.device) - starts[experts[order]]
+    return order[rank < cap], counts.clamp(max=cap).tolist(), counts  # (A,)
+
+
+class MoE(nn.Module):
+    """Top-k routed experts with stacked weights, grouped dispatch and balancing terms."""
+
+    def __init__(self, spec: MoESpec, emb_dim: int, make_activation: Any) -> None:
+        super().__init__()
+        self.spec = spec
+        e, d, h = spec.n_experts, emb_dim, spec.expert.hidden(emb_dim)
+        self.emb_dim, self.hidden, self.glu = d, h, spec.expert.kind == "glu"
+        self.gate = nn.Linear(d, e, bias=False)
+        self.W_gate = nn.Parameter(torch.empty(e, h, d)) if self.glu else None
+        self.W_up = nn.Parameter(torch.empty(e, h, d))
+        self.W_down = nn.Parameter(torch.empty(e, d, h))
+        has_bias = spec.expert.bias
+        self.b_gate = nn.Parameter(torch.empty(e, h)) if has_bias and self.glu else None
+        self.b_up = nn.Parameter(torch.empty(e, h)) if has_bias else None
+        self.b_down = nn.Parameter(torch.empty(e, d)) if has_bias else None
+        self.activation = make_activation()
+        self.shared_expert: nn.Module | None = None
+        self.shared_expert_gate: nn.Linear | None = None
+        if spec.n_shared_experts:
+            width = spec.shared_hidden_dim or spec.n_shared_experts * h
+            ffn = GLU if self.glu else MLP
+            self.shared_expert = ffn(d, width, make_activation(), has_bias)
+            if spec.shared_gate:
+                self.shared_expert_gate = nn.Linear(d, 1, bias=False)
+        if spec.bias_update_rate > 0:
+            self.register_buffer("expert_bias", torch.zeros(e))
+        else:
+            self.expert_bias = None
+        # roles of the stacked projections, for the inits (variantlab.model.roles)
+        self.variantlab_stacked = [(n, r) for n, r in (
+            ("W_gate", "ffn_gate"), ("W_up", "ffn_in"), ("W_down", "ffn_out"))
+            if getattr(self, n) is not None]
+        self._terms: dict[str, torch.Tensor] = {}
+        self._stats: dict[str, Any] = {}
+        self._pending_load: torch.Tensor | None = None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Each expert as a fresh nn.Linear: U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+        for w, b in ((self.W_gate, self.b_gate), (self.W_up, self.b_up),
+                     (self.W_down, self.b_down)):
+            if w is None:
+                continue
+            bound = 1.0 / math.sqrt(w.shape[-1])
+            nn.init.uniform_(w, -bound, bound)
+            if b is not None:
+                nn.init.uniform_(b, -bound, bound)
+
+    def expert_params(self) -> int:
+        """Parameters of one routed expert."""
+        return sum(p[0].numel() for p in (self.W_gate, self.W_up, self.W_down, self.b_gate,
+                                          self.b_up, self.b_down) if p is not None)
+
+    def inactive_params(self) -> int:
+        """The routed experts a token does not use: (n_experts - top_k) experts."""
+        return (self.spec.n_experts - self.spec.top_k) * self.expert_params()
+
+    def expert_forward(self, e: int, x: torch.Tensor) -> torch.Tensor:
+        """Expert ``e`` on tokens (n, D) -> (n, D)."""
+        def proj(w: torch.Tensor | None, b: torch.Tensor | None, inp: torch.Tensor):
+            assert w is not None
+            return F.linear(inp, w[e], None if b is None else b[e])
+
+        up = proj(self.W_up, self.b_up, x)  # (n, H)
+        hid = self.activation(proj(self.W_gate, self.b_gate, x)) * up if self.glu \
+            else self.activation(up)
+        return proj(self.W_down, self.b_down, hid)  # (n, D)
+
+    def shared(self, x: torch.Tensor) -> torch.Tensor | None:
+        """The shared experts' output (N, D), gated when ``shared_gate``; None without them."""
+        if self.shared_expert is None:
+            return None
+        out = self.shared_expert(x)  # (N, D)
+        if self.shared_expert_gate is not None:
+            out = torch.sigmoid(self.shared_expert_gate(x)) * out
+        return out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)
+        spec, shape = self.spec, x.shape
+        flat = x.reshape(-1, shape[-1])  # (N, D)
+        n = flat.shape[0]
+        logits = self.gate(flat)  # (N, E)
+        if logits.dtype in (torch.float16, torch.bfloat16):
+            logits = logits.float()  # routing in float32, as transformers does
+        probs, weights, chosen = route(logits, spec, self.expert_bias)
+        # assignments a = choice * N + token (top-1 choices first, then top-2, ...)
+        experts = chosen.t().reshape(-1)  # (k*N,)
+        keep, sizes, counts = dispatch(experts, spec.n_experts, capacity(spec, n))
+        tokens = keep % n  # (A,) token of each kept assignment, grouped by expert
+        w = weights.t().reshape(-1)[keep].to(flat.dtype)  # (A,)
+        xs = flat[tokens]  # (A, D)
+        pieces = []
+        start = 0
+        for e, c in enumerate(sizes):
+            if c:
+                pieces.append(self.expert_forward(e, xs[start:start + c]))
+            start += c
+        out = torch.zeros_like(flat)  # (N, D)
+        if pieces:
+            out = out.index_add(0, tokens, torch.cat(pieces) * w[:, None])
+        extra = self.shared(flat)
+        if extra is not None:
+            out = out + extra
+        self._record(logits, probs, counts, n, spec.top_k * n - sum(sizes))
+        return out.reshape(shape)
+
+    def _record(self, logits: torch.Tensor, probs: torch.Tensor, counts: torch.Tensor,
+                n: int, dropped: int) -> None:
+        """Keep the last forward's balancing terms (with gradients) and statistics."""
+        e_n, k = self.spec.n_experts, self.spec.top_k
+        f = counts.to(probs.dtype) / n  # (E,) assignments per token; sums to top_k
+        self._terms = {
+            "aux_loss": e_n * (f * probs.mean(0)).sum(),
+            "z_loss": torch.logsumexp(logits, -1).pow(2).mean(),
+        }
+        with torch.no_grad():
+            p = probs.detach()
+            entropy = -(p * p.clamp_min(1e-30).log()).sum(-1).mean()
+        self._stats = {"load": (counts.float() / (n * k)).detach(),
+                       "router_entropy": entropy,
+                       "dropped_fraction": dropped / (n * k),
+                       "capacity": self.spec.capacity_factor is not None}
+        if self.training and self.expert_bias is not None:
+            self._pending_load = counts.detach().float()
+
+    def aux_terms(self) -> dict[str, torch.Tensor]:
+        return self._terms
+
+    def aux_weights(self) -> dict[str, float]:
+        return {"aux_loss": self.spec.aux_loss_coef, "z_loss": self.spec.z_loss_coef}
+
+    def routing_stats(self) -> dict[str, Any]:
+        return self._stats
+
+    @torch.no_grad()
+    def after_step(self) -> None:
+        """Aux-loss-free balancing: bias_e += rate * sign(mean load - load_e)."""
+        if self.expert_bias is None or self._pending_load is None:
+            return
+        load = self._pending_load
+        self.expert_bias += self.spec.bias_update_rate * torch.sign(load.mean() - load)
+        self._pending_load = None
+
+
+@hookimpl
+def register_feedforwards(register):
+    register("moe", MoESpec, MoE)
