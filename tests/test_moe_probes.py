@@ -198,3 +198,17 @@ def test_compiled_moe_training_gives_the_eager_losses_and_aux_terms():
         a = [r["value"] for r in by(eager, metric, scope="model")]
         b = [r["value"] for r in by(compiled, metric, scope="model")]
         assert len(a) == len(b) > 0 and a == pytest.approx(b, abs=1e-4), metric
+
+
+def test_recipe_groups_and_muon_take_moe_weights():
+    from variantlab.probes.recipe import make_optimizer
+
+    spec = parse_model_spec(moe_spec(expert={"hidden_dim": 64, "bias": True}), REG)
+    model = vl.build_model(spec, REG)
+    opt = make_optimizer(model, TrainingSettings(**TRAIN, no_decay=["biases"]))
+    free = {id(p) for p in opt.param_groups[1]["params"]}
+    moe = next(m for m in model.modules() if isinstance(m, MoE))
+    assert {id(moe.b_gate), id(moe.b_up), id(moe.b_down)} <= free  # stacked biases: no decay
+    assert id(moe.W_up) not in free
+    rows = run_probe("training", spec, {**TRAIN, "optimizer": "muon"}, seed=0, registry=REG)
+    assert by(rows, "diverged")[0]["value"] == 0.0  # 3-D expert weights go to AdamW, not Muon
