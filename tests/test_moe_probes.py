@@ -75,6 +75,9 @@ def test_loss_rows_are_the_task_loss_and_aux_terms_are_reported_apart():
         for layer in (0, 1):
             assert sum(r["value"] for r in loads if r["layer"] == layer) == pytest.approx(1.0)
         assert not by(rows, "dropped_fraction")  # no capacity set
+        # final_*: the mean of the last tenth of the steps (the last step of 4)
+        last = by(rows, "load_imbalance", scope="model", step=3)[0]["value"]
+        assert by(rows, "final_load_imbalance")[0]["value"] == last
 
 
 def test_aux_loss_row_is_the_unweighted_term_of_the_step():
