@@ -53,6 +53,7 @@ def test_moe_run_reports_active_params_and_expert_load(tmp_path):
         "  feedforward: {kind: moe, n_experts: 4, top_k: 1, expert: {hidden_dim: 16},"
         " capacity_factor: 1.0}\n"
         "measure:\n  params: {}\n"
+        "  training: {steps: 3, batch_size: 2, seq_len: 8, device: cpu, eval_batches: 1}\n"
         "  dynamics: {steps: 3, batch_size: 2, seq_len: 8, every: 1, device: cpu}\n"))
     out = tmp_path / "runs"
     result = CliRunner().invoke(main, ["run", str(path), "--out", str(out)])
@@ -61,5 +62,6 @@ def test_moe_run_reports_active_params_and_expert_load(tmp_path):
     assert "| active per token | active non-embedding |" in report
     assert "### Expert load per layer over training" in report
     assert "### Routing balance over training" in report
+    assert "final load imbalance" in report and "final dropped share" in report
     html = (out / "demo" / "report" / "report.html").read_text()
     assert "dropped assignments (share)" in html  # the capacity panel, inline SVG text

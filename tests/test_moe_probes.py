@@ -75,6 +75,9 @@ def test_loss_rows_are_the_task_loss_and_aux_terms_are_reported_apart():
         for layer in (0, 1):
             assert sum(r["value"] for r in loads if r["layer"] == layer) == pytest.approx(1.0)
         assert not by(rows, "dropped_fraction")  # no capacity set
+        # final_*: the mean of the last tenth of the steps (the last step of 4)
+        last = by(rows, "load_imbalance", scope="model", step=3)[0]["value"]
+        assert by(rows, "final_load_imbalance")[0]["value"] == last
 
 
 def test_aux_loss_row_is_the_unweighted_term_of_the_step():
@@ -198,3 +201,17 @@ def test_compiled_moe_training_gives_the_eager_losses_and_aux_terms():
         a = [r["value"] for r in by(eager, metric, scope="model")]
         b = [r["value"] for r in by(compiled, metric, scope="model")]
         assert len(a) == len(b) > 0 and a == pytest.approx(b, abs=1e-4), metric
+
+
+def test_recipe_groups_and_muon_take_moe_weights():
+    from variantlab.probes.recipe import make_optimizer
+
+    spec = parse_model_spec(moe_spec(expert={"hidden_dim": 64, "bias": True}), REG)
+    model = vl.build_model(spec, REG)
+    opt = make_optimizer(model, TrainingSettings(**TRAIN, no_decay=["biases"]))
+    free = {id(p) for p in opt.param_groups[1]["params"]}
+    moe = next(m for m in model.modules() if isinstance(m, MoE))
+    assert {id(moe.b_gate), id(moe.b_up), id(moe.b_down)} <= free  # stacked biases: no decay
+    assert id(moe.W_up) not in free
+    rows = run_probe("training", spec, {**TRAIN, "optimizer": "muon"}, seed=0, registry=REG)
+    assert by(rows, "diverged")[0]["value"] == 0.0  # 3-D expert weights go to AdamW, not Muon

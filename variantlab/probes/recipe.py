@@ -15,7 +15,8 @@ as an L2 term), ``muon`` (``torch.optim.Muon``, Jordan et al. 2024, for the 2-D 
 hidden layers, with ``adjust_lr_fn="match_rms_adamw"`` (Liu et al. 2025, "Muon is scalable")
 so that one learning rate suits both; AdamW for embeddings, output head, norms and biases,
 as modded-nanogpt does). ``no_decay`` lists parameter kinds that get no weight decay:
-``norms`` (parameters of norm modules), ``biases`` (other parameters named ``*bias``),
+``norms`` (parameters of norm modules), ``biases`` (other parameters named ``*bias``, and
+``b_*``: the stacked per-expert biases of the ``moe`` feed-forward),
 ``embeddings`` (the embedding and positional slots).
 """
 
@@ -124,7 +125,8 @@ def _kind(info: Any) -> str | None:
         return "embeddings"
     if info.slot == "norm":
         return "norms"
-    if info.name.rsplit(".", 1)[-1] == "bias":
+    last = info.name.rsplit(".", 1)[-1]
+    if last == "bias" or last.startswith("b_"):
         return "biases"
     return None
 

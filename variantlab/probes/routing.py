@@ -88,14 +88,20 @@ def mean_over_layers(record: Record) -> dict[str, float]:
 
 def training_rows(log: list[Record]) -> list[Row]:
     """The training probe's routing rows: per step, each scalar's mean over layers (model
-    scope); per layer, the expert loads and scalars averaged over all the steps."""
+    scope); ``final_<metric>``, its mean over the last tenth of the steps (as
+    ``final_loss``); per layer, the expert loads and scalars averaged over all the steps."""
     rows: list[Row] = []
-    for step, record in enumerate(log):
+    per_step = [mean_over_layers(record) for record in log]
+    for step, means in enumerate(per_step):
         rows += [row("training", metric, v, step=step,
                      unit="ratio" if metric == "load_imbalance" else "")
-                 for metric, v in mean_over_layers(record).items()]
+                 for metric, v in means.items()]
     if not log:
         return rows
+    tail = per_step[-max(1, len(per_step) // 10):]
+    rows += [row("training", f"final_{metric}", sum(m[metric] for m in tail) / len(tail),
+                 unit="ratio" if metric == "load_imbalance" else "")
+             for metric in LAYER_METRICS if metric in tail[0]]
     mean: Record = {}
     for key in log[0]:
         recs = [r[key] for r in log if key in r]

@@ -77,7 +77,11 @@ def seed_metrics(data: ReportData) -> pd.DataFrame:
         if (compiled["value"] == 1).any():
             add(compiled, probe, f"{probe}.compiled", "compiled (torch.compile)", "")
     for metric, label in (("final_loss", "final loss"), ("best_loss", "best loss"),
-                          ("eval_loss", "eval loss"), ("diverged", "diverged")):
+                          ("eval_loss", "eval loss"), ("diverged", "diverged"),
+                          # mixtures of experts only (docs/moe.md)
+                          ("final_load_imbalance", "final load imbalance"),
+                          ("final_aux_loss", "final load-balancing loss"),
+                          ("final_dropped_fraction", "final dropped share")):
         add(_select(rows, "training", metric), "training", metric, label, "")
     add(_select(rows, "gradients", "loss"), "gradients", "loss", "loss at init", "")
     first = first_layer(rows, "mean_abs_grad")
