@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .frame import ReportData
-from .plots import Plot, _legend, _new, styles
+from .plots import Plot, legend, new_axes, styles
 from .scaling import scaling_parts
 from .tables import Table, fmt
 from .tuned import Sweep, choose, find_sweep, lr_curves, tuned_frame
@@ -143,7 +143,7 @@ def lr_plot(sweep: Sweep, frame: pd.DataFrame) -> Plot:
                "each architecture's chosen values), min-max over seeds shaded; x: a learning "
                "rate with a diverged run (drawn at the loss at init); the dashed line is the "
                "loss at init.")
-    fig, (ax,) = _new()
+    fig, (ax,) = new_axes()
     inits = []
     for arch, style in zip(sweep.archs, styles(len(sweep.archs))):
         curve = lr_curves(sweep, arch, choose(sweep, arch))
@@ -163,5 +163,5 @@ def lr_plot(sweep: Sweep, frame: pd.DataFrame) -> Plot:
     ax.set_title(title)
     ax.set_xlabel("learning rate")
     ax.set_ylabel(sweep.chosen_on)
-    _legend(fig, ax, len(sweep.archs))
+    legend(fig, ax, len(sweep.archs))
     return Plot("loss_vs_lr", title, caption, fig)

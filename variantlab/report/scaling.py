@@ -24,7 +24,7 @@ import pandas as pd
 
 from .effects import interval, value_text
 from .frame import ReportData
-from .plots import Plot, _legend, _new, styles
+from .plots import Plot, legend, new_axes, styles
 from .tables import Table, fmt
 from .tuned import REPORT, SETTING, Sweep, arch_name, choose
 
@@ -165,7 +165,7 @@ def scaling_plot(frame: pd.DataFrame, metric: str) -> Plot:
     caption = (f"{metric} against non-embedding parameters (left) and training FLOPs (right, "
                "the probe's count, else 6·N·tokens), log axes, one line per architecture "
                f"variant; dashed: a power law fitted where a line has at least {MIN_FIT} sizes.")
-    fig, axes = _new(1, 2, width=9.0)
+    fig, axes = new_axes(1, 2, width=9.0)
     lines = list(dict.fromkeys(frame["line"]))
     for line, style in zip(lines, styles(len(lines))):
         part = frame[frame["line"] == line]
@@ -183,7 +183,7 @@ def scaling_plot(frame: pd.DataFrame, metric: str) -> Plot:
         ax.set_xlabel(label)
         ax.set_ylabel(metric)
     fig.suptitle(title)
-    _legend(fig, axes[0], len(lines))
+    legend(fig, axes[0], len(lines))
     return Plot("loss_vs_size", title, caption, fig)
 
 
