@@ -139,3 +139,25 @@ def test_probe_view_pieces_must_be_callable():
         make_probe("p", "x", NormSettings, lambda: [], views=[ProbeView(section="no")])  # type: ignore[arg-type]
     with pytest.raises(PluginLoadError, match="every view must be callable"):
         make_probe("p", "x", NormSettings, lambda: [], views=["no"])  # type: ignore[list-item]
+
+
+def test_the_probes_page_views_make_a_section(data):
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "probes.md").read_text()
+    code = next(b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "ProbeView(" in b)
+    scope: dict = {}
+    exec(compile(code, "probes.md#4-report-views", "exec"), scope)
+
+    def extra(register):
+        register("weight_norms", NormSettings, lambda *a, **k: [], views=scope["VIEWS"])
+
+    mine = gather([sample_run()])
+    rows = _norm_rows(mine)
+    mine.rows = rows.assign(metric=rows["metric"].replace("weight_norm", "total_weight_norm"))
+    got = _parts(build_context(mine, registry_of({n: BUILTIN[n].views for n in CORE}, extra))[0])
+    assert got["sections"] == ["Parameters", "Weight norms", "Timing", "Training", "Gradients"]
+    line = got["summary"][got["summary"]["metric"] == "total_weight_norm"]
+    assert list(line["label"].unique()) == ["total weight norm"]
+    assert line.set_index("variant").loc["post_norm", "mean"] == pytest.approx(3.05)
