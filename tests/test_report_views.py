@@ -161,3 +161,30 @@ def test_the_probes_page_views_make_a_section(data):
     line = got["summary"][got["summary"]["metric"] == "total_weight_norm"]
     assert list(line["label"].unique()) == ["total weight norm"]
     assert line.set_index("variant").loc["post_norm", "mean"] == pytest.approx(3.05)
+
+
+def test_the_fair_comparison_is_the_training_probes_piece():
+    from dataclasses import replace
+
+    from test_report_tuned import GRID, held_out, tuning_run, val_of
+
+    from variantlab.report.fair import fair_piece
+
+    data = gather([tuning_run(GRID, val_of, held_out)])
+    full = build_context(data, vl.get_registry())[0]
+    assert [t.title for t in full["fair"]] == ["Tuned comparison"]
+    assert list(full["fair_parts"].tuned["variant"]) == ["activation.kind=gelu",
+                                                         "activation.kind=relu"]
+    unfair = {n: tuple(replace(v, fair=None) if isinstance(v, ProbeView) else v
+                       for v in BUILTIN[n].views) for n in CORE}
+    bare = build_context(data, registry_of(unfair))[0]
+    assert bare["fair"] == [] and bare["fair_parts"].tuned is None
+    assert "loss_vs_lr" not in [p.key for p in bare["plots"]]
+
+    def extra(register):  # another probe asking for the same comparison of training's losses
+        register("tuner", NormSettings, lambda *a, **k: [],
+                 views=(ProbeView(fair=fair_piece("training", "params")),))
+
+    again = build_context(data, registry_of(unfair, extra))[0]
+    assert render_markdown(again) == render_markdown(full)
+    pd.testing.assert_frame_equal(again["fair_parts"].tuned, full["fair_parts"].tuned)

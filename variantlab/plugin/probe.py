@@ -37,6 +37,9 @@ class ProbeView:
     - ``reading(data, summary) -> list[str | None]``: sentences for the report's reading;
       ``aside``: the same, shown only when the report is not a grid's (a grid's effects say it);
     - ``warnings(data) -> list[[variant, source, text]]``: lines of the Warnings table;
+    - ``fair(data) -> variantlab.report.fair.FairParts``: for a probe that trains, its losses
+      compared at each architecture's best setting and across model sizes
+      (``variantlab.report.fair.fair_piece``);
     - ``rank``: where these pieces go among every probe's (lower first; ties in registration
       order); the built-in probes use ranks below 100, the default.
 
@@ -51,12 +54,14 @@ class ProbeView:
     reading: Callable[[Any, Any], Sequence[str | None]] | None = None
     aside: Callable[[Any, Any], Sequence[str | None]] | None = None
     warnings: Callable[[Any], Sequence[Sequence[str]]] | None = None
+    fair: Callable[[Any], Any] | None = None
     rank: int = 100
 
     def pieces(self) -> dict[str, Callable[..., Any] | None]:
         """The pieces by name (None: not given)."""
         return {"metrics": self.metrics, "section": self.section, "plots": self.plots,
-                "reading": self.reading, "aside": self.aside, "warnings": self.warnings}
+                "reading": self.reading, "aside": self.aside, "warnings": self.warnings,
+                "fair": self.fair}
 
 
 @dataclass(frozen=True)

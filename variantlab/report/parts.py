@@ -1,5 +1,6 @@
 """The probes' pieces of the report's shared parts, from the registry: the summary metrics,
-the section tables, the plots, the reading and the warnings are each the concatenation of
+the section tables, the plots, the reading, the warnings and the fair comparisons
+(:mod:`.fair`) are each the concatenation of
 every registered probe's piece (:class:`variantlab.plugin.probe.ProbeView`), so the report
 names no probe. Built-in and plugin probes go through the same path."""
 
@@ -11,7 +12,7 @@ from typing import Any
 from ..plugin.probe import ProbeView
 from ..plugin.registry import Registry, get_registry
 
-PIECES = ("metrics", "section", "plots", "reading", "aside", "warnings")
+PIECES = ("metrics", "section", "plots", "reading", "aside", "warnings", "fair")
 
 
 def registry_or_default(registry: Registry | None) -> Registry:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from ...plugin.probe import ProbeView
+from ..fair import fair_piece
 from ..findings import _sureness, means, paired_gaps
 from ..frame import ReportData
 from ..plots import Plot, legend, mean_by, new_axes, styles
@@ -103,6 +104,7 @@ def warnings(data: ReportData) -> list[list[str]]:
 
 
 def views() -> tuple[ProbeView, ...]:
-    """The training probe's pieces, after the timing probe's."""
+    """The training probe's pieces, after the timing probe's; its fair comparisons read the
+    params probe's non-embedding counts for the sizes."""
     return (ProbeView(metrics=metrics, section=section, plots=plots, reading=reading,
-                      warnings=warnings, rank=30),)
+                      warnings=warnings, fair=fair_piece(PROBE, "params"), rank=30),)
