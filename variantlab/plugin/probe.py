@@ -28,8 +28,9 @@ class ProbeView:
     (one line per variant and metric; see :func:`variantlab.report.tables.summarize`).
 
     - ``metrics(data) -> DataFrame``: one value per variant, seed and metric
-      (:class:`variantlab.report.tables.MetricRows`), which the summary, ``summary.csv``, the
-      effects of a grid's axes and the variant browser aggregate;
+      (:class:`variantlab.report.tables.MetricRows`), which the summary and ``summary.csv``
+      aggregate (a grid's effects and the variant browser take the headline metrics,
+      ``variantlab.report.effects.HEADLINE``, among them);
     - ``section(data, summary) -> Table | None``: the probe's summary table;
     - ``plots(data) -> list[Plot]``: figures of the variants the report draws (it narrows
       ``data`` to them when there are many); a plot with nothing to draw says why
