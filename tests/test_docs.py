@@ -96,3 +96,31 @@ def test_the_readme_python_example_runs_without_a_registry():
     scope: dict = {}
     exec(code, scope)
     assert scope["model"].variantlab_spec.attention.impl == "sdpa"
+
+
+def test_the_transformers_page_examples_run_with_the_default_registry(tmp_path, monkeypatch):
+    """docs/transformers.md's import and export examples, as printed (no registry passed),
+    on a tiny GPT-2: the import's logits equal Hugging Face's, the export loads back."""
+    transformers = pytest.importorskip("transformers")
+    page = (ROOT / "docs" / "transformers.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
+    imported = next(b for b in blocks if "vl.from_transformers(" in b)
+    exported = next(b for b in blocks if "vl.to_transformers(" in b)
+    assert "get_registry" not in imported + exported
+    config = transformers.GPT2Config(n_embd=32, n_head=4, n_layer=2, vocab_size=64,
+                                     n_positions=16)
+    torch.manual_seed(0)
+    hf_model = transformers.GPT2LMHeadModel(config).eval()
+    scope: dict = {"hf_model": hf_model}
+    exec(compile(imported, "transformers.md#import", "exec"), scope)
+    idx = torch.randint(0, 64, (1, 6))  # (B, T)
+    with torch.no_grad():
+        diff = (scope["model"].eval()(idx) - hf_model(idx).logits).abs().max().item()
+    assert diff < 1e-4
+    monkeypatch.chdir(tmp_path)
+    tiny = repr(scope["spec"].to_data())
+    exec(compile(exported.replace("{...}", tiny), "transformers.md#export", "exec"), scope)
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    with torch.no_grad():
+        diff = (back(idx).logits - scope["model"].eval()(idx)).abs().max().item()
+    assert diff < 1e-4

@@ -7,15 +7,20 @@ from variantlab.probes.gradients import GradientsSettings
 from variantlab.probes.params import ParamsSettings
 from variantlab.probes.timing import TimingSettings
 from variantlab.probes.training import TrainingSettings
+from variantlab.report.builtin import gradients as gradients_views
+from variantlab.report.builtin import params as params_views
+from variantlab.report.builtin import timing as timing_views
+from variantlab.report.builtin import training as training_views
 from variantlab.report.dynamics import dynamics_views
 from variantlab.report.routing import routing_views
 
 
 @hookimpl
 def register_probes(register):
-    register("params", ParamsSettings, params.run, device_free=True)
-    register("gradients", GradientsSettings, gradients.run)
-    register("timing", TimingSettings, timing.run, serial=True)
-    register("training", TrainingSettings, training.run, trains=True)
+    register("params", ParamsSettings, params.run, device_free=True, views=params_views.views())
+    register("gradients", GradientsSettings, gradients.run, views=gradients_views.views())
+    register("timing", TimingSettings, timing.run, serial=True, views=timing_views.views())
+    register("training", TrainingSettings, training.run, trains=True,
+             views=training_views.views())
     register("dynamics", DynamicsSettings, dynamics.run, trains=True,
              views=(*dynamics_views(), *routing_views()))

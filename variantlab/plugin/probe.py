@@ -21,14 +21,61 @@ ViewFn = Callable[[Any], Sequence[Any]]
 
 
 @dataclass(frozen=True)
+class ProbeView:
+    """A probe's part of the report's shared pieces; every piece is optional.
+
+    ``data`` is :class:`variantlab.report.ReportData`, ``summary`` the report's summary frame
+    (one line per variant and metric; see :func:`variantlab.report.tables.summarize`).
+
+    - ``metrics(data) -> DataFrame``: one value per variant, seed and metric
+      (:class:`variantlab.report.tables.MetricRows`), which the summary and ``summary.csv``
+      aggregate (a grid's effects and the variant browser take the headline metrics,
+      ``variantlab.report.effects.HEADLINE``, among them);
+    - ``section(data, summary) -> Table | None``: the probe's summary table;
+    - ``plots(data) -> list[Plot]``: figures of the variants the report draws (it narrows
+      ``data`` to them when there are many); a plot with nothing to draw says why
+      (``Plot(..., skipped=...)``);
+    - ``reading(data, summary) -> list[str | None]``: sentences for the report's reading;
+      ``aside``: the same, shown only when the report is not a grid's (a grid's effects say it);
+    - ``warnings(data) -> list[[variant, source, text]]``: lines of the Warnings table;
+    - ``fair(data) -> variantlab.report.fair.FairParts``: for a probe that trains, its losses
+      compared at each architecture's best setting and across model sizes
+      (``variantlab.report.fair.fair_piece``);
+    - ``rank``: where these pieces go among every probe's (lower first; ties in registration
+      order); the built-in probes use ranks below 100, the default.
+
+    Unlike a plain view function (asked only when the probe has rows), every piece is asked
+    for every report, so a piece returns nothing (or a skipped plot) when there is nothing
+    to show.
+    """
+
+    metrics: Callable[[Any], Any] | None = None
+    section: Callable[[Any, Any], Any] | None = None
+    plots: Callable[[Any], Sequence[Any]] | None = None
+    reading: Callable[[Any, Any], Sequence[str | None]] | None = None
+    aside: Callable[[Any, Any], Sequence[str | None]] | None = None
+    warnings: Callable[[Any], Sequence[Sequence[str]]] | None = None
+    fair: Callable[[Any], Any] | None = None
+    rank: int = 100
+
+    def pieces(self) -> dict[str, Callable[..., Any] | None]:
+        """The pieces by name (None: not given)."""
+        return {"metrics": self.metrics, "section": self.section, "plots": self.plots,
+                "reading": self.reading, "aside": self.aside, "warnings": self.warnings,
+                "fair": self.fair}
+
+
+@dataclass(frozen=True)
 class Probe:
     """One registered probe.
 
     - ``settings_cls``: a :class:`variantlab.ProbeSettings` subclass (strict, frozen, no
       unknown keys): the keys the probe takes under ``measure: {name: ...}``;
     - ``run``: measures one variant and returns rows (:func:`variantlab.plugin.rows.row`);
-    - ``views``: functions of the report's data returning the probe's tables and plots;
-      none: the report shows its rows in a generic table;
+    - ``views``: functions of the report's data returning the probe's tables and plots,
+      and :class:`ProbeView` objects giving its pieces of the report's shared parts (summary
+      metrics, section, plots, reading, warnings); none: the report shows its rows in a
+      generic table;
     - ``serial``: its units run last, one at a time, never beside other work (timing);
     - ``device_free``: its numbers do not depend on the device (no device in the unit key);
     - ``trains``: it takes optimizer steps (the size guard counts optimizer state).
@@ -38,7 +85,7 @@ class Probe:
     settings_cls: type[Strict]
     run: RunFn
     plugin: str
-    views: tuple[ViewFn, ...] = ()
+    views: tuple[ViewFn | ProbeView, ...] = ()
     serial: bool = False
     device_free: bool = False
     trains: bool = False
@@ -56,7 +103,7 @@ class Probe:
 
 
 def make_probe(plugin: str, name: str, settings_cls: type[Strict], run: RunFn, *,
-               views: Sequence[ViewFn] = (), serial: bool = False, device_free: bool = False,
+               views: Sequence[ViewFn | ProbeView] = (), serial: bool = False, device_free: bool = False,
                trains: bool = False) -> Probe:
     """A :class:`Probe`, or :class:`variantlab.errors.PluginLoadError` saying what is wrong."""
     from ..errors import PluginLoadError
@@ -66,10 +113,16 @@ def make_probe(plugin: str, name: str, settings_cls: type[Strict], run: RunFn, *
         raise PluginLoadError(f"plugin {plugin!r}: probe name {name!r} must be an identifier")
     if not (isinstance(settings_cls, type) and issubclass(settings_cls, Strict)):
         raise PluginLoadError(f"{where}: settings must subclass variantlab.ProbeSettings")
-    if not callable(run) or not all(callable(v) for v in views):
-        raise PluginLoadError(f"{where}: run and every view must be callable")
+    if not callable(run) or not all(callable(v) or isinstance(v, ProbeView) for v in views):
+        raise PluginLoadError(f"{where}: run and every view must be callable (or a ProbeView)")
+    for view in views:
+        if isinstance(view, ProbeView):
+            bad = [k for k, f in view.pieces().items() if f is not None and not callable(f)]
+            if bad or not isinstance(view.rank, int):
+                raise PluginLoadError(f"{where}: ProbeView pieces must be callable and its "
+                                      f"rank an int ({', '.join(bad) or 'rank'})")
     return Probe(name, settings_cls, run, plugin, tuple(views), bool(serial),
                  bool(device_free), bool(trains))
 
 
-__all__ = ["Probe", "RunFn", "ViewFn", "make_probe"]
+__all__ = ["Probe", "ProbeView", "RunFn", "ViewFn", "make_probe"]

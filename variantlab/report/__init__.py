@@ -18,7 +18,7 @@ from typing import Any
 
 from ..plugin.registry import Registry
 from .effects import compute_effects, effects_csv
-from .fair import fair_parts
+from .fair import fair_of
 from .findings import reading
 from .frame import ReportData, gather
 from .plots import Plot, build_plots, inline_svg, to_svg
@@ -53,21 +53,23 @@ class ReportFiles:
 
 
 def build_context(data: ReportData, registry: Registry) -> tuple[dict[str, Any], list[Plot]]:
-    """Everything the templates show, and the plots (figures not yet rendered); probes
-    beyond the core sections show their views from ``registry`` or, when it lacks them, a
-    generic table. A grid's effects come first (``effects``: None without
-    a grid)."""
-    per_seed = seed_metrics(data)
+    """Everything the templates show, and the plots (figures not yet rendered). Every
+    probe's part comes from ``registry``: the pieces of its views (summary metrics,
+    section, plots, reading, warnings, fair comparisons; :mod:`.parts`), then its own
+    tables and plots, or, for a probe with rows and no views, a generic table
+    (:mod:`.probeviews`). A grid's effects come first (``effects``: None without a grid)."""
+    per_seed = seed_metrics(data, registry)
     summary = summarize(data, per_seed)
     effects = compute_effects(data, per_seed)
     extra_tables, extra_plots = probe_views(data, registry)
     chosen, why = focus(data, summary, effects)
-    fair = fair_parts(data)  # tuned comparison and size views (issue 23)
-    plots = effect_plots(effects) + fair.plots + build_plots(data, chosen, why) + extra_plots
+    fair = fair_of(data, registry)  # tuned comparison and size views (issue 23)
+    plots = (effect_plots(effects) + fair.plots + build_plots(data, chosen, why, registry)
+             + extra_plots)
     context = {
         "title": title_of(data),
-        "headers": headers(data),
-        "reading": reading(data, summary, effects) + fair.lines,
+        "headers": headers(data, registry.probe_names()),
+        "reading": reading(data, summary, effects, registry) + fair.lines,
         "fair": fair.tables,
         "baseline": data.baseline,
         "effects": effects_table(effects) if effects is not None else None,
@@ -76,8 +78,8 @@ def build_context(data: ReportData, registry: Registry) -> tuple[dict[str, Any],
         "across": cross_run_table(data, summary),
         "variants": variant_table(data),
         "browse": browse_table(data, summary),
-        "sections": section_tables(data, summary) + extra_tables,
-        "warnings": warning_table(data, summary),
+        "sections": section_tables(data, summary, registry) + extra_tables,
+        "warnings": warning_table(data, summary, registry),
         "failures": failure_table(data),
         "plots": plots,
         "summary": summary,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..plugin.probe import ProbeView
 from ..probes.dynamics import METRICS
 
 LABELS = {"grad_norm": "gradient norm", "update_ratio": "update / weight (||ΔW||/||W||)",
@@ -14,8 +15,16 @@ LABELS = {"grad_norm": "gradient norm", "update_ratio": "update / weight (||ΔW|
 
 
 def dynamics_views() -> tuple[Any, ...]:
-    """The dynamics probe's report views (matplotlib is imported only when one runs)."""
-    return (heatmaps, lines)
+    """The dynamics probe's report views (matplotlib is imported only when one runs): its
+    heatmaps and lines, and its sentences in the reading after the training probe's."""
+    return (heatmaps, lines, ProbeView(reading=reading, rank=50))
+
+
+def reading(data: Any, summary: Any) -> list[str]:
+    """The dynamics probe's sentences (:mod:`.dynamics_findings`)."""
+    from .dynamics_findings import dynamics_reading
+
+    return dynamics_reading(data)
 
 
 def _layer_rows(data: Any) -> Any:
@@ -94,4 +103,4 @@ def lines(data: Any) -> Sequence[Any]:
     return [Plot("dynamics-lines", title, caption, fig)]
 
 
-__all__ = ["dynamics_views", "heatmaps", "lines"]
+__all__ = ["dynamics_views", "heatmaps", "lines", "reading"]

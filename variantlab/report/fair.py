@@ -1,17 +1,22 @@
 """The report's fair-comparison parts: the tuned table, the loss-vs-learning-rate plot and
 the sentences that say when a ranking depends on the setting (:mod:`.tuned`), and the
-scaling views when the grid varies size (:mod:`.scaling`). One hook for the report:
-:func:`fair_parts`."""
+scaling views when the grid varies size (:mod:`.scaling`). A probe that trains gives them
+as its ``fair`` piece (:func:`fair_piece`); the report merges every probe's
+(:func:`fair_of`)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import pandas as pd
 
+from ..plugin.registry import Registry
 from .frame import ReportData
-from .plots import Plot, _legend, _new, styles
+from .parts import pieces
+from .plots import Plot, legend, new_axes, styles
 from .scaling import scaling_parts
 from .tables import Table, fmt
 from .tuned import Sweep, choose, find_sweep, lr_curves, tuned_frame
@@ -30,11 +35,12 @@ class FairParts:
     by_size: pd.DataFrame | None = None  # effects_by_size.csv
 
 
-def fair_parts(data: ReportData) -> FairParts:
+def fair_parts(data: ReportData, probe: str, size_probe: str) -> FairParts:
     """The tuned comparison (a run with setting axes) and the scaling views (a grid over
-    model size); empty parts otherwise."""
+    model size) of ``probe``'s losses (``size_probe``: the probe counting non-embedding
+    parameters); empty parts otherwise."""
     parts = FairParts()
-    sweep = find_sweep(data)
+    sweep = find_sweep(data, probe)
     if sweep is not None:
         frame = tuned_frame(sweep)
         parts.tuned = frame
@@ -42,13 +48,32 @@ def fair_parts(data: ReportData) -> FairParts:
         parts.lines += tuned_lines(sweep, frame)
         if sweep.lr_axis is not None:
             parts.plots.append(lr_plot(sweep, frame))
-    scaled = scaling_parts(data, sweep)
+    scaled = scaling_parts(data, sweep, probe, size_probe)
     if scaled is not None:
         plots, lines, tables, parts.by_size = scaled
         parts.plots += plots
         parts.lines += lines
         parts.tables += tables
     return parts
+
+
+def fair_piece(probe: str, size_probe: str) -> Callable[[ReportData], FairParts]:
+    """A ``ProbeView.fair`` piece: :func:`fair_parts` of ``probe``'s losses."""
+    return partial(fair_parts, probe=probe, size_probe=size_probe)
+
+
+def fair_of(data: ReportData, registry: Registry | None = None) -> FairParts:
+    """Every registered probe's ``fair`` parts, merged in rank order (tuned.csv and
+    effects_by_size.csv: the first probe's that has one)."""
+    merged = FairParts()
+    for piece in pieces(registry, "fair"):
+        got = piece(data)
+        merged.tables += got.tables
+        merged.lines += got.lines
+        merged.plots += got.plots
+        merged.tuned = merged.tuned if merged.tuned is not None else got.tuned
+        merged.by_size = merged.by_size if merged.by_size is not None else got.by_size
+    return merged
 
 
 def _num(x: object) -> str:
@@ -143,7 +168,7 @@ def lr_plot(sweep: Sweep, frame: pd.DataFrame) -> Plot:
                "each architecture's chosen values), min-max over seeds shaded; x: a learning "
                "rate with a diverged run (drawn at the loss at init); the dashed line is the "
                "loss at init.")
-    fig, (ax,) = _new()
+    fig, (ax,) = new_axes()
     inits = []
     for arch, style in zip(sweep.archs, styles(len(sweep.archs))):
         curve = lr_curves(sweep, arch, choose(sweep, arch))
@@ -163,5 +188,5 @@ def lr_plot(sweep: Sweep, frame: pd.DataFrame) -> Plot:
     ax.set_title(title)
     ax.set_xlabel("learning rate")
     ax.set_ylabel(sweep.chosen_on)
-    _legend(fig, ax, len(sweep.archs))
+    legend(fig, ax, len(sweep.archs))
     return Plot("loss_vs_lr", title, caption, fig)

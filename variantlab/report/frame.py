@@ -141,7 +141,7 @@ def _invocations(rows: pd.DataFrame, units: pd.DataFrame) -> list:
     return [known.get(k) if isinstance(known.get(k), str) else None for k in rows["unit_key"]]
 
 
-def invocation_numbers(rows: pd.DataFrame, probe: str = "timing") -> dict[str, int]:
+def invocation_numbers(rows: pd.DataFrame, probe: str) -> dict[str, int]:
     """Invocation id -> 1, 2, ... in time order, for the ``probe``'s rows (ids start with
     their UTC start time, so they sort in time order)."""
     if "invocation" not in rows.columns:
@@ -150,12 +150,12 @@ def invocation_numbers(rows: pd.DataFrame, probe: str = "timing") -> dict[str, i
     return {inv: i + 1 for i, inv in enumerate(sorted(set(ids)))}
 
 
-def split_seeds(rows: pd.DataFrame, metric: str, a: str, b: str) -> list[int]:
-    """Seeds on which variants ``a`` and ``b`` have ``metric`` timing rows measured by
+def split_seeds(rows: pd.DataFrame, probe: str, metric: str, a: str, b: str) -> list[int]:
+    """Seeds on which variants ``a`` and ``b`` have ``metric`` rows of ``probe`` measured by
     different invocations of ``variantlab run`` (so not side by side)."""
     if "invocation" not in rows.columns:
         return []
-    part = rows[(rows["probe"] == "timing") & (rows["metric"] == metric)
+    part = rows[(rows["probe"] == probe) & (rows["metric"] == metric)
                 & rows["invocation"].notna()]
     inv = {(v, int(s)): i for v, s, i in zip(part["variant"], part["seed"], part["invocation"])}
     seeds = sorted({s for v, s in inv if v == a} & {s for v, s in inv if v == b})

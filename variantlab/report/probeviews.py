@@ -1,6 +1,7 @@
-"""The report's part for probes that the core sections do not cover: each registered
-probe's own views (tables and plots), or a generic table of its rows when it declares none
-or is not registered where the report runs (a plugin probe from a file)."""
+"""The report's part for each probe's own tables and plots: the plain view functions of the
+registered probes that have rows (after the probes' shared pieces,
+:mod:`.parts`), or a generic table of a probe's rows when it declares no view at all or is
+not registered where the report runs (a plugin probe from a file)."""
 
 from __future__ import annotations
 
@@ -8,30 +9,31 @@ from typing import Any
 
 import pandas as pd
 
+from ..plugin.probe import ProbeView
 from ..plugin.registry import Registry
 from .frame import ReportData
 from .plots import Plot
-from .tables import SECTIONS, Table, fmt
-
-#: probes whose tables and plots are the report's core sections (tables.py, plots.py)
-CORE_SECTIONS = frozenset(s for s, _, _ in SECTIONS)
+from .tables import Table, fmt
 
 
 def probe_views(data: ReportData, registry: Registry) -> tuple[list[Table], list[Plot]]:
-    """Tables and plots of every probe in the rows beyond the core sections, in the order
-    the probes first appear; a probe ``registry`` does not have gets a generic table."""
+    """Tables and plots of the plain view functions of every probe in the rows, in the
+    order the probes first appear (a probe's :class:`ProbeView` pieces are the shared
+    parts'); a probe with no views, or one ``registry`` does not have, gets a generic
+    table."""
     tables: list[Table] = []
     plots: list[Plot] = []
     probes = list(dict.fromkeys(data.rows["probe"])) if len(data.rows) else []
+    registered = {p.name: p for p in registry.probes()}
     for name in probes:
-        if name in CORE_SECTIONS:
-            continue
-        probe = dict((p.name, p) for p in registry.probes()).get(name)
+        probe = registered.get(name)
         views = probe.views if probe is not None else ()
         if not views:
             tables.append(generic_table(data, name))
             continue
         for view in views:
+            if isinstance(view, ProbeView):
+                continue
             for item in view(data):
                 (plots if isinstance(item, Plot) else tables).append(item)
     return tables, plots
@@ -74,4 +76,4 @@ def _cell(values: list[float]) -> str:
     return mean if len(values) < 2 else f"{mean} ± {fmt(float(s.std()))}"
 
 
-__all__ = ["CORE_SECTIONS", "generic_table", "probe_views"]
+__all__ = ["generic_table", "probe_views"]

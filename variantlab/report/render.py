@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,8 +56,10 @@ class Header:
     seeds: str
 
 
-def headers(data: ReportData) -> list[Header]:
-    """One header per run: what was measured, when, on what."""
+def headers(data: ReportData, probes: Sequence[str] = ()) -> list[Header]:
+    """One header per run: what was measured, when, on what (``probes``: the registered
+    probes' names, in order; the dtype, when no row records it, is the first of their
+    settings that names one)."""
     out = []
     for meta in data.runs:
         rows = data.rows[data.rows["run"] == meta.run]
@@ -80,14 +83,14 @@ def headers(data: ReportData) -> list[Header]:
             variantlab_version=meta.variantlab_version or "unknown",
             torch_version=meta.torch_version or text("torch_version") or "unknown",
             device=device or "unknown",
-            dtype=text("dtype") or _settings_dtype(meta) or "float32",
+            dtype=text("dtype") or _settings_dtype(meta, probes) or "float32",
             seeds=", ".join(str(s) for s in seeds),
         ))
     return out
 
 
-def _settings_dtype(meta: RunMeta) -> str:
-    for probe in ("timing", "training"):
+def _settings_dtype(meta: RunMeta, probes: Sequence[str]) -> str:
+    for probe in probes:
         settings = meta.measure.get(probe) or {}
         if isinstance(settings, dict) and settings.get("dtype"):
             return str(settings["dtype"])

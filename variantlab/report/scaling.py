@@ -24,7 +24,7 @@ import pandas as pd
 
 from .effects import interval, value_text
 from .frame import ReportData
-from .plots import Plot, _legend, _new, styles
+from .plots import Plot, legend, new_axes, styles
 from .tables import Table, fmt
 from .tuned import REPORT, SETTING, Sweep, arch_name, choose
 
@@ -34,11 +34,12 @@ BY_SIZE_COLUMNS = ("axis", "value", "size", "metric", "effect", "low", "high", "
                    "across_sizes")
 
 
-def scaling_parts(data: ReportData, sweep: Sweep | None
+def scaling_parts(data: ReportData, sweep: Sweep | None, probe: str, size_probe: str
                   ) -> tuple[list[Plot], list[str], list[Table], pd.DataFrame] | None:
     """``(plots, sentences, tables, effects_by_size.csv)`` when the first run with a grid
-    varies size (None otherwise)."""
-    points = size_points(data, sweep)
+    varies size (None otherwise): the losses of ``probe`` against the non-embedding
+    parameters that ``size_probe`` counts."""
+    points = size_points(data, sweep, probe, size_probe)
     if points is None:
         return None
     frame, per_seed, axes, baseline, metric = points
@@ -53,9 +54,10 @@ def scaling_parts(data: ReportData, sweep: Sweep | None
     return [scaling_plot(frame, metric)], lines, tables, by_size
 
 
-def size_points(data: ReportData, sweep: Sweep | None):
+def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: str):
     """``(points, per_seed, arch axes, baseline values, metric)`` of the first run whose
-    grid varies a size axis (None without one)."""
+    grid varies a size axis (None without one); ``probe``'s losses, ``size_probe``'s
+    non-embedding parameter counts."""
     for meta in data.runs:
         grid = meta.grid or {}
         sizes = [a for a in SIZE_AXES if len(grid.get(a, [])) > 1]
@@ -64,7 +66,7 @@ def size_points(data: ReportData, sweep: Sweep | None):
         mine = data.variants[data.variants["run"] == meta.run]
         rows = data.rows[data.rows["run"] == meta.run]
         arch = [a for a in grid if not a.startswith(SETTING) and a not in sizes]
-        metrics = set(rows.loc[rows["probe"] == "training", "metric"])
+        metrics = set(rows.loc[rows["probe"] == probe, "metric"])
         metric = next((m for m in REPORT if m in metrics), None)
         if metric is None:
             return None
@@ -77,9 +79,9 @@ def size_points(data: ReportData, sweep: Sweep | None):
             name = arch_name(over)
             if chosen is not None and chosen.get(name) != variant:
                 continue  # not this architecture's chosen setting
-            loss = _values(rows, variant, "training", metric)
-            params = _values(rows, variant, "params", "non_embedding")
-            flops = _flops(rows, variant, params, meta.measure, over)
+            loss = _values(rows, variant, probe, metric)
+            params = _values(rows, variant, size_probe, "non_embedding")
+            flops = _flops(rows, variant, params, meta.measure, over, probe)
             line = arch_name({k: v for k, v in over.items() if k not in sizes}) \
                 if arch else "all"
             size = ",".join(f"{a}={value_text(over[a])}" for a in sizes)
@@ -117,16 +119,17 @@ def _values(rows: pd.DataFrame, variant: str, probe: str, metric: str) -> pd.Ser
 
 
 def _flops(rows: pd.DataFrame, variant: str, params: pd.Series, measure: Mapping[str, Any],
-           over: Mapping[str, Any]) -> float:
-    """The training probe's FLOP count when it stores one, else 6 · N · D."""
-    mine = rows[(rows["variant"] == variant) & (rows["probe"] == "training")
+           over: Mapping[str, Any], probe: str) -> float:
+    """The training probe's FLOP count when it stores one, else 6 · N · D (D from its
+    settings: steps · batch_size · seq_len)."""
+    mine = rows[(rows["variant"] == variant) & (rows["probe"] == probe)
                 & (rows["scope"] == "model")]
     counted = mine[mine["metric"].str.endswith("flops")]["value"]
     if len(counted):
         return float(counted.mean())
-    settings = dict(measure.get("training") or {})
+    settings = dict(measure.get(probe) or {})
     settings.update({k.split(".", 2)[2]: v for k, v in over.items()
-                     if k.startswith(SETTING + "training.")})
+                     if k.startswith(f"{SETTING}{probe}.")})
     tokens = 1.0
     for key in ("steps", "batch_size", "seq_len"):
         value = settings.get(key)
@@ -165,7 +168,7 @@ def scaling_plot(frame: pd.DataFrame, metric: str) -> Plot:
     caption = (f"{metric} against non-embedding parameters (left) and training FLOPs (right, "
                "the probe's count, else 6·N·tokens), log axes, one line per architecture "
                f"variant; dashed: a power law fitted where a line has at least {MIN_FIT} sizes.")
-    fig, axes = _new(1, 2, width=9.0)
+    fig, axes = new_axes(1, 2, width=9.0)
     lines = list(dict.fromkeys(frame["line"]))
     for line, style in zip(lines, styles(len(lines))):
         part = frame[frame["line"] == line]
@@ -183,7 +186,7 @@ def scaling_plot(frame: pd.DataFrame, metric: str) -> Plot:
         ax.set_xlabel(label)
         ax.set_ylabel(metric)
     fig.suptitle(title)
-    _legend(fig, axes[0], len(lines))
+    legend(fig, axes[0], len(lines))
     return Plot("loss_vs_size", title, caption, fig)
 
 

@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .frame import ReportData, differing_axes, invocation_numbers, variant_flat
+from ..plugin.registry import Registry
+from .frame import ReportData, differing_axes, variant_flat
+from .parts import pieces
 
 PASS_NAMES = {"forward": "forward", "backward": "forward+backward", "step": "train step"}
 SLOT_ORDER = ("embedding", "positional", "attention", "feedforward", "norm", "residual",
@@ -31,17 +33,27 @@ class Table:
     filters: list[int] = field(default_factory=list)  # columns the HTML page filters by
 
 
-def _select(rows: pd.DataFrame, probe: str, metric: str, scope: str = "model") -> pd.DataFrame:
+def select(rows: pd.DataFrame, probe: str, metric: str, scope: str = "model") -> pd.DataFrame:
+    """The rows of one probe's metric at one scope."""
     return rows[(rows["probe"] == probe) & (rows["metric"] == metric) & (rows["scope"] == scope)]
 
 
-def seed_metrics(data: ReportData) -> pd.DataFrame:
-    """One value per (variant, seed, metric): the numbers the summary aggregates."""
-    rows = data.rows
-    out: list[pd.DataFrame] = []
+PER_SEED_COLUMNS = ["variant", "seed", "value", "iqr", "section", "metric", "label", "unit",
+                    "ratio"]
 
-    def add(frame: pd.DataFrame, section: str, metric: str, label: str, unit: str,
-            scale: float = 1.0, iqr: pd.DataFrame | None = None) -> None:
+
+class MetricRows:
+    """A probe's per-seed summary values, added metric by metric (what a
+    :class:`variantlab.plugin.probe.ProbeView`'s ``metrics`` returns, from :meth:`frame`)."""
+
+    def __init__(self) -> None:
+        self.parts: list[pd.DataFrame] = []
+
+    def add(self, frame: pd.DataFrame, section: str, metric: str, label: str, unit: str,
+            scale: float = 1.0, iqr: pd.DataFrame | None = None, ratio: bool = True) -> None:
+        """One metric: ``frame``'s (variant, seed, value) rows times ``scale``; ``iqr``: rows
+        of its interquartile range (shown instead of the spread over seeds); ``ratio``:
+        False for a flag or a count of events, which has no ratio to the baseline."""
         if not len(frame):
             return
         part = frame[["variant", "seed", "value"]].copy()
@@ -51,54 +63,25 @@ def seed_metrics(data: ReportData) -> pd.DataFrame:
             spread = iqr.set_index(["variant", "seed"])["value"] * scale
             part["iqr"] = [spread.get((v, s), np.nan) for v, s in zip(part["variant"], part["seed"])]
         part[["section", "metric", "label", "unit"]] = [section, metric, label, unit]
-        out.append(part)
+        part["ratio"] = ratio
+        self.parts.append(part)
 
-    for metric, label in (("total", "total"), ("trainable", "trainable"),
-                          ("non_embedding", "non-embedding"),
-                          ("active", "active per token"),  # mixtures of experts only
-                          ("active_non_embedding", "active non-embedding")):
-        add(_select(rows, "params", metric), "params", metric, label, "count")
-    slots = rows[(rows["probe"] == "params") & (rows["scope"] == "slot")]
-    present = list(dict.fromkeys(slots["name"]))
-    for slot in sorted(present, key=lambda s: (SLOT_ORDER.index(s) if s in SLOT_ORDER else 99, s)):
-        add(slots[slots["name"] == slot], "params", f"params.{slot}", slot, "count")
-    for key, label in PASS_NAMES.items():
-        add(_select(rows, "timing", f"{key}_median_s"), "timing", f"{key}_median_s",
-            f"{label} median", "ms", 1e3, iqr=_select(rows, "timing", f"{key}_iqr_s"))
-        add(_select(rows, "timing", f"{key}_tokens_per_s"), "timing", f"{key}_tokens_per_s",
-            f"{label} throughput", "tokens/s")
-        add(_select(rows, "timing", f"{key}_mfu"), "timing", f"{key}_mfu", f"{label} MFU", "%", 100)
-        add(_select(rows, "timing", f"{key}_compile_s"), "timing", f"{key}_compile_s",
-            f"{label} compile time", "s")
-    add(_select(rows, "timing", "peak_memory_bytes"), "timing", "peak_memory_bytes",
-        "peak memory", "MiB", 1 / 2**20)
-    for probe in ("timing", "training"):  # 1: under torch.compile (shown once any run was)
-        compiled = _select(rows, probe, "compiled")
-        if (compiled["value"] == 1).any():
-            add(compiled, probe, f"{probe}.compiled", "compiled (torch.compile)", "")
-    for metric, label in (("final_loss", "final loss"), ("best_loss", "best loss"),
-                          ("eval_loss", "eval loss"), ("diverged", "diverged"),
-                          # mixtures of experts only (docs/moe.md)
-                          ("final_load_imbalance", "final load imbalance"),
-                          ("final_aux_loss", "final load-balancing loss"),
-                          ("final_dropped_fraction", "final dropped share")):
-        add(_select(rows, "training", metric), "training", metric, label, "")
-    add(_select(rows, "gradients", "loss"), "gradients", "loss", "loss at init", "")
-    first = first_layer(rows, "mean_abs_grad")
-    for stack in stacks_of(first):
-        add(first[first["stack"] == stack], "gradients", "first_layer_mean_abs_grad"
-            + (f".{stack}" if stack else ""), _of(stack) + "first-layer mean |grad|", "")
-    ratios = depth_ratios(rows)
-    for stack in stacks_of(ratios):
-        mine = ratios[ratios["stack"] == stack]
-        for name in sorted(set(mine["name"]), key=lambda n: (n != "all", n)):
-            label = "last/first layer grad norm" + ("" if name == "all" else f" ({name})")
-            metric = f"grad_norm_ratio.{stack + '.' if stack else ''}{name}"
-            add(mine[mine["name"] == name], "gradients", metric, _of(stack) + label, "x")
-    if not out:
-        return pd.DataFrame(columns=["variant", "seed", "value", "iqr", "section", "metric",
-                                     "label", "unit"])
-    return pd.concat(out, ignore_index=True)
+    def frame(self) -> pd.DataFrame:
+        """Every added metric, in order (an empty frame with the columns when none)."""
+        if not self.parts:
+            return pd.DataFrame(columns=PER_SEED_COLUMNS)
+        return pd.concat(self.parts, ignore_index=True)
+
+
+def seed_metrics(data: ReportData, registry: Registry | None = None) -> pd.DataFrame:
+    """One value per (variant, seed, metric): the numbers the summary aggregates, from every
+    registered probe's ``metrics`` piece (``registry``: default :func:`variantlab.get_registry`)."""
+    out = MetricRows()
+    for piece in pieces(registry, "metrics"):
+        part = piece(data)
+        if part is not None and len(part):
+            out.parts.append(part)
+    return out.frame()
 
 
 def stacks_of(frame: pd.DataFrame) -> list[str]:
@@ -109,22 +92,18 @@ def stacks_of(frame: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(frame["stack"].fillna("")))
 
 
-def _of(stack: str) -> str:
-    """A label's prefix naming the stack: ``"encoder "``, or nothing."""
-    return f"{stack} " if stack else ""
-
-
 def _with_stack(frame: pd.DataFrame) -> pd.DataFrame:
     if "stack" not in frame.columns:
         frame = frame.assign(stack="")
     return frame.assign(stack=frame["stack"].fillna(""))
 
 
-def first_layer(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Per (variant, seed, stack): a layer metric of the stack's lowest-numbered layer, over
-    its weight matrices (the seeds' measure) where the rows have them, else over all its
-    parameters. An encoder's first layer and a decoder's are two results, never one."""
-    layer = _with_stack(rows[(rows["probe"] == "gradients") & (rows["scope"] == "layer")
+def first_layer(rows: pd.DataFrame, metric: str, probe: str) -> pd.DataFrame:
+    """Per (variant, seed, stack): a layer metric of the probe's rows at the stack's
+    lowest-numbered layer, over its weight matrices (the seeds' measure) where the rows have
+    them, else over all its parameters. An encoder's first layer and a decoder's are two
+    results, never one."""
+    layer = _with_stack(rows[(rows["probe"] == probe) & (rows["scope"] == "layer")
                              & (rows["metric"] == metric) & rows["layer"].notna()])
     weights = layer[layer["name"] == "weights"]
     has_weights = layer["variant"].isin(set(weights["variant"]))
@@ -135,10 +114,12 @@ def first_layer(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
     return layer[layer["layer"] == low]
 
 
-def depth_ratios(rows: pd.DataFrame, metric: str = "grad_norm") -> pd.DataFrame:
-    """Per (variant, seed, stack, slot name): last-layer over first-layer value of a layer
-    metric, within one stack (an encoder's layers are never compared with a decoder's)."""
-    layer = _with_stack(rows[(rows["probe"] == "gradients") & (rows["scope"] == "layer")
+def depth_ratios(rows: pd.DataFrame, metric: str = "grad_norm",
+                 probe: str = "gradients") -> pd.DataFrame:
+    """Per (variant, seed, stack, slot name): last-layer over first-layer value of a probe's
+    layer metric, within one stack (an encoder's layers are never compared with a
+    decoder's)."""
+    layer = _with_stack(rows[(rows["probe"] == probe) & (rows["scope"] == "layer")
                              & (rows["metric"] == metric) & rows["layer"].notna()
                              & (rows["name"] != "weights")])
     cols = ["variant", "seed", "stack", "name", "value", "first_layer", "last_layer"]
@@ -174,8 +155,9 @@ def summarize(data: ReportData, per_seed: pd.DataFrame | None = None) -> pd.Data
     summary["baseline_mean"] = summary["metric"].map(base)
     with np.errstate(divide="ignore", invalid="ignore"):
         summary["ratio"] = summary["mean"] / summary["baseline_mean"]
-    flags = summary["metric"].isin(["diverged", "timing.compiled", "training.compiled"])
-    summary.loc[flags, "ratio"] = np.nan
+    if "ratio" in per_seed.columns:  # flags and event counts have no ratio
+        flags = set(per_seed.loc[per_seed["ratio"] == False, "metric"])  # noqa: E712
+        summary.loc[summary["metric"].isin(flags), "ratio"] = np.nan
     rank = {v: i for i, v in enumerate(data.order)}
     summary["_rank"] = summary["variant"].map(rank)
     summary = summary.sort_values(["_rank"], kind="stable").drop(columns="_rank")
@@ -199,11 +181,12 @@ def fmt(value: float, unit: str = "") -> str:
 
 
 def cell(rec: Mapping[str, Any]) -> str:
-    """``mean ± spread (×ratio)``; timing shows its IQR, a single seed shows no spread."""
+    """``mean ± spread (×ratio)``; a metric with an IQR (a timing) shows it instead, a
+    single seed shows no spread."""
     text = fmt(rec["mean"], rec["unit"])
     if rec["metric"] == "diverged":
         return f"{int(rec['mean'] * rec['n'] + 0.5)}/{rec['n']}" if rec["n"] else "NaN"
-    if rec["section"] == "timing" and not math.isnan(rec["iqr"]):
+    if not math.isnan(rec["iqr"]):
         text += f" ± {fmt(rec['iqr'])} IQR"
     elif rec["n"] > 1 and not math.isnan(rec["spread"]) and rec["spread"] > 0:
         text += f" ± {fmt(rec['spread'])}"
@@ -215,58 +198,41 @@ def cell(rec: Mapping[str, Any]) -> str:
     return text
 
 
-SECTIONS = (
-    ("params", "Parameters", "count; per-slot columns are the parameters in each slot"),
-    ("timing", "Timing", "median per pass over repeats ± its interquartile range"),
-    ("training", "Training", "final training loss (mean of the last tenth of the steps), best "
-     "step loss, and eval loss (eval mode, fresh batches), mean ± std over seeds"),
-    ("gradients", "Gradients", "loss at initialisation, the first layer's mean |grad| over its "
-     "weight matrices (the seeds' measure), and the last/first-layer gradient-norm ratio, "
-     "mean ± std over seeds"),
-)
+def section_tables(data: ReportData, summary: pd.DataFrame,
+                   registry: Registry | None = None) -> list[Table]:
+    """Every registered probe's section table (its ``section`` piece), in rank order."""
+    tables = [piece(data, summary) for piece in pieces(registry, "section")]
+    return [t for t in tables if t is not None]
 
 
-def section_tables(data: ReportData, summary: pd.DataFrame) -> list[Table]:
-    """One table per probe section: variants down, metrics across, ratio to the baseline."""
-    tables = []
-    for section, title, note in SECTIONS:
-        part = summary[summary["section"] == section]
-        if not len(part):
+def summary_section(data: ReportData, summary: pd.DataFrame, section: str, title: str,
+                    note: str, column: tuple[str, Mapping[str, str]] | None = None
+                    ) -> Table | None:
+    """A section's table (None when the summary has none of it): variants down, its metrics
+    across, each ``mean ± spread (×ratio to the baseline)``; ``column``: a header and a cell
+    per variant shown after ``n``."""
+    part = summary[summary["section"] == section]
+    if not len(part):
+        return None
+    metrics = list(dict.fromkeys(zip(part["metric"], part["label"], part["unit"])))
+    columns = ["variant", "n"] + ([column[0]] if column else []) + [
+        f"{label} ({unit})" if unit not in ("", "x", "count") else label
+        for _, label, unit in metrics]
+    body = []
+    recs: dict[str, dict[str, dict]] = {}
+    for rec in part.to_dict("records"):
+        recs.setdefault(rec["variant"], {})[rec["metric"]] = rec
+    for variant in data.order:
+        if variant not in recs:
             continue
-        metrics = list(dict.fromkeys(zip(part["metric"], part["label"], part["unit"])))
-        timed = invocation_numbers(data.rows) if section == "timing" else {}
-        columns = ["variant", "n"] + (["timed in run"] if len(timed) > 1 else []) + [
-            f"{label} ({unit})" if unit not in ("", "x", "count") else label
-            for _, label, unit in metrics]
-        body = []
-        recs: dict[str, dict[str, dict]] = {}
-        for rec in part.to_dict("records"):
-            recs.setdefault(rec["variant"], {})[rec["metric"]] = rec
-        for variant in data.order:
-            if variant not in recs:
-                continue
-            mine = recs[variant]
-            cells = [variant, str(int(max(r["n"] for r in mine.values())))]
-            if len(timed) > 1:
-                cells.append(_timed_in(data.rows, variant, timed))
-            cells += [cell(mine[m]) if m in mine else "—" for m, _, _ in metrics]
-            body.append(cells)
-        if len(timed) > 1:
-            note += (f"; these timings come from {len(timed)} invocations of `variantlab run` "
-                     "(numbered in time order in the column 'timed in run', e.g. after --only "
-                     "or a resume): only timings of one invocation were measured side by side")
-        if section == "gradients" and any(stacks_of(data.rows)):
-            note += ("; a model of several stacks (encoder, decoder) has each stack's layers "
-                     "compared among themselves, named by stack")
-        tables.append(Table(title, columns, body,
-                            f"{note}; (×r) is the ratio to the baseline {data.baseline}."))
-    return tables
-
-
-def _timed_in(rows: pd.DataFrame, variant: str, numbers: dict[str, int]) -> str:
-    mine = rows.loc[(rows["probe"] == "timing") & (rows["variant"] == variant), "invocation"]
-    found = sorted({numbers[i] for i in mine.dropna() if i in numbers})
-    return ", ".join(f"#{n}" for n in found) or "?"
+        mine = recs[variant]
+        cells = [variant, str(int(max(r["n"] for r in mine.values())))]
+        if column:
+            cells.append(column[1].get(variant, ""))
+        cells += [cell(mine[m]) if m in mine else "—" for m, _, _ in metrics]
+        body.append(cells)
+    return Table(title, columns, body,
+                 f"{note}; (×r) is the ratio to the baseline {data.baseline}.")
 
 
 def variant_table(data: ReportData) -> Table:
@@ -296,16 +262,16 @@ def _text(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def warning_table(data: ReportData, summary: pd.DataFrame) -> Table:
-    """Variant warnings, diverged training runs and NaN values."""
+def warning_table(data: ReportData, summary: pd.DataFrame,
+                  registry: Registry | None = None) -> Table:
+    """Variant warnings, the probes' warnings (``warnings`` pieces: a diverged training
+    run) and NaN values."""
     body: list[list[str]] = []
     for _, rec in data.variants.iterrows():
         for text in rec["warnings"] or []:
             body.append([rec["variant"], "spec", str(text)])
-    div = data.rows[(data.rows["probe"] == "training") & (data.rows["metric"] == "diverged")
-                    & (data.rows["value"] > 0)]
-    for _, rec in div.iterrows():
-        body.append([rec["variant"], "training", f"seed {int(rec['seed'])}: training diverged"])
+    for piece in pieces(registry, "warnings"):
+        body.extend([str(c) for c in line] for line in piece(data))
     nan = data.rows[data.rows["value"].isna() & (data.rows["scope"] != "info")]
     for (variant, seed, probe), group in nan.groupby(["variant", "seed", "probe"], sort=False):
         metrics = ", ".join(dict.fromkeys(group["metric"]))

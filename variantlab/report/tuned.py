@@ -79,9 +79,10 @@ def arch_name(overrides: Mapping[str, Any]) -> str:
     return ",".join(parts) or "base"
 
 
-def find_sweep(data: ReportData) -> Sweep | None:
-    """The first run whose variants have setting axes, with its training numbers per
-    variant and seed (None: no run has setting axes, or none trained)."""
+def find_sweep(data: ReportData, probe: str) -> Sweep | None:
+    """The first run whose variants have setting axes, with the losses of ``probe`` (the
+    probe that trains) per variant and seed (None: no run has setting axes, or none
+    trained)."""
     for meta in data.runs:
         mine = data.variants[data.variants["run"] == meta.run]
         overs = [dict(o) if isinstance(o, Mapping) else {} for o in mine["overrides"]]
@@ -97,7 +98,7 @@ def find_sweep(data: ReportData) -> Sweep | None:
                 rec[axis] = over.get(axis, (meta.measure.get(probe) or {}).get(key))
             records.append(rec)
         cells = pd.DataFrame(records)
-        rows = data.rows[(data.rows["run"] == meta.run) & (data.rows["probe"] == "training")]
+        rows = data.rows[(data.rows["run"] == meta.run) & (data.rows["probe"] == probe)]
         metrics = set(rows["metric"])
         choose = next((m for m in CHOOSE if m in metrics), None)
         report = next((m for m in REPORT if m in metrics), None)

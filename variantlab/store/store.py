@@ -2,7 +2,8 @@
 
 ``<out>/<experiment>/results.sqlite`` holds four tables (``meta``, ``variants``, ``units``,
 ``rows``) plus ``plan``, the unit keys of the experiment as last run, so that units left
-behind by an older version of the YAML stay in the file but not in :func:`results`.
+behind by an older version of the YAML stay in the file but not in :func:`results` (the
+tables, their migration and the query of the current rows: :mod:`.schema`).
 
 Each unit records ``invocation``, the id of the :class:`Store` session (one ``variantlab
 run``) that wrote it, so that a report can tell timings measured side by side from timings
@@ -31,34 +32,10 @@ from typing import Any
 import pandas as pd
 
 from .contract import RESULTS, UNITS, VARIANTS, ContractError, RunData, RunMeta, conform, describe
+from .schema import ADDED_UNIT_COLUMNS, ROWS_SQL, SCHEMA, add_missing_columns
 from .writes import write_problem
 
 STORE_FILE = "results.sqlite"
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE IF NOT EXISTS variants (
-    name TEXT PRIMARY KEY, label TEXT, position INTEGER,
-    spec_json TEXT, overrides_json TEXT, warnings_json TEXT);
-CREATE TABLE IF NOT EXISTS units (
-    key TEXT PRIMARY KEY, variant TEXT, seed INTEGER, probe TEXT, settings_json TEXT,
-    status TEXT CHECK (status IN ('ok', 'failed')), error TEXT, traceback TEXT,
-    started_at TEXT, finished_at TEXT, duration_s REAL, version TEXT, device TEXT,
-    invocation TEXT);
-CREATE TABLE IF NOT EXISTS rows (
-    unit_key TEXT NOT NULL REFERENCES units(key), probe TEXT, metric TEXT, scope TEXT,
-    name TEXT, layer INTEGER, step INTEGER, value REAL, unit TEXT);
-CREATE INDEX IF NOT EXISTS rows_by_unit ON rows(unit_key);
-CREATE TABLE IF NOT EXISTS plan (
-    key TEXT NOT NULL, variant TEXT, seed INTEGER, probe TEXT, position INTEGER,
-    PRIMARY KEY (variant, seed, probe));
-CREATE INDEX IF NOT EXISTS plan_by_key ON plan(key);
-"""
-
-#: units columns added after the first stores were written: name -> SQL type. An older store
-#: opened to write gets them added; one read only has them read as missing.
-ADDED_UNIT_COLUMNS = {"invocation": "TEXT"}
-
 
 def store_path(path: str | Path) -> Path:
     """``results.sqlite`` itself, or the one inside a run folder."""
@@ -104,18 +81,6 @@ def new_invocation() -> str:
     order), the process id and a count of the stores this process opened."""
     now = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
     return f"{now} pid {os.getpid()} #{next(_OPENED)}"
-
-
-def _add_missing_columns(conn: sqlite3.Connection) -> None:
-    """Migrate a store written before :data:`ADDED_UNIT_COLUMNS` existed (a read-only one is
-    left as it is; its units read back with those missing)."""
-    have = {r[1] for r in conn.execute("PRAGMA table_info(units)")}
-    for name, sql_type in ADDED_UNIT_COLUMNS.items():
-        if name not in have:
-            try:
-                conn.execute(f"ALTER TABLE units ADD COLUMN {name} {sql_type}")
-            except sqlite3.OperationalError:
-                pass
 
 
 class StoreError(ValueError):
@@ -200,7 +165,7 @@ class Store:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.executescript(SCHEMA)
-        _add_missing_columns(conn)
+        add_missing_columns(conn)
         return conn
 
     def _check_integrity(self) -> None:
@@ -320,26 +285,6 @@ def _frames(path: str | Path) -> RunData:
                          ) from None
 
 
-_ROWS_SQL = """
-    SELECT COALESCE(p.variant, u.variant) AS variant, COALESCE(p.seed, u.seed) AS seed,
-           r.probe, r.metric, r.scope, r.name, r.layer, r.step, r.value, r.unit,
-           u.key AS unit_key, u.status, u.error,
-           COALESCE(p.position, 1e18) AS _pos, r.rowid AS _rid
-    FROM units u
-    JOIN rows r ON r.unit_key = u.key
-    LEFT JOIN plan p ON p.key = u.key
-    WHERE u.status = 'ok' AND {current}
-    UNION ALL
-    SELECT COALESCE(p.variant, u.variant), COALESCE(p.seed, u.seed), u.probe, 'error',
-           'model', '', NULL, NULL, NULL, '', u.key, u.status, u.error,
-           COALESCE(p.position, 1e18), 0
-    FROM units u
-    LEFT JOIN plan p ON p.key = u.key
-    WHERE u.status = 'failed' AND {current}
-    ORDER BY _pos, _rid
-"""
-
-
 def _read_frames(path: str | Path) -> RunData:
     run = store_path(path).resolve().parent.name  # runs.find_runs may lengthen it
     with closing(Store(path, create=False)) as store:
@@ -354,7 +299,7 @@ def _read_frames(path: str | Path) -> RunData:
             "FROM units u ORDER BY COALESCE(_pos, 1e18), u.rowid",
             conn,
         )
-        rows = pd.read_sql_query(_ROWS_SQL.format(current="p.key IS NOT NULL" if has_plan
+        rows = pd.read_sql_query(ROWS_SQL.format(current="p.key IS NOT NULL" if has_plan
                                                   else "1"), conn)
     units["current"] = units["_pos"].notna() if has_plan else True
     for name in ADDED_UNIT_COLUMNS:  # a read-only store older than the column

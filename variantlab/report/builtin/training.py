@@ -1,0 +1,114 @@
+"""What the report shows of the ``training`` probe: final, best and eval loss and how many
+seeds diverged (a warning each), whether it ran compiled, the loss curves, and how the
+best and worst variant's loss compare with the baseline's, seed by seed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from ...plugin.probe import ProbeView
+from ..fair import fair_piece
+from ..findings import _sureness, means, paired_gaps
+from ..frame import ReportData
+from ..plots import Plot, legend, mean_by, new_axes, styles
+from ..tables import MetricRows, Table, fmt, select, summary_section
+
+PROBE = "training"
+NOTE = ("final training loss (mean of the last tenth of the steps), best step loss, and eval "
+        "loss (eval mode, fresh batches), mean ± std over seeds")
+LM_FAMILIES = {"gpt", "decoder", "encoder_decoder", "encoder"}
+
+
+def metrics(data: ReportData) -> pd.DataFrame:
+    """Whether it ran compiled (once any run was), then the losses and divergence."""
+    rows, out = data.rows, MetricRows()
+    compiled = select(rows, PROBE, "compiled")  # 1: under torch.compile
+    if (compiled["value"] == 1).any():
+        out.add(compiled, PROBE, f"{PROBE}.compiled", "compiled (torch.compile)", "",
+                ratio=False)
+    for metric, label in (("final_loss", "final loss"), ("best_loss", "best loss"),
+                          ("eval_loss", "eval loss")):
+        out.add(select(rows, PROBE, metric), PROBE, metric, label, "")
+    out.add(select(rows, PROBE, "diverged"), PROBE, "diverged", "diverged", "", ratio=False)
+    for metric, label in (("final_load_imbalance", "final load imbalance"),  # mixtures of
+                          ("final_aux_loss", "final load-balancing loss"),  # experts only
+                          ("final_dropped_fraction", "final dropped share")):  # (docs/moe.md)
+        out.add(select(rows, PROBE, metric), PROBE, metric, label, "")
+    return out.frame()
+
+
+def section(data: ReportData, summary: pd.DataFrame) -> Table | None:
+    return summary_section(data, summary, PROBE, "Training", NOTE)
+
+
+def loss_plot(data: ReportData) -> Plot:
+    title = "Training loss"
+    caption = "Training loss per step (mean over seeds) of the short AdamW run."
+    rows = data.rows
+    part = rows[(rows["probe"] == PROBE) & (rows["metric"] == "loss") & rows["step"].notna()]
+    if not len(part):
+        return Plot("training", title, caption, skipped="no training curves (the training "
+                    "probe did not run)")
+    fig, (ax,) = new_axes()
+    mean = mean_by(part, ["variant", "step"])
+    for variant, style in zip(data.order, styles(len(data.order))):
+        line = mean[mean["variant"] == variant].sort_values("step")
+        if len(line):
+            style = dict(style, marker=None)
+            ax.plot(line["step"].astype(int), line["value"], label=variant, **style)
+    ax.set_title(title)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("loss (nats per token)" if _is_lm(data) else "loss")
+    legend(fig, ax, len(data.order))
+    return Plot("training", title, caption, fig)
+
+
+def _is_lm(data: ReportData) -> bool:
+    families = {s.get("family") for s in data.variants["spec"] if isinstance(s, dict)}
+    return bool(families) and families <= LM_FAMILIES
+
+
+def plots(data: ReportData) -> list[Plot]:
+    return [loss_plot(data)]
+
+
+def loss_gap(data: ReportData, summary: pd.DataFrame) -> str | None:
+    """Eval loss (else final training loss) of the best and worst variant against the
+    baseline's, with how sure: seeds are paired (same data per seed), so the gap is judged
+    by its per-seed values, not by the spread of either variant alone."""
+    metric = "eval_loss" if (summary["metric"] == "eval_loss").any() else "final_loss"
+    what = "eval loss" if metric == "eval_loss" else "final loss"
+    table = means(summary, metric)
+    if len(table) < 2 or data.baseline not in table.index:
+        return None
+    base = table.loc[data.baseline]
+    others = table.drop(index=data.baseline)
+    per_seed = paired_gaps(data.rows, PROBE, metric, data.baseline)
+    parts = []
+    for variant in dict.fromkeys([others["mean"].idxmin(), others["mean"].idxmax()]):
+        gap = others.loc[variant, "mean"] - base["mean"]
+        where = "above" if gap > 0 else "below"
+        parts.append(f"{variant}'s {what} is {fmt(abs(gap))} {where} "
+                     f"{data.baseline}'s{_sureness(per_seed.get(variant, []))}")
+    return "; ".join(parts) + "."
+
+
+def reading(data: ReportData, summary: pd.DataFrame) -> Sequence[str | None]:
+    return [loss_gap(data, summary)]
+
+
+def warnings(data: ReportData) -> list[list[str]]:
+    """A line per diverged run."""
+    rows = data.rows
+    div = rows[(rows["probe"] == PROBE) & (rows["metric"] == "diverged") & (rows["value"] > 0)]
+    return [[rec["variant"], PROBE, f"seed {int(rec['seed'])}: training diverged"]
+            for _, rec in div.iterrows()]
+
+
+def views() -> tuple[ProbeView, ...]:
+    """The training probe's pieces, after the timing probe's; its fair comparisons read the
+    params probe's non-embedding counts for the sizes."""
+    return (ProbeView(metrics=metrics, section=section, plots=plots, reading=reading,
+                      warnings=warnings, fair=fair_piece(PROBE, "params"), rank=30),)
