@@ -270,7 +270,8 @@ SMALL_EXAMPLES = {"seed-shortcut", "xiong-fig3"}
 # these run end to end at small settings in test_published_findings.py, which also asserts
 # their findings; their full runs (minutes each) are what reports/ holds
 SMALL_SETTINGS_ELSEWHERE = {"qk-norm-logits", "peri-ln", "llama-vs-gpt2", "dyt-vs-layernorm",
-                            "gelu-vs-relu", "qk-norm-lr-sensitivity"}
+                            "gelu-vs-relu", "qk-norm-lr-sensitivity", "moe-vs-dense",
+                            "moe-balancing", "local-global"}
 
 
 def _example_params() -> list:

@@ -99,3 +99,44 @@ def test_tuned_findings_sweep_the_rate_per_architecture(name):
             v.settings.get("training", {}).get("lr", exp.measure["training"].lr))
     assert all(len(r) >= 4 for r in rates.values()), rates
     assert sorted({v.spec.emb_dim for v in exp.variants}) == TUNED[name]
+
+
+def _counts(spec):
+    from variantlab import build_model
+    from variantlab.probes.params import active_non_embedding_params, non_embedding_params
+    model = build_model(spec)
+    return non_embedding_params(model), active_non_embedding_params(model)
+
+
+def test_moe_vs_dense_matches_active_and_total_parameters():
+    # the MoE's active feed-forward equals the small dense GLU's, its total the large one's
+    # (up to the router's emb_dim x 8 weights per layer), at each width
+    exp = load_experiment(EXPERIMENTS / "moe-vs-dense.yaml")
+    by_width: dict[int, dict[str, tuple[int, int]]] = {}
+    for v in exp.variants:
+        kind = v.spec.feedforward.kind
+        name = "moe" if kind == "moe" else ("dense" if v.spec.feedforward.hidden_mult < 4
+                                            else "dense-total")
+        by_width.setdefault(v.spec.emb_dim, {})[name] = _counts(v.spec)
+    assert sorted(by_width) == [32, 64]
+    for width, c in by_width.items():
+        router = 8 * width * exp.variants[0].spec.n_layers
+        assert abs(c["moe"][1] - router - c["dense"][0]) <= 0.02 * c["dense"][0], (width, c)
+        assert abs(c["moe"][0] - router - c["dense-total"][0]) <= 0.02 * c["dense-total"][0]
+
+
+def test_local_global_sweeps_the_ratio_at_fixed_depth():
+    exp = load_experiment(EXPERIMENTS / "local-global.yaml")
+    patterns = {tuple(v.spec.layout.pattern) for v in exp.variants}
+    ratios = sorted(p.count("local") / p.count("global") for p in patterns)
+    assert ratios == [0.0, 1.0, 3.0, 5.0]
+    assert {v.spec.n_layers for v in exp.variants} == {12}  # 12: 1:1, 3:1 and 5:1 all exact
+    assert {"timing", "training", "params"} <= set(exp.measure.probes())
+
+
+def test_moe_balancing_compares_three_ways_of_balancing():
+    exp = load_experiment(EXPERIMENTS / "moe-balancing.yaml")
+    ways = {(v.spec.feedforward.aux_loss_coef > 0, v.spec.feedforward.bias_update_rate > 0)
+            for v in exp.variants}
+    assert ways == {(False, False), (True, False), (False, True)}
+    assert "dynamics" in exp.measure.probes() and len(exp.seeds) >= 3

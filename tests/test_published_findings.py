@@ -172,6 +172,56 @@ def test_qk_norm_sensitivity_sweep_reports_each_curve(tmp_path):
     assert "Loss vs learning rate" in text
 
 
+@pytest.mark.slow
+def test_moe_balancing_small_run_reports_routing(tmp_path):
+    grid = {"feedforward.aux_loss_coef": [0.0, 0.01], "feedforward.bias_update_rate": [0.0, 0.01],
+            "measure.training.lr": [1.0e-2, 3.0e-2]}
+    short = {"steps": 20, "batch_size": 4, "seq_len": 32}
+    df = run_small(tmp_path, "moe-balancing", SMALL_MODEL,
+                   {"training": {**short, "eval_batches": 2}, "dynamics": {**short, "every": 10}},
+                   report=True, grid=grid, seeds=[0, 1, 2])
+    tuned = tuned_of(tmp_path, "moe-balancing", df)
+    assert len(tuned) == 4 and (tuned["n"] == 3).all()
+    imbalance = df[(df.probe == "dynamics") & (df.metric == "load_imbalance")]
+    assert len(imbalance) and (imbalance["value"] >= 1.0 - 1e-9).all()  # max/mean >= 1
+    aux = df[(df.probe == "training") & (df.metric == "aux_loss")]
+    on = aux[aux.variant.str.contains("aux_loss_coef=0.01")]
+    assert len(on) and (on["value"] > 0).all()
+    text = (tmp_path / "runs" / "moe-balancing" / "report" / "report.md").read_text()
+    assert "expert load" in text.lower()
+
+
+@pytest.mark.slow
+def test_moe_vs_dense_small_run_compares_at_each_width(tmp_path):
+    doc = yaml.safe_load((ROOT / "experiments" / "moe-vs-dense.yaml").read_text())
+    grid = {**doc["grid"], "emb_dim": [16, 32], "measure.training.lr": [1.0e-2, 3.0e-2]}
+    df = run_small(tmp_path, "moe-vs-dense", {"context_length": 32},
+                   {"training": {"steps": 20, "batch_size": 4, "seq_len": 32, "eval_batches": 2}},
+                   report=True, grid=grid, seeds=[0, 1])
+    tuned = tuned_of(tmp_path, "moe-vs-dense", df)
+    assert len(tuned) == 6 and (tuned["n"] == 2).all()
+    active = df[(df.probe == "params") & (df.metric == "active")]
+    assert len(active) and active.variant.str.contains("moe").all()  # only the MoE has one
+    assert (tmp_path / "runs" / "moe-vs-dense" / "report" / "effects_by_size.csv").exists()
+
+
+@pytest.mark.slow
+def test_local_global_small_run_keeps_less_cache_with_more_local_layers(tmp_path):
+    doc = yaml.safe_load((ROOT / "experiments" / "local-global.yaml").read_text())
+    grid = {**doc["grid"], "measure.training.lr": [1.0e-2]}
+    df = run_small(tmp_path, "local-global", {"context_length": 32, "emb_dim": 32},
+                   {"training": {"steps": 10, "batch_size": 4, "seq_len": 32, "eval_batches": 2},
+                    "timing": {"batch_size": 2, "seq_len": 32, "repeats": 2}},
+                   report=True, grid=grid, seeds=[0])
+    state = df[(df.probe == "params") & (df.metric == "state_bytes") & (df.scope == "model")]
+    kv = state.groupby("variant")["value"].first()
+    # all-global keeps 12 layers x 32 positions; each local layer keeps only its 8-key window
+    by_locals = {v: v.count("local") for v in kv.index}
+    order = sorted(kv.index, key=lambda v: by_locals[v])
+    assert list(kv[order]) == sorted(kv, reverse=True), kv
+    assert kv[order[0]] / kv[order[-1]] == pytest.approx(12 * 32 / (2 * 32 + 10 * 8))
+
+
 def layer_rows(variant: str, seed: int, metric: str, values: dict[tuple[int, int], float]):
     return [{"variant": variant, "seed": seed, "probe": "dynamics", "metric": metric,
              "scope": "layer", "name": "", "layer": layer, "step": step, "value": v}
