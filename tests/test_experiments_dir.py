@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from variantlab.config.experiment import load_experiment
+from variantlab.model.layout import layer_rows
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 FILES = sorted(EXPERIMENTS.glob("*.yaml"))
@@ -140,3 +141,14 @@ def test_moe_balancing_compares_three_ways_of_balancing():
             for v in exp.variants}
     assert ways == {(False, False), (True, False), (False, True)}
     assert "dynamics" in exp.measure.probes() and len(exp.seeds) >= 3
+
+
+def test_hybrid_ratio_puts_attention_every_kth_layer():
+    exp = load_experiment(EXPERIMENTS / "hybrid-ratio.yaml")
+    layouts = set()
+    for v in exp.variants:
+        kinds = [row["attention"] for row in layer_rows(v.spec)]
+        assert set(kinds) <= {"mha", "gated_deltanet"}
+        layouts.add(tuple(i for i, k in enumerate(kinds) if k == "mha"))
+    # all, every 2nd, every 4th, every 8th layer attention (the last of each group), none
+    assert layouts == {tuple(range(8)), (1, 3, 5, 7), (3, 7), (7,), ()}

@@ -222,6 +222,25 @@ def test_local_global_small_run_keeps_less_cache_with_more_local_layers(tmp_path
     assert kv[order[0]] / kv[order[-1]] == pytest.approx(12 * 32 / (2 * 32 + 10 * 8))
 
 
+@pytest.mark.slow
+def test_hybrid_ratio_small_run_state_grows_with_attention_layers(tmp_path):
+    doc = yaml.safe_load((ROOT / "experiments" / "hybrid-ratio.yaml").read_text())
+    grid = {**doc["grid"], "measure.training.lr": [1.0e-2]}
+    df = run_small(tmp_path, "hybrid-ratio", {"context_length": 32},
+                   {"training": {"steps": 10, "batch_size": 4, "seq_len": 32, "eval_batches": 2}},
+                   report=True, grid=grid, seeds=[0])
+    state = df[(df.probe == "params") & (df.metric == "state_bytes") & (df.scope == "model")]
+    kv = state.groupby("variant")["value"].first()
+    variants = gather([tmp_path / "runs" / "hybrid-ratio"]).variants
+    pattern = {v: o["layout.pattern"] for v, o in zip(variants["variant"], variants["overrides"])}
+    share = {v: pattern[v].count("attn") / len(pattern[v]) for v in kv.index}
+    order = sorted(kv.index, key=lambda v: share[v])
+    assert [share[v] for v in order] == [0, 1 / 8, 1 / 4, 1 / 2, 1]
+    assert list(kv[order]) == sorted(kv), kv  # state grows with the share of attention
+    loss = df[(df.probe == "training") & (df.metric == "test_loss")]
+    assert len(loss) == 5 and loss["value"].notna().all()
+
+
 def layer_rows(variant: str, seed: int, metric: str, values: dict[tuple[int, int], float]):
     return [{"variant": variant, "seed": seed, "probe": "dynamics", "metric": metric,
              "scope": "layer", "name": "", "layer": layer, "step": step, "value": v}
