@@ -271,7 +271,8 @@ SMALL_EXAMPLES = {"seed-shortcut", "xiong-fig3"}
 # their findings; their full runs (minutes each) are what reports/ holds
 SMALL_SETTINGS_ELSEWHERE = {"qk-norm-logits", "peri-ln", "llama-vs-gpt2", "dyt-vs-layernorm",
                             "gelu-vs-relu", "qk-norm-lr-sensitivity", "moe-vs-dense",
-                            "moe-balancing", "local-global", "hybrid-ratio"}
+                            "moe-balancing", "local-global", "hybrid-ratio",
+                            "zoology-mqar"}
 
 
 def _example_params() -> list:

@@ -152,3 +152,13 @@ def test_hybrid_ratio_puts_attention_every_kth_layer():
         layouts.add(tuple(i for i, k in enumerate(kinds) if k == "mha"))
     # all, every 2nd, every 4th, every 8th layer attention (the last of each group), none
     assert layouts == {tuple(range(8)), (1, 3, 5, 7), (3, 7), (7,), ()}
+
+
+def test_zoology_mqar_sweeps_mixers_widths_and_pairs():
+    exp = load_experiment(EXPERIMENTS / "zoology-mqar.yaml")
+    mixers = {tuple(row["attention"] for row in layer_rows(v.spec)) for v in exp.variants}
+    assert mixers == {("mha",) * 4, ("linear_attention",) * 4, ("mamba2",) * 4,
+                      ("gated_deltanet",) * 4, ("gated_deltanet",) * 3 + ("mha",)}
+    assert {v.spec.emb_dim for v in exp.variants} == {32, 64}
+    assert {v.data.n_pairs for v in exp.variants} == {4, 8}
+    assert exp.data.task == "recall" and len(exp.seeds) >= 2

@@ -32,13 +32,15 @@ def run_small(tmp_path: Path, name: str, model: dict[str, Any],
               seeds: list[int] | None = None) -> pd.DataFrame:
     """experiments/NAME.yaml with the model and probe settings overridden (and its grid and
     seeds, when given, with its named variants dropped), run by the CLI on the first
-    ``max_files`` stdlib sources with the experiment's tokenizer; its stored rows."""
+    ``max_files`` stdlib sources with the experiment's tokenizer (0: the experiment's own
+    data); its stored rows."""
     doc = yaml.safe_load((ROOT / "experiments" / f"{name}.yaml").read_text())
     doc["model"].update(model)
     tokenizer = doc["data"].get("tokenizer")
-    doc["data"] = {"source": "stdlib", "max_files": max_files}
-    if tokenizer:
-        doc["data"]["tokenizer"] = tokenizer
+    if max_files:  # 0: keep the experiment's own (synthetic) data
+        doc["data"] = {"source": "stdlib", "max_files": max_files}
+        if tokenizer:
+            doc["data"]["tokenizer"] = tokenizer
     if grid is not None:
         doc["grid"] = grid
         doc.pop("variants", None)
@@ -239,6 +241,18 @@ def test_hybrid_ratio_small_run_state_grows_with_attention_layers(tmp_path):
     assert list(kv[order]) == sorted(kv), kv  # state grows with the share of attention
     loss = df[(df.probe == "training") & (df.metric == "test_loss")]
     assert len(loss) == 5 and loss["value"].notna().all()
+
+
+@pytest.mark.slow
+def test_zoology_small_run_reports_recall_per_mixer(tmp_path):
+    doc = yaml.safe_load((ROOT / "experiments" / "zoology-mqar.yaml").read_text())
+    grid = {"layout.pattern": doc["grid"]["layout.pattern"], "measure.training.lr": [1.0e-2]}
+    df = run_small(tmp_path, "zoology-mqar", {"emb_dim": 32},
+                   {"training": {"steps": 10, "batch_size": 8, "seq_len": 32, "eval_batches": 2}},
+                   report=True, grid=grid, seeds=[0], max_files=0)
+    recall = df[(df.probe == "training") & (df.metric == "recall_accuracy")]
+    assert recall.variant.nunique() == 5
+    assert recall["value"].between(0.0, 1.0).all()
 
 
 def layer_rows(variant: str, seed: int, metric: str, values: dict[tuple[int, int], float]):
