@@ -4,6 +4,7 @@ best setting, chosen on val_loss and reported on test_loss; effects at each size
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 import pandas as pd
@@ -12,7 +13,9 @@ import pytest
 import variantlab as vl
 from variantlab.report import build_context, gather, write_report
 from variantlab.report.effects import interval
-from variantlab.report.scaling import power_law
+from variantlab.report.fair import ranking_flips
+from variantlab.report.scaling import effects_by_size, power_law
+from variantlab.report.tuned import find_sweep, tuned_frame
 from variantlab.testing.sample import sample_grid
 
 REG = vl.get_registry()
@@ -89,7 +92,8 @@ def test_each_architecture_is_chosen_on_val_and_reported_on_test(tmp_path):
     md = files.markdown.read_text()
     assert "## Tuned comparison" in md and "loss\\_vs\\_lr" not in md
     assert "activation.kind=relu beats activation.kind=gelu at lr 0.001 (val\\_loss 2.91 vs " \
-        "3.01), loses at each one's best lr (test\\_loss 3.03 vs 2.61)" in md
+        "3.01), loses at each one's best lr (val\\_loss 2.91 vs 2.51; test\\_loss 3.03 vs " \
+        "2.61)" in md
     assert "widen the sweep" in md and "activation.kind=relu (measure.training.lr)" in md
     table = [line for line in md.splitlines()
              if line.startswith("| activation.kind=") and line.endswith("/9 |")]
@@ -168,3 +172,32 @@ def test_effects_n_is_the_number_of_seeds_with_setting_axes():
     main = context["effects_frame"].main
     assert set(main["n"]) == {3}
     assert math.isnan(main["low"].iloc[0]) is False
+
+
+def test_ranking_flips_compare_only_architectures_of_one_size():
+    # at each width relu beats gelu at 1e-3 and loses at each one's best; the width-16 and
+    # width-32 architectures would "flip" against each other too, but differ in size
+    grid = {"emb_dim": [16, 32], **GRID}
+
+    def val(over, seed):  # width 32: better at its best, worse than width 16 at 1e-2
+        shift = {1e-3: -0.3, 3e-3: -0.3, 1e-2: 0.5}[over["measure.training.lr"]]
+        return val_of(over, seed) + (shift if over["emb_dim"] == 32 else 0.0)
+
+    run = tuning_run(grid, val, lambda over, seed: val(over, seed) + 0.1)
+    data = gather([run], baseline=None)
+    sweep = find_sweep(data, "training")
+    lines = ranking_flips(sweep, tuned_frame(sweep))
+    assert len(lines) == 2, lines
+    for line in lines:
+        assert len(set(re.findall(r"emb_dim=(\d+)", line))) == 1, line
+
+
+def test_effects_by_size_say_one_size_when_a_value_has_one():
+    rows = pd.DataFrame([{"seed": s, "size": size, "value": v, "activation.kind": act}
+                         for s in (0, 1, 2)
+                         for size, act, v in (("emb_dim=16", "gelu", 3.0), ("emb_dim=16", "relu", 3.1),
+                                              ("emb_dim=32", "gelu", 2.8), ("emb_dim=32", "relu", 2.85),
+                                              ("emb_dim=16", "silu", 3.2))])
+    out = effects_by_size(rows, ["activation.kind"], {"activation.kind": "gelu"}, "test_loss")
+    across = dict(zip(out["value"], out["across_sizes"]))
+    assert across == {"relu": "holds", "silu": "one size"}

@@ -130,19 +130,21 @@ def tuned_lines(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
 
 
 def ranking_flips(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
-    """When two architectures rank one way at some learning rate and the other way at
-    their own best settings ("relu beats gelu at lr 0.001, loses at each one's best")."""
+    """When two architectures of the same size rank one way at some learning rate and the
+    other way at their own best settings ("relu beats gelu at lr 0.001, loses at each one's
+    best"), both judged on the choice metric (the test metric at the best is added)."""
     if sweep.lr_axis is None:
         return []
-    tested = frame.set_index("variant")["test_loss"]
+    by_arch = frame.set_index("variant")
+    chosen, tested = by_arch["val_loss"], by_arch["test_loss"]
     curves = {a: lr_curves(sweep, a, choose(sweep, a)).set_index("lr") for a in sweep.archs}
     out = []
     for i, a in enumerate(sweep.archs):
         for b in sweep.archs[i + 1:]:
-            ta, tb = tested.get(a, math.nan), tested.get(b, math.nan)
-            if not (_finite(ta) and _finite(tb)) or ta == tb:
+            va, vb = chosen.get(a, math.nan), chosen.get(b, math.nan)
+            if not sweep.same_size(a, b) or not (_finite(va) and _finite(vb)) or va == vb:
                 continue
-            win, lose = (a, b) if ta < tb else (b, a)
+            win, lose = (a, b) if va < vb else (b, a)
             ca, cb = curves[win], curves[lose]
             flips = []
             for lr in ca.index.intersection(cb.index):
@@ -155,8 +157,9 @@ def ranking_flips(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
                 _, lr, x, y = max(flips, key=lambda f: f[0] if math.isfinite(f[0]) else 1e300)
                 out.append(f"The ranking depends on the learning rate: {lose} beats {win} at "
                            f"lr {fmt(lr)} ({sweep.chosen_on} {_num(y)} vs {_num(x)}), loses at "
-                           f"each one's best lr ({sweep.reported_on} "
-                           f"{_num(tested[lose])} vs {_num(tested[win])}).")
+                           f"each one's best lr ({sweep.chosen_on} {_num(chosen[lose])} vs "
+                           f"{_num(chosen[win])}; {sweep.reported_on} {_num(tested[lose])} vs "
+                           f"{_num(tested[win])}).")
     return out[:MAX_FLIPS]
 
 

@@ -26,9 +26,8 @@ from .effects import interval, value_text
 from .frame import ReportData
 from .plots import Plot, legend, new_axes, styles
 from .tables import Table, fmt
-from .tuned import REPORT, SETTING, Sweep, arch_name, choose
+from .tuned import REPORT, SETTING, SIZE_AXES, Sweep, arch_name, choose
 
-SIZE_AXES = ("emb_dim", "n_layers")
 MIN_FIT = 3  # sizes a line needs for a fitted power law
 BY_SIZE_COLUMNS = ("axis", "value", "size", "metric", "effect", "low", "high", "n", "sign",
                    "across_sizes")
@@ -74,8 +73,8 @@ def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: s
         records, seeds = [], []
         for variant, over in zip(mine["variant"], mine["overrides"]):
             over = dict(over) if isinstance(over, Mapping) else {}
-            if not set(grid) <= set(over):
-                continue  # a named variant outside the grid
+            if set(over) != set(grid):
+                continue  # a named variant outside the grid (it sets other keys, or fewer)
             name = arch_name(over)
             if chosen is not None and chosen.get(name) != variant:
                 continue  # not this architecture's chosen setting
@@ -213,7 +212,8 @@ def effects_by_size(per_seed: pd.DataFrame, axes: list[str], baseline: Mapping[s
                 sign = "positive" if effect > 0 else "negative" if effect < 0 else "zero"
                 rows.append([axis, value, size, metric, effect, low, high, n, sign])
             signs = {r[-1] for r in rows}
-            holds = "holds" if len(signs) == 1 and "zero" not in signs else \
+            holds = "one size" if len(rows) < 2 else \
+                "holds" if len(signs) == 1 and "zero" not in signs else \
                 "flips" if {"positive", "negative"} <= signs else "unclear"
             records += [r + [holds] for r in rows]
     return pd.DataFrame(records, columns=list(BY_SIZE_COLUMNS))

@@ -49,6 +49,10 @@ TUNED_COLUMNS = ("variant", "val_loss", "test_loss", "low", "high", "n", "vs_bas
                  "runs", "chosen_on", "reported_on")
 
 
+#: model keys that make a size axis: architectures that differ in these are different sizes
+SIZE_AXES = ("emb_dim", "n_layers")
+
+
 @dataclass
 class Sweep:
     """A run's variants split into architecture and setting axes."""
@@ -63,6 +67,11 @@ class Sweep:
     reported_on: str
     baseline: str  # the baseline architecture
     archs: list[str] = field(default_factory=list)  # in sweep order
+    sizes: dict[str, str] = field(default_factory=dict)  # arch -> its size-axis values
+
+    def same_size(self, a: str, b: str) -> bool:
+        """Whether architectures ``a`` and ``b`` have the same values on every size axis."""
+        return self.sizes.get(a, "") == self.sizes.get(b, "")
 
     @property
     def lr_axis(self) -> str | None:
@@ -90,9 +99,11 @@ def find_sweep(data: ReportData, probe: str) -> Sweep | None:
         setting = [a for a in axes if a.startswith(SETTING)]
         if not setting:
             continue
-        records = []
+        records, sizes = [], {}
         for variant, over in zip(mine["variant"], overs):
             rec = {"variant": variant, "arch": arch_name(over)}
+            sizes[rec["arch"]] = ",".join(f"{a}={value_text(over[a])}" for a in SIZE_AXES
+                                          if a in over)
             for axis in setting:
                 _, probe, key = axis.split(".", 2)
                 rec[axis] = over.get(axis, (meta.measure.get(probe) or {}).get(key))
@@ -121,7 +132,7 @@ def find_sweep(data: ReportData, probe: str) -> Sweep | None:
         baseline = str(base_rows["arch"].iloc[0]) if len(base_rows) else archs[0]
         values = {a: _ordered(meta.grid.get(a) if meta.grid else None, cells[a]) for a in setting}
         return Sweep(meta.run, [a for a in axes if not a.startswith(SETTING)], setting, values,
-                     cells, per_seed, choose, report, baseline, archs)
+                     cells, per_seed, choose, report, baseline, archs, sizes)
     return None
 
 
