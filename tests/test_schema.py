@@ -301,3 +301,16 @@ def test_the_cli_refuses_bad_input(tmp_path):
     assert result.exit_code == 2
     assert str(target) in result.output and "Traceback" not in result.output
     assert not target.exists()
+
+
+def test_layout_and_data_paths_pass_the_schema_and_misspellings_do_not(validator):
+    doc = copy.deepcopy(TINY_EXP)
+    doc["model"]["layout"] = {"kinds": {"a": {}, "b": {"activation": "relu"}}, "pattern": ["a"]}
+    doc["data"] = {"source": "synthetic", "task": "recall"}
+    doc["grid"] = {"layout.pattern": [["a"], ["a", "b"]], "data.n_pairs": [2, 4]}
+    assert errors(validator, doc) == []
+    assert len(experiment_from_text(yaml.safe_dump(doc), "t.yaml").variants) == 4
+    for bad in ("layout.patern", "data.", "layouts.pattern"):
+        wrong = {**doc, "grid": {bad: [1, 2]}}
+        assert any("unexpected" in e or "does not match any of the regexes" in e
+                   for e in errors(validator, wrong)), bad

@@ -291,17 +291,32 @@ def _union(path: str, options: list[tuple[str, dict]]) -> dict[str, Any]:
     return {"anyOf": list(unique.values()), "description": text}
 
 
+#: paths whose values are checked when the experiment loads, not by this schema: a layout's
+#: pattern, layers and kinds (``layout.pattern``, ``layout.layers.N``, ``layout.kinds.NAME...``;
+#: docs/experiments.md#layouts) and a data setting (``data.n_pairs``; #grid)
+OPEN_PATHS = {
+    r"^layout\.(pattern|layers\.[0-9]+|kinds\.[^.]+(\..+)?)$":
+        "a layout path (layer kinds, pattern or one layer), checked when the file loads",
+    r"^data\.[A-Za-z_][A-Za-z0-9_]*$":
+        "a data setting of this variant (data.n_pairs, data.seq_len, ...), checked when the "
+        "file loads",
+}
+
+
 def _grid_schema(description: str, paths: dict[str, dict]) -> dict[str, Any]:
     props = {p: {"type": "array", "minItems": 1, "items": {k: v for k, v in s.items()
                                                             if k != "description"},
                  "description": "a list of values; " + s["description"]} for p, s in paths.items()}
+    open_paths = {pattern: {"type": "array", "minItems": 1, "description": "a list of values; "
+                            + text} for pattern, text in OPEN_PATHS.items()}
     return {"type": "object", "description": description, "properties": props,
-            "additionalProperties": False}
+            "patternProperties": open_paths, "additionalProperties": False}
 
 
 def _set_schema(description: str, paths: dict[str, dict]) -> dict[str, Any]:
+    open_paths = {pattern: {"description": text} for pattern, text in OPEN_PATHS.items()}
     return {"type": "object", "description": description, "properties": dict(paths),
-            "additionalProperties": False}
+            "patternProperties": open_paths, "additionalProperties": False}
 
 
 def _nested_slots(node: Any) -> None:
