@@ -75,9 +75,7 @@ def heatmaps(data: Any) -> Sequence[Any]:
 
 def lines(data: Any) -> Sequence[Any]:
     """One panel per quantity: its mean over layers (and seeds) against step, per variant."""
-    import matplotlib.pyplot as plt
-
-    from .plots import RC, Plot, shown, styles
+    from .plots import Plot, step_lines
 
     part = _layer_rows(data)
     title = "Training dynamics over steps"
@@ -86,20 +84,7 @@ def lines(data: Any) -> Sequence[Any]:
         return [Plot("dynamics-lines", title, caption, skipped="no dynamics rows")]
     variants = [v for v in data.order if v in set(part["variant"])]
     metrics = [m for m in METRICS if m in set(part["metric"])]
-    st = styles(len(variants))
-    with plt.rc_context(RC):
-        fig, axes = plt.subplots(1, len(metrics), squeeze=False,
-                                 figsize=(2.8 * len(metrics), 2.8))
-        for c, metric in enumerate(metrics):
-            ax = axes[0][c]
-            for k, variant in enumerate(variants):
-                mine = part[(part["variant"] == variant) & (part["metric"] == metric)]
-                curve = mine.groupby("step")["value"].mean()
-                ax.plot(curve.index, curve.to_numpy(), label=shown(variant), **st[k])
-            ax.set_title(LABELS[metric], fontsize=8)
-            ax.set_xlabel("step")
-        axes[0][0].legend(fontsize=7)
-        fig.tight_layout()
+    fig = step_lines(part, variants, metrics, LABELS)
     return [Plot("dynamics-lines", title, caption, fig)]
 
 

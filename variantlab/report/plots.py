@@ -119,6 +119,26 @@ def stack_lines(ax, part: pd.DataFrame, order: list[str], st: dict[str, dict]) -
                     label=variant if i == 0 else "_nolegend_", **st[variant])
 
 
+def step_lines(part: pd.DataFrame, variants: list[str], metrics: list[str],
+               labels: dict[str, str]) -> Figure:
+    """One panel per metric: each variant's mean over rows (layers, seeds) at each step."""
+    st = styles(len(variants))
+    with plt.rc_context(RC):
+        fig, axes = plt.subplots(1, len(metrics), squeeze=False,
+                                 figsize=(2.8 * len(metrics), 2.8))
+        for c, metric in enumerate(metrics):
+            ax = axes[0][c]
+            for k, variant in enumerate(variants):
+                mine = part[(part["variant"] == variant) & (part["metric"] == metric)]
+                curve = mine.groupby("step")["value"].mean()
+                ax.plot(curve.index, curve.to_numpy(), label=shown(variant), **st[k])
+            ax.set_title(labels[metric], fontsize=8)
+            ax.set_xlabel("step")
+        axes[0][0].legend(fontsize=7)
+        fig.tight_layout()
+    return fig
+
+
 def stack_caption(part: pd.DataFrame) -> str:
     """A caption's sentence naming the stacks drawn (nothing for a model of one stack)."""
     stacks = [s for s in dict.fromkeys(part.get("stack", pd.Series(dtype=str)).fillna("")) if s]

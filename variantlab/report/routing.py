@@ -93,9 +93,7 @@ def expert_load(data: Any) -> Sequence[Any]:
 
 def balance_lines(data: Any) -> Sequence[Any]:
     """One panel per balance quantity: its mean over routed layers (and seeds) per step."""
-    import matplotlib.pyplot as plt
-
-    from .plots import RC, Plot, shown, styles
+    from .plots import Plot, step_lines
 
     part = _rows(data, LAYER_METRICS)
     if not len(part):
@@ -105,20 +103,7 @@ def balance_lines(data: Any) -> Sequence[Any]:
                "unweighted (the training objective adds them times their coefficients)")
     variants = [v for v in data.order if v in set(part["variant"])]
     metrics = [m for m in LAYER_METRICS if m in set(part["metric"])]
-    st = styles(len(variants))
-    with plt.rc_context(RC):
-        fig, axes = plt.subplots(1, len(metrics), squeeze=False,
-                                 figsize=(2.8 * len(metrics), 2.8))
-        for c, metric in enumerate(metrics):
-            ax = axes[0][c]
-            for k, variant in enumerate(variants):
-                mine = part[(part["variant"] == variant) & (part["metric"] == metric)]
-                curve = mine.groupby("step")["value"].mean()
-                ax.plot(curve.index, curve.to_numpy(), label=shown(variant), **st[k])
-            ax.set_title(LABELS[metric], fontsize=8)
-            ax.set_xlabel("step")
-        axes[0][0].legend(fontsize=7)
-        fig.tight_layout()
+    fig = step_lines(part, variants, metrics, LABELS)
     return [Plot("moe-balance", title, caption, fig)]
 
 
