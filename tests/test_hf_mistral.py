@@ -4,14 +4,12 @@ with and without a padding mask, in both attention implementations, and a YAML r
 
 import pytest
 import torch
-import yaml
-from conftest import n_params, perturbed
+from conftest import assert_yaml_round_trip, left_padded_diff, n_params, perturbed
 
 transformers = pytest.importorskip("transformers")
 
 import variantlab as vl  # noqa: E402
 from variantlab import from_transformers  # noqa: E402
-from variantlab.hfimport import spec_yaml  # noqa: E402
 
 REG = vl.get_registry()
 BASE = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
@@ -62,26 +60,10 @@ def test_the_window_matters():
 def test_left_padded_mask(case, impl):
     hf = hf_model(CASES[case])
     _, model = from_transformers(hf, REG, impl=impl)
-    model.eval()
-    idx = torch.randint(0, 64, (3, 11))
-    mask = torch.ones(3, 11, dtype=torch.long)
-    mask[0, :4] = 0
-    mask[2, :1] = 0
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    with torch.no_grad():
-        ref = hf(idx, attention_mask=mask, position_ids=positions).logits
-        ours = model(idx, attention_mask=mask)
-    real = mask.bool()
-    assert (ours[real] - ref[real]).abs().max().item() < 1e-4
+    assert left_padded_diff(hf, model) < 1e-4
 
 
 @pytest.mark.parametrize("case", ["window4-gqa", "no-window-gelu"])
 def test_yaml_round_trip(case):
     spec, model = from_transformers(hf_model(CASES[case]), REG)
-    again = vl.parse_model_spec(yaml.safe_load(spec_yaml(spec))["model"], REG)
-    assert again == spec
-    rebuilt = vl.build_model(again, REG)
-    rebuilt.load_state_dict(model.state_dict())
-    idx = torch.randint(0, 64, (1, 9))
-    with torch.no_grad():
-        assert torch.equal(rebuilt.eval()(idx), model.eval()(idx))
+    assert_yaml_round_trip(spec, model, REG)

@@ -5,13 +5,13 @@ the hybrid layouts, refusals, YAML round trip."""
 
 import pytest
 import torch
-import yaml
+from conftest import assert_yaml_round_trip, n_params, perturbed
 
 transformers = pytest.importorskip("transformers")
 
 import variantlab as vl  # noqa: E402
 from variantlab import from_transformers  # noqa: E402
-from variantlab.hfimport import ConversionError, spec_yaml  # noqa: E402
+from variantlab.hfimport import ConversionError  # noqa: E402
 
 REG = vl.get_registry()
 MAMBA2 = dict(hidden_size=32, state_size=8, num_heads=8, head_dim=8, n_groups=2, expand=2,
@@ -54,16 +54,7 @@ def hf_model(family, kwargs):
     config = getattr(transformers, f"{family}Config")(**kwargs)
     if family in ("Jamba", "Qwen3Next"):
         config._attn_implementation = "eager"
-    model = getattr(transformers, f"{family}ForCausalLM")(config)
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.2)
-    return model.eval()
-
-
-def n_params(model):
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    return perturbed(getattr(transformers, f"{family}ForCausalLM")(config))
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -148,13 +139,7 @@ def test_qwen3next_shared_expert_gate_matters():
                                   "qwen3next-moe-dense-layers"])
 def test_yaml_round_trip(case):
     spec, model = from_transformers(hf_model(*CASES[case]), REG)
-    again = vl.parse_model_spec(yaml.safe_load(spec_yaml(spec))["model"], REG)
-    assert again == spec
-    rebuilt = vl.build_model(again, REG)
-    rebuilt.load_state_dict(model.state_dict())
-    idx = torch.randint(0, 64, (1, 9))
-    with torch.no_grad():
-        assert torch.equal(rebuilt.eval()(idx), model.eval()(idx))
+    assert_yaml_round_trip(spec, model, REG)
 
 
 def test_refusals():

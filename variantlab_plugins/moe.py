@@ -193,6 +193,7 @@ class MoE(nn.Module):
         self.variantlab_stacked = [(n, r) for n, r in (
             ("W_gate", "ffn_gate"), ("W_up", "ffn_in"), ("W_down", "ffn_out"))
             if getattr(self, n) is not None]
+        self._last: tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int] | None = None
         self._terms: dict[str, torch.Tensor] = {}
         self._stats: dict[str, Any] = {}
         self._pending_load: torch.Tensor | None = None
@@ -269,30 +270,40 @@ class MoE(nn.Module):
 
     def _record(self, logits: torch.Tensor, probs: torch.Tensor, counts: torch.Tensor,
                 n: int, dropped: int) -> None:
-        """Keep the last forward's balancing terms (with gradients) and statistics."""
-        e_n, k = self.spec.n_experts, self.spec.top_k
-        f = counts.to(probs.dtype) / n  # (E,) assignments per token; sums to top_k
-        self._terms = {
-            "aux_loss": e_n * (f * probs.mean(0)).sum(),
-            "z_loss": torch.logsumexp(logits, -1).pow(2).mean(),
-        }
-        with torch.no_grad():
-            p = probs.detach()
-            entropy = -(p * p.clamp_min(1e-30).log()).sum(-1).mean()
-        self._stats = {"load": (counts.float() / (n * k)).detach(),
-                       "router_entropy": entropy,
-                       "dropped_fraction": dropped / (n * k),
-                       "capacity": self.spec.capacity_factor is not None}
+        """Keep what the last forward's balancing terms and statistics are computed from;
+        they are computed when asked for (not in every forward: timing and plain inference
+        never ask)."""
+        self._last = (logits, probs, counts, n, dropped)
+        self._terms, self._stats = {}, {}
         if self.training and self.expert_bias is not None:
             self._pending_load = counts.detach().float()
 
     def aux_terms(self) -> dict[str, torch.Tensor]:
+        """The last forward's load-balancing loss and router z-loss (with gradients)."""
+        if not self._terms and self._last is not None:
+            logits, probs, counts, n, _ = self._last
+            f = counts.to(probs.dtype) / n  # (E,) assignments per token; sums to top_k
+            self._terms = {
+                "aux_loss": self.spec.n_experts * (f * probs.mean(0)).sum(),
+                "z_loss": torch.logsumexp(logits, -1).pow(2).mean(),
+            }
         return self._terms
 
     def aux_weights(self) -> dict[str, float]:
         return {"aux_loss": self.spec.aux_loss_coef, "z_loss": self.spec.z_loss_coef}
 
     def routing_stats(self) -> dict[str, Any]:
+        """The last forward's expert load, router entropy and dropped share (detached)."""
+        if not self._stats and self._last is not None:
+            _, probs, counts, n, dropped = self._last
+            k = self.spec.top_k
+            with torch.no_grad():
+                p = probs.detach()
+                entropy = -(p * p.clamp_min(1e-30).log()).sum(-1).mean()
+            self._stats = {"load": (counts.float() / (n * k)).detach(),
+                           "router_entropy": entropy,
+                           "dropped_fraction": dropped / (n * k),
+                           "capacity": self.spec.capacity_factor is not None}
         return self._stats
 
     @torch.no_grad()
