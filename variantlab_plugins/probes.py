@@ -18,8 +18,8 @@ _VIEWS = "variantlab.report.builtin.{}:views"
 
 def dynamics_views() -> tuple[Any, ...]:
     """The dynamics probe's views: its heatmaps and lines, and the MoE routing views."""
-    from variantlab.report.dynamics import dynamics_views as lines
-    from variantlab.report.routing import routing_views
+    from variantlab.report.builtin.dynamics import dynamics_views as lines
+    from variantlab.report.builtin.routing import routing_views
 
     return (*lines(), *routing_views())
 

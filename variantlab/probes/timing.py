@@ -36,17 +36,18 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..data import sources as datalib
+from ..model.build import make_model
 from ..model.specs import ModelSpec
 from ..model.tasks import Batch, Task, task_for
 from ..plugin.registry import Registry
 from ..plugin.rows import Row, row
 from ..plugin.settings import Device, DType, Strict
 from . import flops as flopslib
+from .common import autocast, resolve_device
+from .compiled import compile_errors, compile_model
 
 if TYPE_CHECKING:  # imported when a unit is timed: it imports setuptools (0.2 s)
     from torch.utils import benchmark
-from .common import autocast, make_model, resolve_device
-from .compiled import compile_errors, compile_model
 
 
 class TimingSettings(Strict):
