@@ -20,6 +20,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from ..plugin.registry import Registry  # noqa: E402
 from .frame import ReportData  # noqa: E402
+from .guard import Failure  # noqa: E402
 from .parts import pieces  # noqa: E402
 
 RC: dict[Any, Any] = {  # matplotlib types its keys as a Literal of every rc name
@@ -157,11 +158,17 @@ def build_plots(data: ReportData, focus: Sequence[str] | None = None,
         keep = set(focus)
         data = replace(data, order=list(focus), rows=data.rows[data.rows["variant"].isin(keep)])
     with plt.rc_context(RC):
-        plots = [plot for piece in pieces(registry, "plots") for plot in piece(data)]
+        plots = [plot for piece in pieces(registry, "plots", failed_plots)
+                 for plot in piece(data)]
     if why:
         for plot in plots:
             plot.caption += " " + why
     return plots
+
+
+def failed_plots(probe: str, failure: Failure) -> list[Plot]:
+    """In place of a probe's plots that raised: one skipped plot saying so."""
+    return [Plot(f"failed-{probe}-plots", f"{probe}: plots", "", skipped=failure.notice())]
 
 
 def heatmap(table: pd.DataFrame, key: str, title: str, caption: str, what: str) -> Plot:
