@@ -5,7 +5,8 @@ the order rotating every round so drift hits all alike), ``--repeats`` rounds; t
 the median wall time and the median CPU time (user + system of the child) and their ratios to
 ``import torch``. The machine's load average and cores are printed before and after. The
 children run with Python's bytecode cache on, as a user's do (``PYTHONDONTWRITEBYTECODE`` is
-dropped from their environment; one untimed warm-up run of each command fills the cache).
+dropped from their environment; the cache goes to a temporary folder,
+``PYTHONPYCACHEPREFIX``; one untimed warm-up run of each command fills it).
 
 - ``import torch``: the floor every command pays (variantlab builds torch models);
 - ``validate (params)``: a 6-line experiment with the default probe (params), two variants;
@@ -31,6 +32,7 @@ from pathlib import Path
 
 BIN = Path(sys.executable).parent / "variantlab"
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+ENV["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / "variantlab-bench-pycache")
 SIX = """\
 name: startup
 model: {{emb_dim: 32, n_layers: 2, n_heads: 2, vocab_size: {vocab}, context_length: 32}}

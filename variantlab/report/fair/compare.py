@@ -17,7 +17,7 @@ import pandas as pd
 from ...plugin.registry import Registry
 from ..frame import ReportData
 from ..parts import pieces
-from ..plots import Plot, legend, new_axes, styles
+from ..plots import Plot, legend, log_scale, new_axes, styles
 from ..tables import Table, fmt
 from .scaling import scaling_parts
 from .tuned import Sweep, choose, find_sweep, lr_curves, tuned_frame
@@ -191,7 +191,7 @@ def lr_plot(sweep: Sweep, frame: pd.DataFrame) -> Plot:
         inits += curve["init"].dropna().tolist()
     if inits:
         ax.axhline(sum(inits) / len(inits), color="grey", linestyle="--", linewidth=0.8)
-    ax.set_xscale("log")
+    log_scale(ax, "x")
     ax.set_title(title)
     ax.set_xlabel("learning rate")
     ax.set_ylabel(sweep.chosen_on)

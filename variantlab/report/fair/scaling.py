@@ -24,7 +24,7 @@ import pandas as pd
 
 from ..effects import interval, value_text
 from ..frame import ReportData
-from ..plots import Plot, legend, new_axes, styles
+from ..plots import Plot, legend, log_scale, new_axes, styles
 from ..tables import Table, fmt
 from .tuned import REPORT, SETTING, SIZE_AXES, Sweep, arch_name, choose
 
@@ -210,9 +210,9 @@ def scaling_plot(frame: pd.DataFrame, metric: str) -> Plot:
         if not len(part):
             ax.text(0.5, 0.5, f"no {label}", ha="center", va="center", transform=ax.transAxes)
         if len(part) and (part[x] > 0).all():
-            ax.set_xscale("log")
+            log_scale(ax, "x")
         if len(part) and (part["loss"] > 0).all():
-            ax.set_yscale("log")
+            log_scale(ax, "y")
         ax.set_xlabel(label)
         ax.set_ylabel(metric)
     fig.suptitle(title)
