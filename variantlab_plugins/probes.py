@@ -24,12 +24,19 @@ def dynamics_views() -> tuple[Any, ...]:
     return (*lines(), *routing_views())
 
 
+def timing_passes(settings: TimingSettings) -> list[str]:
+    """The passes a timing unit times (its ``passes:`` setting)."""
+    return list(settings.passes)
+
+
 @hookimpl
 def register_probes(register):
     register("params", ParamsSettings, params.run, device_free=True,
              views=_VIEWS.format("params"))
-    register("gradients", GradientsSettings, gradients.run, views=_VIEWS.format("gradients"))
-    register("timing", TimingSettings, timing.run, serial=True, views=_VIEWS.format("timing"))
+    register("gradients", GradientsSettings, gradients.run, passes=("forward", "backward"),
+             views=_VIEWS.format("gradients"))
+    register("timing", TimingSettings, timing.run, serial=True, passes=timing_passes,
+             views=_VIEWS.format("timing"))
     register("training", TrainingSettings, training.run, trains=True,
              views=_VIEWS.format("training"))
     register("dynamics", DynamicsSettings, dynamics.run, trains=True,

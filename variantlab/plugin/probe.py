@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from ..plugin.settings import Strict
+
+#: what a unit may run on each batch (:attr:`Probe.passes`)
+PASSES = frozenset({"forward", "backward", "step"})
 
 #: ``run(spec, settings, *, seed, data, base_dir, device, registry) -> list[Row]``
 RunFn = Callable[..., list]
@@ -82,7 +85,11 @@ class Probe:
       when the report first asks, so commands that write no report never import them;
     - ``serial``: its units run last, one at a time, never beside other work (timing);
     - ``device_free``: its numbers do not depend on the device (no device in the unit key);
-    - ``trains``: it takes optimizer steps (the size guard counts optimizer state).
+    - ``trains``: it takes optimizer steps (the size guard counts optimizer state);
+    - ``passes``: what a unit runs on each batch, for the size guard: a subset of
+      :data:`PASSES`, or a function of the settings giving one (timing's ``passes:``);
+      empty (the default): forward, backward and step for a probe that ``trains``, else
+      forward only. See :meth:`memory_passes`.
     """
 
     name: str
@@ -93,6 +100,16 @@ class Probe:
     serial: bool = False
     device_free: bool = False
     trains: bool = False
+    passes: frozenset[str] | Callable[[Any], Iterable[str]] = frozenset()
+
+    def memory_passes(self, settings: Any) -> frozenset[str]:
+        """What a unit with ``settings`` runs on each batch (``forward``, ``backward``,
+        ``step``): the memory the size guard counts."""
+        if callable(self.passes):
+            return frozenset(self.passes(settings))
+        if self.passes:
+            return self.passes
+        return frozenset(PASSES if self.trains else {"forward"})
 
     @cached_property
     def views(self) -> tuple[ViewFn | ProbeView, ...]:
@@ -156,7 +173,8 @@ def check_views(where: str, views: Sequence[Any]) -> None:
 
 def make_probe(plugin: str, name: str, settings_cls: type[Strict], run: RunFn, *,
                views: Sequence[ViewFn | ProbeView] | LazyViews = (), serial: bool = False,
-               device_free: bool = False, trains: bool = False) -> Probe:
+               device_free: bool = False, trains: bool = False,
+               passes: Iterable[str] | Callable[[Any], Iterable[str]] = ()) -> Probe:
     """A :class:`Probe`, or :class:`variantlab.errors.PluginLoadError` saying what is wrong."""
     from ..errors import PluginLoadError
 
@@ -170,14 +188,19 @@ def make_probe(plugin: str, name: str, settings_cls: type[Strict], run: RunFn, *
     if isinstance(views, str):
         if not _REF.fullmatch(views):
             raise PluginLoadError(f"{where}: views {views!r} must be 'package.module:attr'")
-        return Probe(name, settings_cls, run, plugin, views, bool(serial), bool(device_free),
-                     bool(trains))
-    check_views(where, views)
-    return Probe(name, settings_cls, run, plugin, tuple(views), bool(serial),
-                 bool(device_free), bool(trains))
+    else:
+        check_views(where, views)
+        views = tuple(views)
+    if not callable(passes):
+        passes = frozenset(passes)
+        if not passes <= PASSES:
+            raise PluginLoadError(f"{where}: passes must be among {', '.join(sorted(PASSES))} "
+                                  f"(or a function of the settings), got {sorted(passes)}")
+    return Probe(name, settings_cls, run, plugin, views, bool(serial),
+                 bool(device_free), bool(trains), passes)
 
 
 _REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
-__all__ = ["LazyViews", "Probe", "ProbeView", "RunFn", "ViewFn", "check_views", "make_probe",
-           "resolve_views"]
+__all__ = ["PASSES", "LazyViews", "Probe", "ProbeView", "RunFn", "ViewFn", "check_views",
+           "make_probe", "resolve_views"]

@@ -54,7 +54,7 @@ def pieces(registry: Registry | None, piece: str,
     for probe in registry_or_default(registry).probes():
         for view in views_of(probe):
             fn = view.pieces()[piece] if isinstance(view, ProbeView) else None
-            if fn is not None:
+            if isinstance(view, ProbeView) and fn is not None:
                 neutral = partial(on_error or _nothing(piece), probe.name)
                 found.append((view.rank, len(found),
                               guarded(f"probe {probe.name}: {piece}", fn, neutral)))
