@@ -3,7 +3,8 @@
 ``GPT2LMHeadModel``, ``LlamaForCausalLM``, ``MistralForCausalLM``, ``GPTNeoXForCausalLM``,
 ``Qwen3ForCausalLM``, ``Olmo2ForCausalLM``, ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``,
 ``MixtralForCausalLM``, ``Qwen3MoeForCausalLM``, ``OlmoeForCausalLM``, ``Mamba2ForCausalLM``,
-``JambaForCausalLM`` and ``Qwen3NextForCausalLM`` (one module per family;
+``JambaForCausalLM``, ``Qwen3NextForCausalLM``, ``DeepseekV2ForCausalLM`` and
+``DeepseekV3ForCausalLM`` (one module per family;
 see docs/transformers.md). Other classes and config options that variantlab cannot
 express raise :class:`ConversionError` naming them."""
 
@@ -18,6 +19,7 @@ from ..model.build import build_model
 from ..model.specs import ModelSpec, parse_model_spec
 from ..plugin.registry import Registry
 from .common import ConversionError
+from .deepseek import deepseek_state, deepseek_v2_spec, deepseek_v3_spec
 from .gemma import gemma_spec, gemma_state
 from .gpt2 import gpt2_spec, gpt2_state
 from .llama import llama_spec, llama_state, mistral_spec, olmo2_spec, olmo2_state, qwen3_spec, qwen3_state
@@ -32,6 +34,8 @@ Converter = tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str, tor
 
 #: class name -> (config -> spec data, HF model -> our state dict)
 CONVERTERS: dict[str, Converter] = {
+    "DeepseekV2ForCausalLM": (deepseek_v2_spec, deepseek_state),
+    "DeepseekV3ForCausalLM": (deepseek_v3_spec, deepseek_state),
     "GPT2LMHeadModel": (gpt2_spec, gpt2_state),
     "Gemma2ForCausalLM": (gemma_spec, gemma_state),
     "Gemma3ForCausalLM": (gemma_spec, gemma_state),
@@ -53,7 +57,7 @@ def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
                       ) -> tuple[ModelSpec, torch.nn.Module]:
     """The variantlab spec equal to ``hf_model`` and a variantlab model holding copies of its
     weights (logits equal in float32), built with the built-in components of ``registry``.
-    ``impl`` picks the implementation of the mha attentions."""
+    ``impl`` picks the implementation of the mha and mla attentions."""
     name = type(hf_model).__name__
     if name not in CONVERTERS:
         raise ConversionError.at(["transformers"], f"class {name} is not supported; "
@@ -61,7 +65,7 @@ def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
     make_spec, make_state = CONVERTERS[name]
     data = make_spec(hf_model.config)
     for slots in [data, *(data.get("layout") or {}).get("kinds", {}).values()]:
-        if "attention" in slots and slots["attention"].get("kind", "mha") == "mha":
+        if "attention" in slots and slots["attention"].get("kind", "mha") in ("mha", "mla"):
             slots["attention"]["impl"] = impl  # the sequence mixers keep their chunked form
     spec = parse_model_spec(data, registry)
     model = build_model(spec, registry)

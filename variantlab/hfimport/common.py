@@ -103,3 +103,25 @@ def norm(out: dict[str, torch.Tensor], ours: str, sd: dict[str, torch.Tensor], t
     out[f"{ours}.scale"] = sd[f"{theirs}.weight"]
     if shift:
         out[f"{ours}.shift"] = sd[f"{theirs}.bias"]
+
+
+def rms_decoder(cfg: Any, bias: bool) -> dict[str, Any]:
+    """The model keys every Llama-like config shares (pre-norm RMSNorm decoder, no feed-
+    forward or norm biases; ``bias`` on the attention projections); the caller adds the
+    feed-forward, attention and positional."""
+    return {
+        "family": "gpt", "vocab_size": cfg.vocab_size,
+        "context_length": cfg.max_position_embeddings, "emb_dim": cfg.hidden_size,
+        "n_heads": cfg.num_attention_heads, "n_layers": cfg.num_hidden_layers,
+        **dropouts(0.0, getattr(cfg, "attention_dropout", 0.0) or 0.0, 0.0),
+        "qkv_bias": bias, "attn_out_bias": bias, "ffn_bias": False, "norm_bias": False,
+        "tie_weights": bool(cfg.tie_word_embeddings),
+        "norm": {"kind": "rms", "eps": cfg.rms_norm_eps},
+        "activation": activation("hidden_act", cfg.hidden_act),
+    }
+
+
+def ends_state(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Token embedding, final norm and output head of a ``model.*`` / ``lm_head`` model."""
+    return {"embed.tok_emb.weight": sd["model.embed_tokens.weight"],
+            "final_norm.scale": sd["model.norm.weight"], "out_head.weight": sd["lm_head.weight"]}
