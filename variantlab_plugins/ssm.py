@@ -189,7 +189,9 @@ class Mamba2Mixer(nn.Module):
         self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, spec.conv_width,
                                 groups=self.conv_dim, bias=spec.conv_bias)
         self.dt_bias = nn.Parameter(inverse_softplus_dt(self.n_heads, spec.dt_min, spec.dt_max))
-        self.A_log = nn.Parameter(torch.log(torch.arange(1, self.n_heads + 1, dtype=torch.float)))
+        # the authors' init (state-spaces/mamba Mamba2, fla's Mamba2: A_init_range (1, 16)),
+        # not transformers' placeholder A = 1..n_heads
+        self.A_log = nn.Parameter(torch.log(torch.empty(self.n_heads).uniform_(1.0, 16.0)))
         self.D = nn.Parameter(torch.ones(self.n_heads))
         self.norm = GatedRMSNorm(self.inner, self.n_groups, spec.norm_eps)
         self.out_proj = declare_role(nn.Linear(self.inner, emb_dim, bias=spec.bias), "attn_out")
