@@ -45,6 +45,10 @@ def test_implementations_equal_in_float64(options):
     for impl in ("sdpa", "absorbed"):
         assert (outs[impl] - outs["naive"]).abs().max().item() < 1e-10
         assert (grads[impl] - grads["naive"]).abs().max().item() < 1e-9
+    fused = model_with(dict(options, impl="sdpa"), qkv_bias=bias).double().eval()
+    fused.load_state_dict(base.state_dict())  # no mask: the padded-width causal kernel
+    with torch.no_grad():
+        assert (fused(idx) - base(idx)).abs().max().item() < 1e-10
 
 
 def rope(x, positions, theta):  # x (T, d) in the rotate-half layout

@@ -1,6 +1,7 @@
-"""DeepSeek's routing options of the ``moe`` feed-forward (issue 29.1): sigmoid scores,
+"""DeepSeek's and gpt-oss's options of the ``moe`` feed-forward (issue 29.1): sigmoid scores,
 group-limited top-k (a group scored by its best expert or by its two best), the routed
-scaling factor and a fixed choice bias, each held equal to an independent per-token
+scaling factor, a fixed choice bias, a biased router and clamped SwiGLU experts, each held
+equal to an independent per-token
 reference (outputs and gradients, float64); the options' defaults leave existing specs'
 data (and unit keys) unchanged."""
 
@@ -20,6 +21,9 @@ OPTIONS = {
                          "renormalize": False, "routed_scaling_factor": 1.5},
     "scaled-topk-softmax": {"n_experts": 4, "top_k": 2, "router": "topk_softmax",
                             "routed_scaling_factor": 0.5},
+    "gpt-oss": {"n_experts": 4, "top_k": 2, "router": "topk_softmax", "router_bias": True,
+                "expert": {"kind": "clamped_swiglu", "bias": True, "hidden_dim": 12,
+                           "alpha": 1.702, "limit": 0.4}},
 }
 
 
@@ -35,6 +39,8 @@ def route_one(module: MoE, x: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
     """(expert, weight) pairs for one token x (D,), from DeepSeek-V2/V3's description."""
     spec = module.spec
     logits = module.gate.weight @ x  # (E,)
+    if module.gate.bias is not None:
+        logits = logits + module.gate.bias
     if spec.router == "sigmoid_topk":
         scores = [torch.sigmoid(v) for v in logits]
     else:
@@ -60,10 +66,31 @@ def route_one(module: MoE, x: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
     return [(e, w * spec.routed_scaling_factor) for e, w in zip(chosen, weights)]
 
 
+def expert(module: MoE, e: int, x: torch.Tensor) -> torch.Tensor:
+    """Expert e on one token x (D,), from its weights: SwiGLU, or gpt-oss's clamped SwiGLU
+    (OpenAI's reference code: gate clamped above at limit, up to +-limit, (up + 1) times
+    gate * sigmoid(alpha * gate))."""
+    spec = module.spec.expert
+    biased = module.b_up is not None
+
+    def lin(w, b):
+        return w[e] @ x + (b[e] if biased else 0.0)
+
+    gate, up = lin(module.W_gate, module.b_gate), lin(module.W_up, module.b_up)
+    if spec.kind == "clamped_swiglu":
+        gate = torch.minimum(gate, torch.full_like(gate, spec.limit))
+        up = torch.maximum(torch.minimum(up, torch.full_like(up, spec.limit)),
+                           torch.full_like(up, -spec.limit))
+        hidden = (up + 1) * gate / (1 + torch.exp(-spec.alpha * gate))
+    else:
+        hidden = gate / (1 + torch.exp(-gate)) * up
+    return module.W_down[e] @ hidden + (module.b_down[e] if biased else 0.0)
+
+
 def reference(module: MoE, x: torch.Tensor) -> torch.Tensor:
     rows = []
     for token in x.reshape(-1, x.shape[-1]):
-        out = sum(w * module.expert_forward(e, token[None])[0] for e, w in route_one(module, token))
+        out = sum(w * expert(module, e, token) for e, w in route_one(module, token))
         shared = module.shared(token[None])
         rows.append(out if shared is None else out + shared[0])
     return torch.stack(rows).reshape(x.shape)
@@ -95,6 +122,15 @@ def test_each_option_changes_the_output():
     assert (unbiased(x) - base).abs().max().item() > 1e-3
 
 
+def test_the_clamp_acts_and_matters():
+    module = make(OPTIONS["gpt-oss"])
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    up = torch.einsum("ehd,btd->bteh", module.W_up, x) + module.b_up
+    assert (up.abs() > 0.4).float().mean().item() > 0.2  # the limit bites
+    loose = make(dict(OPTIONS["gpt-oss"], expert=dict(OPTIONS["gpt-oss"]["expert"], limit=100.0)))
+    assert (loose(x) - module(x)).abs().max().item() > 1e-3
+
+
 def test_sigmoid_statistics_read_normalised_scores():
     module = make(OPTIONS["v3-no-renorm-one-group"])
     module(torch.randn(1, 5, 16, dtype=torch.float64))
@@ -116,7 +152,8 @@ def test_choice_bias_is_a_buffer_that_stays_without_an_update_rate():
 def test_defaults_leave_existing_spec_data_unchanged():
     data = MoESpec(n_experts=4, top_k=2).model_dump()
     assert not {"n_group", "topk_group", "group_score", "routed_scaling_factor",
-                "choice_bias"} & set(data)
+                "choice_bias", "router_bias"} & set(data)
+    assert set(data["expert"]) == {"kind", "hidden_mult", "hidden_dim", "bias"}
 
 
 @pytest.mark.parametrize("options, message", [

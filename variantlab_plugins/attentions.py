@@ -32,14 +32,15 @@ class MHASpec(ComponentSpec):
     2023) and a sliding window (Beltagy et al. 2020; Mistral, Jiang et al. 2023)."""
 
     kind: Literal["mha"] = "mha"
-    added_options: ClassVar[tuple[str, ...]] = ("scale", "softcap", "output_gate")
+    added_options: ClassVar[tuple[str, ...]] = ("scale", "softcap", "output_gate", "sinks")
     walk_examples: ClassVar[tuple[dict, ...]] = (  # tests/test_registry_walk.py tries these
         {"kind": "mha", "n_kv_heads": 2, "qk_norm": {"kind": "rms"}, "window": 4},
         {"kind": "mha", "scale": 0.125, "softcap": 5.0, "window": 3},
         {"kind": "mha", "impl": "sdpa", "n_kv_heads": 1, "head_dim": 12,
          "qk_norm": {"kind": "layer"}, "qk_norm_scope": "projection"},
         {"kind": "mha", "output_gate": "elementwise", "n_kv_heads": 2},
-        {"kind": "mha", "impl": "sdpa", "output_gate": "headwise"},
+        {"kind": "mha", "impl": "sdpa", "output_gate": "headwise", "sinks": True, "window": 3},
+        {"kind": "mha", "sinks": True, "n_kv_heads": 2},
     )
     impl: Literal["naive", "sdpa"] = Field(
         "naive", description="naive: explicit softmax(QK^T/sqrt(d))V; sdpa: torch's fused kernel"
@@ -71,6 +72,11 @@ class MHASpec(ComponentSpec):
         "none", description="gated attention (Qiu et al. 2025; Qwen3-Next): the heads' "
         "output times sigmoid(W_gate x) before the output projection; elementwise: one gate "
         "per channel (n_heads * head_dim, Qwen3-Next), headwise: one per head; none")
+
+    sinks: bool = Field(
+        False, description="attention sinks (gpt-oss, OpenAI 2025; Xiao et al. 2023): a "
+        "learned logit per head that takes part in the softmax with no value, so a head can "
+        "attend to nothing; starts at 0 (softmax + 1 in the denominator, Miller 2023)")
 
     @field_validator("qk_norm", mode="before")
     @classmethod
@@ -119,6 +125,8 @@ class MultiHeadAttention(nn.Module):
         gates = {"elementwise": q_dim, "headwise": n_heads}.get(spec.output_gate)
         # Qwen3-Next computes the gate in q_proj (per head [query, gate]); here its own Linear
         self.W_gate = nn.Linear(emb_dim, gates, bias=qkv_bias) if gates else None
+        # one learned logit per head beside the scores (gpt-oss); zeros: softmax off by one
+        self.sinks = nn.Parameter(torch.zeros(n_heads)) if spec.sinks else None
         for role, linear in (("query", self.W_query), ("key", self.W_key),
                              ("value", self.W_value), ("attn_out", self.out_proj)):
             declare_role(linear, role)  # read by the inits (normal, deepnorm)
@@ -199,7 +207,12 @@ class MultiHeadAttention(nn.Module):
             attn_scores = attn_scores / math.sqrt(self.head_dim)
         if bias is not None:
             attn_scores = attn_scores + bias  # (B, H, T, S)
-        attn_weights = torch.softmax(attn_scores, dim=-1)
+        if self.sinks is None:
+            attn_weights = torch.softmax(attn_scores, dim=-1)
+        else:  # the sink's column takes part in the softmax, then is dropped (no value)
+            b, h, t, _ = attn_scores.shape
+            sink = self.sinks.to(attn_scores.dtype).view(1, h, 1, 1).expand(b, h, t, 1)
+            attn_weights = torch.softmax(torch.cat([attn_scores, sink], -1), dim=-1)[..., :-1]
         attn_weights = self.dropout(attn_weights)
         return attn_weights @ values  # (B, H, T, hd)
 
@@ -215,6 +228,9 @@ class MultiHeadAttention(nn.Module):
         drop = self.drop_rate if self.training else 0.0
         t, s = queries.shape[2], keys.shape[2]
         kw = {"dropout_p": drop} if self.scale is None else {"dropout_p": drop, "scale": self.scale}
+        if self.sinks is not None:
+            return F.scaled_dot_product_attention(
+                *with_sink_key(queries, keys, values, allowed, bias, self.sinks), **kw)
         if bias is None and allowed is None:
             return F.scaled_dot_product_attention(queries, keys, values, **kw)
         if bias is None:
@@ -225,6 +241,20 @@ class MultiHeadAttention(nn.Module):
         if allowed is not None:
             bias = bias.masked_fill(~allowed, -torch.inf)  # (.., H, T, S)
         return F.scaled_dot_product_attention(queries, keys, values, bias, **kw)
+
+
+def with_sink_key(queries, keys, values, allowed, bias, sinks):
+    """Queries, keys and values and a float mask for torch's fused attention that give the
+    softmax a sink: one more key and value of zeros, whose score is the mask's last column,
+    the head's sink logit (q . 0 = 0). Keys and values (B, H, S, hd) -> (B, H, S + 1, hd);
+    mask (B or 1, H, T, S + 1)."""
+    h, t, s = queries.shape[1], queries.shape[2], keys.shape[2]
+    keys, values = F.pad(keys, (0, 0, 0, 1)), F.pad(values, (0, 0, 0, 1))
+    mask = queries.new_zeros(1, h, t, s) if bias is None else bias.expand(1, h, t, s)
+    if allowed is not None:  # (B or 1, H, T, S)
+        mask = torch.where(allowed, mask, torch.full_like(mask, -torch.inf))
+    sink = sinks.to(queries.dtype).view(1, h, 1, 1).expand(mask.shape[0], h, t, 1)
+    return queries, keys, values, torch.cat([mask, sink], dim=-1)
 
 
 @torch.no_grad()

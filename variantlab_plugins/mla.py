@@ -204,10 +204,20 @@ class MultiHeadLatentAttention(nn.Module):
         return self.weights(queries @ keys.transpose(-1, -2), allowed, bias) @ values
 
     def sdpa(self, queries, keys, values, allowed, bias):
+        drop = self.drop_rate if self.training else 0.0
+        t, s = queries.shape[2], keys.shape[2]
+        if bias is None and self.causal and t == s and allowed is not None and allowed.dim() == 2:
+            # plain causal: torch's flash kernel, no (T, S) matrix kept; it needs one head
+            # width, so the narrower of (queries, keys) and values is padded with zeros (as
+            # DeepSeek's flash-attention path pads the values), which changes no score
+            width = max(self.qk_dim, self.dv)
+            q, k, v = (F.pad(a, (0, width - a.shape[-1])) for a in (queries, keys, values))
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True,
+                                                 scale=self.scale)
+            return out[..., :self.dv]  # (B, H, T, dv)
         mask = allowed
         if bias is not None:
             mask = bias if allowed is None else bias.masked_fill(~allowed, -torch.inf)
-        drop = self.drop_rate if self.training else 0.0
         return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask,
                                               dropout_p=drop, scale=self.scale)
 

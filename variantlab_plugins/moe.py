@@ -54,26 +54,49 @@ from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+from pydantic import (
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    model_serializer,
+    model_validator,
+)
 from torch import nn
 
 from variantlab import ComponentSpec, hookimpl
+from variantlab.model.specs import omit_added_defaults
 from variantlab.plugin.settings import Strict
 from variantlab_plugins.feedforwards import GLU, MLP
 
 
 class ExpertSpec(Strict):
-    """One expert: a ``glu`` (gated, SwiGLU with silu) or ``mlp`` feed-forward."""
+    """One expert: a ``glu`` (gated, SwiGLU with silu), an ``mlp`` feed-forward, or gpt-oss's
+    ``clamped_swiglu``: (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g) with
+    g = min(gate, limit) (OpenAI 2025, gpt-oss model card; the model's activation unused)."""
 
-    kind: Literal["glu", "mlp"] = Field("glu", description="glu (gated) or mlp")
+    #: options added after the first release: left out of the data at their defaults
+    added_options: ClassVar[tuple[str, ...]] = ("alpha", "limit")
+    kind: Literal["glu", "mlp", "clamped_swiglu"] = Field(
+        "glu", description="glu (gated), mlp, or clamped_swiglu (gpt-oss)")
     hidden_mult: PositiveFloat | None = Field(
         None, description="expert width = hidden_mult * emb_dim (default 8/3 glu, 4 mlp)")
     hidden_dim: PositiveInt | None = Field(
         None, description="expert width; overrides hidden_mult when set")
     bias: bool = Field(False, description="biases in the experts' projections")
+    alpha: PositiveFloat = Field(
+        1.702, description="clamped_swiglu: the sigmoid's slope (gpt-oss swiglu_alpha)")
+    limit: PositiveFloat = Field(
+        7.0, description="clamped_swiglu: gate clamped above, up clamped to +-limit "
+        "(gpt-oss swiglu_limit)")
+
+    @model_serializer(mode="wrap")
+    def _omit_added_defaults(self, handler: Any) -> Any:
+        return omit_added_defaults(self, handler(self))
 
     def hidden(self, emb_dim: int) -> int:
-        mult = self.hidden_mult or (8 / 3 if self.kind == "glu" else 4.0)
+        mult = self.hidden_mult or (4.0 if self.kind == "mlp" else 8 / 3)
         return self.hidden_dim or max(1, round(mult * emb_dim))
 
 
@@ -82,7 +105,8 @@ class MoESpec(ComponentSpec):
 
     kind: Literal["moe"] = "moe"
     added_options: ClassVar[tuple[str, ...]] = (
-        "n_group", "topk_group", "group_score", "routed_scaling_factor", "choice_bias")
+        "n_group", "topk_group", "group_score", "routed_scaling_factor", "choice_bias",
+        "router_bias")
     walk_examples: ClassVar[tuple[dict, ...]] = (  # tests/test_registry_walk.py tries these
         {"kind": "moe", "n_experts": 4, "top_k": 2, "router": "topk_softmax",
          "n_shared_experts": 1, "shared_gate": True, "expert": {"kind": "mlp", "bias": True}},
@@ -126,6 +150,8 @@ class MoESpec(ComponentSpec):
         "its two best (DeepSeek-V3), choice bias included")
     routed_scaling_factor: PositiveFloat = Field(
         1.0, description="multiplies the routed experts' weights (DeepSeek-V2/V3)")
+    router_bias: bool = Field(
+        False, description="a bias in the router's Linear (gpt-oss)")
     choice_bias: bool = Field(
         False, description="a per-expert bias buffer added to the scores for choosing only, "
         "kept even without bias_update_rate (an imported DeepSeek-V3's "
@@ -142,6 +168,9 @@ class MoESpec(ComponentSpec):
                              f"({self.n_experts})")
         if (self.shared_gate or self.shared_hidden_dim) and not self.n_shared_experts:
             raise ValueError("shared_gate and shared_hidden_dim need n_shared_experts >= 1")
+        if self.expert.kind == "clamped_swiglu" and self.n_shared_experts:
+            raise ValueError("shared experts are glu or mlp feed-forwards; clamped_swiglu "
+                             "experts take n_shared_experts: 0")
         if (self.n_group is None) != (self.topk_group is None):
             raise ValueError("n_group and topk_group go together: set both or neither")
         if self.n_group is not None and self.topk_group is not None:
@@ -236,8 +265,9 @@ class MoE(nn.Module):
         super().__init__()
         self.spec = spec
         e, d, h = spec.n_experts, emb_dim, spec.expert.hidden(emb_dim)
-        self.emb_dim, self.hidden, self.glu = d, h, spec.expert.kind == "glu"
-        self.gate = nn.Linear(d, e, bias=False)
+        self.emb_dim, self.hidden, self.glu = d, h, spec.expert.kind != "mlp"
+        self.clamped = spec.expert.kind == "clamped_swiglu"
+        self.gate = nn.Linear(d, e, bias=spec.router_bias)
         self.W_gate = nn.Parameter(torch.empty(e, h, d)) if self.glu else None
         self.W_up = nn.Parameter(torch.empty(e, h, d))
         self.W_down = nn.Parameter(torch.empty(e, d, h))
@@ -295,8 +325,14 @@ class MoE(nn.Module):
             return F.linear(inp, w[e], None if b is None else b[e])
 
         up = proj(self.W_up, self.b_up, x)  # (n, H)
-        hid = self.activation(proj(self.W_gate, self.b_gate, x)) * up if self.glu \
-            else self.activation(up)
+        if self.clamped:
+            limit, alpha = self.spec.expert.limit, self.spec.expert.alpha
+            g = proj(self.W_gate, self.b_gate, x).clamp(max=limit)  # (n, H)
+            hid = (up.clamp(-limit, limit) + 1) * g * torch.sigmoid(alpha * g)
+        elif self.glu:
+            hid = self.activation(proj(self.W_gate, self.b_gate, x)) * up
+        else:
+            hid = self.activation(up)
         return proj(self.W_down, self.b_down, hid)  # (n, D)
 
     def shared(self, x: torch.Tensor) -> torch.Tensor | None:

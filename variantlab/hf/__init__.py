@@ -6,8 +6,9 @@ Import (:func:`from_transformers`): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
 ``MistralForCausalLM``, ``GPTNeoXForCausalLM``, ``Qwen3ForCausalLM``, ``Olmo2ForCausalLM``,
 ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``, ``MixtralForCausalLM``, ``Qwen3MoeForCausalLM``,
 ``OlmoeForCausalLM``, ``Mamba2ForCausalLM``, ``JambaForCausalLM``, ``Qwen3NextForCausalLM``,
-``DeepseekV2ForCausalLM`` and ``DeepseekV3ForCausalLM`` become ``(spec, model)``. Other
-classes and config options that variantlab cannot express raise :class:`ConversionError` naming them.
+``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM`` and ``GptOssForCausalLM`` become
+``(spec, model)``. Other classes and config options that variantlab cannot express raise
+:class:`ConversionError` naming them.
 
 Export (:func:`to_transformers`): the transformers class is chosen from the spec's
 components (learned positions: GPT-2; rotary with a parallel residual or LayerNorm: GPT-NeoX;
@@ -32,6 +33,7 @@ from .common import ConversionError, ExportWarning, Spec, refuse
 from .deepseek import deepseek_state, deepseek_v2_spec, deepseek_v3_spec
 from .gemma import gemma_config, gemma_hf_state, gemma_spec, gemma_state
 from .gpt2 import gpt2_config, gpt2_hf_state, gpt2_spec, gpt2_state
+from .gptoss import gptoss_spec, gptoss_state
 from .llama import CLASSES as LLAMA_LIKE
 from .llama import (
     llama_config,
@@ -61,6 +63,7 @@ CONVERTERS: dict[str, Converter] = {
     "GPT2LMHeadModel": (gpt2_spec, gpt2_state),
     "Gemma2ForCausalLM": (gemma_spec, gemma_state),
     "Gemma3ForCausalLM": (gemma_spec, gemma_state),
+    "GptOssForCausalLM": (gptoss_spec, gptoss_state),
     "GPTNeoXForCausalLM": (neox_spec, neox_state),
     "JambaForCausalLM": (jamba_spec, jamba_state),
     "LlamaForCausalLM": (llama_spec, llama_state),
