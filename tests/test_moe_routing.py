@@ -21,6 +21,8 @@ OPTIONS = {
                          "renormalize": False, "routed_scaling_factor": 1.5},
     "scaled-topk-softmax": {"n_experts": 4, "top_k": 2, "router": "topk_softmax",
                             "routed_scaling_factor": 0.5},
+    "llama4-scaled-input": {"n_experts": 4, "top_k": 1, "router": "sigmoid_topk",
+                            "renormalize": False, "scale_input": True, "n_shared_experts": 1},
     "gpt-oss": {"n_experts": 4, "top_k": 2, "router": "topk_softmax", "router_bias": True,
                 "expert": {"kind": "clamped_swiglu", "bias": True, "hidden_dim": 12,
                            "alpha": 1.702, "limit": 0.4}},
@@ -90,7 +92,10 @@ def expert(module: MoE, e: int, x: torch.Tensor) -> torch.Tensor:
 def reference(module: MoE, x: torch.Tensor) -> torch.Tensor:
     rows = []
     for token in x.reshape(-1, x.shape[-1]):
-        out = sum(w * expert(module, e, token) for e, w in route_one(module, token))
+        if module.spec.scale_input:  # Llama 4: expert(w x), added as it is
+            out = sum(expert(module, e, w * token) for e, w in route_one(module, token))
+        else:
+            out = sum(w * expert(module, e, token) for e, w in route_one(module, token))
         shared = module.shared(token[None])
         rows.append(out if shared is None else out + shared[0])
     return torch.stack(rows).reshape(x.shape)
@@ -152,7 +157,7 @@ def test_choice_bias_is_a_buffer_that_stays_without_an_update_rate():
 def test_defaults_leave_existing_spec_data_unchanged():
     data = MoESpec(n_experts=4, top_k=2).model_dump()
     assert not {"n_group", "topk_group", "group_score", "routed_scaling_factor",
-                "choice_bias", "router_bias"} & set(data)
+                "choice_bias", "router_bias", "scale_input"} & set(data)
     assert set(data["expert"]) == {"kind", "hidden_mult", "hidden_dim", "bias"}
 
 

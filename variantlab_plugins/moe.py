@@ -22,6 +22,8 @@ best expert's, ``group_score: max``, V2's ``group_limited_greedy``, or the sum o
 ``top2_sum``, V3); ``routed_scaling_factor`` multiplies the routed experts' weights;
 ``choice_bias`` keeps the per-expert choice bias below without updating it (an imported
 DeepSeek-V3's ``e_score_correction_bias``).
+``scale_input`` (Llama 4) multiplies a chosen expert's input by the weight and adds its
+output as it is.
 
 Balancing: the load-balancing loss ``n_experts * sum_e f_e * P_e`` (Switch eq. 4-6, as
 transformers' ``load_balancing_loss_func``: f_e the routing assignments to e per token, which
@@ -106,7 +108,7 @@ class MoESpec(ComponentSpec):
     kind: Literal["moe"] = "moe"
     added_options: ClassVar[tuple[str, ...]] = (
         "n_group", "topk_group", "group_score", "routed_scaling_factor", "choice_bias",
-        "router_bias")
+        "router_bias", "scale_input")
     walk_examples: ClassVar[tuple[dict, ...]] = (  # tests/test_registry_walk.py tries these
         {"kind": "moe", "n_experts": 4, "top_k": 2, "router": "topk_softmax",
          "n_shared_experts": 1, "shared_gate": True, "expert": {"kind": "mlp", "bias": True}},
@@ -150,6 +152,9 @@ class MoESpec(ComponentSpec):
         "its two best (DeepSeek-V3), choice bias included")
     routed_scaling_factor: PositiveFloat = Field(
         1.0, description="multiplies the routed experts' weights (DeepSeek-V2/V3)")
+    scale_input: bool = Field(
+        False, description="a chosen expert reads weight * x and its output is added as it "
+        "is (Llama 4), instead of weight * expert(x)")
     router_bias: bool = Field(
         False, description="a bias in the router's Linear (gpt-oss)")
     choice_bias: bool = Field(
@@ -358,6 +363,8 @@ class MoE(nn.Module):
         tokens = keep % n  # (A,) token of each kept assignment, grouped by expert
         w = weights.t().reshape(-1)[keep].to(flat.dtype)  # (A,)
         xs = flat[tokens]  # (A, D)
+        if spec.scale_input:  # Llama 4: the weight scales the expert's input, not its output
+            xs, w = xs * w[:, None], torch.ones_like(w)
         pieces = []
         start = 0
         for e, c in enumerate(sizes):

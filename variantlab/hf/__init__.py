@@ -6,9 +6,10 @@ Import (:func:`from_transformers`): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
 ``MistralForCausalLM``, ``GPTNeoXForCausalLM``, ``Qwen3ForCausalLM``, ``Olmo2ForCausalLM``,
 ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``, ``MixtralForCausalLM``, ``Qwen3MoeForCausalLM``,
 ``OlmoeForCausalLM``, ``Mamba2ForCausalLM``, ``JambaForCausalLM``, ``Qwen3NextForCausalLM``,
-``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM`` and ``GptOssForCausalLM`` become
-``(spec, model)``. Other classes and config options that variantlab cannot express raise
-:class:`ConversionError` naming them.
+``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM``, ``GptOssForCausalLM``,
+``SmolLM3ForCausalLM`` and ``Llama4ForCausalLM`` (text) become ``(spec, model)``. Other
+classes and config options that variantlab cannot express raise :class:`ConversionError`
+naming them.
 
 Export (:func:`to_transformers`): the transformers class is chosen from the spec's
 components (learned positions: GPT-2; rotary with a parallel residual or LayerNorm: GPT-NeoX;
@@ -46,10 +47,12 @@ from .llama import (
     qwen3_spec,
     qwen3_state,
 )
+from .llama4 import llama4_spec, llama4_state
 from .mamba import jamba_spec, jamba_state, mamba2_spec, mamba2_state
 from .moe import mixtral_spec, mixtral_state, olmoe_spec, olmoe_state, qwen3moe_spec, qwen3moe_state
 from .neox import neox_config, neox_hf_state, neox_spec, neox_state
 from .qwen3next import qwen3next_spec, qwen3next_state
+from .smollm3 import smollm3_spec, smollm3_state
 
 __all__ = ["CONVERTERS", "ConversionError", "ExportWarning", "SUPPORTED", "choose_class",
            "from_transformers", "to_transformers"]
@@ -67,6 +70,7 @@ CONVERTERS: dict[str, Converter] = {
     "GPTNeoXForCausalLM": (neox_spec, neox_state),
     "JambaForCausalLM": (jamba_spec, jamba_state),
     "LlamaForCausalLM": (llama_spec, llama_state),
+    "Llama4ForCausalLM": (llama4_spec, llama4_state),
     "Mamba2ForCausalLM": (mamba2_spec, mamba2_state),
     "MistralForCausalLM": (mistral_spec, llama_state),
     "MixtralForCausalLM": (mixtral_spec, mixtral_state),
@@ -75,6 +79,7 @@ CONVERTERS: dict[str, Converter] = {
     "Qwen3ForCausalLM": (qwen3_spec, qwen3_state),
     "Qwen3MoeForCausalLM": (qwen3moe_spec, qwen3moe_state),
     "Qwen3NextForCausalLM": (qwen3next_spec, qwen3next_state),
+    "SmolLM3ForCausalLM": (smollm3_spec, smollm3_state),
 }
 
 
