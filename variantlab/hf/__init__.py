@@ -7,9 +7,9 @@ Import (:func:`from_transformers`): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
 ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``, ``MixtralForCausalLM``, ``Qwen3MoeForCausalLM``,
 ``OlmoeForCausalLM``, ``Mamba2ForCausalLM``, ``JambaForCausalLM``, ``Qwen3NextForCausalLM``,
 ``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM``, ``GptOssForCausalLM``,
-``SmolLM3ForCausalLM`` and ``Llama4ForCausalLM`` (text) become ``(spec, model)``. Other
-classes and config options that variantlab cannot express raise :class:`ConversionError`
-naming them.
+``SmolLM3ForCausalLM``, ``Llama4ForCausalLM`` (text) and ``Lfm2ForCausalLM`` become
+``(spec, model)``. Other classes and config options that variantlab cannot express raise
+:class:`ConversionError` naming them.
 
 Export (:func:`to_transformers`): the transformers class is chosen from the spec's
 components (learned positions: GPT-2; rotary with a parallel residual or LayerNorm: GPT-NeoX;
@@ -35,6 +35,7 @@ from .deepseek import deepseek_state, deepseek_v2_spec, deepseek_v3_spec
 from .gemma import gemma_config, gemma_hf_state, gemma_spec, gemma_state
 from .gpt2 import gpt2_config, gpt2_hf_state, gpt2_spec, gpt2_state
 from .gptoss import gptoss_spec, gptoss_state
+from .lfm2 import lfm2_spec, lfm2_state
 from .llama import CLASSES as LLAMA_LIKE
 from .llama import (
     llama_config,
@@ -70,6 +71,7 @@ CONVERTERS: dict[str, Converter] = {
     "GPTNeoXForCausalLM": (neox_spec, neox_state),
     "JambaForCausalLM": (jamba_spec, jamba_state),
     "LlamaForCausalLM": (llama_spec, llama_state),
+    "Lfm2ForCausalLM": (lfm2_spec, lfm2_state),
     "Llama4ForCausalLM": (llama4_spec, llama4_state),
     "Mamba2ForCausalLM": (mamba2_spec, mamba2_state),
     "MistralForCausalLM": (mistral_spec, llama_state),
