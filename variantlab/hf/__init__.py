@@ -7,9 +7,9 @@ Import (:func:`from_transformers`): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
 ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``, ``MixtralForCausalLM``, ``Qwen3MoeForCausalLM``,
 ``OlmoeForCausalLM``, ``Mamba2ForCausalLM``, ``JambaForCausalLM``, ``Qwen3NextForCausalLM``,
 ``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM``, ``GptOssForCausalLM``,
-``SmolLM3ForCausalLM``, ``Llama4ForCausalLM`` (text) and ``Lfm2ForCausalLM`` become
-``(spec, model)``. Other classes and config options that variantlab cannot express raise
-:class:`ConversionError` naming them.
+``SmolLM3ForCausalLM``, ``Llama4ForCausalLM`` (text), ``Lfm2ForCausalLM`` and
+``FalconH1ForCausalLM`` become ``(spec, model)``. Other classes and config options that
+variantlab cannot express raise :class:`ConversionError` naming them.
 
 Export (:func:`to_transformers`): the transformers class is chosen from the spec's
 components (learned positions: GPT-2; rotary with a parallel residual or LayerNorm: GPT-NeoX;
@@ -32,6 +32,7 @@ from ..model.specs import ModelSpec, parse_model_spec
 from ..plugin.registry import Registry, get_registry
 from .common import ConversionError, ExportWarning, Spec, refuse
 from .deepseek import deepseek_state, deepseek_v2_spec, deepseek_v3_spec
+from .falconh1 import falconh1_spec, falconh1_state
 from .gemma import gemma_config, gemma_hf_state, gemma_spec, gemma_state
 from .gpt2 import gpt2_config, gpt2_hf_state, gpt2_spec, gpt2_state
 from .gptoss import gptoss_spec, gptoss_state
@@ -67,6 +68,7 @@ CONVERTERS: dict[str, Converter] = {
     "GPT2LMHeadModel": (gpt2_spec, gpt2_state),
     "Gemma2ForCausalLM": (gemma_spec, gemma_state),
     "Gemma3ForCausalLM": (gemma_spec, gemma_state),
+    "FalconH1ForCausalLM": (falconh1_spec, falconh1_state),
     "GptOssForCausalLM": (gptoss_spec, gptoss_state),
     "GPTNeoXForCausalLM": (neox_spec, neox_state),
     "JambaForCausalLM": (jamba_spec, jamba_state),
@@ -99,6 +101,8 @@ def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
     for slots in [data, *(data.get("layout") or {}).get("kinds", {}).values()]:
         if "attention" in slots and slots["attention"].get("kind", "mha") in ("mha", "mla"):
             slots["attention"]["impl"] = impl  # the sequence mixers keep their chunked form
+        if "attention" in slots and slots["attention"].get("kind") == "parallel_hybrid":
+            slots["attention"]["attention"]["impl"] = impl
     spec = parse_model_spec(data, registry)
     model = build_model(spec, registry)
     state = {k: v.detach().clone() for k, v in make_state(hf_model).items()}
