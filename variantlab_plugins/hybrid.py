@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
-import torch
 from pydantic import Field, PositiveFloat, SerializeAsAny, ValidationInfo, field_validator
 from torch import nn
 
@@ -113,4 +112,4 @@ def register_attentions(register):
     register("parallel_hybrid", ParallelHybridSpec, build)
 
 
-__all__ = ["ParallelHybrid", "ParallelHybridSpec", "torch"]
+__all__ = ["ParallelHybrid", "ParallelHybridSpec"]
