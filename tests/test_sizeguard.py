@@ -324,29 +324,39 @@ def init(self):
     real_init(self)
     answered.append(self)
 metarun._StandIn.__init__ = init
+asked = []
+real_asked = metarun._StandInAsked.__init__
+def ask(self, *args):
+    real_asked(self, *args)
+    asked.append(str(self))
+metarun._StandInAsked.__init__ = ask
 out = {}
 for name, extra in json.loads(sys.argv[1]).items():
     spec = parse_model_spec({**TINY, "n_layers": 1, "drop_rate": 0.1, **extra}, get_registry())
     c = sizeguard._meta_cost(spec, get_registry(), (2, 8))
     out[name] = [c.params, c.buffer_bytes, c.activation_bytes]
 kernels = [fn for s in answered for fn in s.answered]
-print(json.dumps({"costs": out, "dynamo": "torch._dynamo" in sys.modules,
+print(json.dumps({"costs": out, "dynamo": "torch._dynamo" in sys.modules, "asked": asked,
+                  "sympy": [m for m in ("sympy", "torch.fx.experimental.symbolic_shapes")
+                            if m in sys.modules],
                   "torch_attr": "_dynamo" in torch.__dict__, "kernels": len(kernels),
                   "left": sum("__dynamo_disable" in fn.__dict__ for fn in kernels)}))
 """
 
 
 def test_meta_run_without_dynamo_counts_the_same_and_leaves_no_trace():
-    """In a fresh process the stand-in torch._dynamo answers the reference kernels; the
-    counts equal PyTorch's own, and afterwards neither the module nor the kernels' cached
-    answers are left (a later torch.compile imports the real one)."""
+    """In a fresh process the stand-ins (torch._dynamo, symbolic_shapes, sympy) answer the
+    reference kernels for every built-in component, none is asked for more; the counts equal
+    PyTorch's own, and afterwards neither the modules nor the kernels' cached answers are
+    left (a later torch.compile imports the real ones)."""
     import json
     import os
     import subprocess
     import sys
 
-    specs = {"gpt": {}, "mamba2": {"attention": {"kind": "mamba2"}},
-             "llama": {"norm": {"kind": "rms"}, "positional": "rotary", "feedforward": "glu"}}
+    specs = {"gpt": {}, "llama": {"norm": {"kind": "rms"}, "positional": "rotary",
+                                  "feedforward": "glu"}}
+    specs.update({f"{slot}={kind}": {slot: {"kind": kind}} for slot, kind in _every_builtin_kind()})
     root = Path(__file__).resolve().parent
     env = {**os.environ, "PYTHONPATH": str(root.parent)}
     proc = subprocess.run([sys.executable, "-c", STAND_IN_RUN, json.dumps(specs), str(root)],
@@ -354,6 +364,7 @@ def test_meta_run_without_dynamo_counts_the_same_and_leaves_no_trace():
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (got["dynamo"], got["torch_attr"], got["left"]) == (False, False, 0)
+    assert (got["sympy"], got["asked"]) == ([], [])
     assert got["kernels"] > 10  # the stand-in was used
     for name, extra in specs.items():
         spec = spec_of(n_layers=1, drop_rate=0.1, **extra)
