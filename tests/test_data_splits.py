@@ -1,5 +1,6 @@
 """Held-out data: document splits, disjointness, the token cache, bytes, hf_disk."""
 
+import hashlib
 import sys
 import threading
 
@@ -65,13 +66,34 @@ def test_documents_are_split_and_windows_stay_inside_their_split(tmp_path, spec)
         seen[split] = docs_of(got)
         assert seen[split] <= set(docs[split]), split
     assert len(seen["train"]) > 10
+    assert seen["val"] == set(docs["val"]) and seen["test"] == set(docs["test"])  # not empty
     # the training probe's own batches read training documents only
     settings = TrainingSettings(steps=30, batch_size=8, seq_len=16, device="cpu")
     _, _, _, batches, _ = training.setup(spec, settings, 0, data, tmp_path, "cpu", REG)
-    assert docs_of(batches) <= set(docs["train"])
+    assert 10 < len(docs_of(batches)) and docs_of(batches) <= set(docs["train"])
     held = training.held_out(data, spec, settings, 0, tmp_path, REG)
-    assert docs_of(held["val_loss"]) <= set(docs["val"])
-    assert docs_of(held["test_loss"]) <= set(docs["test"])
+    assert docs_of(held["val_loss"]) == set(docs["val"])
+    assert docs_of(held["test_loss"]) == set(docs["test"])
+
+
+def test_the_held_out_documents_are_the_documented_ones(tmp_path, spec):
+    """docs/experiments.md: documents ranked by the sha256 of their token ids, the first
+    floor(D x test_fraction) the test split, the next floor(D x val_fraction) validation.
+    Recomputed here from the texts: document i is byte 40 + i, 60 + i times, then 0."""
+    data = corpus(tmp_path / "docs")
+    parts, _ = datalib.corpus_splits(data, tmp_path)
+    texts = [np.array([40 + i] * (60 + i) + [0], dtype=np.uint16) for i in range(N_DOCS)]
+    ranked = sorted(range(N_DOCS), key=lambda i: hashlib.sha256(texts[i].tobytes()).digest())
+    want = {"test": sorted(ranked[:2]), "val": sorted(ranked[2:4])}
+    want["train"] = [i for i in range(N_DOCS) if i not in want["test"] + want["val"]]
+    assert parts.documents == want
+    for split in ("train", "val", "test"):
+        assert np.array_equal(parts.of(split), np.concatenate([texts[i] for i in want[split]]))
+    # the held-out batches read both documents of their split, and nothing else
+    settings = TrainingSettings(steps=1, batch_size=8, seq_len=16, eval_batches=4, device="cpu")
+    held = training.held_out(data, spec, settings, 0, tmp_path, REG)
+    assert docs_of(held["val_loss"]) == set(want["val"])
+    assert docs_of(held["test_loss"]) == set(want["test"])
 
 
 def test_the_split_depends_on_contents_not_on_file_names(tmp_path):
@@ -98,7 +120,9 @@ def test_a_corpus_of_few_documents_is_split_by_position():
     parts = split_tokens(tokens, 0.05, 0.1)
     assert parts.by == "positions"
     assert (len(parts.train), len(parts.val), len(parts.test)) == (850, 50, 100)
-    assert parts.train[-1] == 849 and parts.val[0] == 850 and parts.test[0] == 900
+    assert parts.train.tolist() == list(range(850)) and parts.documents == {}
+    assert parts.val.tolist() == list(range(850, 900))
+    assert parts.test.tolist() == list(range(900, 1000))
 
 
 def test_held_out_batches_are_the_same_for_every_variant_of_a_seed(tmp_path, spec):
@@ -198,7 +222,7 @@ def test_hf_disk_reads_a_saved_dataset_and_files(tmp_path, spec):
     assert parts.documents == from_files.documents
     assert np.array_equal(parts.test, from_files.test)
     got = datalib.batches(saved, spec, 4, 16, 3, seed=0, registry=REG, base_dir=tmp_path)
-    assert docs_of(got) <= set(parts.documents["train"])
+    assert docs_of(got) and docs_of(got) <= set(parts.documents["train"])
     datasets.Dataset.from_dict({"text": rows}).to_parquet(str(tmp_path / "rows.parquet"))
     pq, _ = datalib.corpus_splits(HFDiskData(path="*.parquet", tokenizer="bytes"), tmp_path)
     assert np.array_equal(pq.val, parts.val)
