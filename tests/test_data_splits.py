@@ -125,6 +125,28 @@ def test_a_corpus_of_few_documents_is_split_by_position():
     assert parts.test.tolist() == list(range(900, 1000))
 
 
+@pytest.mark.parametrize(("n_docs", "fraction", "by", "sizes"), [
+    (20, 0.05, "documents", (18, 1, 1)),  # one document each held out: enough
+    (3, 0.34, "documents", (1, 1, 1)),  # training keeps one document: enough
+    (2, 0.5, "positions", None),  # nothing left to train on: by position
+    (19, 0.05, "positions", None),  # floor(19 x 0.05) = 0 held-out documents
+])
+def test_documents_or_positions_at_the_edges(n_docs, fraction, by, sizes):
+    lengths = [5 + i for i in range(n_docs)]
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    ids = np.concatenate([np.full(n, i + 1, dtype=np.uint16) for i, n in enumerate(lengths)])
+    parts = split_tokens(cachelib.Tokens(ids, offsets, "k"), fraction, fraction)
+    assert parts.by == by
+    if sizes is not None:
+        got = tuple(len(parts.documents[s]) for s in ("train", "val", "test"))
+        assert got == sizes and all(len(parts.of(s)) for s in ("train", "val", "test"))
+    else:
+        n = int(offsets[-1])
+        test = n - int(n * fraction)
+        assert (len(parts.train), len(parts.val), len(parts.test)) == (
+            test - int(n * fraction), int(n * fraction), n - test)
+
+
 def test_held_out_batches_are_the_same_for_every_variant_of_a_seed(tmp_path, spec):
     other = resolve_spec({**spec.to_data(), "activation": {"kind": "relu"}}, REG)
     settings = TrainingSettings(steps=2, batch_size=4, seq_len=16, eval_batches=3, device="cpu")

@@ -4,7 +4,8 @@ Each document is ranked by the sha256 of its token ids (a fixed shuffle that dep
 content only, not on file names or order); the first ``floor(D * test_fraction)`` documents of
 that ranking are the test split, the next ``floor(D * val_fraction)`` the validation split, and
 the rest (in corpus order) the training split. A corpus too small for that (fewer documents
-than give each held-out split one: ``D * fraction < 1``) is split by position instead: the
+than give each held-out split one, ``D * fraction < 1``, or none left to train on) is split
+by position instead: the
 last ``test_fraction`` of its tokens are the test split, the ``val_fraction`` before them the
 validation split. Either way the three splits share no token of the corpus, and every window
 a probe reads lies inside one split (:func:`windows`), so training never reads a held-out
