@@ -1,5 +1,6 @@
 """Held-out data: document splits, disjointness, the token cache, bytes, hf_disk."""
 
+import dataclasses
 import hashlib
 import sys
 import threading
@@ -12,7 +13,7 @@ import variantlab as vl
 from variantlab.data import cache as cachelib
 from variantlab.data import sources as datalib
 from variantlab.data.sources import HFDiskData, SyntheticData, TextData
-from variantlab.data.splits import split_tokens
+from variantlab.data.splits import split_tokens, windows
 from variantlab.data.tokenizer import encode_documents
 from variantlab.model.build import resolve_spec
 from variantlab.probes import training
@@ -125,26 +126,38 @@ def test_a_corpus_of_few_documents_is_split_by_position():
     assert parts.test.tolist() == list(range(900, 1000))
 
 
-@pytest.mark.parametrize(("n_docs", "fraction", "by", "sizes"), [
-    (20, 0.05, "documents", (18, 1, 1)),  # one document each held out: enough
-    (3, 0.34, "documents", (1, 1, 1)),  # training keeps one document: enough
-    (2, 0.5, "positions", None),  # nothing left to train on: by position
-    (19, 0.05, "positions", None),  # floor(19 x 0.05) = 0 held-out documents
+@pytest.mark.parametrize(("n_docs", "val", "test", "by", "sizes"), [
+    (20, 0.05, 0.05, "documents", (18, 1, 1)),  # one document each held out: enough
+    (3, 0.34, 0.34, "documents", (1, 1, 1)),  # training keeps one document: enough
+    (2, 0.5, 0.5, "positions", None),  # nothing left to train on: by position
+    (19, 0.05, 0.05, "positions", None),  # floor(19 x 0.05) = 0 held-out documents
+    (10, 0.1, 0.05, "positions", None),  # one validation document, no test document
+    (10, 0.05, 0.1, "positions", None),  # one test document, no validation document
 ])
-def test_documents_or_positions_at_the_edges(n_docs, fraction, by, sizes):
+def test_documents_or_positions_at_the_edges(n_docs, val, test, by, sizes):
     lengths = [5 + i for i in range(n_docs)]
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     ids = np.concatenate([np.full(n, i + 1, dtype=np.uint16) for i, n in enumerate(lengths)])
-    parts = split_tokens(cachelib.Tokens(ids, offsets, "k"), fraction, fraction)
+    parts = split_tokens(cachelib.Tokens(ids, offsets, "k"), val, test)
     assert parts.by == by
     if sizes is not None:
         got = tuple(len(parts.documents[s]) for s in ("train", "val", "test"))
         assert got == sizes and all(len(parts.of(s)) for s in ("train", "val", "test"))
     else:
         n = int(offsets[-1])
-        test = n - int(n * fraction)
+        test_start = n - int(n * test)
         assert (len(parts.train), len(parts.val), len(parts.test)) == (
-            test - int(n * fraction), int(n * fraction), n - test)
+            test_start - int(n * val), int(n * val), n - test_start)
+    with pytest.raises(dataclasses.FrozenInstanceError):  # cached and shared by every variant
+        parts.train = ids  # type: ignore[misc]
+
+
+def test_windows_are_consecutive_and_start_anywhere_a_window_fits():
+    stream = np.arange(10, dtype=np.uint16)
+    got = windows(stream, 200, 4, torch.Generator().manual_seed(0))
+    assert got.shape == (200, 4) and got.dtype == torch.int64
+    assert (got[:, 1:] - got[:, :-1] == 1).all()  # consecutive ids, forward
+    assert set(got[:, 0].tolist()) == set(range(6))  # starts 0 .. len - length - 1
 
 
 def test_held_out_batches_are_the_same_for_every_variant_of_a_seed(tmp_path, spec):

@@ -206,3 +206,17 @@ def test_inits_reach_the_stacked_expert_weights(init):
         assert std_up == pytest.approx(math.sqrt(2 / 96), rel=0.05)
     else:  # xavier_normal with DeepNet's beta = (8 * 2) ** -0.25 on FFN projections
         assert std_up == pytest.approx(16 ** -0.25 * math.sqrt(2 / 96), rel=0.05)
+
+
+def test_parameter_counts_and_default_init_by_formula():
+    torch.manual_seed(0)
+    module = MoE(MoESpec(n_experts=4, top_k=1, expert={"hidden_dim": 64, "bias": True}), 16,
+                 nn.SiLU)
+    # one expert: W_gate, W_up (64, 16), W_down (16, 64), b_gate, b_up (64), b_down (16)
+    assert module.expert_params() == 3 * 64 * 16 + 2 * 64 + 16
+    assert module.inactive_params() == 3 * module.expert_params()
+    # each expert as a fresh nn.Linear: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), biases too
+    for name, fan_in in (("W_gate", 16), ("W_up", 16), ("W_down", 64), ("b_up", 16),
+                         ("b_down", 64)):
+        values = getattr(module, name).detach().abs()
+        assert 0.9 / math.sqrt(fan_in) < float(values.max()) <= 1 / math.sqrt(fan_in), name
