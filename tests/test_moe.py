@@ -13,7 +13,7 @@ from torch import nn
 
 import variantlab as vl
 from variantlab.errors import SpecError
-from variantlab_plugins.moe import MoE, MoESpec
+from variantlab_plugins.moe import ExpertSpec, MoE, MoESpec, dispatch
 
 OPTIONS = {
     "mixtral": {"n_experts": 4, "top_k": 2},
@@ -218,5 +218,20 @@ def test_parameter_counts_and_default_init_by_formula():
     # each expert as a fresh nn.Linear: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), biases too
     for name, fan_in in (("W_gate", 16), ("W_up", 16), ("W_down", 64), ("b_up", 16),
                          ("b_down", 64)):
-        values = getattr(module, name).detach().abs()
-        assert 0.9 / math.sqrt(fan_in) < float(values.max()) <= 1 / math.sqrt(fan_in), name
+        values, bound = getattr(module, name).detach(), 1 / math.sqrt(fan_in)
+        assert -bound <= float(values.min()) < -0.9 * bound, name
+        assert 0.9 * bound < float(values.max()) <= bound, name
+    # default widths: 8/3 x emb_dim for glu experts, 4 x for mlp, hidden_mult, hidden_dim
+    assert ExpertSpec().hidden(48) == 128 and ExpertSpec(kind="mlp").hidden(48) == 192
+    assert ExpertSpec(hidden_mult=1.5).hidden(48) == 72
+    assert ExpertSpec(hidden_mult=1.5, hidden_dim=10).hidden(48) == 10
+
+
+def test_meta_dispatch_is_balanced_and_capped():
+    """The size guard's estimate (meta device, no data): the same number of assignments for
+    every expert, capped at the capacity."""
+    experts = torch.empty(14, dtype=torch.long, device="meta")  # 14 assignments, 4 experts
+    keep, sizes, chosen = dispatch(experts, 4, None)
+    assert sizes == [4, 4, 3, 3] and keep.numel() == 14 and chosen.shape == (4,)
+    keep, sizes, _ = dispatch(experts, 4, 3)
+    assert sizes == [3, 3, 3, 3] and keep.numel() == 12
