@@ -235,3 +235,12 @@ def test_meta_dispatch_is_balanced_and_capped():
     assert sizes == [4, 4, 3, 3] and keep.numel() == 14 and chosen.shape == (4,)
     keep, sizes, _ = dispatch(experts, 4, 3)
     assert sizes == [3, 3, 3, 3] and keep.numel() == 12
+
+
+def test_router_entropy_of_a_certain_router_is_zero_not_nan():
+    """Probabilities that underflow to 0 add nothing to the entropy (0 log 0 = 0)."""
+    module = make({"n_experts": 4, "top_k": 1})
+    with torch.no_grad():
+        module.gate.weight.mul_(1e5)  # logits thousands apart: exp underflows to exactly 0
+    module(torch.randn(1, 6, 16, dtype=torch.float64))
+    assert float(module.routing_stats()["router_entropy"]) == 0.0
