@@ -244,3 +244,15 @@ def test_router_entropy_of_a_certain_router_is_zero_not_nan():
         module.gate.weight.mul_(1e5)  # logits thousands apart: exp underflows to exactly 0
     module(torch.randn(1, 6, 16, dtype=torch.float64))
     assert float(module.routing_stats()["router_entropy"]) == 0.0
+
+
+def test_defaults_are_mixtral_routing_with_balancing_off():
+    """What `{kind: moe}` alone gives: Mixtral's 8 experts, top-2, softmax then top-k,
+    renormalized, SwiGLU experts 8/3 x emb_dim wide; no balancing term, bias, capacity or
+    shared expert."""
+    spec = MoESpec()
+    assert (spec.n_experts, spec.top_k, spec.router, spec.renormalize) == (
+        8, 2, "softmax_topk", True)
+    assert (spec.aux_loss_coef, spec.z_loss_coef, spec.bias_update_rate) == (0.0, 0.0, 0.0)
+    assert spec.capacity_factor is None and spec.n_shared_experts == 0
+    assert spec.expert == ExpertSpec(kind="glu", bias=False)
