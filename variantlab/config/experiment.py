@@ -24,6 +24,7 @@ from .axes import split as split_axes
 from .checks import MAX_VARIANTS, grid_cap_message, grid_size, nonfinite, seed_problems
 from .dataover import data_fit, split_data, variant_data
 from .measure import MeasureSpec, ProbeResources
+from .metrics import DEFAULT_COMPARE_ON, HEADLINES, compare_on_problem, headline
 from .overrides import apply_overrides, component_of, expansions, lookup, override_source, show
 from .yamlio import YamlDoc, YamlError, load_yaml, read_text
 
@@ -55,6 +56,11 @@ class ExperimentSpec(BaseModel):
     measure: dict[str, dict[str, Any] | None] = Field(
         default_factory=lambda: dict[str, dict[str, Any] | None](params={}),
         description="the probes to run, each with its settings; an absent probe is skipped")
+    compare_on: str = Field(
+        default=DEFAULT_COMPARE_ON,
+        description="the headline metric: tuned axes are chosen on its validation value and "
+                    "reported on its test value (loss, recall_accuracy, or a metric a plugin "
+                    "probe declares)")
     resources: dict[str, ProbeResources] = Field(
         default_factory=dict,
         description="probe name -> the CPUs and GPUs each of its units reserves under "
@@ -336,6 +342,27 @@ def _cross_checks(
                                f"Variants: {', '.join(variant_names)}")
 
 
+def _compare_on_checks(spec: ExperimentSpec, measure: MeasureSpec, registry: Registry | None,
+                       variants: Sequence[Variant], out: _Collector) -> None:
+    """``compare_on`` names a headline metric that a probe of this experiment records."""
+    problem = compare_on_problem(spec.compare_on, registry)
+    if problem is not None:
+        out.add(("compare_on",), problem)
+        return
+    if spec.compare_on == DEFAULT_COMPARE_ON:
+        return
+    probe = headline(spec.compare_on, registry).probe
+    if probe not in measure:
+        out.add(("compare_on",), f"compare_on: {spec.compare_on} is recorded by probe "
+                f"{probe!r}, which does not run here; add it under measure: "
+                f"(measure: {{{probe}: {{}}}})")
+    elif spec.compare_on == "recall_accuracy" and not any(
+            getattr(d, "task", None) == "recall"
+            for d in [spec.data, *(v.data_or(spec.data) for v in variants)]):
+        out.add(("compare_on",), f"compare_on: recall_accuracy needs "
+                f"{HEADLINES['recall_accuracy']}; this experiment's data has none")
+
+
 def experiment_from_text(
     text: str, path: str | Path = "<string>", *, base_dir: str | Path | None = None,
     extra_plugins: Sequence[str] = (), max_variants: int | None = MAX_VARIANTS,
@@ -368,6 +395,7 @@ def experiment_from_text(
     variants, contexts = _variants(spec, registry, out, ("model",)) if registry else ([], {})
     measure = _measure(spec, registry, out)
     _cross_checks(spec, measure, contexts, doc, out)
+    _compare_on_checks(spec, measure, registry, variants, out)
     for loc, msg in seq_len_problems(spec, variants):  # seq_len axes vs context_length
         out.add(loc, msg)
     if out.messages:

@@ -177,6 +177,7 @@ class RunMeta:
     data: dict[str, Any] = field(default_factory=dict)
     measure: dict[str, Any] = field(default_factory=dict)  # probe -> its settings
     grid: dict[str, list[Any]] | None = None  # dotted path -> values
+    compare_on: str = ""  # the headline metric (variantlab.config.metrics); "": loss
     run: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
