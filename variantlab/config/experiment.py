@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..data.sources import DataSpec, SyntheticData
 from ..errors import InputError, PluginLoadError, SpecError, pydantic_issues
@@ -26,6 +26,7 @@ from .dataover import data_fit, split_data, variant_data
 from .measure import MeasureSpec, ProbeResources
 from .metrics import DEFAULT_COMPARE_ON, HEADLINES, compare_on_problem, headline
 from .overrides import apply_overrides, component_of, expansions, lookup, override_source, show
+from .roles import DEFAULT_EXTENSIONS, TUNED, Role, axis_roles, role_problems, spacing, spec_axes
 from .yamlio import YamlDoc, YamlError, load_yaml, read_text
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -61,10 +62,44 @@ class ExperimentSpec(BaseModel):
         description="the headline metric: tuned axes are chosen on its validation value and "
                     "reported on its test value (loss, recall_accuracy, or a metric a plugin "
                     "probe declares)")
+    tune: list[str] = Field(
+        default_factory=list,
+        description="model keys tuned for each compared variant (its best value is chosen "
+                    "on the headline metric's validation value), besides the measure.* axes")
+    conditions: list[str] = Field(
+        default_factory=list,
+        description="axes that are conditions (variants are compared only within one), "
+                    "besides data.*, emb_dim and n_layers")
+    extend: dict[str, Annotated[int, Field(ge=1, le=20)]] = Field(
+        default_factory=dict,
+        description="tuned axis -> extensions per edge while a compared variant's best sits "
+                    "there (a grid axis written {values: [...], extend: true | N} sets it)")
     resources: dict[str, ProbeResources] = Field(
         default_factory=dict,
         description="probe name -> the CPUs and GPUs each of its units reserves under "
                     "--executor ray (not part of unit keys)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _axis_mappings(cls, data: Any) -> Any:
+        """A grid axis written ``{values: [...], extend: true | N}``: its values, and its
+        extensions under ``extend``."""
+        grid = data.get("grid") if isinstance(data, Mapping) else None
+        if not isinstance(grid, Mapping):
+            return data
+        plain, extend = {}, dict(data.get("extend") or {})
+        for axis, given in grid.items():
+            if isinstance(given, Mapping) and set(given) <= {"values", "extend"} \
+                    and "values" in given:
+                plain[axis] = given["values"]
+                n = given.get("extend", False)
+                if n is True:
+                    extend[axis] = DEFAULT_EXTENSIONS
+                elif n is not False:
+                    extend[axis] = n
+            else:
+                plain[axis] = given
+        return {**data, "grid": plain, **({"extend": extend} if extend else {})}
 
     @field_validator("name")
     @classmethod
@@ -129,6 +164,24 @@ class Experiment:
     @property
     def seeds(self) -> list[int]:
         return list(self.spec.seeds)
+
+    @property
+    def roles(self) -> dict[str, Role]:
+        """Every axis (grid, then named variants' set: paths) -> its role
+        (:mod:`variantlab.config.roles`)."""
+        axes = spec_axes(self.spec.grid, [v.set for v in self.spec.variants])
+        return axis_roles(axes, self.spec.tune, self.spec.conditions)
+
+    def extensions(self, edges: bool = False) -> dict[str, int]:
+        """Tuned axis -> extensions per edge: ``extend:`` on the axes, and with ``edges``
+        (``--extend-edges``) :data:`DEFAULT_EXTENSIONS` for every other tuned grid axis on a
+        log or linear grid."""
+        out = dict(self.spec.extend)
+        if edges:
+            for axis, role in self.roles.items():
+                if role == TUNED and axis in self.spec.grid and spacing(self.spec.grid[axis]):
+                    out.setdefault(axis, DEFAULT_EXTENSIONS)
+        return out
 
     @property
     def measure(self) -> MeasureSpec:
@@ -363,6 +416,29 @@ def _compare_on_checks(spec: ExperimentSpec, measure: MeasureSpec, registry: Reg
                 f"{HEADLINES['recall_accuracy']}; this experiment's data has none")
 
 
+def _role_checks(spec: ExperimentSpec, out: _Collector) -> None:
+    """``tune:``/``conditions:`` name axes; ``extend`` only on tuned grid axes whose
+    values are on a log or linear grid."""
+    axes = spec_axes(spec.grid, [v.set for v in spec.variants])
+    for loc, msg in role_problems(axes, spec.tune, spec.conditions):
+        out.add(loc, msg)
+    roles = axis_roles(axes, spec.tune, spec.conditions)
+    for axis in spec.extend:
+        loc: tuple = ("grid", axis, "extend")
+        if out.doc.get(loc) is None:
+            loc = ("extend", axis)
+        if axis not in spec.grid:
+            out.add(loc, f"{axis!r} is not a grid axis; only a grid axis can be extended",
+                    at="key")
+        elif roles[axis] != TUNED:
+            out.add(loc, f"{axis!r} is a {roles[axis]} axis; only a tuned axis is extended "
+                         f"(measure.* paths, or list it under tune:)", at="key")
+        elif spacing(spec.grid[axis]) is None:
+            out.add(loc, f"{axis!r} has values {spec.grid[axis]}, on neither a log grid "
+                         "(equal ratios) nor a linear one (equal steps), so there is no "
+                         "spacing to extend it by; space the values evenly", at="key")
+
+
 def experiment_from_text(
     text: str, path: str | Path = "<string>", *, base_dir: str | Path | None = None,
     extra_plugins: Sequence[str] = (), max_variants: int | None = MAX_VARIANTS,
@@ -396,6 +472,7 @@ def experiment_from_text(
     measure = _measure(spec, registry, out)
     _cross_checks(spec, measure, contexts, doc, out)
     _compare_on_checks(spec, measure, registry, variants, out)
+    _role_checks(spec, out)
     for loc, msg in seq_len_problems(spec, variants):  # seq_len axes vs context_length
         out.add(loc, msg)
     if out.messages:
