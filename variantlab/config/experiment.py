@@ -24,9 +24,9 @@ from .axes import split as split_axes
 from .checks import MAX_VARIANTS, grid_cap_message, grid_size, nonfinite, seed_problems
 from .dataover import data_fit, split_data, variant_data
 from .measure import MeasureSpec, ProbeResources
-from .metrics import DEFAULT_COMPARE_ON, HEADLINES, compare_on_problem, headline
+from .metrics import DEFAULT_COMPARE_ON, compare_on_checks
 from .overrides import apply_overrides, component_of, expansions, lookup, override_source, show
-from .roles import DEFAULT_EXTENSIONS, TUNED, Role, axis_roles, role_problems, spacing, spec_axes
+from .roles import Role, axis_mappings, axis_roles, extensions, role_checks, spec_axes
 from .yamlio import YamlDoc, YamlError, load_yaml, read_text
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -83,23 +83,8 @@ class ExperimentSpec(BaseModel):
     @classmethod
     def _axis_mappings(cls, data: Any) -> Any:
         """A grid axis written ``{values: [...], extend: true | N}``: its values, and its
-        extensions under ``extend``."""
-        grid = data.get("grid") if isinstance(data, Mapping) else None
-        if not isinstance(grid, Mapping):
-            return data
-        plain, extend = {}, dict(data.get("extend") or {})
-        for axis, given in grid.items():
-            if isinstance(given, Mapping) and set(given) <= {"values", "extend"} \
-                    and "values" in given:
-                plain[axis] = given["values"]
-                n = given.get("extend", False)
-                if n is True:
-                    extend[axis] = DEFAULT_EXTENSIONS
-                elif n is not False:
-                    extend[axis] = n
-            else:
-                plain[axis] = given
-        return {**data, "grid": plain, **({"extend": extend} if extend else {})}
+        extensions under ``extend`` (:func:`variantlab.config.roles.axis_mappings`)."""
+        return axis_mappings(data)
 
     @field_validator("name")
     @classmethod
@@ -176,12 +161,7 @@ class Experiment:
         """Tuned axis -> extensions per edge: ``extend:`` on the axes, and with ``edges``
         (``--extend-edges``) :data:`DEFAULT_EXTENSIONS` for every other tuned grid axis on a
         log or linear grid."""
-        out = dict(self.spec.extend)
-        if edges:
-            for axis, role in self.roles.items():
-                if role == TUNED and axis in self.spec.grid and spacing(self.spec.grid[axis]):
-                    out.setdefault(axis, DEFAULT_EXTENSIONS)
-        return out
+        return extensions(self.spec.extend, self.roles, self.spec.grid, edges)
 
     @property
     def measure(self) -> MeasureSpec:
@@ -395,50 +375,6 @@ def _cross_checks(
                                f"Variants: {', '.join(variant_names)}")
 
 
-def _compare_on_checks(spec: ExperimentSpec, measure: MeasureSpec, registry: Registry | None,
-                       variants: Sequence[Variant], out: _Collector) -> None:
-    """``compare_on`` names a headline metric that a probe of this experiment records."""
-    problem = compare_on_problem(spec.compare_on, registry)
-    if problem is not None:
-        out.add(("compare_on",), problem)
-        return
-    if spec.compare_on == DEFAULT_COMPARE_ON:
-        return
-    probe = headline(spec.compare_on, registry).probe
-    if probe not in measure:
-        out.add(("compare_on",), f"compare_on: {spec.compare_on} is recorded by probe "
-                f"{probe!r}, which does not run here; add it under measure: "
-                f"(measure: {{{probe}: {{}}}})")
-    elif spec.compare_on == "recall_accuracy" and not any(
-            getattr(d, "task", None) == "recall"
-            for d in [spec.data, *(v.data_or(spec.data) for v in variants)]):
-        out.add(("compare_on",), f"compare_on: recall_accuracy needs "
-                f"{HEADLINES['recall_accuracy']}; this experiment's data has none")
-
-
-def _role_checks(spec: ExperimentSpec, out: _Collector) -> None:
-    """``tune:``/``conditions:`` name axes; ``extend`` only on tuned grid axes whose
-    values are on a log or linear grid."""
-    axes = spec_axes(spec.grid, [v.set for v in spec.variants])
-    for loc, msg in role_problems(axes, spec.tune, spec.conditions):
-        out.add(loc, msg)
-    roles = axis_roles(axes, spec.tune, spec.conditions)
-    for axis in spec.extend:
-        loc: tuple = ("grid", axis, "extend")
-        if out.doc.get(loc) is None:
-            loc = ("extend", axis)
-        if axis not in spec.grid:
-            out.add(loc, f"{axis!r} is not a grid axis; only a grid axis can be extended",
-                    at="key")
-        elif roles[axis] != TUNED:
-            out.add(loc, f"{axis!r} is a {roles[axis]} axis; only a tuned axis is extended "
-                         f"(measure.* paths, or list it under tune:)", at="key")
-        elif spacing(spec.grid[axis]) is None:
-            out.add(loc, f"{axis!r} has values {spec.grid[axis]}, on neither a log grid "
-                         "(equal ratios) nor a linear one (equal steps), so there is no "
-                         "spacing to extend it by; space the values evenly", at="key")
-
-
 def experiment_from_text(
     text: str, path: str | Path = "<string>", *, base_dir: str | Path | None = None,
     extra_plugins: Sequence[str] = (), max_variants: int | None = MAX_VARIANTS,
@@ -471,8 +407,9 @@ def experiment_from_text(
     variants, contexts = _variants(spec, registry, out, ("model",)) if registry else ([], {})
     measure = _measure(spec, registry, out)
     _cross_checks(spec, measure, contexts, doc, out)
-    _compare_on_checks(spec, measure, registry, variants, out)
-    _role_checks(spec, out)
+    for loc, msg, at in [*compare_on_checks(spec, measure, registry, variants),
+                         *role_checks(spec, doc)]:
+        out.add(loc, msg, at)
     for loc, msg in seq_len_problems(spec, variants):  # seq_len axes vs context_length
         out.add(loc, msg)
     if out.messages:

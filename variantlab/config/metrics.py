@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -161,6 +161,28 @@ def headline_of(meta: Any, registry: Any = None) -> Headline:
         return headline(DEFAULT_COMPARE_ON)
 
 
+def compare_on_checks(spec: Any, measure: Any, registry: Any, variants: Sequence[Any]
+                      ) -> list[tuple[tuple, str, str]]:
+    """``(YAML location, message, at)`` when an experiment's ``compare_on`` names no
+    headline metric, or one that no probe running here records."""
+    name = spec.compare_on
+    problem = compare_on_problem(name, registry)
+    if problem is not None:
+        return [(("compare_on",), problem, "auto")]
+    if name == DEFAULT_COMPARE_ON:
+        return []
+    probe = headline(name, registry).probe
+    if probe not in measure:
+        return [(("compare_on",), f"compare_on: {name} is recorded by probe {probe!r}, which "
+                 f"does not run here; add it under measure: (measure: {{{probe}: {{}}}})",
+                 "auto")]
+    datas = [spec.data, *(v.data_or(spec.data) for v in variants)]
+    if name == "recall_accuracy" and not any(getattr(d, "task", None) == "recall" for d in datas):
+        return [(("compare_on",), f"compare_on: recall_accuracy needs "
+                 f"{HEADLINES['recall_accuracy']}; this experiment's data has none", "auto")]
+    return []
+
+
 def check_declared(metrics: Mapping[str, Any] | None, where: str) -> tuple[tuple[str, Direction], ...]:
     """A probe's ``metrics=`` as ``((name, direction), ...)``; ValueError saying what is
     wrong (a name that is not a string, a direction other than lower/higher)."""
@@ -176,5 +198,5 @@ def check_declared(metrics: Mapping[str, Any] | None, where: str) -> tuple[tuple
 
 
 __all__ = ["DEFAULT_COMPARE_ON", "DIRECTIONS", "HIGHER", "LOWER", "Direction", "Headline",
-           "check_declared", "compare_choices", "compare_on_problem", "declared", "direction",
-           "headline", "headline_of"]
+           "check_declared", "compare_choices", "compare_on_checks", "compare_on_problem",
+           "declared", "direction", "headline", "headline_of"]

@@ -81,6 +81,32 @@ def role_problems(axes: Sequence[str], tune: Sequence[str], conditions: Sequence
     return out
 
 
+def role_checks(spec: Any, doc: Any) -> list[tuple[tuple, str, str]]:
+    """``(YAML location, message, at)`` for an experiment's ``tune:``/``conditions:``
+    entries that name no axis (:func:`role_problems`) and each ``extend`` on an axis that is
+    not a tuned grid axis on a log or linear grid."""
+    axes = spec_axes(spec.grid, [v.set for v in spec.variants])
+    out = [(loc, msg, "auto") for loc, msg in role_problems(axes, spec.tune, spec.conditions)]
+    roles = axis_roles(axes, spec.tune, spec.conditions)
+    for axis in spec.extend:
+        loc: tuple = ("grid", axis, "extend")
+        if doc.get(loc) is None:
+            loc = ("extend", axis)
+        if axis not in spec.grid:
+            msg = f"{axis!r} is not a grid axis; only a grid axis can be extended"
+        elif roles[axis] != TUNED:
+            msg = (f"{axis!r} is a {roles[axis]} axis; only a tuned axis is extended "
+                   "(measure.* paths, or list it under tune:)")
+        elif spacing(spec.grid[axis]) is None:
+            msg = (f"{axis!r} has values {spec.grid[axis]}, on neither a log grid (equal "
+                   "ratios) nor a linear one (equal steps), so there is no spacing to extend "
+                   "it by; space the values evenly")
+        else:
+            continue
+        out.append((loc, msg, "key"))
+    return out
+
+
 def numeric(values: Sequence[Any]) -> list[float] | None:
     """The values as floats, sorted (None when one is not a real number)."""
     if not values or any(isinstance(v, bool) or not isinstance(v, (int, float))
@@ -129,6 +155,37 @@ def next_value(values: Sequence[Any], grid: Sequence[Any], side: str) -> Any:
     return float(f"{new:.6g}")  # 0.030000000000000002 -> 0.03, as a person writes it
 
 
+def axis_mappings(data: Any) -> Any:
+    """An experiment mapping with each grid axis written ``{values: [...], extend: true |
+    N}`` replaced by its values, its extensions (true: :data:`DEFAULT_EXTENSIONS`) under
+    ``extend``; anything else as given (the schema reports what is wrong)."""
+    grid = data.get("grid") if isinstance(data, Mapping) else None
+    if not isinstance(grid, Mapping):
+        return data
+    plain, extend = {}, dict(data.get("extend") or {})
+    for axis, given in grid.items():
+        if isinstance(given, Mapping) and "values" in given and set(given) <= {"values", "extend"}:
+            plain[axis] = given["values"]
+            n = given.get("extend", False)
+            if n is not False:
+                extend[axis] = DEFAULT_EXTENSIONS if n is True else n
+        else:
+            plain[axis] = given
+    return {**data, "grid": plain, **({"extend": extend} if extend else {})}
+
+
+def extensions(extend: Mapping[str, int], roles: Mapping[str, str],
+               grid: Mapping[str, Sequence[Any]], edges: bool = False) -> dict[str, int]:
+    """Tuned axis -> extensions per edge: ``extend``, and with ``edges`` (``--extend-edges``)
+    :data:`DEFAULT_EXTENSIONS` for every other tuned grid axis on a log or linear grid."""
+    out = dict(extend)
+    if edges:
+        for axis, role in roles.items():
+            if role == TUNED and axis in grid and spacing(grid[axis]):
+                out.setdefault(axis, DEFAULT_EXTENSIONS)
+    return out
+
+
 def role_lines(roles: Mapping[str, str], extend: Mapping[str, int] | None = None
                ) -> list[str]:
     """One line per axis, ``axis: role`` (``, extended up to N per edge`` for an axis
@@ -148,5 +205,5 @@ def stored_roles(meta: Any, overrides: Iterable[Mapping[str, Any]]) -> dict[str,
 
 
 __all__ = ["COMPARED", "CONDITION", "DEFAULT_EXTENSIONS", "SIZE_KEYS", "TUNED", "Role",
-           "axis_roles", "default_role", "next_value", "numeric", "role_lines", "role_problems",
-           "spacing", "spec_axes", "stored_roles"]
+           "axis_mappings", "axis_roles", "default_role", "extensions", "next_value", "numeric",
+           "role_checks", "role_lines", "role_problems", "spacing", "spec_axes", "stored_roles"]
