@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..config.roles import COMPARED, CONDITION, stored_roles
 from .effects import interval, value_text
 from .frame import ReportData
 from .plots import Plot, legend, new_axes, styles
@@ -64,9 +65,12 @@ def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: s
             continue
         mine = data.variants[data.variants["run"] == meta.run]
         rows = data.rows[data.rows["run"] == meta.run]
-        arch = [a for a in grid if not a.startswith(SETTING) and a not in sizes]
+        roles = stored_roles(meta, [o for o in mine["overrides"] if isinstance(o, Mapping)])
+        arch = [a for a in grid if a not in sizes and roles.get(a) in (COMPARED, CONDITION)]
         metrics = set(rows.loc[rows["probe"] == probe, "metric"])
         metric = next((m for m in REPORT if m in metrics), None)
+        if sweep is not None and sweep.run == meta.run:
+            metric = sweep.reported_on  # the headline's test value (compare_on)
         if metric is None:
             return None
         chosen = _chosen_variants(sweep, meta.run)
@@ -75,9 +79,8 @@ def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: s
             over = dict(over) if isinstance(over, Mapping) else {}
             if set(over) != set(grid):
                 continue  # a named variant outside the grid (it sets other keys, or fewer)
-            name = arch_name(over)
-            if chosen is not None and chosen.get(name) != variant:
-                continue  # not this architecture's chosen setting
+            if chosen is not None and variant not in chosen:
+                continue  # not its group's chosen setting
             loss = _values(rows, variant, probe, metric)
             params = _values(rows, variant, size_probe, "non_embedding")
             flops = _flops(rows, variant, params, meta.measure, over, probe)
@@ -100,15 +103,12 @@ def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: s
     return None
 
 
-def _chosen_variants(sweep: Sweep | None, run: str) -> dict[str, str] | None:
+def _chosen_variants(sweep: Sweep | None, run: str) -> set[str] | None:
+    """The variants chosen for each compared variant and condition (None: ``run`` is not
+    the sweep's)."""
     if sweep is None or sweep.run != run:
         return None
-    out = {}
-    for arch in sweep.archs:
-        c = choose(sweep, arch)
-        if c is not None:
-            out[arch] = str(c["variant"])
-    return out
+    return {str(c["variant"]) for arch in sweep.archs if (c := choose(sweep, arch)) is not None}
 
 
 def _values(rows: pd.DataFrame, variant: str, probe: str, metric: str) -> pd.Series:
