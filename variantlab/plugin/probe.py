@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..config.metrics import check_declared
 from ..plugin.settings import Strict
 
 #: ``run(spec, settings, *, seed, data, base_dir, device, registry) -> list[Row]``
@@ -105,6 +104,20 @@ class Probe:
             return self.settings_cls.model_validate(value)
         raise TypeError(f"probe {self.name!r} takes {self.settings_cls.__name__} settings, "
                         f"got {type(value).__name__}")
+
+
+def check_declared(metrics: Mapping[str, Any] | None, where: str) -> tuple[tuple[str, str], ...]:
+    """A probe's ``metrics=`` as ``((name, direction), ...)``; ValueError saying what is
+    wrong (a name that is not a string, a direction other than lower/higher)."""
+    out: list[tuple[str, str]] = []
+    for name, dirn in (metrics or {}).items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{where}: metric names must be non-empty strings, got {name!r}")
+        if dirn not in ("lower", "higher"):
+            raise ValueError(f"{where}: metric {name!r} has direction {dirn!r}; use 'lower' "
+                             "or 'higher' (which way is better)")
+        out.append((name, dirn))
+    return tuple(out)
 
 
 def make_probe(plugin: str, name: str, settings_cls: type[Strict], run: RunFn, *,

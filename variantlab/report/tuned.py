@@ -48,6 +48,7 @@ import pandas as pd
 
 from ..config.metrics import Headline, headline, headline_of
 from ..config.roles import COMPARED, CONDITION, SIZE_KEYS, TUNED, numeric, stored_roles
+from ..store.store import axis_default
 from .effects import interval, value_text
 from .frame import ReportData
 
@@ -116,18 +117,6 @@ def group_name(compared: str, condition: str) -> str:
     return f"{compared} ({condition})" if condition else compared
 
 
-def _base_value(axis: str, meta: Any, spec: Any) -> Any:
-    """What a variant that does not set ``axis`` ran with: the experiment's setting, data
-    or the variant's model spec."""
-    if axis.startswith(SETTING):
-        _, probe, key = axis.split(".", 2)
-        return (meta.measure.get(probe) or {}).get(key)
-    node: Any = meta.data if axis.startswith("data.") else spec
-    for part in (axis[5:] if axis.startswith("data.") else axis).split("."):
-        node = node.get(part) if isinstance(node, Mapping) else None
-    return node
-
-
 def find_sweep(data: ReportData, probe: str) -> Sweep | None:
     """The first run whose variants have tuned axes, with the headline metric's values
     per variant and seed (the training ``probe``'s loss at init and divergence; None: no
@@ -146,7 +135,7 @@ def find_sweep(data: ReportData, probe: str) -> Sweep | None:
         names: dict[str, str] = {}
         cond_values: dict[str, dict[str, Any]] = {}
         for variant, over, spec in zip(mine["variant"], overs, mine["spec"]):
-            value = {a: over[a] if a in over else _base_value(a, meta, spec)
+            value = {a: over[a] if a in over else axis_default(a, meta, spec)
                      for a in [*tuned, *conds]}
             cond = ",".join(f"{a}={value_text(value[a])}" for a in conds)
             name = arch_name(over, compared)
