@@ -275,16 +275,16 @@ def lr_sensitivity(sweep: Sweep, arch: str, chosen: pd.Series) -> float:
 
 
 def _ranks(sweep: Sweep, records: list[dict[str, Any]]) -> None:
-    """``rank`` (1 = best reported mean) within each condition whose groups are all
-    resolved; none in a condition with an unresolved group."""
+    """``rank`` (1 = best reported mean; equal means share a rank) within each condition
+    whose groups are all resolved; none in a condition with an unresolved group."""
     test = sweep.head.test
     for cond in dict.fromkeys(sweep.sizes.get(g, "") for g in sweep.archs):
         mine = [r for r in records if sweep.sizes.get(r["_group"], "") == cond]
         if any(r.get("unresolved", True) for r in mine):
             continue
-        ordered = sorted(mine, key=lambda r: sweep.head.key(r.get(test, math.nan)))
-        for i, r in enumerate(ordered):
-            r["rank"] = i + 1
+        keys = [sweep.head.key(r.get(test, math.nan)) for r in mine]
+        for r, k in zip(mine, keys):  # ties share a rank
+            r["rank"] = 1 + sum(other < k for other in keys)
 
 
 def tuned_frame(sweep: Sweep) -> pd.DataFrame:
