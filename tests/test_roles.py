@@ -17,7 +17,7 @@ from variantlab.config.roles import axis_roles, next_value, spacing
 from variantlab.executors.runner import run_experiment
 from variantlab.plugin.rows import row
 from variantlab.report import write_report
-from variantlab.report.extension import run_extended
+from variantlab.report.fair.extension import run_extended
 
 REG = vl.get_registry()
 TRAIN = "measure:\n  training: {steps: 2, batch_size: 2, seq_len: 16, eval_batches: 1}\n"

@@ -18,8 +18,8 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from .. import __version__
 from ..errors import SpecError
+from ..version import __version__
 from .base import (
     EXIT_FAILED,
     EXIT_INPUT,
@@ -160,7 +160,7 @@ def _run_extended(stdout: Any, err: Any, exp: Experiment, run_once: Any,
                   extend: dict[str, int], plugins: tuple[str, ...]) -> Any:
     """The run with edge extension (:mod:`variantlab.report.extension`): each round's
     added values are printed; the summary counts every round's computed units."""
-    from ..report.extension import run_extended
+    from ..report.fair.extension import run_extended
 
     def said(number: int, added: list) -> None:
         stdout.print(f"edge extension, round {number}: "

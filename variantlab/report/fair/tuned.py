@@ -46,11 +46,11 @@ from typing import Any
 
 import pandas as pd
 
-from ..config.metrics import Headline, headline, headline_of
-from ..config.roles import COMPARED, CONDITION, SIZE_KEYS, TUNED, numeric, stored_roles
-from ..store.store import axis_default
-from .effects import interval, value_text
-from .frame import ReportData
+from ...config.metrics import Headline, headline, headline_of
+from ...config.roles import COMPARED, CONDITION, SIZE_KEYS, TUNED, numeric, stored_roles
+from ...store.store import axis_default
+from ..effects import interval, value_text
+from ..frame import ReportData
 
 SETTING = "measure."
 CHOOSE = headline().choose  # loss: the first present chooses

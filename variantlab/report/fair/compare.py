@@ -13,13 +13,13 @@ from functools import partial
 
 import pandas as pd
 
-from ..plugin.registry import Registry
-from .effects import value_text
-from .frame import ReportData
-from .parts import pieces
-from .plots import Plot, legend, new_axes, styles
+from ...plugin.registry import Registry
+from ..effects import value_text
+from ..frame import ReportData
+from ..parts import pieces
+from ..plots import Plot, legend, new_axes, styles
+from ..tables import Table, fmt
 from .scaling import scaling_parts
-from .tables import Table, fmt
 from .tuned import Sweep, added, choose, find_sweep, group_name, lr_curves, tuned_frame
 
 MAX_FLIPS = 4  # ranking sentences at most

@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..config.roles import COMPARED, CONDITION, stored_roles
-from .effects import interval, value_text
-from .frame import ReportData
-from .plots import Plot, legend, new_axes, styles
-from .tables import Table, fmt
+from ...config.roles import COMPARED, CONDITION, stored_roles
+from ..effects import interval, value_text
+from ..frame import ReportData
+from ..plots import Plot, legend, new_axes, styles
+from ..tables import Table, fmt
 from .tuned import REPORT, SETTING, SIZE_AXES, Sweep, arch_name, choose
 
 MIN_FIT = 3  # sizes a line needs for a fitted power law

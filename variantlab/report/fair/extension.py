@@ -24,11 +24,11 @@ from typing import Any
 
 import yaml
 
-from ..config.experiment import Experiment, experiment_from_text
-from ..config.roles import next_value, numeric
-from ..errors import InputError
-from .effects import value_text
-from .frame import gather
+from ...config.experiment import Experiment, experiment_from_text
+from ...config.roles import next_value, numeric
+from ...errors import InputError
+from ..effects import value_text
+from ..frame import gather
 from .tuned import Sweep, at_edge, choose, find_sweep, tried
 
 TRAINING = "training"
