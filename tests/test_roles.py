@@ -149,6 +149,7 @@ def test_a_best_at_the_edge_is_extended_until_it_is_inside(tmp_path):
     md = files.markdown.read_text()
     assert "Edge extension ran values beyond the grid for activation.kind=gelu " \
         "(measure.training.lr: 0.1, 1.0); activation.kind=relu (measure.training.lr: 0.1)" in md
+    assert "| measure.training.lr | tuned | 0.001, 0.01 | 0.1, 1.0 |" in md  # Axes
     again = run_extended(e, lambda x: fake_run(x, tmp_path / "runs"), e.extensions())
     assert sum(s.done for s in again.summaries) == 0  # every extension is stored already
 
@@ -182,6 +183,7 @@ def recall_report(tmp_path, lrs: str) -> tuple[pd.DataFrame, str]:
     assert e.roles["data.n_pairs"] == "condition"
     fake_run(e, tmp_path / "runs")
     files = write_report([tmp_path / "runs" / "roles"], tmp_path / "rep", registry=REG)
+    assert files.by_condition == tmp_path / "rep" / "effects_by_condition.csv"
     return pd.read_csv(files.tuned), files.markdown.read_text()
 
 
@@ -219,3 +221,11 @@ def test_a_verdict_per_condition_says_whether_it_holds_across_them(tmp_path):
         "data.n\\_pairs=4: activation.kind=gelu (test\\_recall\\_accuracy 0.99)." in md
     assert "The best differs between conditions: the verdict does not hold across " \
         "data.n\\_pairs." in md
+    by_cond = pd.read_csv(tmp_path / "rep" / "effects_by_condition.csv")
+    assert list(by_cond["condition"]) == ["data.n_pairs=2", "data.n_pairs=4"]
+    assert list(by_cond["effect"]) == pytest.approx([0.99 - 0.89, 0.94 - 0.99])
+    assert set(by_cond["across_conditions"]) == {"flips"}
+    assert set(by_cond["metric"]) == {"test_recall_accuracy"}
+    axes = md[md.index("## Axes"):].splitlines()
+    assert "| data.n\\_pairs | condition | 2, 4 |  |" in axes
+    assert "| measure.training.lr | tuned | 0.001, 0.01, 0.1, 1.0 |  |" in axes

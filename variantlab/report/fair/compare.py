@@ -19,6 +19,7 @@ from ..frame import ReportData
 from ..parts import pieces
 from ..plots import Plot, legend, new_axes, styles
 from ..tables import Table, fmt
+from .conditions import axes_table, condition_table, effects_by_condition
 from .scaling import scaling_parts
 from .tuned import Sweep, added, choose, find_sweep, group_name, lr_curves, tuned_frame
 
@@ -34,6 +35,7 @@ class FairParts:
     plots: list[Plot] = field(default_factory=list)
     tuned: pd.DataFrame | None = None  # tuned.csv
     by_size: pd.DataFrame | None = None  # effects_by_size.csv
+    by_condition: pd.DataFrame | None = None  # effects_by_condition.csv
 
 
 def fair_parts(data: ReportData, probe: str, size_probe: str) -> FairParts:
@@ -49,6 +51,9 @@ def fair_parts(data: ReportData, probe: str, size_probe: str) -> FairParts:
         parts.lines += tuned_lines(sweep, frame)
         if sweep.lr_axis is not None:
             parts.plots.append(lr_plot(sweep, frame))
+        parts.by_condition = effects_by_condition(sweep)
+        if parts.by_condition is not None and len(parts.by_condition):
+            parts.tables.append(condition_table(parts.by_condition))
     scaled = scaling_parts(data, sweep, probe, size_probe)
     if scaled is not None:
         plots, lines, tables, parts.by_size = scaled
@@ -66,7 +71,8 @@ def fair_piece(probe: str, size_probe: str) -> Callable[[ReportData], FairParts]
 def fair_of(data: ReportData, registry: Registry | None = None) -> FairParts:
     """Every registered probe's ``fair`` parts, merged in rank order (tuned.csv and
     effects_by_size.csv: the first probe's that has one)."""
-    merged = FairParts()
+    axes = axes_table(data)
+    merged = FairParts(tables=[axes] if axes is not None else [])
     if data.registry is None:
         data.registry = registry  # the headline metric of a plugin probe needs its direction
     for piece in pieces(registry, "fair"):
@@ -76,6 +82,8 @@ def fair_of(data: ReportData, registry: Registry | None = None) -> FairParts:
         merged.plots += got.plots
         merged.tuned = merged.tuned if merged.tuned is not None else got.tuned
         merged.by_size = merged.by_size if merged.by_size is not None else got.by_size
+        merged.by_condition = merged.by_condition if merged.by_condition is not None \
+            else got.by_condition
     return merged
 
 

@@ -190,13 +190,14 @@ def scaling_plot(frame: pd.DataFrame, metric: str) -> Plot:
 
 
 def effects_by_size(per_seed: pd.DataFrame, axes: list[str], baseline: Mapping[str, str],
-                    metric: str) -> pd.DataFrame:
+                    metric: str, over: str = "size") -> pd.DataFrame:
     """effects_by_size.csv: each architecture axis value's effect at each size (paired per
     seed, averaged within a seed over the other axes, t-interval over seeds) and whether
-    its sign holds at every size."""
+    its sign holds at every size. ``over``: the column of ``per_seed`` that says the size
+    (``condition`` for effects_by_condition.csv, the same rule over every condition)."""
     records = []
     for axis in axes:
-        others = ["seed", "size"] + [a for a in axes if a != axis]
+        others = ["seed", over] + [a for a in axes if a != axis]
         table = per_seed.pivot_table(index=others, columns=axis, values="value",
                                      aggfunc="mean")
         base = baseline[axis]
@@ -205,26 +206,29 @@ def effects_by_size(per_seed: pd.DataFrame, axes: list[str], baseline: Mapping[s
                 continue
             diff = (table[value] - table[base]).dropna()
             rows = []
-            present = set(diff.index.get_level_values("size"))
-            for size in [z for z in dict.fromkeys(per_seed["size"]) if z in present]:
-                part = diff[diff.index.get_level_values("size") == size]
+            present = set(diff.index.get_level_values(over))
+            for size in [z for z in dict.fromkeys(per_seed[over]) if z in present]:
+                part = diff[diff.index.get_level_values(over) == size]
                 effect, low, high, n = interval(part.groupby(level="seed").mean())
                 sign = "positive" if effect > 0 else "negative" if effect < 0 else "zero"
                 rows.append([axis, value, size, metric, effect, low, high, n, sign])
             signs = {r[-1] for r in rows}
-            holds = "one size" if len(rows) < 2 else \
+            holds = f"one {over}" if len(rows) < 2 else \
                 "holds" if len(signs) == 1 and "zero" not in signs else \
                 "flips" if {"positive", "negative"} <= signs else "unclear"
             records += [r + [holds] for r in rows]
-    return pd.DataFrame(records, columns=list(BY_SIZE_COLUMNS))
+    columns = [over if c == "size" else f"across_{over}s" if c == "across_sizes" else c
+               for c in BY_SIZE_COLUMNS]
+    return pd.DataFrame(records, columns=columns)
 
 
-def by_size_table(frame: pd.DataFrame) -> Table:
-    body = [[r.axis, r.value, r.size, fmt(r.effect),
-             f"[{fmt(r.low)}, {fmt(r.high)}]" if math.isfinite(r.low) else "— (one seed)",
-             str(r.n), r.across_sizes] for r in frame.itertuples()]
-    note = ("effect of each architecture axis value against its baseline value at each size "
+def by_size_table(frame: pd.DataFrame, over: str = "size") -> Table:
+    """The Effects by size table (``over="condition"``: Effects by condition)."""
+    body = [[r["axis"], r["value"], r[over], fmt(r["effect"]),
+             f"[{fmt(r['low'])}, {fmt(r['high'])}]" if math.isfinite(r["low"]) else "— (one seed)",
+             str(r["n"]), r[f"across_{over}s"]] for r in frame.to_dict("records")]
+    note = (f"effect of each architecture axis value against its baseline value at each {over} "
             "(paired per seed, 95% t-interval over seeds); 'flips' when its sign is not the "
-            "same at every size. All rows are in effects_by_size.csv.")
-    return Table("Effects by size", ["axis", "value", "size", "effect", "95% interval",
-                                     "n seeds", "across sizes"], body, note)
+            f"same at every {over}. All rows are in effects_by_{over}.csv.")
+    return Table(f"Effects by {over}", ["axis", "value", over, "effect", "95% interval",
+                                        "n seeds", f"across {over}s"], body, note)

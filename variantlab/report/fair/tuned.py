@@ -71,7 +71,8 @@ class Sweep:
     arch_axes: list[str]  # compared
     setting_axes: list[str]  # tuned
     values: dict[str, list[Any]]  # tuned axis -> values in sweep order (grid, then added)
-    cells: pd.DataFrame  # variant, arch, compared, condition, one column per tuned axis
+    cells: pd.DataFrame  # variant, arch, compared, condition, a column per tuned axis (raw
+    # values) and per compared axis (as text)
     per_seed: pd.DataFrame  # variant, seed, arch, settings..., val, test, init, diverged
     chosen_on: str
     reported_on: str
@@ -136,14 +137,15 @@ def find_sweep(data: ReportData, probe: str) -> Sweep | None:
         cond_values: dict[str, dict[str, Any]] = {}
         for variant, over, spec in zip(mine["variant"], overs, mine["spec"]):
             value = {a: over[a] if a in over else axis_default(a, meta, spec)
-                     for a in [*tuned, *conds]}
+                     for a in [*tuned, *conds, *compared]}
             cond = ",".join(f"{a}={value_text(value[a])}" for a in conds)
             name = arch_name(over, compared)
             group = group_name(name, cond)
             sizes[group], names[group] = cond, name
             cond_values.setdefault(cond, {a: value[a] for a in conds})
             records.append({"variant": variant, "arch": group, "compared": name,
-                            "condition": cond, **{a: value[a] for a in tuned}})
+                            "condition": cond, **{a: value[a] for a in tuned},
+                            **{a: value_text(value[a]) for a in compared if a not in tuned}})
         cells = pd.DataFrame(records)
         head = headline_of(meta, getattr(data, "registry", None))
         rows = data.rows[data.rows["run"] == meta.run]
