@@ -229,3 +229,7 @@ def test_a_verdict_per_condition_says_whether_it_holds_across_them(tmp_path):
     axes = md[md.index("## Axes"):].splitlines()
     assert "| data.n\\_pairs | condition | 2, 4 |  |" in axes
     assert "| measure.training.lr | tuned | 0.001, 0.01, 0.1, 1.0 |  |" in axes
+    effects = pd.read_csv(tmp_path / "rep" / "effects.csv")
+    roles = dict(zip(effects["axis"], effects["role"]))
+    assert roles["activation.kind"] == "compared" and roles["data.n_pairs"] == "condition"
+    assert roles["measure.training.lr"] == "tuned"
