@@ -107,6 +107,7 @@ def fake_training(name, spec, settings, *, seed, data=None, **_):
               - 0.1 * (kind == "gelu" and pairs == 2))
     return [row(name, "loss", 4.0, step=0), row(name, "diverged", 0.0),
             row(name, "val_loss", 2.0 + gap + 0.01 * seed),
+            row(name, "eval_loss", 2.0 + gap + 0.01 * seed),
             row(name, "test_loss", 2.1 + gap + 0.01 * seed),
             row(name, "val_recall_accuracy", acc - 0.01 * seed),
             row(name, "test_recall_accuracy", acc - 0.02 * seed)]
