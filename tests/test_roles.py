@@ -5,6 +5,7 @@ chosen on validation and reported on test in its direction, edges extended and r
 from __future__ import annotations
 
 import math
+import re
 from textwrap import dedent
 
 import pandas as pd
@@ -234,3 +235,61 @@ def test_a_verdict_per_condition_says_whether_it_holds_across_them(tmp_path):
     roles = dict(zip(effects["axis"], effects["role"]))
     assert roles["activation.kind"] == "compared" and roles["data.n_pairs"] == "condition"
     assert roles["measure.training.lr"] == "tuned"
+
+
+@pytest.mark.slow
+def test_a_recall_grid_is_tuned_on_recall_accuracy_within_each_n_pairs(tmp_path):
+    """Issue 28's done-when: an architecture axis x data.n_pairs x lr with compare_on:
+    recall_accuracy chooses each variant's rate by validation recall accuracy within each
+    n_pairs, reports test recall accuracy, and never ranks variants of two n_pairs values
+    against each other (real training, tiny settings)."""
+    from click.testing import CliRunner
+
+    from variantlab.cli.main import main
+
+    path = tmp_path / "mqar.yaml"
+    path.write_text(f"name: mqar\nseeds: [0, 1]\nmodel: {TINY_MODEL}\n"
+                    "compare_on: recall_accuracy\n"
+                    "data: {source: synthetic, task: recall}\n"
+                    "grid:\n  norm.kind: [layer, rms]\n  data.n_pairs: [2, 4]\n"
+                    "  measure.training.lr: [1.0e-3, 1.0e-2]\n"
+                    "measure:\n  training: {steps: 6, batch_size: 4, seq_len: 16, "
+                    "eval_batches: 1, device: cpu}\n")
+    checked = CliRunner().invoke(main, ["validate", str(path)])
+    assert checked.exit_code == 0, checked.output
+    assert "  data.n_pairs: condition\n" in checked.output
+    assert "compare_on: recall_accuracy (higher is better; chosen on val_recall_accuracy" \
+        in checked.output
+    out = tmp_path / "runs"
+    result = CliRunner().invoke(main, ["run", str(path), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = vl.results(out / "mqar")
+    train = rows[rows["probe"] == "training"]
+    reported = next(m for m in ("test_recall_accuracy", "recall_accuracy")
+                    if m in set(train["metric"]))
+    tuned = pd.read_csv(out / "mqar" / "report" / "tuned.csv")
+    assert len(tuned) == 4  # one row per compared variant per n_pairs
+    assert set(tuned["chosen_on"]) == {"val_recall_accuracy"}
+    assert set(tuned["reported_on"]) == {reported}
+
+    def means(metric):
+        part = train[train["metric"] == metric]
+        return part.groupby(["norm.kind", "data.n_pairs", "measure.training.lr"])["value"].mean()
+
+    val, test = means("val_recall_accuracy"), means(reported)
+    lrs = [1e-3, 1e-2]
+    for rec in tuned.to_dict("records"):
+        kind = rec["variant"].removeprefix("norm.kind=") if rec["variant"] != "base" else "layer"
+        scores = [val[(kind, rec["data.n_pairs"], lr)] for lr in lrs]
+        best = lrs[scores.index(max(scores))]  # higher is better; the first on a tie
+        assert rec["measure.training.lr"] == best
+        assert rec["val_recall_accuracy"] == pytest.approx(max(scores), rel=1e-5)
+        assert rec["test_recall_accuracy"] == pytest.approx(
+            test[(kind, rec["data.n_pairs"], best)], rel=1e-5)
+    for _, part in tuned.groupby("data.n_pairs"):  # ranks only within one n_pairs
+        assert part["rank"].isna().all() == part["unresolved"].any()
+    md = (out / "mqar" / "report" / "report.md").read_text()
+    for line in md.splitlines():
+        if "beats" in line:  # a ranking sentence names one n_pairs value
+            assert len(set(re.findall(r"n\\_pairs=(\d+)", line))) <= 1, line
+    assert "per condition: data.n\\_pairs=2: " in md
