@@ -293,3 +293,21 @@ def test_a_recall_grid_is_tuned_on_recall_accuracy_within_each_n_pairs(tmp_path)
         if "beats" in line:  # a ranking sentence names one n_pairs value
             assert len(set(re.findall(r"n\\_pairs=(\d+)", line))) <= 1, line
     assert "per condition: data.n\\_pairs=2: " in md
+
+
+def test_the_schema_takes_an_extended_axis_and_the_role_keys():
+    import jsonschema
+
+    from variantlab.config.schema import experiment_schema
+    from variantlab.plugin.registry import build_registry
+
+    check = jsonschema.Draft7Validator(experiment_schema(build_registry(entry_points=False)))
+    doc = {"name": "x", "model": {"family": "gpt"}, "compare_on": "loss",
+           "tune": ["norm.eps"], "conditions": ["drop_rate"],
+           "grid": {"measure.training.lr": {"values": [1e-3, 1e-2], "extend": True},
+                    "norm.eps": [1e-5, 1e-6], "drop_rate": {"values": [0.0, 0.1]}}}
+    assert [e.message for e in check.iter_errors(doc)] == []
+    for bad in ({"values": [1e-3], "extend": "yes"}, {"values": []}, {"extend": 2},
+                {"values": [1e-3], "extend": 0}, {"values": [1e-3], "more": 1}):
+        doc["grid"]["measure.training.lr"] = bad
+        assert list(check.iter_errors(doc)), bad
