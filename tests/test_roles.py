@@ -74,7 +74,10 @@ def test_extend_on_an_axis_is_read_and_checked():
     for axis, why in (("activation.kind: {values: [gelu, relu], extend: true}",
                        "'activation.kind' is a compared axis; only a tuned axis is extended"),
                       ("measure.training.lr: {values: [1.0e-3, 2.0e-3, 1.0e-2], extend: true}",
-                       "on neither a log grid (equal ratios) nor a linear one")):
+                       "on neither a log grid (equal ratios) nor a linear one"),
+                      ("measure.training.lr: {values: [1.0e-3, 1.0e-2], extend: 'yes'}",
+                       "extend is true, false or a whole number of extensions per edge (1 to "
+                       "20), got 'yes'")):
         with pytest.raises(InputError) as info:
             experiment_from_text(exp(f"grid:\n  {axis}\n" + TRAIN), "e.yaml")
         (msg,) = info.value.messages
