@@ -35,6 +35,7 @@ from .info import describe, plugins_cmd, schema_cmd
 
 if TYPE_CHECKING:
     from ..config.experiment import Experiment
+    from ..plugin.registry import Registry
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -158,7 +159,7 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
 
 def _run_extended(stdout: Any, err: Any, exp: Experiment, run_once: Any,
                   extend: dict[str, int], plugins: tuple[str, ...]) -> Any:
-    """The run with edge extension (:mod:`variantlab.report.extension`): each round's
+    """The run with edge extension (:mod:`variantlab.report.fair.extension`): each round's
     added values are printed; the summary counts every round's computed units."""
     from ..report.fair.extension import run_extended
 
@@ -214,7 +215,7 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 
 def _write_report(stdout: Any, err: Any, runs: Sequence[Path], out_dir: Path,
-                  baseline: str | None, registry: Any) -> int:
+                  baseline: str | None, registry: Registry) -> int:
     from ..report import write_report
 
     try:
