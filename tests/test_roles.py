@@ -212,6 +212,7 @@ def test_compare_on_recall_accuracy_chooses_within_each_condition(tmp_path):
     # ranks within each n_pairs (relu's best lr, 1e-2, is inside the sweep; gelu's is not)
     assert by["unresolved"].tolist() == [True, True, False, False]
     assert by["rank"].isna().all()
+    assert "recall\\_accuracy vs learning rate" in md and "Loss vs learning rate" not in md
     assert "Best test\\_recall\\_accuracy per condition: data.n\\_pairs=2: unresolved; " \
         "data.n\\_pairs=4: unresolved." in md
 
