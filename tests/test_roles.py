@@ -315,3 +315,18 @@ def test_the_schema_takes_an_extended_axis_and_the_role_keys():
                 {"values": [1e-3], "extend": 0}, {"values": [1e-3], "more": 1}):
         doc["grid"]["measure.training.lr"] = bad
         assert list(check.iter_errors(doc)), bad
+
+
+def test_validate_lists_each_axis_role_and_its_extension(tmp_path):
+    from click.testing import CliRunner
+
+    from variantlab.cli.main import main
+
+    path = tmp_path / "e.yaml"
+    path.write_text(exp("grid:\n  activation.kind: [gelu, relu]\n  data.n_pairs: [2, 4]\n"
+                        "  measure.training.lr: {values: [1.0e-3, 1.0e-2], extend: 2}\n"
+                        "data: {source: synthetic, task: recall}\n" + TRAIN))
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "  activation.kind: compared\n  data.n_pairs: condition\n" \
+        "  measure.training.lr: tuned, extended up to 2 per edge\n" in result.output

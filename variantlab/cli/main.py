@@ -137,12 +137,19 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     if extend_edges and not extend:
         err.print("warning: --extend-edges: no tuned axis on a log or linear grid to extend",
                   soft_wrap=True)
+    if extend and only:
+        err.print("warning: no edge extension with --only (the added values would not run); "
+                  "run without --only to extend", soft_wrap=True)
+        extend = {}
+    rounds: list[Experiment] = []
     try:
         with ProgressReporter(stdout) as report_progress:
             def run_once(e: Experiment) -> Any:
+                again = rerun if not rounds else None  # an extension round computes only new units
+                rounds.append(e)
                 return run_experiment(e, out, only=only, device=device, fail_fast=fail_fast,
                                       progress=report_progress, executor=runner_,
-                                      extra_plugins=plugins, rerun=rerun)
+                                      extra_plugins=plugins, rerun=again)
 
             summary = run_once(exp) if not extend else \
                 _run_extended(stdout, err, exp, run_once, extend, tuple(plugins))
