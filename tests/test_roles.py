@@ -330,3 +330,25 @@ def test_validate_lists_each_axis_role_and_its_extension(tmp_path):
     assert result.exit_code == 0, result.output
     assert "  activation.kind: compared\n  data.n_pairs: condition\n" \
         "  measure.training.lr: tuned, extended up to 2 per edge\n" in result.output
+
+
+def test_the_effects_lead_with_the_compare_on_metric_when_it_is_summarised(tmp_path):
+    from variantlab.report.effects import find_grid, grid_values, main_effects
+    from variantlab.report.frame import gather
+
+    e = fake_experiment(tmp_path, "  activation.kind: [gelu, relu]\n"
+                                  "  measure.training.lr: [1.0e-3, 1.0e-2]\n",
+                        "compare_on: recall_accuracy\ndata: {source: synthetic, task: recall}\n")
+    fake_run(e, tmp_path / "runs")
+    data = gather([tmp_path / "runs" / "roles"])
+    grid = find_grid(data)
+    rows = data.rows[data.rows["metric"].isin(["eval_loss", "test_recall_accuracy"])]
+    values = grid_values(data, grid, rows[["variant", "seed", "metric", "value"]])
+    assert [m for m, _, _ in grid.metrics] == ["test_recall_accuracy", "eval_loss"]
+    assert grid.metrics[0][2] is False  # higher is better
+    main = main_effects(grid, values)
+    assert main["metric"].iloc[0] == "test_recall_accuracy"
+    # relu minus gelu (fake_training, 2 pairs: gelu loses 0.1) at lr 1e-3: 0.8 - 0.1, at
+    # 1e-2: 1.0 - 0.7; averaged within each seed
+    relu = main[(main["metric"] == "test_recall_accuracy") & (main["value"] == "relu")]
+    assert relu["effect"].iloc[0] == pytest.approx((0.7 + 0.3) / 2, abs=1e-9)
