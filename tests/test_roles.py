@@ -352,3 +352,20 @@ def test_the_effects_lead_with_the_compare_on_metric_when_it_is_summarised(tmp_p
     # 1e-2: 1.0 - 0.7; averaged within each seed
     relu = main[(main["metric"] == "test_recall_accuracy") & (main["value"] == "relu")]
     assert relu["effect"].iloc[0] == pytest.approx((0.7 + 0.3) / 2, abs=1e-9)
+
+
+def test_a_compare_on_metric_the_run_did_not_record_falls_back_to_the_loss_and_says_so(tmp_path):
+    e = fake_experiment(tmp_path, "  activation.kind: [gelu, relu]\n"
+                                  "  measure.training.lr: [1.0e-3, 1.0e-2, 1.0e-1]\n",
+                        "compare_on: recall_accuracy\ndata: {source: synthetic, task: recall}\n")
+
+    def no_recall(*args, **kwargs):
+        return [r for r in fake_training(*args, **kwargs) if "recall" not in r["metric"]]
+
+    run_experiment(e, tmp_path / "runs", probe_fn=no_recall)
+    files = write_report([tmp_path / "runs" / "roles"], tmp_path / "rep", registry=REG)
+    tuned = pd.read_csv(files.tuned).set_index("variant")
+    assert set(tuned["chosen_on"]) == {"val_loss"} and "val_loss" in tuned.columns
+    assert tuned.loc["activation.kind=relu", "measure.training.lr"] == 1e-2
+    assert "compare\\_on: recall\\_accuracy was not recorded by this run, so the comparison is " \
+        "on the loss instead" in files.markdown.read_text()

@@ -142,6 +142,10 @@ def tuned_lines(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
              f"compared variant(s) at its own best setting{within} (by mean "
              f"{sweep.chosen_on}, reported on {sweep.reported_on}); see Tuned comparison and "
              "tuned.csv."]
+    if sweep.wanted:
+        lines.append(f"compare_on: {sweep.wanted} was not recorded by this run, so the "
+                     f"comparison is on the loss instead ({sweep.chosen_on}, "
+                     f"{sweep.reported_on}).")
     if sweep.optimistic:
         lines.append(f"This run has no held-out validation/test {sweep.head.name}: "
                      f"{sweep.chosen_on} both chose the setting and reports it, so the tuned "
