@@ -305,12 +305,23 @@ OPEN_PATHS = {
 }
 
 
+def _axis(values: dict[str, Any], description: str) -> dict[str, Any]:
+    """A grid axis: a list of values, or ``{values: [...], extend: true | N}`` (a tuned
+    axis extended beyond an edge where a best sits; docs/fair-comparisons.md). One node
+    of both types: ``items`` applies to the list, ``properties`` to the mapping."""
+    extend = {"anyOf": [{"type": "boolean"}, {"type": "integer", "minimum": 1, "maximum": 20}],
+              "description": "extensions per edge (true: 3)"}
+    return {**values, "type": ["array", "object"], "required": ["values"],
+            "properties": {"values": dict(values), "extend": extend},
+            "additionalProperties": False, "description": description}
+
+
 def _grid_schema(description: str, paths: dict[str, dict]) -> dict[str, Any]:
-    props = {p: {"type": "array", "minItems": 1, "items": {k: v for k, v in s.items()
-                                                            if k != "description"},
-                 "description": "a list of values; " + s["description"]} for p, s in paths.items()}
-    open_paths = {pattern: {"type": "array", "minItems": 1, "description": "a list of values; "
-                            + text} for pattern, text in OPEN_PATHS.items()}
+    props = {p: _axis({"type": "array", "minItems": 1,
+                       "items": {k: v for k, v in s.items() if k != "description"}},
+                      "a list of values; " + s["description"]) for p, s in paths.items()}
+    open_paths = {pattern: _axis({"type": "array", "minItems": 1}, "a list of values; " + text)
+                  for pattern, text in OPEN_PATHS.items()}
     return {"type": "object", "description": description, "properties": props,
             "patternProperties": open_paths, "additionalProperties": False}
 
