@@ -80,8 +80,10 @@ def test_eval_tokens_and_eval_batches_cap_the_windows(tmp_path, spec):
     old = TrainingSettings(steps=2, batch_size=4, seq_len=16, eval_batches=1)
     assert sum(b.target.shape[0] for b in HeldOut(data, spec, old, tmp_path, REG)
                .batches("test")) == 4  # one batch of batch_size windows
-    first = HeldOut(data, spec, TrainingSettings(seq_len=16), tmp_path, REG).batches("test")
-    assert torch.equal(got[0].inputs["idx"], first[0].inputs["idx"][:3])  # the first ones
+    every = HeldOut(data, spec, TrainingSettings(seq_len=16), tmp_path, REG).batches("test")
+    n = every[0].target.shape[0]  # all windows, one scoring batch
+    spread = [0, n // 3, 2 * n // 3]  # 3 windows spread evenly over the split
+    assert torch.equal(got[0].inputs["idx"], every[0].inputs["idx"][spread])
 
 
 def test_synthetic_sets_have_their_own_seeds(spec):

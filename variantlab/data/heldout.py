@@ -5,8 +5,10 @@ were scored on.
 - A corpus (text, stdlib, hf_disk): the validation / test split (:mod:`.splits`) cut into
   contiguous, non-overlapping windows of ``seq_len + 1`` tokens from its first token on, in
   order (a window's first ``seq_len`` tokens are the input, its last ``seq_len`` the targets;
-  the tail shorter than a window is left out): the first ``max_tokens // seq_len`` windows
-  (at least one), all of them when the split has fewer; ``max_tokens`` unset:
+  the tail shorter than a window is left out): all ``n`` of them when they hold at most
+  ``max_tokens`` targets, else ``m = max_tokens // seq_len`` of them (at least one) spread
+  evenly over the split, windows ``i * n // m`` for ``i < m``, so that a cap still samples
+  every part of the split rather than its first documents; ``max_tokens`` unset:
   ``HELD_TOKENS`` (65,536).
 - Synthetic data (random tokens, associative recall) and tasks that make their own inputs:
   ``max_tokens // seq_len`` rows (at least one), drawn in one go from a generator seeded
@@ -64,13 +66,13 @@ def held_out_set(data: AnyData | None, spec: ModelSpec, batch_size: int, seq_len
         raise DataError(f"the {SPLIT_NAMES[split]} split of {where} has {len(stream)} tokens, "
                         f"fewer than one window of seq_len + 1 = {seq_len + 1}; use more text, "
                         "a shorter seq_len or a larger val_fraction / test_fraction")
-    n = min(n, max(1, (max_tokens or HELD_TOKENS) // seq_len))
+    m = min(n, max(1, (max_tokens or HELD_TOKENS) // seq_len))
     ids = torch.from_numpy(stream[:n * (seq_len + 1)].astype("int64"))
-    windows = ids.view(n, seq_len + 1)  # (n, seq_len + 1)
+    windows = ids.view(n, seq_len + 1)[torch.arange(m) * n // m]  # (m, seq_len + 1)
     if data.tokenizer == "gpt2":
         windows = windows % spec.vocab_size  # fold ids above the model's vocabulary
     gen = torch.Generator().manual_seed(SYNTHETIC_SEEDS[split])  # tasks that draw (masks)
-    whole = task.batch(spec, n, seq_len, tokens=windows, generator=gen)
+    whole = task.batch(spec, m, seq_len, tokens=windows, generator=gen)
     return in_parts(whole, eval_rows(spec, batch_size, seq_len))
 
 

@@ -71,7 +71,7 @@ class TrainRunSettings(RecipeSettings):
         1.0, description="clip gradients to this global L2 norm (null: no clipping)")
     eval_tokens: PositiveInt | None = Field(
         None, description="targets scored in eval mode for each of val_loss and test_loss: "
-        "the first windows of the split's fixed set, all when it has fewer (unset: 65,536 "
+        "windows of the split's fixed set spread evenly over it, all when it has fewer (unset: 65,536 "
         "of a corpus, 8,192 of synthetic data)")
     eval_batches: int | None = Field(
         None, ge=0, description="0: no held-out scoring; N: at most N batches of batch_size "
