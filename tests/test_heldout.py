@@ -245,3 +245,20 @@ def test_held_out_set_of_a_too_short_split_says_which(tmp_path, spec):
     with pytest.raises(datalib.DataError, match="the validation split .* one window"):
         held_out_set(TextData(path="t.txt", tokenizer="bytes", val_fraction=0.05), spec, 2, 32,
                      "val", max_tokens=None, registry=REG, base_dir=tmp_path)
+
+
+@pytest.mark.parametrize("change", [
+    ("training: {steps: 1,", "training: {steps: 1, eval_tokens: 1024,"),
+    ("training: {steps: 1,", "training: {steps: 1, eval_every: 5,"),
+    ("task: recall}", "task: recall, loss_on: answers}"),
+])
+def test_what_changes_a_held_out_number_changes_the_unit_key(change):
+    from variantlab.config.experiment import experiment_from_text
+    from variantlab.sweep.units import plan_units
+
+    text = ("name: k\nmodel: {family: gpt, vocab_size: 64, context_length: 32, emb_dim: 32, "
+            "n_heads: 4, n_layers: 2}\ndata: {source: synthetic, task: recall}\n"
+            "measure:\n  training: {steps: 1, seq_len: 16}\n")
+    before = plan_units(experiment_from_text(text))
+    after = plan_units(experiment_from_text(text.replace(*change)))
+    assert before[0].key != after[0].key
