@@ -63,8 +63,9 @@ from .routing import Record, routed_layers, snapshot, training_rows
 class TrainRunSettings(RecipeSettings):
     """What every training run takes (the training and dynamics probes)."""
 
-    #: recipe options are left out of the serialised settings while at their defaults
-    added_options: ClassVar[tuple[str, ...]] = RECIPE_OPTIONS
+    #: recipe and held-out options are left out of the serialised settings while at their
+    #: defaults
+    added_options: ClassVar[tuple[str, ...]] = (*RECIPE_OPTIONS, "eval_tokens")
     batch_size: PositiveInt = Field(16, description="rows per batch")
     seq_len: PositiveInt = Field(128, description="positions per row")
     grad_clip: PositiveFloat | None = Field(
@@ -87,6 +88,7 @@ class TrainRunSettings(RecipeSettings):
 class TrainingSettings(TrainRunSettings):
     """A short AdamW run with linear warm-up and gradient clipping."""
 
+    added_options: ClassVar[tuple[str, ...]] = (*TrainRunSettings.added_options, "eval_every")
     compile: bool = Field(False, description="run the model under torch.compile")
     eval_every: PositiveInt | None = Field(
         None, description="score the validation set every N steps during training "

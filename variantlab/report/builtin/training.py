@@ -17,7 +17,7 @@ from ..tables import MetricRows, Table, fmt, select, summary_section
 
 PROBE = "training"
 NOTE = ("final training loss (mean of the last tenth of the steps), best step loss, and eval "
-        "loss (eval mode, fresh batches), mean ± std over seeds")
+        "loss (eval mode, the fixed validation windows), mean ± std over seeds")
 LM_FAMILIES = {"gpt", "decoder", "encoder_decoder", "encoder"}
 
 
