@@ -60,8 +60,7 @@ def test_eval_loss_is_the_eval_mode_loss_on_the_fixed_validation_set(tiny):
 
     from variantlab.data import sources as datalib
     from variantlab.data.heldout import SYNTHETIC_SEEDS
-    from variantlab.model.build import VariantWarning, resolve_spec
-    from variantlab.probes.common import make_model
+    from variantlab.model.build import VariantWarning, make_model, resolve_spec
 
     settings = TrainingSettings(steps=3, lr=1e-3, batch_size=4, seq_len=16, device="cpu",
                                 eval_batches=2)

@@ -1,16 +1,19 @@
 """variantlab: a lab for transformer architecture variants."""
 
+from collections.abc import Mapping
 from typing import Any
 
+from torch import nn
+
+from .config.yamlio import spec_yaml
 from .errors import PluginLoadError, SpecError
 from .model.build import Parts, VariantWarning, build_model
 from .model.specs import ComponentSpec, ModelSpec, parse_model_spec
 from .model.tasks import Batch, Task, task_for
 from .plugin.hookspecs import hookimpl
-from .plugin.registry import build_registry, get_registry
+from .plugin.registry import Registry, build_registry, get_registry
 from .plugin.settings import ProbeSettings
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "Batch", "ComponentSpec", "ModelSpec", "Parts", "PluginLoadError", "ProbeSettings", "SpecError",
@@ -30,8 +33,8 @@ def results(path):
     return _results(path)
 
 
-def from_transformers(hf_model: Any, registry: Any = None, impl: str = "naive",
-                      ) -> tuple[ModelSpec, Any]:
+def from_transformers(hf_model: Any, registry: Registry | None = None, impl: str = "naive",
+                      ) -> tuple[ModelSpec, nn.Module]:
     """``(spec, model)``: the variantlab spec equal to a Hugging Face transformers causal LM
     and a variantlab model holding copies of its weights (float32 logits equal within 1e-4),
     built with ``registry`` (``None``: ``variantlab.get_registry()``; the built-in components
@@ -43,28 +46,24 @@ def from_transformers(hf_model: Any, registry: Any = None, impl: str = "naive",
     residual, and the ``hidden_act`` values that map to a registered activation. ``impl``
     (``naive`` or ``sdpa``) picks the attention implementation. Any other class or an option
     variantlab cannot express exactly (e.g. scaled ``rope_scaling``) raises
-    ``variantlab.hfimport.ConversionError`` naming it. See docs/transformers.md; needs the
+    ``variantlab.hf.ConversionError`` naming it. See docs/transformers.md; needs the
     ``.[hf]`` extra."""
-    from .hfimport import from_transformers as _convert
+    from .hf import from_transformers as _convert
 
     return _convert(hf_model, get_registry() if registry is None else registry, impl=impl)
 
 
-def to_transformers(spec: Any, model: Any, registry: Any = None) -> Any:
+def to_transformers(spec: ModelSpec | Mapping[str, Any], model: nn.Module,
+                    registry: Registry | None = None) -> Any:
     """A Hugging Face transformers causal LM computing the same logits as ``model`` (a
     variantlab model built from ``spec``): ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM``,
     ``LlamaForCausalLM``, ``Qwen3ForCausalLM``, ``Olmo2ForCausalLM``, ``Gemma2ForCausalLM``
     or ``Gemma3ForCausalLM``, chosen from the spec's components. A component or option none
     of them has (e.g. batch norm, a post_norm residual, ALiBi) raises
-    ``variantlab.hfimport.ConversionError`` naming its spec path. See docs/transformers.md,
+    ``variantlab.hf.ConversionError`` naming its spec path. See docs/transformers.md,
     Export; needs the ``.[hf]`` extra."""
-    from .hfexport import to_transformers as _export
+    from .hf import to_transformers as _export
 
     return _export(spec, model, registry)
 
 
-def spec_yaml(spec, name="imported"):
-    """``spec`` as a minimal experiment YAML text whose ``model`` loads back equal."""
-    from .hfimport import spec_yaml as _spec_yaml
-
-    return _spec_yaml(spec, name)

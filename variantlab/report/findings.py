@@ -9,8 +9,8 @@ import pandas as pd
 from ..plugin.registry import Registry
 from .effects import Effects
 from .frame import ReportData, split_seeds
+from .grid import grid_reading, problems
 from .parts import pieces
-from .sweep import grid_reading, problems
 from .tables import PASS_NAMES, fmt
 
 MAX_LISTED = 4  # with many variants, name the extremes only
@@ -115,7 +115,7 @@ def paired_gaps(rows: pd.DataFrame, probe: str, metric: str, baseline: str) -> d
     return {v: diffs[v].dropna().tolist() for v in diffs}
 
 
-def _sureness(gaps: list[float]) -> str:
+def sureness(gaps: list[float]) -> str:
     """``(every seed, n=3)``, ``(2 of 3 seeds)`` or nothing for one seed."""
     if len(gaps) < 2:
         return ""
@@ -131,7 +131,7 @@ def _nan0(x: float) -> float:
 def reading(data: ReportData, summary: pd.DataFrame, effects: Effects | None = None,
             registry: Registry | None = None) -> list[str]:
     """The report's opening sentences, in order of what readers look at first: for a grid,
-    what each axis does (see :mod:`.sweep`), and for a grid of at most SMALL_GRID variants
+    what each axis does (see :mod:`.grid`), and for a grid of at most SMALL_GRID variants
     the per-variant comparison where it fits; else the per-variant comparison (every
     registered probe's ``reading`` piece, then its ``aside``). Problems are grouped by
     message either way, so the reading stays short at any size."""

@@ -7,8 +7,8 @@ settings, the device and the seed:
   code computes numbers (``NUMBER_FOLDERS``: the plugin system, model assembly, data and the
   probes) and of the built-in ``variantlab_plugins`` package, plus the versions of variantlab
   and torch (:func:`environment`). Every other folder only reads, checks, schedules, stores or
-  presents numbers (config, sweep, store, executors, hfimport, report, testing, cli, and the
-  top-level modules such as errors.py): editing them never makes stored results stale;
+  presents numbers (config, sweep, store, executors, hf, report, export, testing, cli, and
+  the top-level modules such as errors.py and version.py): editing them never makes stored results stale;
 * ``plugins``: for each third-party or local plugin that registered a component the variant
   uses (its family and every slot), a sha256 of the plugin's source: the ``.py`` file of a
   plugin file or module, every ``.py`` file of its top-level package when it lives in one
@@ -30,13 +30,17 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .. import __version__
 from ..data.cache import file_digest
 from ..errors import SpecError
+from ..version import __version__
+
+if TYPE_CHECKING:
+    from ..plugin.probe import Probe
+    from ..plugin.registry import Registry
 
 CORE_PACKAGES = ("variantlab", "variantlab_plugins")
 _SKIP_DIRS = {"__pycache__"}
@@ -115,10 +119,11 @@ def _used_components(data: Any, slot: str | None = None) -> Iterator[tuple[str, 
             yield from _used_components(value)
 
 
-def variant_code(spec_data: Mapping[str, Any], registry: Any) -> dict[str, str]:
+def variant_code(spec_data: Mapping[str, Any], registry: Registry) -> dict[str, str]:
     """Plugin name -> source digest for each non-core plugin that registered a component
     of this spec (its family and every slot); empty for built-in components only."""
-    used = {("family", spec_data.get("family"))} | set(_used_components(spec_data))
+    used: set[tuple[str, Any]] = {("family", spec_data.get("family"))}
+    used |= set(_used_components(spec_data))
     out: dict[str, str] = {}
     for slot, kind in sorted(used, key=str):
         try:
@@ -132,7 +137,7 @@ def variant_code(spec_data: Mapping[str, Any], registry: Any) -> dict[str, str]:
     return out
 
 
-def probe_code(probe: Any, registry: Any) -> dict[str, str]:
+def probe_code(probe: Probe, registry: Registry) -> dict[str, str]:
     """Plugin name -> source digest of the non-core plugin that registered ``probe``
     (a :class:`variantlab.plugin.probe.Probe`); empty for a built-in probe."""
     if probe.plugin.startswith("variantlab_plugins."):
