@@ -31,6 +31,7 @@ from ..model.tasks import Batch
 from ..plugin.registry import Registry
 from ..plugin.rows import Row, row
 from .common import autocast
+from .noise import step_noise
 from .recall import recall_hits
 
 #: Recall accuracy at which the task counts as solved (``steps_to_solve``).
@@ -158,14 +159,12 @@ def still_improving(losses: list[float]) -> bool:
 
     Over its last fifth (at least ``MIN_TAIL`` steps; a shorter or non-finite curve: no),
     the least-squares line through the losses falls by ``fall = -slope x (k - 1)``. The
-    noise is that of one step's loss, ``sigma`` (:func:`variantlab.probes.training.step_noise`
+    noise is that of one step's loss, ``sigma`` (:func:`variantlab.probes.noise.step_noise`
     over those steps: the spread of the step-to-step differences / sqrt 2, from their
     interquartile range); the fall's standard error is ``sigma x (k - 1) / sqrt(sum (x -
     mean x)^2)``. The curve is still improving when ``fall`` exceeds ``IMPROVING_SIGMAS``
     standard errors: a flat noisy tail passes about 2% of the time.
     """
-    from .training import step_noise  # training imports this module
-
     k = max(MIN_TAIL, len(losses) // 5)
     if len(losses) < k or not all(math.isfinite(v) for v in losses[-k:]):
         return False

@@ -56,6 +56,7 @@ from .common import autocast, resolve_device
 from .compiled import compile_errors, compile_model
 from .flops import model_flops_per_token
 from .heldout import Curve, HeldOut, final_rows, scores_held_out, still_improving
+from .noise import step_noise
 from .params import non_embedding_params
 from .recipe import RECIPE_OPTIONS, RecipeSettings, lr_at, make_optimizer, planned_steps
 from .routing import Record, routed_layers, snapshot, training_rows
@@ -124,26 +125,6 @@ BLOWUP_FACTOR = 2.0
 def tail_size(n: int) -> int:
     """Steps averaged into ``final_loss``: the last tenth, at least one."""
     return max(1, n // 10)
-
-
-def step_noise(losses: list[float]) -> float:
-    """Standard deviation of one step's loss around the curve, from the step-to-step
-    differences (their interquartile range, so that a trend or a few jumps do not inflate
-    it); 0 with fewer than two differences."""
-    diffs = sorted(b - a for a, b in zip(losses, losses[1:]))
-    if len(diffs) < 2:
-        return 0.0
-    iqr = _quantile(diffs, 0.75) - _quantile(diffs, 0.25)
-    # a normal's IQR is 1.349 sigma; a difference of two steps has sqrt(2) x one's noise
-    return iqr / 1.349 / math.sqrt(2)
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    """Linear-interpolated quantile of sorted values."""
-    pos = q * (len(ordered) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def diverged(losses: list[float]) -> bool:
