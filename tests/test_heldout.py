@@ -280,3 +280,27 @@ def test_fixed_windows_shrink_the_seed_spread_of_test_loss(monkeypatch, tmp_path
     print(f"sd over seeds: random windows {got.sd('random'):.4f}, fixed {got.sd('fixed'):.4f}")
     assert got.fixed_tokens == 65_536
     assert got.sd("fixed") < 0.75 * got.sd("random")
+
+
+def test_the_training_report_draws_the_validation_curves():
+    from dataclasses import replace
+
+    import pandas as pd
+
+    from variantlab.report.builtin.training import val_curve_plot
+    from variantlab.report.frame import gather
+    from variantlab.testing.sample import sample_run
+
+    data = gather([sample_run()])
+    assert val_curve_plot(data) is None  # no run recorded a curve
+    curve = data.rows[(data.rows.metric == "loss") & data.rows.step.isin([4, 9])].copy()
+    curve["metric"] = "val_loss_curve"
+    plot = val_curve_plot(replace(data, rows=pd.concat([data.rows, curve])))
+    assert plot is not None and plot.title == "Validation loss during training"
+    lines = {line.get_label(): line for line in plot.figure.axes[0].get_lines()}
+    assert list(lines) == ["pre_norm", "post_norm", "batch"]
+    # sample losses 4.2 - 0.1 x step x (1 - 0.1 i) + 0.01 x seed, mean over seeds 0 and 1
+    for name, i in (("pre_norm", 0), ("post_norm", 1)):
+        assert list(lines[name].get_xdata()) == [4, 9]
+        assert list(lines[name].get_ydata()) == pytest.approx(
+            [4.2 - 0.1 * step * (1 - 0.1 * i) + 0.005 for step in (4, 9)])
