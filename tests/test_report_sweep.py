@@ -113,7 +113,7 @@ def test_grid_comes_from_the_stored_yaml_when_the_meta_has_none(tmp_path):
 
 def test_named_variants_keep_the_per_variant_reading(tmp_path):
     files = write_report([sample_run()], tmp_path, registry=REG)
-    assert files.effects.read_text() == "axis,value,metric,effect,low,high,n\n"
+    assert files.effects.read_text() == "axis,value,metric,effect,low,high,n,role\n"
     md = files.markdown.read_text()
     assert "## Effects of each axis" not in md
     assert "eval loss is 0.09 above pre\\_norm's" in md
@@ -178,7 +178,7 @@ def test_effects_of_two_runs_come_from_one_run_only(tmp_path):
 
 def test_a_grid_of_one_value_per_axis_has_no_effects(tmp_path):
     files = write_report([sample_grid({"a": [0], "b": ["x"]})], tmp_path, registry=REG)
-    assert files.effects.read_text() == "axis,value,metric,effect,low,high,n\n"
+    assert files.effects.read_text() == "axis,value,metric,effect,low,high,n,role\n"
     assert "## Effects of each axis" not in files.markdown.read_text()
 
 

@@ -77,6 +77,11 @@ def main() -> None:
                    "payload is refused before Ray starts.")
 @click.option("--executor-option", "executor_options", multiple=True, metavar="KEY=VALUE",
               help="Another option of the executor (a plugin's), VALUE read as YAML; repeatable.")
+@click.option("--extend-edges", is_flag=True,
+              help="While a compared variant's best value of a tuned axis on a log or linear "
+                   "grid sits at an edge, run one more value beyond it (the grid's spacing), "
+                   "up to 3 times per edge; as `extend: true` on every such axis. See "
+                   "docs/fair-comparisons.md.")
 @click.option("--rerun", is_flag=False, flag_value="all", default=None, metavar="[PROBE]",
               help="Compute again units stored already: all of them, or only PROBE's "
                    "(e.g. --rerun gradients). Bare --rerun goes after EXPERIMENT.")
@@ -86,7 +91,7 @@ def main() -> None:
 def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail_fast: bool,
         no_report: bool, workers: int | None, executor: str | None, address: str | None,
         retries: int | None, max_upload: float | None, executor_options: Sequence[str],
-        rerun: str | None, max_variants: int, plugins: Sequence[str]) -> None:
+        rerun: str | None, extend_edges: bool, max_variants: int, plugins: Sequence[str]) -> None:
     """Run every unit of EXPERIMENT not stored yet; write the report.
 
     Only this process writes the store, one transaction per unit, whatever computes the
@@ -129,11 +134,26 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     warnings.filterwarnings("ignore", category=VariantWarning)  # printed above, once
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` stops as cleanly as Ctrl-C
+    extend = exp.extensions(extend_edges)
+    if extend_edges and not extend:
+        err.print("warning: --extend-edges: no tuned axis on a log or linear grid to extend",
+                  soft_wrap=True)
+    if extend and only:
+        err.print("warning: no edge extension with --only (the added values would not run); "
+                  "run without --only to extend", soft_wrap=True)
+        extend = {}
+    rounds: list[Experiment] = []
     try:
         with ProgressReporter(stdout) as report_progress:
-            summary = run_experiment(exp, out, only=only, device=device, fail_fast=fail_fast,
-                                     progress=report_progress, executor=runner_,
-                                     extra_plugins=plugins, rerun=rerun)
+            def run_once(e: Experiment) -> Any:
+                again = rerun if not rounds else None  # an extension round computes only new units
+                rounds.append(e)
+                return run_experiment(e, out, only=only, device=device, fail_fast=fail_fast,
+                                      progress=report_progress, executor=runner_,
+                                      extra_plugins=plugins, rerun=again)
+
+            summary = run_once(exp) if not extend else \
+                _run_extended(stdout, err, exp, run_once, extend, tuple(plugins))
     finally:
         signal.signal(signal.SIGTERM, previous)
     print_summary(stdout, err, summary)
@@ -143,6 +163,27 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
                                  exp.registry)
         code = max(code, reported if reported == EXIT_WRITE else min(reported, EXIT_FAILED))
     sys.exit(code)
+
+
+def _run_extended(stdout: Any, err: Any, exp: Experiment, run_once: Any,
+                  extend: dict[str, int], plugins: tuple[str, ...]) -> Any:
+    """The run with edge extension (:mod:`variantlab.report.fair.extension`): each round's
+    added values are printed; the summary counts every round's computed units."""
+    from ..report.fair.extension import run_extended
+
+    def said(number: int, added: list) -> None:
+        stdout.print(f"edge extension, round {number}: "
+                     + "; ".join(escape(f"{e.group}: {e.axis}={e.value}") for e in added),
+                     soft_wrap=True)
+
+    done = run_extended(exp, run_once, extend, plugins, said)
+    for line in done.skipped:
+        err.print(f"warning: edge extension: not added: {escape(line)}", soft_wrap=True)
+    summary = done.summaries[-1]
+    earlier = sum(s.done for s in done.summaries[:-1])
+    summary.done += earlier
+    summary.skipped = max(0, summary.skipped - earlier)
+    return summary
 
 
 def _valid_device(device: str) -> bool:
@@ -206,7 +247,7 @@ def _write_report(stdout: Any, err: Any, runs: Sequence[Path], out_dir: Path,
     except Exception as exc:  # the run is stored; say why the report is missing
         err.print(f"report failed: {type(exc).__name__}: {escape(str(exc))}", soft_wrap=True)
         return EXIT_FAILED
-    for attr in ("markdown", "html", "csv", "tuned", "by_size"):
+    for attr in ("markdown", "html", "csv", "tuned", "by_size", "by_condition"):
         path = getattr(files, attr, None)
         if path is not None:
             stdout.print(f"report: {path}")
@@ -249,12 +290,19 @@ def validate(experiment: str, device: str | None, max_variants: int,
     if exp.spec.variants and not exp.spec.grid:
         stdout.print("base: the model under `model:` as written, measured as the first variant "
                      "(`variants:` without a `grid` adds it)", soft_wrap=True)
-    axes = list(exp.spec.grid) + [p for n in exp.spec.variants for p in n.set]
-    setting = list(dict.fromkeys(p for p in axes if p.startswith("measure.")))
-    if setting:  # the report tunes each architecture over these
-        arch = list(dict.fromkeys(p for p in axes if not p.startswith("measure.")))
-        stdout.print(f"architecture axes: {', '.join(arch) or '(none)'}; "
-                     f"setting axes: {', '.join(setting)}", soft_wrap=True)
+    roles = exp.roles
+    if roles:  # compared variants are compared within each condition, each at its best tuned
+        from ..config.metrics import headline
+        from ..config.roles import role_lines
+
+        stdout.print("axis roles (compared: the variants the question is about; tuned: each "
+                     "compared variant at its own best; condition: compared only within one):",
+                     soft_wrap=True)
+        for line in role_lines(roles, exp.extensions()):
+            stdout.print(f"  {escape(line)}", soft_wrap=True)
+        head = headline(exp.spec.compare_on, exp.registry)
+        stdout.print(f"compare_on: {head.name} ({head.direction} is better; chosen on "
+                     f"{head.val}, reported on {head.test})", soft_wrap=True)
     probes = ", ".join(exp.measure.probes()) or "(none)"
     n_units = len(exp.variants) * len(exp.seeds) * len(exp.measure.probes())
     stdout.print(f"seeds: {list(exp.seeds)}  probes: {probes}  units: {n_units}")

@@ -62,16 +62,20 @@ FALLBACK: dict[str, dict[str, str]] = {
         "source": "text", "path": "a file or glob (** allowed), relative to the experiment file",
         "tokenizer": "gpt2: GPT-2 BPE, ids folded into vocab_size; bytes: UTF-8 bytes, "
                      "256 ids, never folded",
-        "val_fraction": "share of the documents held out for validation (val_loss)",
-        "test_fraction": "share of the documents held out for testing (test_loss)",
+        "val_fraction": "share of the documents held out for validation (val_loss; unset: "
+                        "sized for held-out scoring)",
+        "test_fraction": "share of the documents held out for testing (test_loss; unset: "
+                         "sized for held-out scoring)",
     },
     "StdlibData": {
         "source": "stdlib",
         "max_files": "read the first N .py files of the standard library (null: all)",
         "tokenizer": "gpt2: GPT-2 BPE, ids folded into vocab_size; bytes: UTF-8 bytes, "
                      "256 ids, never folded",
-        "val_fraction": "share of the documents held out for validation (val_loss)",
-        "test_fraction": "share of the documents held out for testing (test_loss)",
+        "val_fraction": "share of the documents held out for validation (val_loss; unset: "
+                        "sized for held-out scoring)",
+        "test_fraction": "share of the documents held out for testing (test_loss; unset: "
+                         "sized for held-out scoring)",
     },
     "HFDiskData": {
         "source": "hf_disk",
@@ -79,8 +83,10 @@ FALLBACK: dict[str, dict[str, str]] = {
         "column": "the column whose rows are the documents",
         "tokenizer": "gpt2: GPT-2 BPE, ids folded into vocab_size; bytes: UTF-8 bytes, "
                      "256 ids, never folded",
-        "val_fraction": "share of the documents held out for validation (val_loss)",
-        "test_fraction": "share of the documents held out for testing (test_loss)",
+        "val_fraction": "share of the documents held out for validation (val_loss; unset: "
+                        "sized for held-out scoring)",
+        "test_fraction": "share of the documents held out for testing (test_loss; unset: "
+                         "sized for held-out scoring)",
     },
 }
 
@@ -305,12 +311,23 @@ OPEN_PATHS = {
 }
 
 
+def _axis(values: dict[str, Any], description: str) -> dict[str, Any]:
+    """A grid axis: a list of values, or ``{values: [...], extend: true | N}`` (a tuned
+    axis extended beyond an edge where a best sits; docs/fair-comparisons.md). One node
+    of both types: ``items`` applies to the list, ``properties`` to the mapping."""
+    extend = {"anyOf": [{"type": "boolean"}, {"type": "integer", "minimum": 1, "maximum": 20}],
+              "description": "extensions per edge (true: 3)"}
+    return {**values, "type": ["array", "object"], "required": ["values"],
+            "properties": {"values": dict(values), "extend": extend},
+            "additionalProperties": False, "description": description}
+
+
 def _grid_schema(description: str, paths: dict[str, dict]) -> dict[str, Any]:
-    props = {p: {"type": "array", "minItems": 1, "items": {k: v for k, v in s.items()
-                                                            if k != "description"},
-                 "description": "a list of values; " + s["description"]} for p, s in paths.items()}
-    open_paths = {pattern: {"type": "array", "minItems": 1, "description": "a list of values; "
-                            + text} for pattern, text in OPEN_PATHS.items()}
+    props = {p: _axis({"type": "array", "minItems": 1,
+                       "items": {k: v for k, v in s.items() if k != "description"}},
+                      "a list of values; " + s["description"]) for p, s in paths.items()}
+    open_paths = {pattern: _axis({"type": "array", "minItems": 1}, "a list of values; " + text)
+                  for pattern, text in OPEN_PATHS.items()}
     return {"type": "object", "description": description, "properties": props,
             "patternProperties": open_paths, "additionalProperties": False}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -89,7 +89,10 @@ class Probe:
     - ``passes``: what a unit runs on each batch, for the size guard: a subset of
       :data:`PASSES`, or a function of the settings giving one (timing's ``passes:``);
       empty (the default): forward, backward and step for a probe that ``trains``, else
-      forward only. See :meth:`memory_passes`.
+      forward only. See :meth:`memory_passes`;
+    - ``metrics``: ``(metric, "lower" | "higher")`` pairs, which way each of its metrics is
+      better (:mod:`variantlab.config.metrics`); a metric ``M`` declared here may be an
+      experiment's ``compare_on`` when the probe records ``val_M`` and ``test_M``.
     """
 
     name: str
@@ -101,6 +104,7 @@ class Probe:
     device_free: bool = False
     trains: bool = False
     passes: frozenset[str] | Callable[[Any], Iterable[str]] = frozenset()
+    metrics: tuple[tuple[str, str], ...] = ()
 
     def memory_passes(self, settings: Any) -> frozenset[str]:
         """What a unit with ``settings`` runs on each batch (``forward``, ``backward``,
@@ -129,6 +133,20 @@ class Probe:
             return self.settings_cls.model_validate(value)
         raise TypeError(f"probe {self.name!r} takes {self.settings_cls.__name__} settings, "
                         f"got {type(value).__name__}")
+
+
+def check_declared(metrics: Mapping[str, Any] | None, where: str) -> tuple[tuple[str, str], ...]:
+    """A probe's ``metrics=`` as ``((name, direction), ...)``; ValueError saying what is
+    wrong (a name that is not a string, a direction other than lower/higher)."""
+    out: list[tuple[str, str]] = []
+    for name, dirn in (metrics or {}).items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{where}: metric names must be non-empty strings, got {name!r}")
+        if dirn not in ("lower", "higher"):
+            raise ValueError(f"{where}: metric {name!r} has direction {dirn!r}; use 'lower' "
+                             "or 'higher' (which way is better)")
+        out.append((name, dirn))
+    return tuple(out)
 
 
 #: ``"package.module:attr"``: the views, imported when the report first asks; ``attr`` is a
@@ -174,7 +192,8 @@ def check_views(where: str, views: Sequence[Any]) -> None:
 def make_probe(plugin: str, name: str, settings_cls: type[Strict], run: RunFn, *,
                views: Sequence[ViewFn | ProbeView] | LazyViews = (), serial: bool = False,
                device_free: bool = False, trains: bool = False,
-               passes: Iterable[str] | Callable[[Any], Iterable[str]] = ()) -> Probe:
+               passes: Iterable[str] | Callable[[Any], Iterable[str]] = (),
+               metrics: Mapping[str, str] | None = None) -> Probe:
     """A :class:`Probe`, or :class:`variantlab.errors.PluginLoadError` saying what is wrong."""
     from ..errors import PluginLoadError
 
@@ -196,8 +215,12 @@ def make_probe(plugin: str, name: str, settings_cls: type[Strict], run: RunFn, *
         if not passes <= PASSES:
             raise PluginLoadError(f"{where}: passes must be among {', '.join(sorted(PASSES))} "
                                   f"(or a function of the settings), got {sorted(passes)}")
+    try:
+        declared = check_declared(metrics, where)
+    except ValueError as exc:
+        raise PluginLoadError(str(exc)) from None
     return Probe(name, settings_cls, run, plugin, views, bool(serial),
-                 bool(device_free), bool(trains), passes)
+                 bool(device_free), bool(trains), passes, declared)
 
 
 _REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")

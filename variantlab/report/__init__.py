@@ -57,6 +57,7 @@ class ReportFiles:
     effects: Path | None = None
     tuned: Path | None = None  # a run with setting axes: report/tuned.csv
     by_size: Path | None = None  # a grid over size: report/effects_by_size.csv
+    by_condition: Path | None = None  # a tuned grid with conditions: effects_by_condition.csv
     failed: tuple[Failure, ...] = ()  # parts that raised, each a notice in the report
 
 
@@ -204,14 +205,18 @@ def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None
     fair = context["fair_parts"]
     tuned = out / "tuned.csv" if fair.tuned is not None else None
     by_size = out / "effects_by_size.csv" if fair.by_size is not None else None
-    for path, frame in ((tuned, fair.tuned), (by_size, fair.by_size)):
+    by_condition = out / "effects_by_condition.csv" if fair.by_condition is not None else None
+    for path, frame in ((tuned, fair.tuned), (by_size, fair.by_size),
+                        (by_condition, fair.by_condition)):
         if path is not None:
             texts[path] = csv_safe(frame).to_csv(index=False, float_format="%.6g",
                                                  lineterminator="\n")
     write_all(texts)
     for path in stale:  # an earlier report's plots that are not this one's
         path.unlink(missing_ok=True)
-    for name, path in (("tuned.csv", tuned), ("effects_by_size.csv", by_size)):
+    for name, path in (("tuned.csv", tuned), ("effects_by_size.csv", by_size),
+                       ("effects_by_condition.csv", by_condition)):
         if path is None:  # an earlier report's file is not this one's
             (out / name).unlink(missing_ok=True)
-    return ReportFiles(md, html, csv, tuple(written), effects, tuned, by_size, tuple(failed))
+    return ReportFiles(md, html, csv, tuple(written), effects, tuned, by_size,
+                       by_condition, tuple(failed))

@@ -29,6 +29,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from ..config.metrics import headline_of
+from ..config.roles import stored_roles
 from ..store.contract import RunMeta
 from .frame import ReportData
 
@@ -88,6 +90,7 @@ class Grid:
     cells: pd.DataFrame  # variant, run, one column per axis (text values)
     run: str = ""  # the run whose grid this is
     metrics: list[tuple[str, str, bool | None]] = field(default_factory=list)
+    roles: dict[str, str] = field(default_factory=dict)  # axis -> compared, tuned or condition
 
 
 def value_text(value: Any) -> str:
@@ -140,16 +143,38 @@ def find_grid(data: ReportData) -> Grid | None:
     base_row = cells[cells["variant"] == data.baseline]
     baseline = {a: (str(base_row[a].iloc[0]) if len(base_row) else vals[0])
                 for a, vals in axes.items()}
-    return Grid(axes, baseline, cells, run=run)
+    meta = next(m for m in data.runs if m.run == run)
+    roles = stored_roles(meta, [o for o in data.variants.loc[data.variants["run"] == run,
+                                                              "overrides"]
+                                if isinstance(o, Mapping)])
+    return Grid(axes, baseline, cells, run=run, roles=dict(roles))
 
 
 def grid_values(data: ReportData, grid: Grid, per_seed: pd.DataFrame) -> pd.DataFrame:
-    """Per-seed headline values of the grid's variants, with their run and axis values."""
-    wanted = [m for m, _, _ in HEADLINE]
+    """Per-seed headline values of the grid's variants, with their run and axis values;
+    the run's ``compare_on`` metric (its test value, when a probe's summary metrics have
+    it) leads."""
+    headlines = lead_with(data, grid, set(per_seed["metric"]))
+    wanted = [m for m, _, _ in headlines]
     part = per_seed[per_seed["metric"].isin(wanted)][["variant", "seed", "metric", "value"]]
     out = part.merge(grid.cells, on="variant", how="inner")
-    grid.metrics = [h for h in HEADLINE if h[0] in set(out["metric"])]
+    grid.metrics = [h for h in headlines if h[0] in set(out["metric"])]
     return out
+
+
+def lead_with(data: ReportData, grid: Grid, present: set[str]
+              ) -> list[tuple[str, str, bool | None]]:
+    """HEADLINE with the grid run's headline metric first: the first of its test columns
+    (``test_M``, then older names) that ``present`` has, labelled by its name."""
+    meta = next((m for m in data.runs if m.run == grid.run), None)
+    head = headline_of(meta, data.registry) if meta is not None else None
+    if head is None or not getattr(meta, "compare_on", ""):
+        return list(HEADLINE)
+    first = next((m for m in head.report if m in present), None)
+    if first is None:
+        return list(HEADLINE)
+    label = next((lab for m, lab, _ in HEADLINE if m == first), first.replace("_", " "))
+    return [(first, label, head.lower_is_better), *(h for h in HEADLINE if h[0] != first)]
 
 
 def _pivot(values: pd.DataFrame, index: list[str], columns: list[str]) -> pd.DataFrame:
@@ -273,12 +298,16 @@ def compute_effects(data: ReportData, per_seed: pd.DataFrame) -> Effects | None:
 
 
 def effects_csv(effects: Effects | None) -> str:
-    """effects.csv: main effects, then the interactions (axis ``A × B``); a header only
-    when the report has no grid."""
+    """effects.csv: main effects, then the interactions (axis ``A × B``), each with its
+    axis's role (``compared × tuned`` for an interaction); a header only when the report
+    has no grid."""
     from .tables import csv_safe
 
     frame = effects.csv_frame() if effects is not None else \
         pd.DataFrame(columns=list(EFFECT_COLUMNS))
+    roles = effects.grid.roles if effects is not None else {}
+    frame = frame.assign(role=[" × ".join(roles.get(a, "") for a in str(axis).split(" × "))
+                               for axis in frame["axis"]])
     return csv_safe(frame).to_csv(index=False, float_format="%.6g", lineterminator="\n")
 
 

@@ -20,7 +20,7 @@ from ..tables import MetricRows, Table, fmt, select, summary_section
 
 PROBE = "training"
 NOTE = ("final training loss (mean of the last tenth of the steps), best step loss, and eval "
-        "loss (eval mode, fresh batches), mean ± std over seeds")
+        "loss (eval mode, the fixed validation windows), mean ± std over seeds")
 LM_FAMILIES = {"gpt", "decoder", "encoder_decoder", "encoder"}
 
 
@@ -68,13 +68,37 @@ def loss_plot(data: ReportData) -> Plot:
     return Plot("training", title, caption, fig)
 
 
+def val_curve_plot(data: ReportData) -> Plot | None:
+    """Validation loss at each ``eval_every`` evaluation (mean over seeds); None when no run
+    recorded one."""
+    title = "Validation loss during training"
+    rows = data.rows
+    part = rows[(rows["probe"] == PROBE) & (rows["metric"] == "val_loss_curve")
+                & rows["step"].notna()]
+    if not len(part):
+        return None
+    fig, (ax,) = new_axes()
+    mean = mean_by(part, ["variant", "step"])
+    for variant, style in zip(data.order, styles(len(data.order))):
+        line = mean[mean["variant"] == variant].sort_values("step")
+        if len(line):
+            ax.plot(line["step"].astype(int), line["value"], label=variant, **style)
+    ax.set_title(title)
+    ax.set_xlabel("optimizer steps done")
+    ax.set_ylabel("validation loss (nats per token)" if _is_lm(data) else "validation loss")
+    legend(fig, ax, len(data.order))
+    return Plot("training-val", title, "Loss over the fixed validation windows every eval_every "
+                "steps and at the end (mean over seeds).", fig)
+
+
 def _is_lm(data: ReportData) -> bool:
     families = {s.get("family") for s in data.variants["spec"] if isinstance(s, dict)}
     return bool(families) and families <= LM_FAMILIES
 
 
 def plots(data: ReportData) -> list[Plot]:
-    return [loss_plot(data)]
+    curve = val_curve_plot(data)
+    return [loss_plot(data)] + ([curve] if curve is not None else [])
 
 
 def loss_gap(data: ReportData, summary: pd.DataFrame) -> str | None:

@@ -15,12 +15,14 @@ from typing import Any
 import pandas as pd
 
 from ...plugin.registry import Registry
+from ..effects import value_text
 from ..frame import ReportData
 from ..parts import pieces
 from ..plots import Plot, legend, log_scale, new_axes, styles
 from ..tables import Table, fmt
+from .conditions import axes_table, condition_table, effects_by_condition
 from .scaling import scaling_parts
-from .tuned import Sweep, choose, find_sweep, lr_curves, tuned_frame
+from .tuned import Sweep, added, choose, find_sweep, group_name, lr_curves, tuned_frame
 
 MAX_FLIPS = 4  # ranking sentences at most
 
@@ -34,6 +36,7 @@ class FairParts:
     plots: list[Plot] = field(default_factory=list)
     tuned: pd.DataFrame | None = None  # tuned.csv
     by_size: pd.DataFrame | None = None  # effects_by_size.csv
+    by_condition: pd.DataFrame | None = None  # effects_by_condition.csv
 
 
 def fair_parts(data: ReportData, probe: str, size_probe: str,
@@ -51,6 +54,9 @@ def fair_parts(data: ReportData, probe: str, size_probe: str,
         parts.lines += tuned_lines(sweep, frame)
         if sweep.lr_axis is not None:
             parts.plots.append(lr_plot(sweep, frame))
+        parts.by_condition = effects_by_condition(sweep)
+        if parts.by_condition is not None and len(parts.by_condition):
+            parts.tables.append(condition_table(parts.by_condition))
     scaled = scaling_parts(data, sweep, probe, size_probe, count)
     if scaled is not None:
         plots, lines, tables, parts.by_size = scaled
@@ -69,7 +75,10 @@ def fair_piece(probe: str, size_probe: str, count: Callable[[Any], float] | None
 def fair_of(data: ReportData, registry: Registry | None = None) -> FairParts:
     """Every registered probe's ``fair`` parts, merged in rank order (tuned.csv and
     effects_by_size.csv: the first probe's that has one)."""
-    merged = FairParts()
+    axes = axes_table(data)
+    merged = FairParts(tables=[axes] if axes is not None else [])
+    if data.registry is None:
+        data.registry = registry  # the headline metric of a plugin probe needs its direction
     for piece in pieces(registry, "fair", lambda probe, failure: FairParts()):
         got = piece(data)
         merged.tables += got.tables
@@ -77,6 +86,8 @@ def fair_of(data: ReportData, registry: Registry | None = None) -> FairParts:
         merged.plots += got.plots
         merged.tuned = merged.tuned if merged.tuned is not None else got.tuned
         merged.by_size = merged.by_size if merged.by_size is not None else got.by_size
+        merged.by_condition = merged.by_condition if merged.by_condition is not None \
+            else got.by_condition
     return merged
 
 
@@ -85,9 +96,10 @@ def _num(x: object) -> str:
 
 
 def tuned_table(sweep: Sweep, frame: pd.DataFrame) -> Table:
-    cols = ["variant", *sweep.setting_axes, f"{sweep.chosen_on} (chose)",
-            f"{sweep.reported_on}", "95% interval", "n seeds",
-            f"vs {sweep.baseline}", "at edge", "lr sensitivity", "diverged"]
+    val_col, test_col = sweep.metric_columns
+    cols = ["variant", *sweep.condition_axes, *sweep.setting_axes, f"{sweep.chosen_on} (chose)",
+            f"{sweep.reported_on}", "95% interval", "n seeds", f"vs {sweep.baseline}",
+            "at edge", "lr sensitivity", "diverged", "rank"]
     body = []
     for r in frame.to_dict("records"):
         inter = (f"[{_num(r['low'])}, {_num(r['high'])}]" if _finite(r.get("low"))
@@ -95,17 +107,27 @@ def tuned_table(sweep: Sweep, frame: pd.DataFrame) -> Table:
         vs = ("" if r["variant"] == sweep.baseline else
               f"{_num(r['vs_baseline'])} [{_num(r['vs_low'])}, {_num(r['vs_high'])}]")
         edge = "yes" if r["at_edge"] == True else "no"  # noqa: E712 (numpy bools, NaN)
-        body.append([str(r["variant"]), *[_num(r[a]) if isinstance(r[a], float) else str(r[a])
-                                          for a in sweep.setting_axes],
-                     _num(r["val_loss"]), _num(r["test_loss"]), inter, _num(r["n"]), vs,
-                     edge, _num(r["lr_sensitivity"]), f"{r['diverged']}/{r['runs']}"])
-    note = (f"each architecture at its own best setting: chosen by the mean {sweep.chosen_on} "
-            f"over seeds, reported on {sweep.reported_on}; intervals are 95% t-intervals over "
-            "seeds; vs = paired difference per seed to the baseline architecture at its own "
-            "best; lr sensitivity (Wortsman et al. 2023) = mean over lrs of min(loss, loss at "
-            "init) minus the best loss. All numbers are in tuned.csv; see "
-            "docs/fair-comparisons.md.")
+        rank = _num(r["rank"]) if _finite(r.get("rank")) else "unresolved"
+        body.append([str(r["variant"]), *[_cell(r[a]) for a in sweep.condition_axes],
+                     *[_cell(r[a]) for a in sweep.setting_axes],
+                     _num(r[val_col]), _num(r[test_col]), inter, _num(r["n"]), vs,
+                     edge, _num(r["lr_sensitivity"]), f"{r['diverged']}/{r['runs']}", rank])
+    better = "higher" if not sweep.head.lower_is_better else "lower"
+    within = (f" within each condition ({', '.join(sweep.condition_axes)}), never across"
+              if sweep.condition_axes else "")
+    note = (f"each compared variant at its own best setting{within}: chosen by the mean "
+            f"{sweep.chosen_on} over seeds ({better} is better), reported on "
+            f"{sweep.reported_on}; intervals are 95% t-intervals over seeds; vs = paired "
+            "difference per seed to the baseline variant at its own best, in the same "
+            "condition; rank: within the condition, 'unresolved' when a best sits at an "
+            "edge of the sweep there; lr sensitivity (Wortsman et al. 2023) = mean over lrs "
+            "of min(loss, loss at init) minus the best loss. All numbers are in tuned.csv; "
+            "see docs/fair-comparisons.md.")
     return Table("Tuned comparison", cols, body, note)
+
+
+def _cell(x: object) -> str:
+    return _num(x) if isinstance(x, float) else value_text(x)
 
 
 def _finite(x: object) -> bool:
@@ -113,70 +135,127 @@ def _finite(x: object) -> bool:
 
 
 def tuned_lines(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
-    """The reading's sentences: the choice per architecture, what is optimistic or at an
-    edge of the sweep, and where a ranking depends on the learning rate."""
+    """The reading's sentences: the choice per compared variant, what is optimistic, what
+    edge extension added, which results sit at an edge (unresolved), the verdict in each
+    condition and whether it holds across them, and where a ranking depends on the
+    learning rate."""
     axes = ", ".join(sweep.setting_axes)
-    lines = [f"Tuned comparison over {axes}: each of {len(sweep.archs)} architecture "
-             f"variant(s) at its own best setting (by mean {sweep.chosen_on}, reported on "
-             f"{sweep.reported_on}); see Tuned comparison and tuned.csv."]
+    within = (f" within each condition of {', '.join(sweep.condition_axes)}"
+              if sweep.condition_axes else "")
+    lines = [f"Tuned comparison over {axes}: each of {len(set(sweep.compared.values()))} "
+             f"compared variant(s) at its own best setting{within} (by mean "
+             f"{sweep.chosen_on}, reported on {sweep.reported_on}); see Tuned comparison and "
+             "tuned.csv."]
+    if sweep.wanted:
+        lines.append(f"compare_on: {sweep.wanted} was not recorded by this run, so the "
+                     f"comparison is on the loss instead ({sweep.chosen_on}, "
+                     f"{sweep.reported_on}).")
     if sweep.optimistic:
-        lines.append(f"This run has no held-out val_loss/test_loss: {sweep.chosen_on} both "
-                     "chose the setting and reports it, so the tuned numbers are optimistic.")
-    edge = frame[frame["at_edge"] == True]  # noqa: E712 (NaN for an architecture never chosen)
-    if len(edge):
-        said = [f"{r.variant} ({r.edge_axes})" for r in edge.itertuples()]
-        lines.append("Best setting at the edge of the sweep for " + "; ".join(said[:4])
-                     + ": widen the sweep there, the best may lie outside it.")
+        lines.append(f"This run has no held-out validation/test {sweep.head.name}: "
+                     f"{sweep.chosen_on} both chose the setting and reports it, so the tuned "
+                     "numbers are optimistic.")
+    grown = [f"{group} ({'; '.join(f'{a}: ' + ', '.join(map(value_text, v)) for a, v in more.items())})"
+             for group in sweep.archs if (more := added(sweep, group))]
+    if grown:
+        lines.append("Edge extension ran values beyond the grid for " + "; ".join(grown[:4])
+                     + (f" and {len(grown) - 4} more" if len(grown) > 4 else "") + ".")
+    edge = [f"{group_name(r['variant'], sweep.sizes.get(g, ''))} ({r['edge_axes']})"
+            for g, r in zip(sweep.archs, frame.to_dict("records")) if r["at_edge"] == True]  # noqa: E712
+    if edge:
+        lines.append("Unresolved: the best setting sits at the edge of the sweep for "
+                     + "; ".join(edge[:4]) + ", so no ranking is given where it does; widen "
+                     "the sweep there (extend: true on the axis, or run --extend-edges), the "
+                     "best may lie outside it.")
     if frame["n"].max() == 1:
         lines.append("One seed: the tuned numbers have no interval; run more seeds.")
+    lines += verdict_lines(sweep, frame)
     lines += ranking_flips(sweep, frame)
     return lines
 
 
+def verdict_lines(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
+    """Per condition, the best compared variant on the reported metric (or why there is
+    none), then whether the best is the same in every condition."""
+    if not sweep.condition_axes or len(set(sweep.compared.values())) < 2:
+        return []
+    test = sweep.metric_columns[1]
+    best: dict[str, str | None] = {}
+    for cond in dict.fromkeys(sweep.sizes.get(g, "") for g in sweep.archs):
+        mine = frame[[sweep.sizes.get(g, "") == cond for g in sweep.archs]]
+        top = mine[mine["rank"] == 1]
+        best[cond] = str(top["variant"].iloc[0]) if len(top) else None
+    said = [f"{cond}: {b} ({sweep.reported_on} {_num(_value(frame, sweep, b, cond, test))})"
+            if b else f"{cond}: unresolved" for cond, b in best.items()]
+    out = [f"Best {sweep.reported_on} per condition: " + "; ".join(said[:6]) + "."]
+    named = {b for b in best.values() if b}
+    if len(best) > 1:
+        if None in best.values():
+            out.append("Whether the best holds across conditions is unresolved (some "
+                       "conditions have no ranking).")
+        elif len(named) == 1:
+            out.append(f"The best is {next(iter(named))} in every condition.")
+        else:
+            out.append("The best differs between conditions: the verdict does not hold across "
+                       f"{', '.join(sweep.condition_axes)}.")
+    return out
+
+
+def _value(frame: pd.DataFrame, sweep: Sweep, variant: str, cond: str, col: str) -> float:
+    mine = [r for g, r in zip(sweep.archs, frame.to_dict("records"))
+            if r["variant"] == variant and sweep.sizes.get(g, "") == cond]
+    return mine[0][col] if mine else math.nan
+
+
 def ranking_flips(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
-    """When two architectures of the same size rank one way at some learning rate and the
-    other way at their own best settings ("relu beats gelu at lr 0.001, loses at each one's
-    best"), both judged on the choice metric (the test metric at the best is added)."""
+    """When two compared variants of the same condition rank one way at some learning rate
+    and the other way at their own best settings ("relu beats gelu at lr 0.001, loses at
+    each one's best"), both judged on the choice metric (the test metric at the best is
+    added); never for a group whose best sits at an edge (unresolved)."""
     if sweep.lr_axis is None:
         return []
-    by_arch = frame.set_index("variant")
-    chosen, tested = by_arch["val_loss"], by_arch["test_loss"]
+    val_col, test_col = sweep.metric_columns
+    records = dict(zip(sweep.archs, frame.to_dict("records")))
+    chosen = {g: r[val_col] for g, r in records.items()}
+    tested = {g: r[test_col] for g, r in records.items()}
     curves = {a: lr_curves(sweep, a, choose(sweep, a)).set_index("lr") for a in sweep.archs}
+    key, name = sweep.head.key, sweep.chosen_on
     out = []
     for i, a in enumerate(sweep.archs):
         for b in sweep.archs[i + 1:]:
             va, vb = chosen.get(a, math.nan), chosen.get(b, math.nan)
-            if not sweep.same_size(a, b) or not (_finite(va) and _finite(vb)) or va == vb:
+            if not sweep.same_size(a, b) or not (_finite(va) and _finite(vb)) or va == vb \
+                    or records[a]["unresolved"] == True or records[b]["unresolved"] == True:  # noqa: E712
                 continue
-            win, lose = (a, b) if va < vb else (b, a)
+            win, lose = (a, b) if key(va) < key(vb) else (b, a)
             ca, cb = curves[win], curves[lose]
             flips = []
             for lr in ca.index.intersection(cb.index):
                 x, y = ca.loc[lr, "mean"], cb.loc[lr, "mean"]
-                x = x if _finite(x) else math.inf
-                y = y if _finite(y) else math.inf
-                if y < x:
-                    flips.append((x - y, lr, x, y))
+                if key(y) < key(x):
+                    flips.append((key(x) - key(y), lr, x, y))
             if flips:
                 _, lr, x, y = max(flips, key=lambda f: f[0] if math.isfinite(f[0]) else 1e300)
                 out.append(f"The ranking depends on the learning rate: {lose} beats {win} at "
-                           f"lr {fmt(lr)} ({sweep.chosen_on} {_num(y)} vs {_num(x)}), loses at "
-                           f"each one's best lr ({sweep.chosen_on} {_num(chosen[lose])} vs "
+                           f"lr {fmt(lr)} ({name} {_num(y)} vs {_num(x)}), loses at "
+                           f"each one's best lr ({name} {_num(chosen[lose])} vs "
                            f"{_num(chosen[win])}; {sweep.reported_on} {_num(tested[lose])} vs "
                            f"{_num(tested[win])}).")
     return out[:MAX_FLIPS]
 
 
 def lr_plot(sweep: Sweep, frame: pd.DataFrame) -> Plot:
-    """Loss against learning rate (log x), one line per architecture, seed spread as a
-    band, diverged points marked at the loss at init."""
-    title = "Loss vs learning rate"
+    """The choice metric against learning rate (log x), one line per compared variant and
+    condition, seed spread as a band; for a loss, diverged points are marked at the loss
+    at init (dashed), for a metric where higher is better at the bottom of the axes."""
+    loss = sweep.head.lower_is_better
+    title = "Loss vs learning rate" if loss else f"{sweep.head.name} vs learning rate"
+    where = "drawn at the loss at init; the dashed line is the loss at init" if loss else \
+        "drawn at the bottom of the axes"
     caption = (f"Mean {sweep.chosen_on} over seeds at each learning rate (other settings at "
-               "each architecture's chosen values), min-max over seeds shaded; x: a learning "
-               "rate with a diverged run (drawn at the loss at init); the dashed line is the "
-               "loss at init.")
+               "each variant's chosen values), min-max over seeds shaded; x: a learning "
+               f"rate with a diverged run ({where}).")
     fig, (ax,) = new_axes()
-    inits = []
+    inits, marks = [], []
     for arch, style in zip(sweep.archs, styles(len(sweep.archs))):
         curve = lr_curves(sweep, arch, choose(sweep, arch))
         if not len(curve):
@@ -187,9 +266,13 @@ def lr_plot(sweep: Sweep, frame: pd.DataFrame) -> Plot:
                         alpha=0.15, linewidth=0)
         bad = curve[curve["diverged"] > 0]
         if len(bad):
-            ax.scatter(bad["lr"], bad["init"], marker="x", color=style["color"], s=40)
+            marks.append((bad, style["color"]))
         inits += curve["init"].dropna().tolist()
-    if inits:
+    bottom = ax.get_ylim()[0]
+    for bad, color in marks:
+        ax.scatter(bad["lr"], bad["init"] if loss else [bottom] * len(bad), marker="x",
+                   color=color, s=40)
+    if inits and loss:
         ax.axhline(sum(inits) / len(inits), color="grey", linestyle="--", linewidth=0.8)
     log_scale(ax, "x")
     ax.set_title(title)
