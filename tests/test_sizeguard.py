@@ -401,3 +401,37 @@ def test_passes_outside_forward_backward_step_are_refused():
 
     with pytest.raises(PluginLoadError, match="passes must be among backward, forward, step"):
         build_registry(entry_points=False).load_module(Bad(), "odd_plugin", "module")
+
+
+LATE_IMPORT = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from variantlab.sweep import metarun
+def run():
+    import late_import_probe  # first imported during the run: binds the stand-ins
+    return late_import_probe.sympy.Basic, late_import_probe.guard_or_false(True)
+basic, answer = metarun.meta_run(run)
+assert answer is True and basic is metarun._NoSympyExpression, "no stand-ins in place"
+import late_import_probe as m
+import sympy
+from torch.fx.experimental import symbolic_shapes
+print(m.sympy is sympy, m.guard_or_false is symbolic_shapes.guard_or_false)
+"""
+
+
+def test_a_module_imported_during_a_meta_run_keeps_no_stand_in(tmp_path):
+    """A module first imported inside a meta run that binds sympy and a symbolic_shapes
+    helper at its top gets the real ones when the run ends (a later symbolic trace in the
+    same process must not meet the stand-in)."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "late_import_probe.py").write_text(
+        "import sympy\nfrom torch.fx.experimental.symbolic_shapes import guard_or_false\n")
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.run([sys.executable, "-c", LATE_IMPORT, str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "True"]

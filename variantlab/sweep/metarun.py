@@ -24,6 +24,8 @@ questions about plain ``bool`` and ``int`` values. Three pieces keep that out:
   (``expect_true``, ``guard_or_false``, ``sym_eq``, ...) answer concrete values exactly as
   the real ones do for them, and ``sympy.Basic`` is a class nothing is an instance of. A
   symbolic value, or any other name asked of them, raises :class:`_StandInAsked` likewise.
+  A module first imported during the run that kept a stand-in (or one of its answers) in a
+  global gets the real one on leaving.
 
 ``tests/test_sizeguard.py`` checks that the counts equal a meta build and forward without
 either piece, for every built-in component.
@@ -32,10 +34,11 @@ either piece, for every built-in component.
 from __future__ import annotations
 
 import functools
+import importlib
 import operator
 import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -174,6 +177,7 @@ def no_dynamo_import() -> Iterator[None]:
         (_DYNAMO, stand_in), (_SHAPES, _AnswerStandIn(_SHAPES, _SHAPES_ANSWERS)),
         (_SYMPY, _AnswerStandIn(_SYMPY, {"Basic": _NoSympyExpression})))
         if name not in sys.modules}
+    before = set(sys.modules)
     sys.modules.update(placed)
     try:
         yield
@@ -181,10 +185,31 @@ def no_dynamo_import() -> Iterator[None]:
         for name, module in placed.items():
             if sys.modules.get(name) is module:
                 del sys.modules[name]
+        _rebind(set(sys.modules) - before, placed)
         if torch.__dict__.get("_dynamo") is stand_in:
             delattr(torch, "_dynamo")
         for fn in stand_in.answered:
             fn.__dict__.pop("__dynamo_disable", None)
+
+
+def _rebind(fresh: set[str], placed: Mapping[str, types.ModuleType]) -> None:
+    """A module first imported during the run that bound a stand-in, or one of its answers,
+    to a global (``import sympy`` at its top) gets the real object in its place (importing
+    the real module then): no stand-in outlives the run."""
+    modules = {id(module): name for name, module in placed.items()}
+    owners = {id(value): name for name, module in placed.items()
+              for key, value in vars(module).items()
+              if not key.startswith("__") and callable(value)}
+    for name in fresh:
+        space = getattr(sys.modules.get(name), "__dict__", {})
+        for key, value in list(space.items()):
+            if id(value) in modules:
+                space[key] = importlib.import_module(modules[id(value)])
+            elif id(value) in owners:  # one answer may stand for several names: the bound one
+                stand_in = vars(placed[owners[id(value)]])
+                attr = key if stand_in.get(key) is value else \
+                    next(k for k, v in stand_in.items() if v is value)
+                space[key] = getattr(importlib.import_module(owners[id(value)]), attr)
 
 
 def meta_run(fn: Callable[[], T]) -> T:
