@@ -167,19 +167,20 @@ def diverged(losses: list[float]) -> bool:
 
 def setup(spec: ModelSpec, settings: TrainRunSettings, seed: int, data: Any,
           base_dir: Path | str, device: str | None, registry: Registry,
-          ) -> tuple[torch.device, torch.nn.Module, Any, list[Batch], Objective]:
+          ) -> tuple[torch.device, torch.nn.Module, Any, datalib.BatchStream, Objective]:
     """``(device, model in train mode, optimizer, batches, loss)`` of a training run (training
-    and dynamics probes alike): one batch per step (``steps``, or the token budget);
-    ``loss(output, batch)`` is the family task's, ``loss.total(value, model)`` adds the
-    auxiliary loss."""
+    and dynamics probes alike): one batch per step (``steps``, or the token budget), drawn
+    when the step needs it (:class:`variantlab.data.sources.BatchStream`, so memory does not
+    grow with the steps); ``loss(output, batch)`` is the family task's,
+    ``loss.total(value, model)`` adds the auxiliary loss."""
     dev = resolve_device(device or settings.device)
     model = make_model(spec, seed, registry, dev)
     model.train()
     opt = make_optimizer(model, settings)
     n = planned_steps(settings, settings.batch_size * settings.seq_len,
                       non_embedding_params(model))
-    batches = datalib.batches(data, spec, settings.batch_size, settings.seq_len, n,
-                              seed=seed, registry=registry, base_dir=base_dir)
+    batches = datalib.BatchStream(data, spec, settings.batch_size, settings.seq_len, n,
+                                  seed=seed, registry=registry, base_dir=base_dir)
     return dev, model, opt, batches, Objective(task_for(spec, registry), spec)
 
 
@@ -209,7 +210,7 @@ def run(
     finite = [v for v in losses if math.isfinite(v)]
     tail = losses[-tail_size(len(losses)):]
     final = sum(tail) / len(tail)
-    tokens = sum(b.n_tokens for b in batches[:len(losses)])
+    tokens = batches.tokens  # of the batches drawn: one per step taken
     rows += [
         row("training", "final_loss", final),
         row("training", "best_loss", min(finite) if finite else math.nan),
@@ -236,7 +237,7 @@ def run(
 
 
 def train(model: torch.nn.Module, compiled: torch.nn.Module, opt: Any,
-          loss_fn: Objective, batches: list, dev: torch.device,
+          loss_fn: Objective, batches: datalib.BatchStream | list[Batch], dev: torch.device,
           settings: TrainingSettings, log: list[Record] | None = None) -> list[float]:
     """The training loop: the task's loss per step, stopping at the first non-finite one.
     ``compiled`` runs the forward (``model`` itself, or it under torch.compile); ``model``
@@ -245,10 +246,11 @@ def train(model: torch.nn.Module, compiled: torch.nn.Module, opt: Any,
     models only)."""
     losses: list[float] = []
     routed = routed_layers(model)
+    total = len(batches)
     for step, batch in enumerate(batches):
         batch = batch.to(dev)
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, settings, len(batches))
+            group["lr"] = lr_at(step, settings, total)
         opt.zero_grad(set_to_none=True)
         with autocast(settings.dtype, dev):
             loss = loss_fn(compiled(**batch.inputs), batch)
