@@ -170,6 +170,38 @@ def size_problems(exp: Experiment, doc: YamlDoc, device: str | None,
     return out
 
 
+def budget_problems(exp: Experiment, doc: YamlDoc, only: set[str] | None = None) -> list[str]:
+    """Training budgets (``steps``, ``tokens``, ``tokens_per_param``) that work out to more
+    than :data:`variantlab.probes.recipe.MAX_STEPS` steps, once per variant and probe."""
+    from ..config.axes import setting_loc
+    from ..probes.recipe import RecipeSettings, steps_problem
+    from .sizeguard import EstimateError, model_cost, settings_tokens
+
+    out = []
+    for probe, base in exp.measure.probes().items():
+        for v in exp.variants:
+            settings = exp.probes_of(v)[probe] if v.settings else base
+            if (only is not None and v.name not in only) or not isinstance(settings,
+                                                                           RecipeSettings):
+                continue
+            non_embedding = 0
+            if settings.tokens_per_param is not None:
+                try:
+                    non_embedding = model_cost(v.spec, exp.registry).non_embedding
+                except EstimateError:
+                    continue
+            per_step = settings_tokens(settings)
+            found = steps_problem(settings, per_step, non_embedding)
+            if found is None:
+                continue
+            key, message = found
+            change = v.settings.get(probe, {})
+            loc: tuple = (setting_loc(exp.spec, v.name, f"measure.{probe}.{key}", change[key])
+                          if key in change else ("measure", probe, key))
+            out.append(doc.message(loc, f"variant {v.name!r}: {message}"))
+    return out
+
+
 def override_loc(exp: Experiment, variant: Variant, field: str) -> tuple:
     """Where ``field`` of ``variant`` is written: its grid value, its named ``set:`` entry,
     else ``model.FIELD`` (or ``model``)."""
@@ -203,7 +235,8 @@ def preflight(exp: Experiment, doc: YamlDoc, device: str | None = None,
     if errors:
         raise InputError(errors)
     data_errors, warns = data_problems(exp, doc)
-    errors = data_errors + size_problems(exp, doc, device, available, only)
+    errors = data_errors + budget_problems(exp, doc, only)
+    errors += size_problems(exp, doc, device, available, only)
     if errors:
         raise InputError(errors)
     return warns

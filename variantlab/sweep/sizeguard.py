@@ -12,6 +12,9 @@ linear in ``n_layers``, so the model as written is extrapolated from those two b
   two moments for ``step``;
 - ``training``: parameters, gradients, AdamW's two moments (float32) and activations.
 
+Every probe with a batch also holds that batch and its eval sets (``eval_batches`` for each
+of validation and test); a training run also the rows each step leaves (:func:`held_bytes`).
+
 The activation count is an estimate (saved tensors plus the output and its gradient, at
 float32); allocator overhead and backward's temporaries are not in it, so it reads low: for
 GPT models training on CPU the measured peak RSS was 1.4-1.6x the estimate. The guard thus
@@ -35,6 +38,13 @@ from ..model.build import build_model
 from ..model.specs import ModelSpec
 from ..model.tasks import Task, task_for
 from ..plugin.registry import Registry
+from ..probes.common import EMBEDDING_SLOTS, param_index
+from ..probes.recipe import MAX_STEPS, RecipeSettings, worked_out_steps
+
+#: rows a training step leaves in memory until the unit is stored (its loss and lr) and the
+#: bytes each takes (a row dict, its floats, its tuple for the store: measured 336 B + slack)
+ROWS_PER_STEP = 2
+ROW_BYTES = 512
 
 
 class EstimateError(RuntimeError):
@@ -44,19 +54,19 @@ class EstimateError(RuntimeError):
 
 @dataclass(frozen=True)
 class Cost:
-    """Counts of one model build: parameters, and bytes of parameters, buffers, activations."""
+    """Counts of one model build: parameters (all, and those outside the embedding slots),
+    and bytes of parameters, buffers, activations and one batch."""
 
     params: int
     param_bytes: int
     buffer_bytes: int
     activation_bytes: int
+    non_embedding: int = 0
+    batch_bytes: int = 0
 
     def line(self, other: Cost, n: int) -> Cost:
         """The cost at ``n`` layers, given ``self`` at 1 layer and ``other`` at 2."""
-        return Cost(*(a + (n - 1) * (b - a) for a, b in zip(
-            (self.params, self.param_bytes, self.buffer_bytes, self.activation_bytes),
-            (other.params, other.param_bytes, other.buffer_bytes, other.activation_bytes))))
-
+        return Cost(*(a + (n - 1) * (b - a) for a, b in zip(self.values(), other.values())))
 
     def plus(self, other: Cost, times: int = 1) -> Cost:
         return Cost(*(a + times * b for a, b in zip(self.values(), other.values())))
@@ -64,8 +74,9 @@ class Cost:
     def minus(self, other: Cost) -> Cost:
         return self.plus(other, -1)
 
-    def values(self) -> tuple[int, int, int, int]:
-        return (self.params, self.param_bytes, self.buffer_bytes, self.activation_bytes)
+    def values(self) -> tuple[int, ...]:
+        return (self.params, self.param_bytes, self.buffer_bytes, self.activation_bytes,
+                self.non_embedding, self.batch_bytes)
 
 
 @dataclass(frozen=True)
@@ -82,11 +93,12 @@ class Footprint:
     grad_bytes: int
     optimizer_bytes: int
     activation_bytes: int
+    held_bytes: int = 0  # batches, eval sets and per-step rows the unit keeps
 
     @property
     def total(self) -> int:
         return (self.param_bytes + self.buffer_bytes + self.grad_bytes + self.optimizer_bytes
-                + self.activation_bytes)
+                + self.activation_bytes + self.held_bytes)
 
     def describe(self) -> str:
         parts = [f"parameters {human(self.param_bytes)}"]
@@ -97,6 +109,8 @@ class Footprint:
         if self.activation_bytes:
             parts.append(f"activations {human(self.activation_bytes)} at batch_size "
                          f"{self.batch_size}, seq_len {self.seq_len}")
+        if self.held_bytes:
+            parts.append(f"batches, eval sets and per-step rows {human(self.held_bytes)}")
         return f"about {human(self.total)} ({', '.join(parts)})"
 
 
@@ -129,16 +143,20 @@ def _meta_cost_unguarded(spec: ModelSpec, registry: Registry,
         params = list(model.parameters())
         counted = {id(p) for p in params}
         buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
-        act = _activation_bytes(model, spec, task_for(spec, registry), counted, *batch) \
-            if batch else 0
+        act, batch_bytes = _activation_bytes(model, spec, task_for(spec, registry), counted,
+                                             *batch) if batch else (0, 0)
+        non_embedding = sum(i.param.numel() for i in param_index(model)
+                            if i.slot not in EMBEDDING_SLOTS)
     return Cost(sum(p.numel() for p in params),
-                sum(p.numel() * p.element_size() for p in params), buffer_bytes, act)
+                sum(p.numel() * p.element_size() for p in params), buffer_bytes, act,
+                non_embedding, batch_bytes)
 
 
 def _activation_bytes(model: torch.nn.Module, spec: ModelSpec, task: Task, params: set[int],
-                      batch_size: int, seq_len: int) -> int:
-    """Bytes of the tensors autograd saves for backward in one forward of the family's loss,
-    plus the output and its gradient (parameters, and views of them, are not counted)."""
+                      batch_size: int, seq_len: int) -> tuple[int, int]:
+    """(bytes of the tensors autograd saves for backward in one forward of the family's loss,
+    plus the output and its gradient (parameters, and views of them, are not counted); bytes
+    of the batch itself)."""
     seen: set[int] = set()
     total = 0
 
@@ -156,7 +174,9 @@ def _activation_bytes(model: torch.nn.Module, spec: ModelSpec, task: Task, param
         out = model(**batch.inputs)
         task.loss(spec, out, batch)
     out_t = out if isinstance(out, torch.Tensor) else None
-    return total + (2 * out_t.numel() * out_t.element_size() if out_t is not None else 0)
+    held = [*batch.inputs.values(), batch.target]
+    return (total + (2 * out_t.numel() * out_t.element_size() if out_t is not None else 0),
+            sum(t.numel() * t.element_size() for t in held))
 
 
 _CACHE: dict[tuple, tuple[Cost, Cost]] = {}  # spec without n_layers, registry, batch
@@ -215,7 +235,25 @@ def footprint(spec: ModelSpec, registry: Registry, probe: str, settings: Any,
     grads = cost.param_bytes if backward else 0
     optim = 2 * cost.params * 4 if step else 0  # exp_avg and exp_avg_sq, float32
     return Footprint(probe, device, batch_size, seq_len, cost.params, cost.param_bytes,
-                     cost.buffer_bytes, grads, optim, cost.activation_bytes)
+                     cost.buffer_bytes, grads, optim, cost.activation_bytes,
+                     held_bytes(cost, settings))
+
+
+def held_bytes(cost: Cost, settings: Any) -> int:
+    """What a unit keeps besides the model: the batch of the step, the eval sets
+    (``eval_batches`` each for validation and test) and, for a training run, the rows each
+    step leaves (``ROWS_PER_STEP`` of ``ROW_BYTES``; the batches themselves are drawn one at
+    a time, :class:`variantlab.data.sources.BatchStream`)."""
+    held = cost.batch_bytes * (1 + 2 * int(getattr(settings, "eval_batches", 0) or 0))
+    if isinstance(settings, RecipeSettings) and cost.batch_bytes:
+        steps = worked_out_steps(settings, settings_tokens(settings), cost.non_embedding)
+        held += min(steps, MAX_STEPS + 1) * ROWS_PER_STEP * ROW_BYTES
+    return held
+
+
+def settings_tokens(settings: Any) -> int:
+    """Tokens of one step of a training run: ``batch_size`` x ``seq_len``."""
+    return int(getattr(settings, "batch_size", 1)) * int(getattr(settings, "seq_len", 1))
 
 
 # -- what the machine has ---------------------------------------------------------------------

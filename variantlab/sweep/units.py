@@ -251,19 +251,43 @@ def run_unit(unit: Unit, experiment: Experiment, probe_fn: Callable[..., list]) 
         raise
     except BaseException as exc:  # any failure of a component, a probe or the device, and
         # SystemExit or another BaseException from plugin code: that unit fails, no more
-        error = error_text(exc)
-        tb = traceback.format_exc()
         rows = []
+        error = error_text(exc)
+        if out_of_memory(exc):  # free what filled memory before formatting anything
+            traceback.clear_frames(exc.__traceback__)
+            _free_memory()
+        tb = traceback_text(exc)
         _free_memory()
     return unit_record(unit, started, time.perf_counter() - t0, error, tb), rows
 
 
+def out_of_memory(exc: BaseException) -> bool:
+    """A ``MemoryError`` (host), torch's ``OutOfMemoryError`` (a device) or torch's CPU
+    allocator failing ("can't allocate memory")."""
+    return (isinstance(exc, (MemoryError, getattr(torch, "OutOfMemoryError", MemoryError)))
+            or (isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)))
+
+
 def error_text(exc: BaseException) -> str:
-    """``Type: message``; a SystemExit says that code called ``sys.exit`` and with what."""
+    """``Type: message``; a SystemExit says that code called ``sys.exit`` and with what; an
+    out-of-memory error says what to change."""
     if isinstance(exc, SystemExit):
         return (f"SystemExit: code called sys.exit({exc.code!r}) (or raised SystemExit) "
                 "while the unit ran; a component must raise an exception instead")
+    if out_of_memory(exc):
+        text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        return (f"{type(exc).__name__}: the unit ran out of memory{': ' + text if text else ''}"
+                "; use a smaller batch_size, model or budget (the other units go on)")
     return f"{type(exc).__name__}: {exc}"
+
+
+def traceback_text(exc: BaseException) -> str:
+    """The formatted traceback of ``exc``; a short note when formatting it runs out of
+    memory itself."""
+    try:
+        return "".join(traceback.format_exception(exc))
+    except MemoryError:
+        return f"{type(exc).__name__} (the traceback could not be formatted: out of memory)\n"
 
 
 def now_iso() -> str:
