@@ -20,6 +20,7 @@ from variantlab.probes.params import ParamsSettings
 from variantlab.probes.timing import TimingSettings
 from variantlab.probes.training import TrainingSettings
 from variantlab.sweep.sizeguard import (
+    ROW_BYTES,
     _meta_cost,
     available_bytes,
     footprint,
@@ -71,10 +72,13 @@ def test_each_probe_counts_what_it_keeps():
     assert params.total == p.param_bytes + p.buffer_bytes and params.activation_bytes == 0
     train = footprint(spec, registry, "training", TrainingSettings(batch_size=2, seq_len=8), "cpu")
     act = model_cost(spec, registry, (2, 8)).activation_bytes
-    assert train.total == 2 * p.param_bytes + 8 * p.params + p.buffer_bytes + act
+    batch = 2 * 8 * 8 * 2  # int64 inputs and targets, (2, 8) each
+    held = batch * (1 + 2 * 4) + 200 * 2 * ROW_BYTES  # + 4 val and 4 test batches, 200 steps
+    assert train.total == 2 * p.param_bytes + 8 * p.params + p.buffer_bytes + act + held
     grads = footprint(spec, registry, "gradients", GradientsSettings(batch_size=2, seq_len=8),
                       "cpu")
-    assert grads.total == 2 * p.param_bytes + p.buffer_bytes + act
+    n = GradientsSettings().batches
+    assert grads.total == 2 * p.param_bytes + p.buffer_bytes + act + n * batch
     fwd = footprint(spec, registry, "timing",
                     TimingSettings(batch_size=2, seq_len=8, passes=["forward"]), "cpu")
     assert fwd.grad_bytes == fwd.optimizer_bytes == 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,6 +82,7 @@ def recall_fit_problems(exp: Any, doc: YamlDoc, readers: dict, variants: list) -
 
 def data_problems(exp: Experiment, doc: YamlDoc) -> tuple[list[str], list[str]]:
     """(errors, warnings) about ``data:`` for the probes that read it."""
+    from ..data.cache import CacheWarning
     from ..data.sources import SPLIT_NAMES, DataError, SyntheticData, TextData, corpus_splits, text_files
     from ..data.splits import SPLITS
     from ..model.tasks import task_for
@@ -122,7 +124,14 @@ def data_problems(exp: Experiment, doc: YamlDoc) -> tuple[list[str], list[str]]:
                                          str(exc).removeprefix("data.path "))], warns
         warns += [w for w in map(_file_warning, files) if w]
     try:
-        parts, where = corpus_splits(data, exp.base_dir)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", CacheWarning)
+            parts, where = corpus_splits(data, exp.base_dir)
+        for w in caught:
+            if issubclass(w.category, CacheWarning):
+                warns.append(str(w.message))
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     except DataError as exc:
         key = "path" if hasattr(data, "path") else "source"
         return errors + [doc.message(("data", key), str(exc).removeprefix("data.path "))], warns

@@ -93,7 +93,12 @@ class Footprint:
     grad_bytes: int
     optimizer_bytes: int
     activation_bytes: int
-    held_bytes: int = 0  # batches, eval sets and per-step rows the unit keeps
+    data_bytes: int = 0  # batches and eval sets the unit holds (linear in batch_size)
+    rows_bytes: int = 0  # the rows its steps leave until it is stored
+
+    @property
+    def held_bytes(self) -> int:
+        return self.data_bytes + self.rows_bytes
 
     @property
     def total(self) -> int:
@@ -109,8 +114,10 @@ class Footprint:
         if self.activation_bytes:
             parts.append(f"activations {human(self.activation_bytes)} at batch_size "
                          f"{self.batch_size}, seq_len {self.seq_len}")
-        if self.held_bytes:
-            parts.append(f"batches, eval sets and per-step rows {human(self.held_bytes)}")
+        if self.data_bytes:
+            parts.append(f"batches and eval sets {human(self.data_bytes)}")
+        if self.rows_bytes:
+            parts.append(f"per-step rows {human(self.rows_bytes)}")
         return f"about {human(self.total)} ({', '.join(parts)})"
 
 
@@ -236,19 +243,22 @@ def footprint(spec: ModelSpec, registry: Registry, probe: str, settings: Any,
     optim = 2 * cost.params * 4 if step else 0  # exp_avg and exp_avg_sq, float32
     return Footprint(probe, device, batch_size, seq_len, cost.params, cost.param_bytes,
                      cost.buffer_bytes, grads, optim, cost.activation_bytes,
-                     held_bytes(cost, settings))
+                     *held_bytes(cost, settings))
 
 
-def held_bytes(cost: Cost, settings: Any) -> int:
-    """What a unit keeps besides the model: the batch of the step, the eval sets
+def held_bytes(cost: Cost, settings: Any) -> tuple[int, int]:
+    """(data, rows): what a unit keeps besides the model: the batch of the step (``batches`` of them for a
+    probe that reads several at once), the eval sets
     (``eval_batches`` each for validation and test) and, for a training run, the rows each
     step leaves (``ROWS_PER_STEP`` of ``ROW_BYTES``; the batches themselves are drawn one at
     a time, :class:`variantlab.data.sources.BatchStream`)."""
-    held = cost.batch_bytes * (1 + 2 * int(getattr(settings, "eval_batches", 0) or 0))
+    drawn = int(getattr(settings, "batches", 1) or 1)  # a probe that reads several at once
+    data = cost.batch_bytes * (drawn + 2 * int(getattr(settings, "eval_batches", 0) or 0))
+    rows = 0
     if isinstance(settings, RecipeSettings) and cost.batch_bytes:
         steps = worked_out_steps(settings, settings_tokens(settings), cost.non_embedding)
-        held += min(steps, MAX_STEPS + 1) * ROWS_PER_STEP * ROW_BYTES
-    return held
+        rows = min(steps, MAX_STEPS + 1) * ROWS_PER_STEP * ROW_BYTES
+    return data, rows
 
 
 def settings_tokens(settings: Any) -> int:
@@ -281,9 +291,9 @@ def largest_fit(spec: ModelSpec, registry: Registry, fp: Footprint, available: i
                 settings: Any) -> tuple[str, int] | None:
     """(field, value): the largest ``batch_size``, else ``n_layers``, else ``vocab_size``
     with which this probe fits in ``available`` bytes, the rest as written; None if none."""
-    fixed = fp.total - fp.activation_bytes
+    fixed = fp.total - fp.activation_bytes - fp.data_bytes
     if fp.activation_bytes and fp.batch_size and fixed < available:
-        per_row = fp.activation_bytes / fp.batch_size
+        per_row = (fp.activation_bytes + fp.data_bytes) / fp.batch_size
         best = math.floor((available - fixed) / per_row)
         if best >= 1:
             return "batch_size", best
