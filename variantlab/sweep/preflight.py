@@ -80,6 +80,21 @@ def recall_fit_problems(exp: Any, doc: YamlDoc, readers: dict, variants: list) -
     return out
 
 
+def bytes_problems(exp: Experiment, doc: YamlDoc, variants: list) -> list[str]:
+    """The ``bytes`` tokenizer (ids 0-255, never folded) for a variant whose vocab_size is
+    below 256, whether ``data:`` or a variant's data axis (``data.tokenizer``) asks for it."""
+    grid = getattr(exp.spec, "grid", {}) or {}
+    small = [v.name for v in variants if v.spec.vocab_size < 256
+             and getattr(v.data_or(exp.data), "tokenizer", None) == "bytes"]
+    if not small:
+        return []
+    axis = grid.get("data.tokenizer") or []
+    loc = (("grid", "data.tokenizer", axis.index("bytes")) if "bytes" in axis
+           else ("data", "tokenizer"))
+    return [doc.message(loc, "bytes gives ids 0-255 and is never folded: vocab_size must be "
+                             f">= 256; too small in {small}; raise vocab_size or use gpt2")]
+
+
 def data_problems(exp: Experiment, doc: YamlDoc) -> tuple[list[str], list[str]]:
     """(errors, warnings) about ``data:`` for the probes that read it."""
     from ..data.cache import CacheWarning
@@ -97,18 +112,13 @@ def data_problems(exp: Experiment, doc: YamlDoc) -> tuple[list[str], list[str]]:
     if not readers or not token_variants:
         return errors, warns
     errors += recall_fit_problems(exp, doc, readers, token_variants)
+    errors += bytes_problems(exp, doc, token_variants)
     if isinstance(data, SyntheticData):
         small = [v.name for v in token_variants if v.spec.vocab_size < 4]
         if data.task == "recall" and small:
             errors.append(doc.message(("data", "task"), "the recall task needs vocab_size >= 4 "
                                       f"(key and value halves); too small in {small}"))
         return errors, warns
-    if data.tokenizer == "bytes":
-        small = [v.name for v in token_variants if v.spec.vocab_size < 256]
-        if small:
-            errors.append(doc.message(("data", "tokenizer"), "bytes gives ids 0-255 and is "
-                                      f"never folded: vocab_size must be >= 256; too small in "
-                                      f"{small}; raise vocab_size or use gpt2"))
     if isinstance(data, TextData):
         full = Path(os.path.expanduser(data.path))
         full = full if full.is_absolute() else exp.base_dir / full
@@ -181,9 +191,10 @@ def size_problems(exp: Experiment, doc: YamlDoc, device: str | None,
 
 def budget_problems(exp: Experiment, doc: YamlDoc, only: set[str] | None = None) -> list[str]:
     """Training budgets (``steps``, ``tokens``, ``tokens_per_param``) that work out to more
-    than :data:`variantlab.probes.recipe.MAX_STEPS` steps, once per variant and probe."""
+    than :data:`variantlab.probes.recipe.MAX_STEPS` steps, or to fewer than ``warmup_steps``,
+    once per variant and probe."""
     from ..config.axes import setting_loc
-    from ..probes.recipe import RecipeSettings, steps_problem
+    from ..probes.recipe import RecipeSettings, steps_problem, worked_out_steps
     from .sizeguard import EstimateError, model_cost, settings_tokens
 
     out = []
@@ -201,6 +212,11 @@ def budget_problems(exp: Experiment, doc: YamlDoc, only: set[str] | None = None)
                     continue
             per_step = settings_tokens(settings)
             found = steps_problem(settings, per_step, non_embedding)
+            steps = worked_out_steps(settings, per_step, non_embedding)
+            if found is None and settings.warmup_steps > steps:
+                found = ("warmup_steps", f"warmup_steps={settings.warmup_steps} is above the "
+                         f"{steps:,} steps of the run: the learning rate would never reach lr; "
+                         "use warmup_steps <= steps or a longer budget")
             if found is None:
                 continue
             key, message = found

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import resource
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -267,22 +268,71 @@ def settings_tokens(settings: Any) -> int:
 
 
 # -- what the machine has ---------------------------------------------------------------------
-def available_bytes(device: str, meminfo: str | Path = "/proc/meminfo") -> int | None:
-    """Memory free for a probe on ``device``: CUDA's ``mem_get_info``, the CPU's
-    ``MemAvailable``; None when unknown (mps, no /proc)."""
+def available_bytes(device: str, meminfo: str | Path = "/proc/meminfo",
+                    cgroup: str | Path = "/sys/fs/cgroup",
+                    status: str | Path = "/proc/self/status") -> int | None:
+    """Memory free for a probe on ``device``: CUDA's ``mem_get_info``; on the CPU the
+    smallest of ``MemAvailable``, what the process's address-space limit (``RLIMIT_AS``,
+    ``ulimit -v``) leaves above its current size and what its cgroup's memory limit leaves
+    (v2 ``memory.max``, v1 ``memory.limit_in_bytes``); None when unknown (mps, no /proc)."""
+    found = memory_limits(device, meminfo, cgroup, status)
+    return min(found)[0] if found else None
+
+
+def memory_limits(device: str, meminfo: str | Path = "/proc/meminfo",
+                  cgroup: str | Path = "/sys/fs/cgroup",
+                  status: str | Path = "/proc/self/status") -> list[tuple[int, str]]:
+    """(bytes free, a phrase saying what limits it) for each limit known on ``device``."""
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            return None
+            return []
         free, _total = torch.cuda.mem_get_info(torch.device(device))
-        return int(free)
+        return [(int(free), "(free on the device)")]
     if device != "cpu":
-        return None
+        return []
+    out = []
+    available = _field_kib(meminfo, "MemAvailable:")
+    if available is not None:
+        out.append((available, "(MemAvailable)"))
+    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        used = _field_kib(status, "VmSize:") or 0
+        out.append((max(0, soft - used), "under ulimit -v (RLIMIT_AS)"))
+    left = _cgroup_left(Path(cgroup))
+    if left is not None:
+        out.append((left, "under the cgroup's memory limit"))
+    return out
+
+
+def _field_kib(path: str | Path, name: str) -> int | None:
+    """A ``NAME: N kB`` line of a /proc file, in bytes."""
     try:
-        for line in Path(meminfo).read_text().splitlines():
-            if line.startswith("MemAvailable:"):
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(name):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
+    return None
+
+
+#: a cgroup limit at or above this is "no limit" (v1 writes 2^63 rounded to a page)
+NO_LIMIT = 1 << 60
+
+
+def _cgroup_left(root: Path) -> int | None:
+    """The cgroup memory limit less the usage (v2 at ``root``, else v1 under
+    ``root/memory``); None without a limit."""
+    for limit_file, usage_file in (("memory.max", "memory.current"),
+                                   ("memory/memory.limit_in_bytes",
+                                    "memory/memory.usage_in_bytes")):
+        try:
+            text = (root / limit_file).read_text().strip()
+            if text == "max":
+                return None
+            limit, usage = int(text), int((root / usage_file).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        return None if limit >= NO_LIMIT else max(0, limit - usage)
     return None
 
 
@@ -327,7 +377,9 @@ def refusal(spec: ModelSpec, registry: Registry, probe: str, settings: Any, devi
         fit = largest_fit(spec, registry, fp, free, settings)
     except EstimateError:
         return None
-    msg = (f"{probe} needs {fp.describe()} but {device} has {human(free)} available; ")
+    limits = memory_limits(device) if available is available_bytes else []
+    what = f" {min(limits)[1]}" if limits else ""
+    msg = (f"{probe} needs {fp.describe()} but {device} has {human(free)} available{what}; ")
     if fit is None:
         return "n_layers", msg + "it does not fit even with 1 layer; make the model smaller"
     field, value = fit
