@@ -14,7 +14,8 @@ from variantlab.cli.main import main
 from variantlab.model.specs import parse_model_spec
 from variantlab.probes.recipe import MAX_STEPS
 from variantlab.probes.training import TrainingSettings
-from variantlab.sweep import sizeguard, units
+from variantlab.executors import unit as units
+from variantlab.sweep import sizeguard
 
 REG = vl.get_registry()
 

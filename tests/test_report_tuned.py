@@ -13,9 +13,9 @@ import pytest
 import variantlab as vl
 from variantlab.report import build_context, gather, write_report
 from variantlab.report.effects import interval
-from variantlab.report.fair import ranking_flips
-from variantlab.report.scaling import effects_by_size, power_law
-from variantlab.report.tuned import find_sweep, tuned_frame
+from variantlab.report.fair.compare import ranking_flips
+from variantlab.report.fair.scaling import effects_by_size, power_law
+from variantlab.report.fair.tuned import find_sweep, tuned_frame
 from variantlab.testing.sample import sample_grid
 
 REG = vl.get_registry()

@@ -18,8 +18,8 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from .. import __version__
 from ..errors import SpecError
+from ..version import __version__
 from .base import (
     EXIT_FAILED,
     EXIT_INPUT,

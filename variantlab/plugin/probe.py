@@ -38,9 +38,9 @@ class ProbeView:
     - ``reading(data, summary) -> list[str | None]``: sentences for the report's reading;
       ``aside``: the same, shown only when the report is not a grid's (a grid's effects say it);
     - ``warnings(data) -> list[[variant, source, text]]``: lines of the Warnings table;
-    - ``fair(data) -> variantlab.report.fair.FairParts``: for a probe that trains, its losses
+    - ``fair(data) -> variantlab.report.fair.compare.FairParts``: for a probe that trains, its losses
       compared at each architecture's best setting and across model sizes
-      (``variantlab.report.fair.fair_piece``);
+      (``variantlab.report.fair.compare.fair_piece``);
     - ``rank``: where these pieces go among every probe's (lower first; ties in registration
       order); the built-in probes use ranks below 100, the default.
 

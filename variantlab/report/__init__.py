@@ -5,7 +5,7 @@
 (inline CSS, SVG and one small script that sorts and filters the variant table; no external
 references), ``summary.csv`` and ``effects.csv`` (a grid's effects; see :mod:`.effects`),
 and for sweeps over probe settings or model size ``tuned.csv`` and ``effects_by_size.csv``
-(:mod:`.tuned`, :mod:`.scaling`).
+(:mod:`.fair`).
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from typing import Any
 
 from ..plugin.registry import Registry
 from .effects import compute_effects, effects_csv
-from .fair import fair_of
+from .fair.compare import fair_of
 from .findings import reading
 from .frame import ReportData, gather
+from .grid import browse_table, cross_run_table, effect_plots, effects_table, focus, interaction_table
 from .plots import Plot, build_plots, inline_svg, to_svg
 from .probeviews import probe_views
 from .render import headers, render_html, render_markdown, title_of
-from .sweep import browse_table, cross_run_table, effect_plots, effects_table, focus, interaction_table
 from .tables import (
     csv_safe,
     failure_table,

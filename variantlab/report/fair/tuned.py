@@ -38,8 +38,8 @@ from typing import Any
 
 import pandas as pd
 
-from .effects import interval, value_text
-from .frame import ReportData
+from ..effects import interval, value_text
+from ..frame import ReportData
 
 SETTING = "measure."
 CHOOSE = ("val_loss", "eval_loss", "final_loss")  # the first present chooses

@@ -13,12 +13,12 @@ from functools import partial
 
 import pandas as pd
 
-from ..plugin.registry import Registry
-from .frame import ReportData
-from .parts import pieces
-from .plots import Plot, legend, new_axes, styles
+from ...plugin.registry import Registry
+from ..frame import ReportData
+from ..parts import pieces
+from ..plots import Plot, legend, new_axes, styles
+from ..tables import Table, fmt
 from .scaling import scaling_parts
-from .tables import Table, fmt
 from .tuned import Sweep, choose, find_sweep, lr_curves, tuned_frame
 
 MAX_FLIPS = 4  # ranking sentences at most

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .effects import interval, value_text
-from .frame import ReportData
-from .plots import Plot, legend, new_axes, styles
-from .tables import Table, fmt
+from ..effects import interval, value_text
+from ..frame import ReportData
+from ..plots import Plot, legend, new_axes, styles
+from ..tables import Table, fmt
 from .tuned import REPORT, SETTING, SIZE_AXES, Sweep, arch_name, choose
 
 MIN_FIT = 3  # sizes a line needs for a fitted power law
