@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 import variantlab as vl
 from variantlab.cli.main import main
+from variantlab.executors import unit as units
 from variantlab.model.specs import parse_model_spec
 from variantlab.probes.recipe import MAX_STEPS
 from variantlab.probes.training import TrainingSettings
-from variantlab.executors import unit as units
 from variantlab.sweep import sizeguard
 
 REG = vl.get_registry()

@@ -120,8 +120,8 @@ def _replace(path: Path, write: Callable[[Any], object]) -> None:
 def digest(ids: np.ndarray, offsets: np.ndarray) -> str:
     """sha256 of an entry: the ids' type and length, their bytes, then the offsets' bytes."""
     h = hashlib.sha256(f"{ids.dtype.str}:{len(ids)}:{len(offsets)}\n".encode())
-    h.update(memoryview(np.ascontiguousarray(ids)).cast("B"))
-    h.update(memoryview(np.ascontiguousarray(offsets, dtype=np.int64)).cast("B"))
+    h.update(np.ascontiguousarray(ids).data.cast("B"))
+    h.update(np.ascontiguousarray(offsets, dtype=np.int64).data.cast("B"))
     return h.hexdigest()
 
 
@@ -143,13 +143,16 @@ def load(key: str, folder: Path | None = None) -> Tokens | None:
         want = sum_path.read_text(encoding="ascii").strip()
         stats = (ids_path.stat(), off_path.stat())
     except (OSError, ValueError) as exc:  # unreadable: tokenise again and replace it
-        return _damaged(ids_path, f"it cannot be read ({type(exc).__name__}: {exc})")
+        _damaged(ids_path, f"it cannot be read ({type(exc).__name__}: {exc})")
+        return None
     if offsets.ndim != 1 or len(offsets) < 1 or int(offsets[-1]) != len(ids):
-        return _damaged(off_path, "its offsets do not match its tokens")
+        _damaged(off_path, "its offsets do not match its tokens")
+        return None
     seen = (str(sum_path), *(n for st in stats for n in (st.st_mtime_ns, st.st_size)))
     if _CHECKED.get(seen) != want:
         if digest(ids, offsets) != want:
-            return _damaged(ids_path, f"its contents do not match the sha256 in {sum_path.name}")
+            _damaged(ids_path, f"its contents do not match the sha256 in {sum_path.name}")
+            return None
         _CHECKED[seen] = want
     return Tokens(ids, offsets, key)
 
@@ -157,7 +160,6 @@ def load(key: str, folder: Path | None = None) -> Tokens | None:
 def _damaged(path: Path, why: str) -> None:
     warnings.warn(f"token cache entry {path} is damaged ({why}); the corpus is tokenised "
                   "again and the entry rewritten", CacheWarning, stacklevel=3)
-    return None
 
 
 def corpus_tokens(content_hash: str, tokenizer: str, documents: Callable[[], list[str]],

@@ -194,7 +194,7 @@ def budget_problems(exp: Experiment, doc: YamlDoc, only: set[str] | None = None)
     than :data:`variantlab.probes.recipe.MAX_STEPS` steps, or to fewer than ``warmup_steps``,
     once per variant and probe."""
     from ..config.axes import setting_loc
-    from ..probes.recipe import RecipeSettings, steps_problem, worked_out_steps
+    from ..probes.recipe import BUDGET_KEYS, RecipeSettings, steps_problem, worked_out_steps
     from .sizeguard import EstimateError, model_cost, settings_tokens
 
     out = []
@@ -221,6 +221,8 @@ def budget_problems(exp: Experiment, doc: YamlDoc, only: set[str] | None = None)
                 continue
             key, message = found
             change = v.settings.get(probe, {})
+            if key == "warmup_steps" and key not in change:  # the variant's budget is short
+                key = next((k for k in BUDGET_KEYS if k in change), key)
             loc: tuple = (setting_loc(exp.spec, v.name, f"measure.{probe}.{key}", change[key])
                           if key in change else ("measure", probe, key))
             out.append(doc.message(loc, f"variant {v.name!r}: {message}"))
