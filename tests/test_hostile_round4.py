@@ -247,3 +247,50 @@ def test_the_size_guard_takes_the_smallest_memory_limit(tmp_path, monkeypatch):
         3 * 1024**3 - 1_000_000 * 1024
     names = sizeguard.memory_limits("cpu", info, v1.parent, status)
     assert min(names)[1] == "under ulimit -v (RLIMIT_AS)"
+
+
+def test_a_moe_model_too_large_points_at_its_experts(tmp_path):
+    exp = experiment(tmp_path, model_extra=",\n        feedforward: {kind: moe, n_experts: 4096, "
+                                           "top_k: 2}", measure=TRAIN)
+    exp.write_text(exp.read_text().replace("emb_dim: 32", "emb_dim: 1024"))
+    code, lines = cli("validate", exp)
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"{exp}:4:45: model.feedforward.n_experts: variant 'base': "
+                               "training needs about "), lines
+    assert " TiB (parameters " in lines[0]
+    assert "the largest feedforward.n_experts that fits is" in lines[0]
+
+
+def test_the_most_experts_that_fit_is_exact():
+    import variantlab as vl
+    from variantlab.model.specs import parse_model_spec
+    from variantlab.probes.training import TrainingSettings
+    from variantlab.sweep.sizeguard import footprint, largest_fit
+
+    registry = vl.get_registry()
+    spec = parse_model_spec({"family": "gpt", "vocab_size": 64, "context_length": 32,
+                             "emb_dim": 32, "n_heads": 4, "n_layers": 2,
+                             "feedforward": {"kind": "moe", "n_experts": 64, "top_k": 2}},
+                            registry)
+    settings = TrainingSettings(batch_size=1, seq_len=4)
+
+    def total(n):
+        ff = spec.feedforward.model_copy(update={"n_experts": n})
+        return footprint(spec.model_copy(update={"feedforward": ff}), registry, "training",
+                         settings, "cpu").total
+
+    fp = footprint(spec, registry, "training", settings, "cpu")
+    room = total(9) + 10  # nine experts fit, ten do not
+    assert total(10) > room
+    assert largest_fit(spec, registry, fp, room, settings) == ("feedforward.n_experts", 9)
+
+
+def test_layout_layers_errors_point_at_the_grid_value(tmp_path):
+    exp = experiment(tmp_path, model_extra=",\n        layout: {kinds: {a: {norm: {kind: rms}}}}",
+                     grid="grid: {layout.layers.5: [a], layout.layers.1: [b]}\n",
+                     measure="  params: {}\n")
+    code, lines = cli("validate", exp)
+    assert code == 2, lines
+    assert lines == [f"{exp}:5:26: grid.layout.layers.5[0]: layer 5 is outside the stack "
+                     "(0 .. 1)",
+                     f"{exp}:5:48: grid.layout.layers.1[0]: 'b' is not a layer kind; kinds: a"]

@@ -161,7 +161,9 @@ def expansions(
 
 
 def override_source(loc: tuple, where: Mapping[str, tuple]) -> tuple | None:
-    """The YAML key path of the override that an issue at model ``loc`` comes from."""
+    """The YAML key path of the override that an issue at model ``loc`` comes from (a layer
+    index in ``loc`` matches its digits in the path: ``layout.layers.5``)."""
+    loc = tuple(str(part) for part in loc)
     for path, yaml_loc in where.items():
         parts = tuple(path.split("."))
         if loc[: len(parts)] == parts:

@@ -239,7 +239,13 @@ def override_loc(exp: Experiment, variant: Variant, field: str) -> tuple:
         for i, named in enumerate(spec.variants):
             if named.name == variant.name:
                 return ("variants", i, "set", field)
-    return ("model", field) if field in spec.model else ("model",)
+    parts = tuple(field.split("."))  # a component's field: feedforward.n_experts
+    node: Any = spec.model
+    for depth, part in enumerate(parts):
+        if not isinstance(node, dict) or part not in node:
+            return ("model", *parts[:depth]) if depth else ("model",)
+        node = node[part]
+    return ("model", *parts)
 
 
 def preflight(exp: Experiment, doc: YamlDoc, device: str | None = None,

@@ -339,8 +339,9 @@ def _cgroup_left(root: Path) -> int | None:
 # -- what fits --------------------------------------------------------------------------------
 def largest_fit(spec: ModelSpec, registry: Registry, fp: Footprint, available: int,
                 settings: Any) -> tuple[str, int] | None:
-    """(field, value): the largest ``batch_size``, else ``n_layers``, else ``vocab_size``
-    with which this probe fits in ``available`` bytes, the rest as written; None if none."""
+    """(field, value): the largest ``batch_size``, else (a mixture of experts) the largest
+    ``feedforward.n_experts``, else ``n_layers``, else ``vocab_size`` with which this probe
+    fits in ``available`` bytes, the rest as written; None if none."""
     fixed = fp.total - fp.activation_bytes - fp.data_bytes
     if fp.activation_bytes and fp.batch_size and fixed < available:
         per_row = (fp.activation_bytes + fp.data_bytes) / fp.batch_size
@@ -348,6 +349,9 @@ def largest_fit(spec: ModelSpec, registry: Registry, fp: Footprint, available: i
         if best >= 1:
             return "batch_size", best
     at = lambda s: footprint(s, registry, fp.probe, settings, fp.device).total  # noqa: E731
+    experts = expert_fit(spec, at, available)
+    if experts is not None:
+        return experts
     t1 = at(spec.model_copy(update={"n_layers": 1}))
     t2 = at(spec.model_copy(update={"n_layers": 2}))
     if t1 <= available and t2 > t1 and spec.n_layers > 1:
@@ -361,6 +365,22 @@ def largest_fit(spec: ModelSpec, registry: Registry, fp: Footprint, available: i
             if 4 <= best < spec.vocab_size:
                 return "vocab_size", best
     return None
+
+
+def expert_fit(spec: ModelSpec, at: Callable[[ModelSpec], int],
+               available: int) -> tuple[str, int] | None:
+    """("feedforward.n_experts", the most routed experts that fit, at least ``top_k``) for a
+    model whose feed-forward has ``n_experts`` (its memory is linear in them); else None."""
+    ff = getattr(spec, "feedforward", None)
+    n, k = getattr(ff, "n_experts", None), getattr(ff, "top_k", 1)
+    if ff is None or not isinstance(n, int) or not isinstance(k, int) or n <= k:
+        return None
+    with_n = lambda m: spec.model_copy(  # noqa: E731
+        update={"feedforward": ff.model_copy(update={"n_experts": m})})
+    low, high = at(with_n(k)), at(with_n(k + 1))
+    if low > available or high <= low:
+        return None
+    return "feedforward.n_experts", min(n - 1, k + math.floor((available - low) / (high - low)))
 
 
 def refusal(spec: ModelSpec, registry: Registry, probe: str, settings: Any, device: str,
