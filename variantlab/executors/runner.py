@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..probes import run_probe
+from ..probes import checkpoint, run_probe
 from ..store.contract import RunMeta
 from ..store.store import STORE_FILE, StoreWriteError
 from ..sweep.runfolder import open_run
@@ -140,7 +140,9 @@ def run_experiment(
             )
             sink = ResultSink(store, summary, progress or (lambda event: None), again)
             try:
-                executor.run(sink, todo, experiment, context)
+                with checkpoint.directory(executor.checkpoint_dir(run_dir),
+                                          keep={u.key for _, u in todo}):
+                    executor.run(sink, todo, experiment, context)
             except KeyboardInterrupt:
                 summary.interrupted = True
     except StoreWriteError as exc:  # a full disk: every unit stored so far is intact

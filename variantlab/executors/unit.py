@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..probes import checkpoint
 from ..store.store import Store, UnitRecord
 from ..sweep.units import Unit, canonical_json, plain
 from ..version import __version__
@@ -98,6 +99,7 @@ class ResultSink:
     def save(self, index: int, unit: Unit, record: UnitRecord, rows: Sequence[Any]) -> bool:
         """Store one unit and report it; ``True`` when it is ``ok``."""
         self.store.save_unit(record, rows)  # one transaction: rolled back if interrupted
+        checkpoint.remove(unit.key)  # stored: its mid-training checkpoint is done with
         self.rerun.discard(unit.key)  # computed now: a variant with the same spec reuses it
         self.statuses[unit.key] = record.status
         total = self.summary.total
@@ -118,11 +120,13 @@ def run_unit(unit: Unit, experiment: Experiment, probe_fn: Callable[..., list]) 
     rows: list = []
     error = tb = None
     try:
-        rows = list(probe_fn(
-            unit.probe, unit.variant.spec, unit.settings, seed=unit.seed,
-            data=getattr(unit.variant, "data", None) or experiment.data,
-            base_dir=Path(experiment.base_dir), device=unit.device, registry=experiment.registry,
-        ))
+        with checkpoint.for_unit(unit.key):  # a training unit resumes from its checkpoint
+            rows = list(probe_fn(
+                unit.probe, unit.variant.spec, unit.settings, seed=unit.seed,
+                data=getattr(unit.variant, "data", None) or experiment.data,
+                base_dir=Path(experiment.base_dir), device=unit.device,
+                registry=experiment.registry,
+            ))
         _check_rows(rows, unit.probe)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: stop the run (the unit is not stored)
         raise

@@ -19,7 +19,8 @@ probe does.
 
 It also records ``loss`` at each recorded step, and ``eval_loss`` after training when
 ``eval_batches`` > 0 (as the training probe). Rows have scope ``layer``, ``layer`` and
-``step`` set and ``name`` the layer's stack (``""`` in a one-stack model).
+``step`` set and ``name`` the layer's stack (``""`` in a one-stack model). A killed unit
+resumes from its last checkpoint (:mod:`variantlab.probes.checkpoint`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ..model.sparse import after_step
 from ..model.specs import ModelSpec
 from ..plugin.registry import Registry
 from ..plugin.rows import Row, row
+from . import checkpoint
 from .common import autocast, first_tensor, layer_stacks, param_index
 from .recipe import lr_at
 from .routing import layer_rows, routed_layers, snapshot
@@ -114,11 +116,14 @@ def run(
     layers, attn = layer_params(model), attention_modules(model)
     routed = routed_layers(model)
     rows: list[Row] = []
-    for step, batch in enumerate(batches):
-        batch = batch.to(dev)
-        watch = step % settings.every == 0 or step == len(batches) - 1
+    total = len(batches)
+    saver = checkpoint.current()
+    start = checkpoint.resume_unit(saver, model, opt, batches, dev, {"rows": rows})
+    for step in range(start, total):
+        batch = batches.next().to(dev)
+        watch = step % settings.every == 0 or step == total - 1
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, settings, len(batches))
+            group["lr"] = lr_at(step, settings, total)
         opt.zero_grad(set_to_none=True)
         record: dict[str, dict[Layer, float]] = {m: {} for m in METRICS}
         hooks = _recorder(model, record) if watch else []
@@ -154,6 +159,8 @@ def run(
             rows.append(row("dynamics", "loss", value, step=step))
             rows += _rows(record, step)
             rows += layer_rows("dynamics", routing, step)
+        if saver is not None and step + 1 < total and saver.due(step + 1):
+            checkpoint.save_unit(saver, step + 1, model, opt, batches, dev, {"rows": rows})
     _attention(attn, False)
     diverged = any(r["metric"] == "loss" and not math.isfinite(r["value"]) for r in rows)
     if settings.eval_batches and not diverged:

@@ -49,6 +49,7 @@ from ..model.tasks import Batch, Task, task_for
 from ..plugin.registry import Registry
 from ..plugin.rows import Row, row
 from ..plugin.settings import Device, DType
+from . import checkpoint
 from .common import autocast, resolve_device
 from .compiled import compile_errors, compile_model
 from .flops import model_flops_per_token
@@ -244,12 +245,17 @@ def train(model: torch.nn.Module, compiled: torch.nn.Module, opt: Any,
     ``compiled`` runs the forward (``model`` itself, or it under torch.compile); ``model``
     owns the parameters that are clipped. The step minimises ``loss_fn.total`` (the task's
     loss plus any auxiliary loss); ``log`` receives each step's routing snapshot (routed
-    models only)."""
+    models only). A unit with checkpoints (:mod:`variantlab.probes.checkpoint`) resumes
+    from its last one and writes them as it goes."""
     losses: list[float] = []
     routed = routed_layers(model)
     total = len(batches)
-    for step, batch in enumerate(batches):
-        batch = batch.to(dev)
+    stream = batches if isinstance(batches, datalib.BatchStream) else None
+    saver = checkpoint.current() if stream is not None else None
+    records: dict[str, list | None] = {"losses": losses, "log": log}
+    start = checkpoint.resume_unit(saver, model, opt, stream, dev, records)
+    for step in range(start, total):
+        batch = (stream.next() if stream is not None else batches[step]).to(dev)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, settings, total)
         opt.zero_grad(set_to_none=True)
@@ -267,6 +273,8 @@ def train(model: torch.nn.Module, compiled: torch.nn.Module, opt: Any,
             torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
         opt.step()
         after_step(model)
+        if saver is not None and step + 1 < total and saver.due(step + 1):
+            checkpoint.save_unit(saver, step + 1, model, opt, stream, dev, records)
     return losses
 
 

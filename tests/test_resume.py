@@ -1,0 +1,161 @@
+"""Units that resume mid-training (issue 27.3): a training or dynamics unit killed after a
+checkpoint resumes from it and ends with exactly the rows of an uninterrupted run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import variantlab as vl
+from variantlab.config.experiment import load_experiment
+from variantlab.data.sources import BatchStream, SyntheticData
+from variantlab.executors.runner import run_experiment
+from variantlab.probes import checkpoint, run_probe
+from variantlab.sweep.units import plan_units
+
+REG = vl.get_registry()
+SETTINGS = {"steps": 9, "lr": 3e-3, "batch_size": 2, "seq_len": 8, "device": "cpu",
+            "warmup_steps": 2, "schedule": "cosine", "eval_batches": 1}
+
+
+class Killed(BaseException):
+    """Stands for the process dying (raised where no probe code catches it)."""
+
+
+def killed_at(monkeypatch, draw: int) -> None:
+    """The stream's ``draw``-th batch kills the unit (steps before it were done)."""
+    original = BatchStream.next
+
+    def next_or_die(self):
+        if self.drawn == draw and self.n > 1:
+            raise Killed
+        return original(self)
+    monkeypatch.setattr(BatchStream, "next", next_or_die)
+
+
+@pytest.mark.parametrize("probe", ["training", "dynamics"])
+def test_a_unit_killed_after_a_checkpoint_resumes_to_the_same_rows(tmp_path, tiny, monkeypatch,
+                                                                   probe):
+    spec = {**tiny, "drop_rate": 0.1}  # dropout: the RNG state must come back too
+    settings = {**SETTINGS, **({"every": 2} if probe == "dynamics" else {})}
+    data = SyntheticData(task="recall")
+    clean = run_probe(probe, spec, settings, seed=2, data=data, registry=REG)
+    monkeypatch.setenv(checkpoint.DIR_VAR, str(tmp_path))
+    monkeypatch.setenv(checkpoint.STEPS_VAR, "3")
+    with monkeypatch.context() as m:
+        killed_at(m, 7)  # after the checkpoints at 3 and 6 steps
+        with checkpoint.for_unit("k1"), pytest.raises(Killed):
+            run_probe(probe, spec, settings, seed=2, data=data, registry=REG)
+    (only,) = tmp_path.glob("*.pt")  # one checkpoint per unit, the last
+    assert only.name == "k1.pt"
+    assert checkpoint.Checkpoints(only).load()["done"] == 6
+    with checkpoint.for_unit("k1"):
+        resumed = run_probe(probe, spec, settings, seed=2, data=data, registry=REG)
+    assert resumed == clean  # every row, bit for bit
+    # and the resumed run did start from the checkpoint: the first 6 batches are not drawn
+    drawn = []
+    original = BatchStream.next
+    monkeypatch.setattr(BatchStream, "next", lambda self: drawn.append(self.drawn) or
+                        original(self))
+    with checkpoint.for_unit("k1"):
+        run_probe(probe, spec, settings, seed=2, data=data, registry=REG)
+    assert drawn[:3] == [6, 7, 8]
+
+
+def test_checkpoints_by_time_and_none_when_both_triggers_are_off(tmp_path, monkeypatch):
+    saver = checkpoint.Checkpoints(tmp_path / "a.pt", every_steps=0, every_seconds=0.05)
+    assert not saver.due(1)
+    time.sleep(0.06)
+    assert saver.due(1)
+    saver.save(1, {"x": 1})
+    assert not saver.due(2) and saver.load()["done"] == 1
+    monkeypatch.setenv(checkpoint.DIR_VAR, str(tmp_path))
+    monkeypatch.setenv(checkpoint.STEPS_VAR, "0")
+    monkeypatch.setenv(checkpoint.SECONDS_VAR, "0")
+    with checkpoint.for_unit("k") as found:
+        assert found is None and checkpoint.current() is None
+    monkeypatch.delenv(checkpoint.STEPS_VAR)
+    monkeypatch.delenv(checkpoint.SECONDS_VAR)
+    with checkpoint.for_unit("k") as found:
+        assert (found.every_steps, found.every_seconds) == (500, 60.0)  # the defaults
+    assert checkpoint.current() is None
+
+
+EXP = """\
+name: demo
+seeds: [0]
+model: {family: gpt, vocab_size: 64, context_length: 32, emb_dim: 32, n_heads: 4, n_layers: 2,
+        drop_rate: 0.0}
+grid: {norm.kind: [layer, rms]}
+measure:
+  training: {steps: STEPS, batch_size: 2, seq_len: 8, eval_batches: 1}
+"""
+
+
+def test_a_run_removes_checkpoints_when_units_are_stored_and_keys_ignore_them(tmp_path,
+                                                                             monkeypatch):
+    exp_file = tmp_path / "exp.yaml"
+    exp_file.write_text(EXP.replace("STEPS", "4"))
+    exp = load_experiment(exp_file)
+    keys = [u.key for u in plan_units(exp)]
+    folder = tmp_path / "runs" / "demo" / "checkpoints"
+    folder.mkdir(parents=True)
+    (folder / "0123stale.pt").write_bytes(b"from a unit no longer in the run")
+    monkeypatch.setenv(checkpoint.STEPS_VAR, "1")
+    written = []
+    original = checkpoint.Checkpoints.save
+    monkeypatch.setattr(checkpoint.Checkpoints, "save", lambda self, done, state: (
+        written.append((self.path, done)), original(self, done, state)))
+    summary = run_experiment(exp, tmp_path / "runs")
+    assert summary.ok
+    assert {p.name for p, _ in written} == {f"{k}.pt" for k in keys}
+    assert sorted({d for _, d in written}) == [1, 2, 3]
+    assert list(folder.iterdir()) == []  # stored units leave none; the stale one went too
+    assert [u.key for u in plan_units(load_experiment(exp_file))] == keys
+    assert checkpoint.DIR_VAR not in os.environ
+
+
+def frame_rows(run: Path):
+    frame = vl.results(run).drop(columns=["run"], errors="ignore")
+    return frame.sort_values(list(frame.columns)).reset_index(drop=True)
+
+
+@pytest.mark.slow
+def test_a_killed_3000_step_unit_resumes_and_equals_an_uninterrupted_run(tmp_path):
+    """SIGKILL a `variantlab run` in the middle of a 3,000-step unit; the rerun resumes it
+    from its checkpoint, and the rows equal those of a run never killed."""
+    exp_file = tmp_path / "exp.yaml"
+    exp_file.write_text(EXP.replace("STEPS", "3000").replace("[layer, rms]", "[layer]"))
+    env = {**os.environ, checkpoint.STEPS_VAR: "250", checkpoint.SECONDS_VAR: "0"}
+    command = [sys.executable, "-m", "variantlab", "run", str(exp_file), "--no-report"]
+    clean = subprocess.run([*command, "--out", str(tmp_path / "clean")], env=env,
+                           capture_output=True, text=True, timeout=1200)
+    assert clean.returncode == 0, clean.stderr
+    folder = tmp_path / "killed" / "demo" / "checkpoints"
+    proc = subprocess.Popen([*command, "--out", str(tmp_path / "killed")], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list(folder.glob("*.pt")) if folder.is_dir() else []
+        if found and checkpoint.Checkpoints(found[0]).load() is not None \
+                and checkpoint.Checkpoints(found[0]).load()["done"] >= 1500:
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, "the run ended before it could be killed mid-way"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    (left,) = folder.glob("*.pt")
+    done = checkpoint.Checkpoints(left).load()["done"]
+    assert 1500 <= done < 3000
+    again = subprocess.run([*command, "--out", str(tmp_path / "killed")], env=env,
+                           capture_output=True, text=True, timeout=1200)
+    assert again.returncode == 0, again.stderr
+    assert list(folder.glob("*.pt")) == []
+    killed, fresh = frame_rows(tmp_path / "killed" / "demo"), frame_rows(tmp_path / "clean" / "demo")
+    assert killed.equals(fresh)
