@@ -37,8 +37,8 @@ from typing import Any
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from ..errors import SpecError
-from ..probes import checkpoint
 from ..plugin.settings import Strict
+from ..probes import checkpoint
 from ..store.store import UnitRecord
 from ..sweep.units import Unit
 from . import ray_env, ray_payload
