@@ -255,8 +255,8 @@ def train(model: torch.nn.Module, compiled: torch.nn.Module, opt: Any,
     records: dict[str, list | None] = {"losses": losses, "log": log}
     start = checkpoint.resume_unit(saver, model, opt, stream, dev, records)
     for step in range(start, total):
-        batch = (stream.next() if stream is not None
-                 else batches[step]).to(dev)  # type: ignore[index]
+        batch = (batches.next() if isinstance(batches, datalib.BatchStream)
+                 else batches[step]).to(dev)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, settings, total)
         opt.zero_grad(set_to_none=True)
