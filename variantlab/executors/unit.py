@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..probes import checkpoint
+from ..probes import checkpoint, machine
 from ..store.store import Store, UnitRecord
 from ..sweep.units import Unit, canonical_json, plain
 from ..version import __version__
@@ -116,7 +116,7 @@ def run_unit(unit: Unit, experiment: Experiment, probe_fn: Callable[..., list]) 
     """Run one probe; an exception, SystemExit included, becomes a failed record
     (KeyboardInterrupt propagates)."""
     started = now_iso()
-    t0 = time.perf_counter()
+    t0, cpu0, load0 = time.perf_counter(), time.process_time(), machine.load()
     rows: list = []
     error = tb = None
     try:
@@ -139,7 +139,10 @@ def run_unit(unit: Unit, experiment: Experiment, probe_fn: Callable[..., list]) 
             _free_memory()
         tb = traceback_text(exc)
         _free_memory()
-    return unit_record(unit, started, time.perf_counter() - t0, error, tb), rows
+    usage = {"cpu_s": time.process_time() - cpu0, "load_start": load0,
+             "load_end": machine.load(), "torch_threads": torch.get_num_threads(),
+             "cores": machine.cores()}
+    return unit_record(unit, started, time.perf_counter() - t0, error, tb, usage), rows
 
 
 def out_of_memory(exc: BaseException) -> bool:
@@ -177,14 +180,15 @@ def now_iso() -> str:
 
 
 def unit_record(unit: Unit, started: str, duration_s: float, error: str | None = None,
-                tb: str | None = None) -> UnitRecord:
-    """The stored record of a unit that finished now: ``ok`` unless ``error`` is given."""
+                tb: str | None = None, usage: dict[str, Any] | None = None) -> UnitRecord:
+    """The stored record of a unit that finished now: ``ok`` unless ``error`` is given;
+    ``usage``: its CPU time, load averages, torch threads and cores (:func:`run_unit`)."""
     return UnitRecord(
         key=unit.key, variant=unit.variant.name, seed=unit.seed, probe=unit.probe,
         settings_json=canonical_json(plain(unit.settings)),
         status="failed" if error else "ok", error=error, traceback=tb,
         started_at=started, finished_at=now_iso(), duration_s=duration_s,
-        version=__version__, device=unit.device,
+        version=__version__, device=unit.device, **(usage or {}),
     )
 
 
