@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from variantlab import hookimpl
 from variantlab.model.roles import declare_role
-from variantlab_plugins.mixers import _no_memory, _refuse
+from variantlab_plugins.mixers import no_memory, refuse_bidirectional
 from variantlab_plugins.ssm import ConvSpecMixin, GatedRMSNorm, causal_conv, masked
 
 
@@ -135,7 +135,7 @@ class GatedDeltaNet(nn.Module):
         self.out_proj = declare_role(nn.Linear(value_dim, emb_dim, bias=False), "attn_out")
 
     def forward(self, x, memory=None, key_padding_mask=None, position_ids=None):
-        _no_memory(self.kind, memory)
+        no_memory(self.kind, memory)
         b, t, _ = x.shape
         r = self.hv // self.hk  # value heads per key head
         qkvz = self.in_proj_qkvz(x).view(b, t, self.hk, 2 * self.dk + 2 * r * self.dv)
@@ -169,7 +169,7 @@ class GatedDeltaNet(nn.Module):
 @hookimpl
 def register_attentions(register):
     def build(spec, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal):
-        _refuse(spec.kind, causal)
+        refuse_bidirectional(spec.kind, causal)
         return GatedDeltaNet(emb_dim, n_heads, spec)
 
     register("gated_deltanet", GatedDeltaNetSpec, build)

@@ -147,13 +147,15 @@ _FEATURES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "elu1": lambda x: F.elu(x) + 1, "relu": F.relu, "identity": lambda x: x}
 
 
-def _refuse(kind: str, causal: bool) -> None:
+def refuse_bidirectional(kind: str, causal: bool) -> None:
+    """Raise ``ValueError`` when a causal-only mixer ``kind`` is built with ``causal=False``."""
     if not causal:
         raise ValueError(f"attention {kind!r} is a causal sequence mixer; it cannot be built "
                          "bidirectional (causal=False): use it in a causal stack (gpt)")
 
 
-def _no_memory(kind: str, memory: torch.Tensor | None) -> None:
+def no_memory(kind: str, memory: torch.Tensor | None) -> None:
+    """Raise ``ValueError`` when a causal-only mixer ``kind`` is given a memory to attend to."""
     if memory is not None:
         raise ValueError(f"attention {kind!r} mixes one sequence causally; it cannot "
                          "cross-attend to a memory: use mha for cross-attention")
@@ -195,7 +197,7 @@ class DecayedLinearAttention(nn.Module):
         return x.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
 
     def forward(self, x, memory=None, key_padding_mask=None, position_ids=None):
-        _no_memory(self.kind, memory)
+        no_memory(self.kind, memory)
         b, t, d = x.shape
         q = self.feature(self.split(self.W_query(x)))  # (B, H, T, hd)
         k = self.feature(self.split(self.W_key(x))) * self.key_scale  # (B, H, T, hd)
@@ -266,7 +268,7 @@ class ShortConv(nn.Module):
         self.out_proj = declare_role(nn.Linear(emb_dim, emb_dim, bias=out_bias), "attn_out")
 
     def forward(self, x, memory=None, key_padding_mask=None, position_ids=None):
-        _no_memory(self.kind, memory)
+        no_memory(self.kind, memory)
         u = self.W_in(x)  # (B, T, D)
         if key_padding_mask is not None:
             u = u.masked_fill(key_padding_mask.bool()[..., None], 0.0)
@@ -301,12 +303,12 @@ class ShortConv(nn.Module):
 def register_attentions(register):
     def decayed(spec, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal,
                 make_norm=None, out_bias=True):
-        _refuse(spec.kind, causal)
+        refuse_bidirectional(spec.kind, causal)
         return DecayedLinearAttention(emb_dim, n_heads, qkv_bias, spec, make_norm, out_bias)
 
     def short_conv(spec, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal,
                    out_bias=True):
-        _refuse(spec.kind, causal)
+        refuse_bidirectional(spec.kind, causal)
         return ShortConv(emb_dim, qkv_bias, spec, out_bias)
 
     register("linear_attention", LinearAttentionSpec, decayed)

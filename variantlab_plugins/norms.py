@@ -79,16 +79,21 @@ class RMSNormSpec(ComponentSpec):
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps) * scale, no centring."""
+    """RMSNorm (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps) * scale, no centring.
 
-    def __init__(self, dim: int, spec: RMSNormSpec):
+    ``float32``: normalise in float32 at least (a bfloat16 or float16 input is cast up, then
+    the result back before the scale), as Jamba's inner norms do; the same numbers for a
+    float32 input."""
+
+    def __init__(self, dim: int, spec: RMSNormSpec, float32: bool = False):
         super().__init__()
-        self.eps = spec.eps
+        self.eps, self.float32 = spec.eps, float32
         self.scale = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):  # (..., dim)
-        rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1)
-        return self.scale * (x / rms)
+        y = x.to(torch.promote_types(x.dtype, torch.float32)) if self.float32 else x
+        rms = torch.sqrt(y.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1)
+        return self.scale * (y / rms).to(x.dtype)
 
 
 class DyTSpec(ComponentSpec):

@@ -9,7 +9,8 @@ key_padding_mask=None, position_ids=None)``, (B, T, emb_dim) in and out) and are
 step (dt = 0), so they neither write into the state nor decay it. Each has a token-by-token
 recurrent reference (``impl: recurrent``) and a chunked form (``chunked``) tested equal in
 float64 (tests/test_ssm.py), and a ``state_size(t)``. Parameter names follow HF transformers'
-Mamba2Mixer and JambaMambaMixer, so that their weights load one to one.
+Mamba2Mixer and JambaMambaMixer, so that their weights load one to one (but for Jamba's inner
+norms, :class:`~variantlab_plugins.norms.RMSNorm`: their ``weight`` is our ``scale``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from torch import Tensor, nn
 
 from variantlab import hookimpl
 from variantlab.model.roles import declare_role
-from variantlab_plugins.mixers import MixerSpec, _no_memory, _refuse
+from variantlab_plugins.mixers import MixerSpec, no_memory, refuse_bidirectional
+from variantlab_plugins.norms import RMSNorm, RMSNormSpec
 
 
 class ConvSpecMixin(MixerSpec):
@@ -200,7 +202,7 @@ class Mamba2Mixer(nn.Module):
         self.out_proj = declare_role(nn.Linear(self.inner, emb_dim, bias=spec.bias), "attn_out")
 
     def forward(self, x, memory=None, key_padding_mask=None, position_ids=None):
-        _no_memory(self.kind, memory)
+        no_memory(self.kind, memory)
         b, t, _ = x.shape
         z, xbc, dt = self.in_proj(x).split([self.inner, self.conv_dim, self.n_heads], dim=-1)
         xbc = masked(causal_conv(masked(xbc, key_padding_mask), self.conv1d), key_padding_mask)
@@ -292,19 +294,6 @@ def selective_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, ch
     return torch.cat(ys, dim=1)  # (B, T, E)
 
 
-class RMSNoGate(nn.Module):
-    """Plain RMSNorm with a weight (Jamba's inner norms), in float32 at least."""
-
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight, self.eps = nn.Parameter(torch.ones(dim)), eps
-
-    def forward(self, x):  # (.., dim)
-        y = x.to(torch.promote_types(x.dtype, torch.float32))
-        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * y.to(x.dtype)
-
-
 class MambaMixer(nn.Module):
     """in_proj -> (x, z); causal conv + silu on x; x_proj -> (r, B, C); dt = softplus(W_dt r
     + b); selective scan with the D skip; times silu(z); out_proj (HF JambaMambaMixer)."""
@@ -328,12 +317,13 @@ class MambaMixer(nn.Module):
         self.out_proj = declare_role(nn.Linear(e, emb_dim, bias=spec.bias), "attn_out")
         self.norms = spec.inner_norms
         if self.norms:
-            self.dt_layernorm = RMSNoGate(self.rank, spec.norm_eps)
-            self.b_layernorm = RMSNoGate(n, spec.norm_eps)
-            self.c_layernorm = RMSNoGate(n, spec.norm_eps)
+            inner = RMSNormSpec(eps=spec.norm_eps)  # in float32 at least, as Jamba's
+            self.dt_layernorm = RMSNorm(self.rank, inner, float32=True)
+            self.b_layernorm = RMSNorm(n, inner, float32=True)
+            self.c_layernorm = RMSNorm(n, inner, float32=True)
 
     def forward(self, x, memory=None, key_padding_mask=None, position_ids=None):
-        _no_memory(self.kind, memory)
+        no_memory(self.kind, memory)
         xs, z = self.in_proj(x).chunk(2, dim=-1)  # (B, T, E) each
         xs = masked(causal_conv(masked(xs, key_padding_mask), self.conv1d), key_padding_mask)
         r, B, C = self.x_proj(xs).split([self.rank, self.d_state, self.d_state], dim=-1)
@@ -359,11 +349,11 @@ class MambaMixer(nn.Module):
 @hookimpl
 def register_attentions(register):
     def mamba2(spec, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal):
-        _refuse(spec.kind, causal)
+        refuse_bidirectional(spec.kind, causal)
         return Mamba2Mixer(emb_dim, n_heads, spec)
 
     def mamba(spec, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal):
-        _refuse(spec.kind, causal)
+        refuse_bidirectional(spec.kind, causal)
         return MambaMixer(emb_dim, spec)
 
     register("mamba2", Mamba2Spec, mamba2)

@@ -35,6 +35,7 @@ from .info import describe, plugins_cmd, schema_cmd
 
 if TYPE_CHECKING:
     from ..config.experiment import Experiment
+    from ..plugin.registry import Registry
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -187,7 +188,7 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 
 def _write_report(stdout: Any, err: Any, runs: Sequence[Path], out_dir: Path,
-                  baseline: str | None, registry: Any) -> int:
+                  baseline: str | None, registry: Registry) -> int:
     from ..report import write_report
 
     try:

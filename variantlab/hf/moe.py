@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from .common import period, reject
-from .llama import llama_spec, llama_state, mistral_spec, olmo2_spec, qk_norms
+from .llama import MLP, llama_spec, llama_state, mistral_spec, olmo2_spec, qk_norms
 
 
 def moe_feedforward(cfg: Any, hidden: int, renormalize: bool,
@@ -96,7 +96,7 @@ def experts_state(out: dict[str, torch.Tensor], ours: str, sd: dict[str, torch.T
     out[f"{ours}.W_up"] = gate_up[:, hidden:]  # (E, hidden, D)
     out[f"{ours}.W_down"] = sd[f"{theirs}.experts.down_proj"]  # (E, D, hidden)
     if f"{theirs}.shared_expert.gate_proj.weight" in sd:
-        for mine, name in (("W_gate", "gate_proj"), ("W_up", "up_proj"), ("W_down", "down_proj")):
+        for mine, name in MLP.items():
             out[f"{ours}.shared_expert.{mine}.weight"] = sd[f"{theirs}.shared_expert.{name}.weight"]
         out[f"{ours}.shared_expert_gate.weight"] = sd[f"{theirs}.shared_expert_gate.weight"]
 
