@@ -39,10 +39,15 @@ def killed_at(monkeypatch, draw: int) -> None:
     monkeypatch.setattr(BatchStream, "next", next_or_die)
 
 
-@pytest.mark.parametrize("probe", ["training", "dynamics"])
+MOE = {"feedforward": {"kind": "moe", "n_experts": 4, "top_k": 2, "bias_update_rate": 0.01}}
+
+
+@pytest.mark.parametrize("probe", ["training", "dynamics", "training-moe"])
 def test_a_unit_killed_after_a_checkpoint_resumes_to_the_same_rows(tmp_path, tiny, monkeypatch,
                                                                    probe):
     spec = {**tiny, "drop_rate": 0.1}  # dropout: the RNG state must come back too
+    if probe == "training-moe":  # routing logs and the experts' bias buffers come back too
+        spec, probe = {**spec, **MOE}, "training"
     settings = {**SETTINGS, **({"every": 2} if probe == "dynamics" else {})}
     data = SyntheticData(task="recall")
     clean = run_probe(probe, spec, settings, seed=2, data=data, registry=REG)

@@ -99,7 +99,8 @@ class ResultSink:
     def save(self, index: int, unit: Unit, record: UnitRecord, rows: Sequence[Any]) -> bool:
         """Store one unit and report it; ``True`` when it is ``ok``."""
         self.store.save_unit(record, rows)  # one transaction: rolled back if interrupted
-        checkpoint.remove(unit.key)  # stored: its mid-training checkpoint is done with
+        if record.status == "ok":  # done: its mid-training checkpoint goes (a failed unit,
+            checkpoint.remove(unit.key)  # a lost worker's among them, resumes from it)
         self.rerun.discard(unit.key)  # computed now: a variant with the same spec reuses it
         self.statuses[unit.key] = record.status
         total = self.summary.total

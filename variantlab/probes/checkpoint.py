@@ -9,8 +9,9 @@ optimizer's state, the step (the learning-rate schedule is a function of it), th
 torch RNG (and CUDA's, on a GPU), the data stream's generator and position, and the rows and
 losses recorded so far. It is written to a temporary file and renamed into place, so a kill
 mid-write leaves the previous one; a unit has at most one. The runner removes it when the
-unit is stored (``ok`` or ``failed``) and, at the start of a run, removes those of units
-that are not in the run. Nothing about checkpoints enters a unit key.
+unit is stored ``ok`` (a ``failed`` unit, such as one whose pool worker died, keeps it, so
+the rerun resumes) and, at the start of a run, removes those of units that are not in the
+run. Nothing about checkpoints enters a unit key.
 
 The checkpoint folder is ``OUT/<name>/checkpoints`` for the in-process and pool executors;
 under Ray it is ``--checkpoint-dir`` (storage every worker can write), and without it Ray
