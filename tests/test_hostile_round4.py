@@ -219,6 +219,8 @@ def test_mamba_dt_min_above_dt_max_is_refused(tmp_path):
 
 
 def test_the_size_guard_takes_the_smallest_memory_limit(tmp_path, monkeypatch):
+    import resource
+
     from variantlab.sweep import sizeguard
 
     info = tmp_path / "meminfo"
@@ -229,8 +231,8 @@ def test_the_size_guard_takes_the_smallest_memory_limit(tmp_path, monkeypatch):
     v2.mkdir()
     (v2 / "memory.max").write_text("3000000000\n")
     (v2 / "memory.current").write_text("1000000000\n")
-    monkeypatch.setattr(sizeguard.resource, "getrlimit", lambda _which: (
-        sizeguard.resource.RLIM_INFINITY, sizeguard.resource.RLIM_INFINITY))
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (
+        resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     assert sizeguard.available_bytes("cpu", info, v2, status) == 2_000_000_000  # the cgroup
     (v2 / "memory.max").write_text("max\n")
     assert sizeguard.available_bytes("cpu", info, v2, status) == 4_000_000 * 1024  # MemAvailable
@@ -241,8 +243,8 @@ def test_the_size_guard_takes_the_smallest_memory_limit(tmp_path, monkeypatch):
     assert sizeguard.available_bytes("cpu", info, v1.parent, status) == 2_000_000_000
     (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
     assert sizeguard.available_bytes("cpu", info, v1.parent, status) == 4_000_000 * 1024
-    monkeypatch.setattr(sizeguard.resource, "getrlimit", lambda _which: (
-        3 * 1024**3, sizeguard.resource.RLIM_INFINITY))  # ulimit -v 3 GiB, 1,000,000 kB used
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (
+        3 * 1024**3, resource.RLIM_INFINITY))  # ulimit -v 3 GiB, 1,000,000 kB used
     assert sizeguard.available_bytes("cpu", info, v1.parent, status) == \
         3 * 1024**3 - 1_000_000 * 1024
     names = sizeguard.memory_limits("cpu", info, v1.parent, status)

@@ -168,3 +168,66 @@ def killed_midway(tmp_path: Path, steps: int, every: int) -> None:
     assert list(folder.glob("*.pt")) == []
     killed, fresh = frame_rows(tmp_path / "killed" / "demo"), frame_rows(tmp_path / "clean" / "demo")
     assert killed.equals(fresh)
+
+
+DIES_ONCE = '''
+import os
+import signal
+from pathlib import Path
+from typing import Literal
+
+from torch import nn
+
+import variantlab
+
+CALLS = [0]
+
+
+class DiesOnceSpec(variantlab.ComponentSpec):
+    kind: Literal["dies_once"] = "dies_once"
+
+
+class DiesOnce(nn.Module):
+    """An identity norm whose process dies at its 30th call, once (a marker file remembers)."""
+
+    def forward(self, x):
+        CALLS[0] += 1
+        marker = Path(os.environ["DIES_ONCE_MARKER"])
+        if CALLS[0] == 30 and not marker.exists():
+            marker.write_text("died")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return x
+
+
+@variantlab.hookimpl
+def register_norms(register):
+    register("dies_once", DiesOnceSpec, lambda spec, dim: DiesOnce())
+'''
+
+
+@pytest.mark.slow
+def test_a_unit_whose_pool_worker_died_resumes_from_its_checkpoint(tmp_path, monkeypatch):
+    """The pool's worker is killed mid-training (SIGKILL at the 30th norm call: step 6 of
+    12, 5 norms a step); the unit fails, keeps its checkpoint (step 5) and the rerun resumes
+    it: the rows equal a run that never died."""
+    (tmp_path / "dies.py").write_text(DIES_ONCE)
+    exp_file = tmp_path / "exp.yaml"
+    exp_file.write_text(EXP.replace("STEPS", "12").replace("grid: {norm.kind: [layer, rms]}",
+                                                           "plugins: [dies.py]")
+                        .replace("drop_rate: 0.0}", "drop_rate: 0.0, norm: {kind: dies_once}}"))
+    monkeypatch.setenv(checkpoint.STEPS_VAR, "5")
+    from conftest import invoke
+
+    monkeypatch.setenv("DIES_ONCE_MARKER", str(tmp_path / "clean-marker"))
+    (tmp_path / "clean-marker").write_text("never dies")
+    assert invoke("run", exp_file, "--out", tmp_path / "clean", "--no-report").exit_code == 0
+    monkeypatch.setenv("DIES_ONCE_MARKER", str(tmp_path / "marker"))
+    pool = ["--executor", "pool", "--workers", "1"]
+    first = invoke("run", exp_file, "--out", tmp_path / "pool", "--no-report", *pool)
+    assert first.exit_code == 1 and "worker process died" in first.output, first.output
+    (left,) = (tmp_path / "pool" / "demo" / "checkpoints").glob("*.pt")
+    assert checkpoint.Checkpoints(left).load()["done"] == 5
+    again = invoke("run", exp_file, "--out", tmp_path / "pool", "--no-report", *pool)
+    assert again.exit_code == 0, again.output
+    assert not list((tmp_path / "pool" / "demo" / "checkpoints").glob("*.pt"))
+    assert frame_rows(tmp_path / "pool" / "demo").equals(frame_rows(tmp_path / "clean" / "demo"))

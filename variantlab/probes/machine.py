@@ -1,6 +1,7 @@
-"""How busy the machine is, for timings that know it: the cores a run may use and the load
-average.
+"""What the machine gives a run: the memory free under its limits (the size guard's), the
+cores it may use and how busy they are (for timings that know it).
 
+- :func:`memory_limits`: the bytes free on a device, under each limit that applies;
 - :func:`cores`: the CPUs this process may run on (its affinity mask), capped by its cgroup's
   CPU quota (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``, rounded up);
 - :func:`load`: the 1-minute load average (runnable and running processes, the run's own
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import resource
 from pathlib import Path
 
 #: load above ``cores()`` by more than this counts as busy (the run's own driver and
@@ -50,6 +52,65 @@ def _cpu_quota(root: Path) -> float | None:
     return quota / period if quota > 0 and period > 0 else None
 
 
+def memory_limits(device: str, meminfo: str | Path = "/proc/meminfo",
+                  cgroup: str | Path = "/sys/fs/cgroup",
+                  status: str | Path = "/proc/self/status") -> list[tuple[int, str]]:
+    """(bytes free, a phrase saying what limits it) for each limit known on ``device``."""
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            return []
+        free, _total = torch.cuda.mem_get_info(torch.device(device))
+        return [(int(free), "(free on the device)")]
+    if device != "cpu":
+        return []
+    out = []
+    available = _field_kib(meminfo, "MemAvailable:")
+    if available is not None:
+        out.append((available, "(MemAvailable)"))
+    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        used = _field_kib(status, "VmSize:") or 0
+        out.append((max(0, soft - used), "under ulimit -v (RLIMIT_AS)"))
+    left = _cgroup_left(Path(cgroup))
+    if left is not None:
+        out.append((left, "under the cgroup's memory limit"))
+    return out
+
+
+def _field_kib(path: str | Path, name: str) -> int | None:
+    """A ``NAME: N kB`` line of a /proc file, in bytes."""
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(name):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+#: a cgroup limit at or above this is "no limit" (v1 writes 2^63 rounded to a page)
+NO_LIMIT = 1 << 60
+
+
+def _cgroup_left(root: Path) -> int | None:
+    """The cgroup memory limit less the usage (v2 at ``root``, else v1 under
+    ``root/memory``); None without a limit."""
+    for limit_file, usage_file in (("memory.max", "memory.current"),
+                                   ("memory/memory.limit_in_bytes",
+                                    "memory/memory.usage_in_bytes")):
+        try:
+            text = (root / limit_file).read_text().strip()
+            if text == "max":
+                return None
+            limit, usage = int(text), int((root / usage_file).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        return None if limit >= NO_LIMIT else max(0, limit - usage)
+    return None
+
+
 def load() -> float:
     """The 1-minute load average (NaN where the OS has none)."""
     try:
@@ -63,4 +124,4 @@ def busy(load_start: float, load_end: float, n_cores: int) -> bool:
     return any(v > n_cores + BUSY_MARGIN for v in (load_start, load_end) if math.isfinite(v))
 
 
-__all__ = ["BUSY_MARGIN", "busy", "cores", "load"]
+__all__ = ["BUSY_MARGIN", "busy", "cores", "load", "memory_limits"]

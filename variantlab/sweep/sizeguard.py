@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-import resource
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from ..model.specs import ModelSpec
 from ..model.tasks import Task, task_for
 from ..plugin.registry import Registry
 from ..probes.common import EMBEDDING_SLOTS, param_index
+from ..probes.machine import memory_limits
 from ..probes.recipe import MAX_STEPS, RecipeSettings, worked_out_steps
 
 #: rows a training step leaves in memory until the unit is stored (its loss and lr) and the
@@ -274,63 +274,6 @@ def available_bytes(device: str, meminfo: str | Path = "/proc/meminfo",
     (v2 ``memory.max``, v1 ``memory.limit_in_bytes``); None when unknown (mps, no /proc)."""
     found = memory_limits(device, meminfo, cgroup, status)
     return min(found)[0] if found else None
-
-
-def memory_limits(device: str, meminfo: str | Path = "/proc/meminfo",
-                  cgroup: str | Path = "/sys/fs/cgroup",
-                  status: str | Path = "/proc/self/status") -> list[tuple[int, str]]:
-    """(bytes free, a phrase saying what limits it) for each limit known on ``device``."""
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            return []
-        free, _total = torch.cuda.mem_get_info(torch.device(device))
-        return [(int(free), "(free on the device)")]
-    if device != "cpu":
-        return []
-    out = []
-    available = _field_kib(meminfo, "MemAvailable:")
-    if available is not None:
-        out.append((available, "(MemAvailable)"))
-    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
-    if soft != resource.RLIM_INFINITY:
-        used = _field_kib(status, "VmSize:") or 0
-        out.append((max(0, soft - used), "under ulimit -v (RLIMIT_AS)"))
-    left = _cgroup_left(Path(cgroup))
-    if left is not None:
-        out.append((left, "under the cgroup's memory limit"))
-    return out
-
-
-def _field_kib(path: str | Path, name: str) -> int | None:
-    """A ``NAME: N kB`` line of a /proc file, in bytes."""
-    try:
-        for line in Path(path).read_text().splitlines():
-            if line.startswith(name):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-#: a cgroup limit at or above this is "no limit" (v1 writes 2^63 rounded to a page)
-NO_LIMIT = 1 << 60
-
-
-def _cgroup_left(root: Path) -> int | None:
-    """The cgroup memory limit less the usage (v2 at ``root``, else v1 under
-    ``root/memory``); None without a limit."""
-    for limit_file, usage_file in (("memory.max", "memory.current"),
-                                   ("memory/memory.limit_in_bytes",
-                                    "memory/memory.usage_in_bytes")):
-        try:
-            text = (root / limit_file).read_text().strip()
-            if text == "max":
-                return None
-            limit, usage = int(text), int((root / usage_file).read_text().strip())
-        except (OSError, ValueError):
-            continue
-        return None if limit >= NO_LIMIT else max(0, limit - usage)
-    return None
 
 
 # -- what fits --------------------------------------------------------------------------------
