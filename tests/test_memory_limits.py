@@ -68,7 +68,7 @@ def test_the_size_guard_counts_the_batch_the_eval_sets_and_the_rows_of_each_step
     assert fp.total == (fp.param_bytes + fp.buffer_bytes + fp.grad_bytes + fp.optimizer_bytes
                         + fp.activation_bytes + fp.held_bytes)
     assert fp.data_bytes == batch * 7 and fp.rows_bytes == 1000 * 2 * sizeguard.ROW_BYTES
-    assert "batches and eval sets 7.0 KiB, per-step rows 1000.0 KiB" in fp.describe()
+    assert "batches and eval sets 7.0 KiB, per-step rows 1000.0 KiB over 1,000 steps" in fp.describe()
     # a token budget counts the steps it works out to
     per_param = TrainingSettings(tokens_per_param=2.0, batch_size=4, seq_len=16,
                                  eval_batches=0)

@@ -118,7 +118,8 @@ class Footprint:
         if self.data_bytes:
             parts.append(f"batches and eval sets {human(self.data_bytes)}")
         if self.rows_bytes:
-            parts.append(f"per-step rows {human(self.rows_bytes)}")
+            steps = self.rows_bytes // (ROWS_PER_STEP * ROW_BYTES)
+            parts.append(f"per-step rows {human(self.rows_bytes)} over {steps:,} steps")
         return f"about {human(self.total)} ({', '.join(parts)})"
 
 
