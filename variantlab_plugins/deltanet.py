@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from variantlab import hookimpl
 from variantlab.model.roles import declare_role
 from variantlab_plugins.mixers import no_memory, refuse_bidirectional
-from variantlab_plugins.ssm import ConvSpecMixin, GatedRMSNorm, causal_conv, masked
+from variantlab_plugins.ssm import ConvSpecMixin, GatedRMSNorm, causal_conv, inverse_softplus_dt, masked
 
 
 class GatedDeltaNetSpec(ConvSpecMixin):
@@ -129,8 +129,11 @@ class GatedDeltaNet(nn.Module):
         self.in_proj_qkvz = declare_role(nn.Linear(emb_dim, 2 * key_dim + 2 * value_dim,
                                                    bias=False), "value")
         self.in_proj_ba = nn.Linear(emb_dim, 2 * self.hv, bias=False)
-        self.dt_bias = nn.Parameter(torch.ones(self.hv))
-        self.A_log = nn.Parameter(torch.log(torch.empty(self.hv).uniform_(1.0, 16.0)))
+        # the authors' training init (fla-org/flash-linear-attention, layers/gated_deltanet.py),
+        # not transformers' loading placeholders (dt_bias = 1, A in [1, 16]): A ~ U(0, 16) and
+        # softplus(dt_bias) log-uniform in [0.001, 0.1] (floored at 1e-4), as in Mamba-2
+        self.dt_bias = nn.Parameter(inverse_softplus_dt(self.hv, 0.001, 0.1))
+        self.A_log = nn.Parameter(torch.log(torch.empty(self.hv).uniform_(0.0, 16.0)))
         self.norm = GatedRMSNorm(self.dv, 1, spec.norm_eps, norm_before_gate=True)
         self.out_proj = declare_role(nn.Linear(value_dim, emb_dim, bias=False), "attn_out")
 

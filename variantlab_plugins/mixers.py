@@ -1,6 +1,6 @@
 """Causal sequence mixers for the attention slot (docs/mixers.md): linear attention
-(Katharopoulos et al. 2020), retention (RetNet, Sun et al. 2023) and a short causal
-convolution (H3, Fu et al. 2023; Based, Arora et al. 2024).
+(Katharopoulos et al. 2020), retention (RetNet, Sun et al. 2023), a short causal
+convolution (H3, Fu et al. 2023; Based, Arora et al. 2024) and LFM2's gated one.
 
 Each keeps the attention contract (``forward(x, memory=None, key_padding_mask=None,
 position_ids=None)``, (B, T, emb_dim) in and out, padded positions never influence another
@@ -259,7 +259,8 @@ class ShortConv(nn.Module):
 
     def __init__(self, emb_dim: int, qkv_bias: bool, spec: ShortConvSpec, out_bias: bool):
         super().__init__()
-        self.kind, self.impl, self.width = spec.kind, spec.impl, spec.width
+        self.kind: str = spec.kind
+        self.impl, self.width = spec.impl, spec.width
         self.W_in = declare_role(nn.Linear(emb_dim, emb_dim, bias=qkv_bias), "value")
         self.conv = nn.Conv1d(emb_dim, emb_dim, spec.width, groups=emb_dim)
         self.act = F.silu if spec.activation == "silu" else (lambda u: u)
@@ -286,17 +287,59 @@ class ShortConv(nn.Module):
         """The reference: a window of the last w inputs, shifted one token at a time."""
         b, t, d = u.shape
         window = u.new_zeros(b, d, self.width)  # (B, D, w): oldest first
-        weight, bias = self.conv.weight[:, 0], self.conv.bias  # (D, w), (D,)
-        assert bias is not None
+        weight, bias = self.conv.weight[:, 0], self.conv.bias  # (D, w), (D,) or None
         outs = []
         for i in range(t):
             window = torch.cat([window[..., 1:], u[:, i, :, None]], dim=-1)  # (B, D, w)
-            outs.append((window * weight).sum(-1) + bias)  # (B, D)
+            out = (window * weight).sum(-1)  # (B, D)
+            outs.append(out if bias is None else out + bias)
         return torch.stack(outs, dim=1)  # (B, T, D)
 
     def state_size(self, t: int) -> int:
         """Numbers kept per sequence: the last w - 1 inputs of every channel."""
         return (self.width - 1) * self.conv.in_channels
+
+
+class GatedShortConvSpec(MixerSpec):
+    """LFM2's gated short convolution (Liquid AI 2025, LFM2 technical report; after Hyena's
+    gating, Poli et al. 2023): B, C, x = in_proj(x); y = C * conv(B * x) with a causal
+    depthwise convolution of width w, then out_proj."""
+
+    kind: Literal["gated_short_conv"] = "gated_short_conv"
+    walk_examples: ClassVar[tuple[dict, ...]] = (
+        {"kind": "gated_short_conv", "width": 2, "bias": True, "impl": "recurrent"},)
+    width: PositiveInt = Field(3, description="kernel width w (LFM2's conv_L_cache: 3)")
+    bias: bool = Field(False, description="biases in in_proj, the convolution and out_proj "
+                       "(LFM2's conv_bias)")
+
+    def errors(self, model) -> list[tuple[str, str]]:
+        if self.width > model.context_length:
+            return [("width", f"width={self.width} exceeds context_length="
+                     f"{model.context_length}; choose a width of at most the context")]
+        return []
+
+
+class GatedShortConv(ShortConv):
+    """in_proj -> (B, C, x) (three blocks of emb_dim channels); B * x through the causal
+    depthwise convolution (the parallel form or the token-by-token reference of
+    :class:`ShortConv`), times C, out_proj. Padded positions' B * x is zeroed before the
+    convolution (HF zeroes their inputs before in_proj: the same without biases)."""
+
+    def __init__(self, emb_dim: int, spec: GatedShortConvSpec):  # not ShortConv's parameters
+        nn.Module.__init__(self)
+        self.kind, self.impl, self.width = spec.kind, spec.impl, spec.width
+        self.in_proj = declare_role(nn.Linear(emb_dim, 3 * emb_dim, bias=spec.bias), "value")
+        self.conv = nn.Conv1d(emb_dim, emb_dim, spec.width, groups=emb_dim, bias=spec.bias)
+        self.out_proj = declare_role(nn.Linear(emb_dim, emb_dim, bias=spec.bias), "attn_out")
+
+    def forward(self, x, memory=None, key_padding_mask=None, position_ids=None):
+        no_memory(self.kind, memory)
+        b_in, c_out, u = self.in_proj(x).chunk(3, dim=-1)  # (B, T, D) each
+        u = b_in * u
+        if key_padding_mask is not None:
+            u = u.masked_fill(key_padding_mask.bool()[..., None], 0.0)
+        y = self.recurrent(u) if self.impl == "recurrent" else self.parallel(u)  # (B, T, D)
+        return self.out_proj(c_out * y)  # (B, T, D)
 
 
 @hookimpl
@@ -314,6 +357,12 @@ def register_attentions(register):
     register("linear_attention", LinearAttentionSpec, decayed)
     register("retention", RetentionSpec, decayed)
     register("short_conv", ShortConvSpec, short_conv)
+
+    def gated_short_conv(spec, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal):
+        refuse_bidirectional(spec.kind, causal)
+        return GatedShortConv(emb_dim, spec)
+
+    register("gated_short_conv", GatedShortConvSpec, gated_short_conv)
 
 
 __all__ = ["chunked_scan", "recurrent_scan", "retention_decays"]

@@ -96,6 +96,26 @@ class RMSNorm(nn.Module):
         return self.scale * (y / rms).to(x.dtype)
 
 
+class L2NormSpec(ComponentSpec):
+    """Llama 4's QK "L2 norm" (Meta 2025, Llama 4 model card): x / sqrt(mean(x^2) + eps) with
+    no learned scale, an RMSNorm without parameters (as a ``qk_norm``, it commutes with
+    rotary: a rotation keeps the norm)."""
+
+    kind: Literal["l2"] = "l2"
+    eps: PositiveFloat = Field(1e-6, description="added to mean(x^2) before the square root")
+
+
+class L2Norm(nn.Module):
+    """x / sqrt(mean(x^2) + eps), no parameters (Llama 4's Llama4TextL2Norm)."""
+
+    def __init__(self, spec: L2NormSpec):
+        super().__init__()
+        self.eps = spec.eps
+
+    def forward(self, x):  # (..., dim)
+        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+
+
 class DyTSpec(ComponentSpec):
     """Dynamic Tanh (Zhu et al. 2025, "Transformers without Normalization"):
     scale * tanh(alpha * x) + shift, a drop-in replacement for a norm layer."""
@@ -135,5 +155,6 @@ def register_norms(register):
     register("layer", LayerNormSpec, lambda spec, dim, bias=True: LayerNorm(dim, spec, bias))
     register("batch", BatchNormSpec, lambda spec, dim: BatchNorm(dim, spec))
     register("rms", RMSNormSpec, lambda spec, dim: RMSNorm(dim, spec))
+    register("l2", L2NormSpec, lambda spec, dim: L2Norm(spec))
     register("dyt", DyTSpec, lambda spec, dim, bias=True: DyT(dim, spec, bias))
     register("none", NoNormSpec, lambda spec, dim: nn.Identity())

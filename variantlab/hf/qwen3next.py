@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .common import activation, dropouts, linear, reject, rotary
+from .common import linear, reject, rms_decoder, rotary
 from .llama import ATTENTION, MLP, QK_NORMS
 from .moe import experts_state, hybrid_layout, moe_feedforward, sparse_layers
 
@@ -32,14 +32,7 @@ def qwen3next_spec(cfg: Any) -> dict[str, Any]:
         reject("layer_types", unknown, f"supported layer types: {', '.join(_KINDS)}")
     bias = bool(cfg.attention_bias)
     data = {
-        "family": "gpt", "vocab_size": cfg.vocab_size,
-        "context_length": cfg.max_position_embeddings, "emb_dim": cfg.hidden_size,
-        "n_heads": cfg.num_attention_heads, "n_layers": cfg.num_hidden_layers,
-        **dropouts(0.0, cfg.attention_dropout, 0.0),
-        "qkv_bias": bias, "attn_out_bias": bias, "ffn_bias": False, "norm_bias": False,
-        "tie_weights": bool(cfg.tie_word_embeddings),
-        "norm": {"kind": "rms", "eps": cfg.rms_norm_eps},
-        "activation": activation("hidden_act", cfg.hidden_act),
+        **rms_decoder(cfg, bias),
         "feedforward": {"kind": "glu", "hidden_dim": cfg.intermediate_size},
         "attention": {"kind": "mha", "n_kv_heads": cfg.num_key_value_heads,
                       "head_dim": cfg.head_dim, "output_gate": "elementwise",

@@ -32,7 +32,7 @@ SLOTS = ("norm", "activation", "feedforward", "attention", "residual", "position
 ALL_SLOTS = SLOTS + ("family",)
 HOOKS = {**{slot: f"register_{slot}s" for slot in SLOTS}, "family": "register_families"}
 BUILTIN_MODULES = (
-    "norms", "activations", "feedforwards", "moe", "attentions", "mixers", "ssm", "deltanet",
+    "norms", "activations", "feedforwards", "moe", "attentions", "mixers", "ssm", "deltanet", "mla", "hybrid",
     "residuals", "positionals",
     "inits", "families", "probes", "executors",
 )
