@@ -152,8 +152,9 @@ def _meta_cost_unguarded(spec: ModelSpec, registry: Registry,
         params = list(model.parameters())
         counted = {id(p) for p in params}
         buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
-        act, batch_bytes = _activation_bytes(model, spec, task_for(spec, registry), counted,
-                                             *batch) if batch else (0, 0)
+        task = task_for(spec, registry)
+        act = _activation_bytes(model, spec, task, counted, *batch) if batch else 0
+        batch_bytes = _batch_bytes(spec, task, *batch) if batch else 0
         non_embedding = sum(i.param.numel() for i in param_index(model)
                             if i.slot not in EMBEDDING_SLOTS)
     return Cost(sum(p.numel() for p in params),
@@ -162,10 +163,9 @@ def _meta_cost_unguarded(spec: ModelSpec, registry: Registry,
 
 
 def _activation_bytes(model: torch.nn.Module, spec: ModelSpec, task: Task, params: set[int],
-                      batch_size: int, seq_len: int) -> tuple[int, int]:
-    """(bytes of the tensors autograd saves for backward in one forward of the family's loss,
-    plus the output and its gradient (parameters, and views of them, are not counted); bytes
-    of the batch itself)."""
+                      batch_size: int, seq_len: int) -> int:
+    """Bytes of the tensors autograd saves for backward in one forward of the family's loss,
+    plus the output and its gradient (parameters, and views of them, are not counted)."""
     seen: set[int] = set()
     total = 0
 
@@ -183,9 +183,13 @@ def _activation_bytes(model: torch.nn.Module, spec: ModelSpec, task: Task, param
         out = model(**batch.inputs)
         task.loss(spec, out, batch)
     out_t = out if isinstance(out, torch.Tensor) else None
-    held = [*batch.inputs.values(), batch.target]
-    return (total + (2 * out_t.numel() * out_t.element_size() if out_t is not None else 0),
-            sum(t.numel() * t.element_size() for t in held))
+    return total + (2 * out_t.numel() * out_t.element_size() if out_t is not None else 0)
+
+
+def _batch_bytes(spec: ModelSpec, task: Task, batch_size: int, seq_len: int) -> int:
+    """Bytes of one batch of the family's task: its inputs and target (on meta)."""
+    batch = task.batch(spec, batch_size, seq_len)
+    return sum(t.numel() * t.element_size() for t in (*batch.inputs.values(), batch.target))
 
 
 _CACHE: dict[tuple, tuple[Cost, Cost]] = {}  # spec without n_layers, registry, batch
