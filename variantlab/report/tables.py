@@ -148,9 +148,9 @@ def summarize(data: ReportData, per_seed: pd.DataFrame | None = None) -> pd.Data
     keys = ["variant", "section", "metric", "label", "unit"]
     grouped = per_seed.groupby(keys, sort=False)
     summary = grouped["value"].agg(mean="mean", spread="std", min="min", max="max",
-                                   n="count").reset_index()
+                                   n="count", rows="size").reset_index()
     summary["iqr"] = grouped["iqr"].mean().to_numpy()
-    summary["nan"] = grouped["value"].agg(lambda v: int(v.isna().sum())).to_numpy()
+    summary["nan"] = (summary.pop("rows") - summary["n"]).astype(int)  # NaN values per group
     base = summary[summary["variant"] == data.baseline].set_index("metric")["mean"]
     summary["baseline_mean"] = summary["metric"].map(base)
     with np.errstate(divide="ignore", invalid="ignore"):

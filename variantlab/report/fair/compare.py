@@ -10,13 +10,14 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import pandas as pd
 
 from ...plugin.registry import Registry
 from ..frame import ReportData
 from ..parts import pieces
-from ..plots import Plot, legend, new_axes, styles
+from ..plots import Plot, legend, log_scale, new_axes, styles
 from ..tables import Table, fmt
 from .scaling import scaling_parts
 from .tuned import Sweep, choose, find_sweep, lr_curves, tuned_frame
@@ -35,10 +36,12 @@ class FairParts:
     by_size: pd.DataFrame | None = None  # effects_by_size.csv
 
 
-def fair_parts(data: ReportData, probe: str, size_probe: str) -> FairParts:
+def fair_parts(data: ReportData, probe: str, size_probe: str,
+               count: Callable[[Any], float] | None = None) -> FairParts:
     """The tuned comparison (a run with setting axes) and the scaling views (a grid over
     model size) of ``probe``'s losses (``size_probe``: the probe counting non-embedding
-    parameters); empty parts otherwise."""
+    parameters; ``count(spec)``: the count from a variant's stored spec when that probe
+    has no rows for it); empty parts otherwise."""
     parts = FairParts()
     sweep = find_sweep(data, probe)
     if sweep is not None:
@@ -48,7 +51,7 @@ def fair_parts(data: ReportData, probe: str, size_probe: str) -> FairParts:
         parts.lines += tuned_lines(sweep, frame)
         if sweep.lr_axis is not None:
             parts.plots.append(lr_plot(sweep, frame))
-    scaled = scaling_parts(data, sweep, probe, size_probe)
+    scaled = scaling_parts(data, sweep, probe, size_probe, count)
     if scaled is not None:
         plots, lines, tables, parts.by_size = scaled
         parts.plots += plots
@@ -57,16 +60,17 @@ def fair_parts(data: ReportData, probe: str, size_probe: str) -> FairParts:
     return parts
 
 
-def fair_piece(probe: str, size_probe: str) -> Callable[[ReportData], FairParts]:
+def fair_piece(probe: str, size_probe: str, count: Callable[[Any], float] | None = None
+               ) -> Callable[[ReportData], FairParts]:
     """A ``ProbeView.fair`` piece: :func:`fair_parts` of ``probe``'s losses."""
-    return partial(fair_parts, probe=probe, size_probe=size_probe)
+    return partial(fair_parts, probe=probe, size_probe=size_probe, count=count)
 
 
 def fair_of(data: ReportData, registry: Registry | None = None) -> FairParts:
     """Every registered probe's ``fair`` parts, merged in rank order (tuned.csv and
     effects_by_size.csv: the first probe's that has one)."""
     merged = FairParts()
-    for piece in pieces(registry, "fair"):
+    for piece in pieces(registry, "fair", lambda probe, failure: FairParts()):
         got = piece(data)
         merged.tables += got.tables
         merged.lines += got.lines
@@ -187,7 +191,7 @@ def lr_plot(sweep: Sweep, frame: pd.DataFrame) -> Plot:
         inits += curve["init"].dropna().tolist()
     if inits:
         ax.axhline(sum(inits) / len(inits), color="grey", linestyle="--", linewidth=0.8)
-    ax.set_xscale("log")
+    log_scale(ax, "x")
     ax.set_title(title)
     ax.set_xlabel("learning rate")
     ax.set_ylabel(sweep.chosen_on)
