@@ -52,7 +52,8 @@ def timing_speed(data: ReportData, summary: pd.DataFrame) -> str | None:
         for variant in dict.fromkeys([others.idxmin(), others.idxmax()]):
             ratio = base / others[variant]
             if math.isclose(ratio, 1.0, rel_tol=0.02):
-                parts.append(f"{variant} is as fast as {data.baseline} (within 2%)")
+                parts.append(f"{variant} is as fast as {data.baseline} (within 2%)"
+                             + busy_note(data.rows, probe, [data.baseline, variant]))
                 continue
             speed = f"{ratio:.2f}x faster" if ratio > 1 else f"{1 / ratio:.2f}x slower"
             seeds = per_seed.get(variant, [])
@@ -64,9 +65,23 @@ def timing_speed(data: ReportData, summary: pd.DataFrame) -> str | None:
                        if abs(base - others[variant]) <= iqr else
                        " (one timing unit each; more seeds would show the run-to-run spread)")
             parts.append(f"{variant} is {speed} than {data.baseline}{how}"
-                         + _apart(data, probe, metric, variant))
+                         + _apart(data, probe, metric, variant)
+                         + busy_note(data.rows, probe, [data.baseline, variant]))
         return f"{PASS_NAMES[key]}: " + "; ".join(parts) + "."
     return None
+
+
+def busy_note(rows: pd.DataFrame, probe: str, variants: list[str]) -> str:
+    """Says so when a timing of ``variants`` was measured while the machine was busy (the
+    timing probe's ``busy`` row, :mod:`variantlab.probes.machine`)."""
+    mine = rows[(rows["probe"] == probe) & (rows["metric"] == "busy")
+                & rows["variant"].isin(variants) & (rows["value"] == 1)]
+    if mine.empty:
+        return ""
+    which = ", ".join(str(v) for v in dict.fromkeys(mine["variant"]))
+    return (f" (but {which} was timed while the machine was busy: its load average was above "
+            "the cores the run could use, so the times read slow by an unknown factor; "
+            "rerun on an idle machine)")
 
 
 def _apart(data: ReportData, probe: str, metric: str, variant: str) -> str:
