@@ -25,6 +25,9 @@ schedule, optimizer, weight-decay groups and a token budget in place of ``steps`
   every loss row above stay the task's loss alone, and the routing rows of
   :mod:`variantlab.probes.routing` come besides (``aux_loss``, ``z_loss``,
   ``load_imbalance``, ``router_entropy`` per step; ``expert_load`` per layer);
+- ``init_loss``, ``loss_noise``, ``chance_loss`` / ``chance_recall_accuracy`` and
+  ``recall_noise``: the run's starting point and noise (:mod:`variantlab.probes.start`), which
+  the report's "learned nothing" is judged against;
 - ``compiled``: 1 when the run was compiled (``compile: true``: the model runs under
   ``torch.compile``, :mod:`variantlab.probes.compiled`), else 0.
 """
@@ -55,6 +58,7 @@ from .params import non_embedding_params
 from .recall import recall_rows
 from .recipe import RECIPE_OPTIONS, RecipeSettings, lr_at, make_optimizer, planned_steps
 from .routing import Record, routed_layers, snapshot, training_rows
+from .start import start_rows
 
 
 class TrainRunSettings(RecipeSettings):
@@ -220,6 +224,7 @@ def run(
             unit="FLOP"),
     ]
     rows += training_rows(log)
+    held: dict[str, list[Batch]] = {}
     if settings.eval_batches and math.isfinite(final):
         held = held_out(data, spec, settings, seed, base_dir, registry)
         with compile_errors(settings.compile):
@@ -232,6 +237,7 @@ def run(
         rows += [row("training", "eval_loss", scores["val_loss"])]
         rows += [row("training", name, value) for name, value in scores.items()]
         rows += recall
+    rows += start_rows("training", spec, data, losses, step_noise(finite), held.get("test_loss"))
     return rows
 
 

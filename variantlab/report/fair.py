@@ -14,12 +14,15 @@ from functools import partial
 import pandas as pd
 
 from ..plugin.registry import Registry
+from .effects import clear
 from .frame import ReportData
+from .learned import nothing_learned
 from .parts import pieces
 from .plots import Plot, legend, new_axes, styles
 from .scaling import scaling_parts
-from .tables import Table, fmt
+from .tables import Table, apart, fmt
 from .tuned import Sweep, choose, find_sweep, lr_curves, tuned_frame
+from .verdict import margin
 
 MAX_FLIPS = 4  # ranking sentences at most
 
@@ -45,7 +48,7 @@ def fair_parts(data: ReportData, probe: str, size_probe: str) -> FairParts:
         frame = tuned_frame(sweep)
         parts.tuned = frame
         parts.tables.append(tuned_table(sweep, frame))
-        parts.lines += tuned_lines(sweep, frame)
+        parts.lines += tuned_lines(sweep, frame, not nothing_learned(data))
         if sweep.lr_axis is not None:
             parts.plots.append(lr_plot(sweep, frame))
     scaled = scaling_parts(data, sweep, probe, size_probe)
@@ -108,7 +111,7 @@ def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def tuned_lines(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
+def tuned_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True) -> list[str]:
     """The reading's sentences: the choice per architecture, what is optimistic or at an
     edge of the sweep, and where a ranking depends on the learning rate."""
     axes = ", ".join(sweep.setting_axes)
@@ -125,19 +128,36 @@ def tuned_lines(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
                      + ": widen the sweep there, the best may lie outside it.")
     if frame["n"].max() == 1:
         lines.append("One seed: the tuned numbers have no interval; run more seeds.")
-    lines += ranking_flips(sweep, frame)
+    lines += ranking_flips(sweep, frame, learned)
     return lines
 
 
-def ranking_flips(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
+def _seed_values(sweep: Sweep, arch: str, chosen: pd.Series, lr: float | None = None
+                 ) -> pd.DataFrame:
+    """``variant`` (= ``arch``), ``seed``, ``value``: the choice metric per seed at ``arch``'s
+    chosen setting, or at learning rate ``lr`` with its other settings as chosen."""
+    mine = sweep.per_seed[sweep.per_seed["arch"] == arch]
+    if lr is None:
+        mine = mine[mine["variant"] == chosen["variant"]]
+    else:
+        for axis in sweep.setting_axes:
+            mine = mine[mine[axis] == (lr if axis == sweep.lr_axis else chosen[axis])]
+    return pd.DataFrame({"variant": arch, "seed": mine["seed"], "value": mine["val"]})
+
+
+def ranking_flips(sweep: Sweep, frame: pd.DataFrame, learned: bool = True) -> list[str]:
     """When two architectures of the same size rank one way at some learning rate and the
     other way at their own best settings ("relu beats gelu at lr 0.001, loses at each one's
-    best"), both judged on the choice metric (the test metric at the best is added)."""
-    if sweep.lr_axis is None:
+    best"), both judged on the choice metric (the test metric at the best is added). Said
+    only when both orders are clear over seeds (:mod:`.verdict`); a flip whose orders are
+    not clear says the two are not clearly different at their best. Nothing when no
+    variant learned anything (``learned`` False)."""
+    if sweep.lr_axis is None or not learned:
         return []
     by_arch = frame.set_index("variant")
     chosen, tested = by_arch["val_loss"], by_arch["test_loss"]
-    curves = {a: lr_curves(sweep, a, choose(sweep, a)).set_index("lr") for a in sweep.archs}
+    picks = {a: choose(sweep, a) for a in sweep.archs}
+    curves = {a: lr_curves(sweep, a, picks[a]).set_index("lr") for a in sweep.archs}
     out = []
     for i, a in enumerate(sweep.archs):
         for b in sweep.archs[i + 1:]:
@@ -153,13 +173,29 @@ def ranking_flips(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
                 y = y if _finite(y) else math.inf
                 if y < x:
                     flips.append((x - y, lr, x, y))
-            if flips:
-                _, lr, x, y = max(flips, key=lambda f: f[0] if math.isfinite(f[0]) else 1e300)
+            if not flips:
+                continue
+            _, lr, x, y = max(flips, key=lambda f: f[0] if math.isfinite(f[0]) else 1e300)
+            best = margin(pd.concat([_seed_values(sweep, win, picks[win]),
+                                     _seed_values(sweep, lose, picks[lose])]), win, lose, True)
+            at_lr = margin(pd.concat([_seed_values(sweep, lose, picks[lose], lr),
+                                      _seed_values(sweep, win, picks[win], lr)]),
+                           lose, win, True)
+            vl, vw = apart(chosen[lose], chosen[win])
+            tl, tw = apart(tested[lose], tested[win])
+            on = sweep.chosen_on
+            if clear(*best[1:3]) and clear(*at_lr[1:3]):
+                yl, xw = apart(y, x)
                 out.append(f"The ranking depends on the learning rate: {lose} beats {win} at "
-                           f"lr {fmt(lr)} ({sweep.chosen_on} {_num(y)} vs {_num(x)}), loses at "
-                           f"each one's best lr ({sweep.chosen_on} {_num(chosen[lose])} vs "
-                           f"{_num(chosen[win])}; {sweep.reported_on} {_num(tested[lose])} vs "
-                           f"{_num(tested[win])}).")
+                           f"lr {fmt(lr)} ({on} {yl} vs {xw}), loses at each one's best lr "
+                           f"({on} {vl} vs {vw}; {sweep.reported_on} {tl} vs {tw}); both "
+                           f"orders hold over {best[3]} seeds.")
+            else:
+                why = ("one seed: no interval, so no verdict" if best[3] < 2 else
+                       f"paired 95% intervals over {best[3]} seeds include 0")
+                out.append(f"At each one's best lr, {lose} and {win} are not clearly "
+                           f"different ({on} {vl} vs {vw}; {sweep.reported_on} {tl} vs "
+                           f"{tw}; {why}), though their order changes at lr {fmt(lr)}.")
     return out[:MAX_FLIPS]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -23,6 +24,14 @@ class ReportData:
     rows: pd.DataFrame  # ok rows only; ``variant`` is the display name
     baseline: str
     order: list[str] = field(default_factory=list)  # display names in report order
+
+    @functools.cached_property
+    def learned(self) -> pd.DataFrame:
+        """Per variant, whether it learned anything (:func:`variantlab.report.learned.learned_frame`),
+        computed once."""
+        from .learned import learned_frame
+
+        return learned_frame(self)
 
     @property
     def seeds(self) -> list[int]:
