@@ -53,7 +53,9 @@ def margin(values: pd.DataFrame, a: str, b: str, lower: bool) -> tuple[float, fl
 def lead(values: pd.DataFrame, lower: bool) -> Lead | None:
     """The best two variants by mean over seeds of ``values`` (variant, seed, value) and how
     sure the first's lead is (None with fewer than two variants)."""
-    finite = values[values["value"].map(lambda v: isinstance(v, float) and math.isfinite(v))]
+    if not len(values):
+        return None
+    finite = values[pd.to_numeric(values["value"], errors="coerce").map(math.isfinite)]
     means = finite.groupby("variant", sort=False)["value"].mean()
     if len(means) < 2:
         return None

@@ -16,9 +16,7 @@ from ..plots import Plot, label_lines, mean_by, new_axes, palette, shown
 from ..tables import SLOT_ORDER, MetricRows, Table, fmt, select, summary_section
 
 PROBE = "params"
-NOTE = ("count; per-slot columns are the parameters in each slot; state size: what a causal "
-        "decoder keeps per sequence at its context length (KV cache or fixed state), and its "
-        "growth per token")
+NOTE = "count; per-slot columns are the parameters in each slot"
 
 
 def metrics(data: ReportData) -> pd.DataFrame:
@@ -29,7 +27,9 @@ def metrics(data: ReportData) -> pd.DataFrame:
                           ("active", "active per token"),  # mixtures of experts only
                           ("active_non_embedding", "active non-embedding")):
         out.add(select(rows, PROBE, metric), PROBE, metric, label, "count")
-    for metric, label in (("state_bytes", "state size"),  # causal decoders only
+    # what a causal decoder keeps per sequence at its context length (KV cache or fixed
+    # state), and its growth per token (causal decoders only)
+    for metric, label in (("state_bytes", "state size"),
                           ("state_bytes_per_token", "state per token")):
         out.add(select(rows, PROBE, metric), PROBE, metric, label, "bytes")
     slots = rows[(rows["probe"] == PROBE) & (rows["scope"] == "slot")]
