@@ -108,8 +108,10 @@ def test_validate_names_the_architecture_and_setting_axes(tmp_path):
     result = CliRunner().invoke(main, ["validate", str(path)])
     assert result.exit_code == 0, result.output
     assert "activation.kind=relu,measure.training.lr=0.003" in result.output
-    assert "architecture axes: activation.kind" in result.output
-    assert "setting axes: measure.training.lr" in result.output
+    assert "  activation.kind: compared\n" in result.output
+    assert "  measure.training.lr: tuned\n" in result.output
+    assert "compare_on: loss (lower is better; chosen on val_loss, reported on test_loss)" \
+        in result.output
 
 
 @pytest.mark.slow

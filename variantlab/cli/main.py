@@ -242,12 +242,19 @@ def validate(experiment: str, device: str | None, max_variants: int,
     if exp.spec.variants and not exp.spec.grid:
         stdout.print("base: the model under `model:` as written, measured as the first variant "
                      "(`variants:` without a `grid` adds it)", soft_wrap=True)
-    axes = list(exp.spec.grid) + [p for n in exp.spec.variants for p in n.set]
-    setting = list(dict.fromkeys(p for p in axes if p.startswith("measure.")))
-    if setting:  # the report tunes each architecture over these
-        arch = list(dict.fromkeys(p for p in axes if not p.startswith("measure.")))
-        stdout.print(f"architecture axes: {', '.join(arch) or '(none)'}; "
-                     f"setting axes: {', '.join(setting)}", soft_wrap=True)
+    roles = exp.roles
+    if roles:  # compared variants are compared within each condition, each at its best tuned
+        from ..config.metrics import headline
+        from ..config.roles import role_lines
+
+        stdout.print("axis roles (compared: the variants the question is about; tuned: each "
+                     "compared variant at its own best; condition: compared only within one):",
+                     soft_wrap=True)
+        for line in role_lines(roles, exp.extensions()):
+            stdout.print(f"  {escape(line)}", soft_wrap=True)
+        head = headline(exp.spec.compare_on, exp.registry)
+        stdout.print(f"compare_on: {head.name} ({head.direction} is better; chosen on "
+                     f"{head.val}, reported on {head.test})", soft_wrap=True)
     probes = ", ".join(exp.measure.probes()) or "(none)"
     n_units = len(exp.variants) * len(exp.seeds) * len(exp.measure.probes())
     stdout.print(f"seeds: {list(exp.seeds)}  probes: {probes}  units: {n_units}")

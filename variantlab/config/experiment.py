@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..data.sources import DataSpec, SyntheticData
 from ..errors import InputError, PluginLoadError, SpecError, pydantic_issues
@@ -24,7 +24,9 @@ from .axes import split as split_axes
 from .checks import MAX_VARIANTS, grid_cap_message, grid_size, nonfinite, seed_problems
 from .dataover import data_fit, split_data, variant_data
 from .measure import MeasureSpec, ProbeResources
+from .metrics import DEFAULT_COMPARE_ON, compare_on_checks
 from .overrides import apply_overrides, component_of, expansions, lookup, override_source, show
+from .roles import Role, axis_mappings, axis_roles, extensions, role_checks, spec_axes
 from .yamlio import YamlDoc, YamlError, load_yaml, read_text
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -55,10 +57,34 @@ class ExperimentSpec(BaseModel):
     measure: dict[str, dict[str, Any] | None] = Field(
         default_factory=lambda: dict[str, dict[str, Any] | None](params={}),
         description="the probes to run, each with its settings; an absent probe is skipped")
+    compare_on: str = Field(
+        default=DEFAULT_COMPARE_ON,
+        description="the headline metric: tuned axes are chosen on its validation value and "
+                    "reported on its test value (loss, recall_accuracy, or a metric a plugin "
+                    "probe declares)")
+    tune: list[str] = Field(
+        default_factory=list,
+        description="model keys tuned for each compared variant (its best value is chosen "
+                    "on the headline metric's validation value), besides the measure.* axes")
+    conditions: list[str] = Field(
+        default_factory=list,
+        description="axes that are conditions (variants are compared only within one), "
+                    "besides data.*, emb_dim and n_layers")
+    extend: dict[str, Annotated[int, Field(ge=1, le=20)]] = Field(
+        default_factory=dict,
+        description="tuned axis -> extensions per edge while a compared variant's best sits "
+                    "there (a grid axis written {values: [...], extend: true | N} sets it)")
     resources: dict[str, ProbeResources] = Field(
         default_factory=dict,
         description="probe name -> the CPUs and GPUs each of its units reserves under "
                     "--executor ray (not part of unit keys)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _axis_mappings(cls, data: Any) -> Any:
+        """A grid axis written ``{values: [...], extend: true | N}``: its values, and its
+        extensions under ``extend`` (:func:`variantlab.config.roles.axis_mappings`)."""
+        return axis_mappings(data)
 
     @field_validator("name")
     @classmethod
@@ -123,6 +149,19 @@ class Experiment:
     @property
     def seeds(self) -> list[int]:
         return list(self.spec.seeds)
+
+    @property
+    def roles(self) -> dict[str, Role]:
+        """Every axis (grid, then named variants' set: paths) -> its role
+        (:mod:`variantlab.config.roles`)."""
+        axes = spec_axes(self.spec.grid, [v.set for v in self.spec.variants])
+        return axis_roles(axes, self.spec.tune, self.spec.conditions)
+
+    def extensions(self, edges: bool = False) -> dict[str, int]:
+        """Tuned axis -> extensions per edge: ``extend:`` on the axes, and with ``edges``
+        (``--extend-edges``) :data:`DEFAULT_EXTENSIONS` for every other tuned grid axis on a
+        log or linear grid."""
+        return extensions(self.spec.extend, self.roles, self.spec.grid, edges)
 
     @property
     def measure(self) -> MeasureSpec:
@@ -368,6 +407,9 @@ def experiment_from_text(
     variants, contexts = _variants(spec, registry, out, ("model",)) if registry else ([], {})
     measure = _measure(spec, registry, out)
     _cross_checks(spec, measure, contexts, doc, out)
+    for loc, msg, at in [*compare_on_checks(spec, measure, registry, variants),
+                         *role_checks(spec, doc)]:
+        out.add(loc, msg, at)
     for loc, msg in seq_len_problems(spec, variants):  # seq_len axes vs context_length
         out.add(loc, msg)
     if out.messages:

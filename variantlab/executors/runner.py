@@ -55,6 +55,8 @@ def experiment_meta(experiment: Experiment) -> RunMeta:
         measure=plain(experiment.measure) or {},
         # the grid's axes, so that the report pairs variants by them (effects)
         grid=plain(dict(getattr(getattr(experiment, "spec", None), "grid", None) or {})),
+        compare_on=str(getattr(getattr(experiment, "spec", None), "compare_on", "") or ""),
+        roles=dict(getattr(experiment, "roles", None) or {}) or None,
     )
 
 

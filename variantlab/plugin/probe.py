@@ -8,10 +8,11 @@ is here, so none of them names a probe.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..config.metrics import check_declared
 from ..plugin.settings import Strict
 
 #: ``run(spec, settings, *, seed, data, base_dir, device, registry) -> list[Row]``
@@ -78,7 +79,10 @@ class Probe:
       generic table;
     - ``serial``: its units run last, one at a time, never beside other work (timing);
     - ``device_free``: its numbers do not depend on the device (no device in the unit key);
-    - ``trains``: it takes optimizer steps (the size guard counts optimizer state).
+    - ``trains``: it takes optimizer steps (the size guard counts optimizer state);
+    - ``metrics``: ``(metric, "lower" | "higher")`` pairs, which way each of its metrics is
+      better (:mod:`variantlab.config.metrics`); a metric ``M`` declared here may be an
+      experiment's ``compare_on`` when the probe records ``val_M`` and ``test_M``.
     """
 
     name: str
@@ -89,6 +93,7 @@ class Probe:
     serial: bool = False
     device_free: bool = False
     trains: bool = False
+    metrics: tuple[tuple[str, str], ...] = ()
 
     def settings(self, value: Any = None) -> Strict:
         """The probe's settings from None (defaults), a mapping, or a settings object."""
@@ -104,7 +109,7 @@ class Probe:
 
 def make_probe(plugin: str, name: str, settings_cls: type[Strict], run: RunFn, *,
                views: Sequence[ViewFn | ProbeView] = (), serial: bool = False, device_free: bool = False,
-               trains: bool = False) -> Probe:
+               trains: bool = False, metrics: Mapping[str, str] | None = None) -> Probe:
     """A :class:`Probe`, or :class:`variantlab.errors.PluginLoadError` saying what is wrong."""
     from ..errors import PluginLoadError
 
@@ -121,8 +126,12 @@ def make_probe(plugin: str, name: str, settings_cls: type[Strict], run: RunFn, *
             if bad or not isinstance(view.rank, int):
                 raise PluginLoadError(f"{where}: ProbeView pieces must be callable and its "
                                       f"rank an int ({', '.join(bad) or 'rank'})")
+    try:
+        declared = check_declared(metrics, where)
+    except ValueError as exc:
+        raise PluginLoadError(str(exc)) from None
     return Probe(name, settings_cls, run, plugin, tuple(views), bool(serial),
-                 bool(device_free), bool(trains))
+                 bool(device_free), bool(trains), declared)
 
 
 __all__ = ["Probe", "ProbeView", "RunFn", "ViewFn", "make_probe"]

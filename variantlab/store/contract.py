@@ -177,6 +177,8 @@ class RunMeta:
     data: dict[str, Any] = field(default_factory=dict)
     measure: dict[str, Any] = field(default_factory=dict)  # probe -> its settings
     grid: dict[str, list[Any]] | None = None  # dotted path -> values
+    compare_on: str = ""  # the headline metric (variantlab.config.metrics); "": loss
+    roles: dict[str, str] | None = None  # axis -> compared / tuned / condition
     run: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -186,13 +188,14 @@ class RunMeta:
         text is not what that key holds."""
         known = {f.name for f in fields(cls)} - {"run", "extra"}
         text = {k: ("" if v is None else str(v)) for k, v in stored.items()
-                if k in known and k not in ("seeds", "data", "measure", "grid")}
+                if k in known and k not in ("seeds", "data", "measure", "grid", "roles")}
         return cls(
             **text,
             seeds=_seeds(stored["seeds"]) if "seeds" in stored else [],
             data=_mapping("data", stored.get("data")) or {},
             measure=_mapping("measure", stored.get("measure")) or {},
             grid=_mapping("grid", stored.get("grid")),
+            roles=_mapping("roles", stored.get("roles")),
             run=run,
             extra={k: str(v) for k, v in stored.items() if k not in known},
         )
@@ -202,8 +205,9 @@ class RunMeta:
         ``run`` (``grid`` only when known), with ``extra``'s keys."""
         out = {f.name: getattr(self, f.name) for f in fields(self)
                if f.name not in ("run", "extra")}
-        if self.grid is None:
-            del out["grid"]
+        for key in ("grid", "roles"):
+            if out[key] is None:
+                del out[key]
         return {**self.extra, **out}
 
 
