@@ -303,12 +303,18 @@ OPEN_PATHS = {
 }
 
 
+def _axis_schema(item: dict[str, Any], text: str) -> dict[str, Any]:
+    """A grid axis: a list of values, or named values (a mapping from name to value;
+    :mod:`variantlab.config.named`)."""
+    return {"type": ["array", "object"], "minItems": 1, "items": item, "minProperties": 1,
+            "additionalProperties": item,
+            "description": "a list of values, or a mapping from a name to each value; " + text}
+
+
 def _grid_schema(description: str, paths: dict[str, dict]) -> dict[str, Any]:
-    props = {p: {"type": "array", "minItems": 1, "items": {k: v for k, v in s.items()
-                                                            if k != "description"},
-                 "description": "a list of values; " + s["description"]} for p, s in paths.items()}
-    open_paths = {pattern: {"type": "array", "minItems": 1, "description": "a list of values; "
-                            + text} for pattern, text in OPEN_PATHS.items()}
+    props = {p: _axis_schema({k: v for k, v in s.items() if k != "description"},
+                             s["description"]) for p, s in paths.items()}
+    open_paths = {pattern: _axis_schema({}, text) for pattern, text in OPEN_PATHS.items()}
     return {"type": "object", "description": description, "properties": props,
             "patternProperties": open_paths, "additionalProperties": False}
 

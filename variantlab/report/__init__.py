@@ -59,7 +59,7 @@ def build_context(data: ReportData, registry: Registry) -> tuple[dict[str, Any],
     tables and plots, or, for a probe with rows and no views, a generic table
     (:mod:`.probeviews`). A grid's effects come first (``effects``: None without a grid)."""
     per_seed = seed_metrics(data, registry)
-    summary = summarize(data, per_seed)
+    summary = summarize(data, per_seed, registry)
     effects = compute_effects(data, per_seed)
     extra_tables, extra_plots = probe_views(data, registry)
     chosen, why = focus(data, summary, effects)

@@ -106,9 +106,17 @@ def learned_frame(data: ReportData) -> pd.DataFrame:
     return pd.DataFrame(records, columns=list(LEARNED_COLUMNS))
 
 
+def learned_of(data: ReportData) -> pd.DataFrame:
+    """:func:`learned_frame` of ``data``, computed once per report data."""
+    cached = data.__dict__.get("_learned")
+    if cached is None:
+        cached = data.__dict__["_learned"] = learned_frame(data)
+    return cached
+
+
 def nothing_learned(data: ReportData) -> bool:
     """Whether every judged variant learned nothing (False when none is judged)."""
-    frame = data.learned
+    frame = learned_of(data)
     return bool(len(frame)) and not frame["learned"].any()
 
 
@@ -123,7 +131,7 @@ def learned_lines(data: ReportData) -> list[str]:
     """The reading's sentences on learning: when no variant learned anything, one that says
     so (it comes first, and the report then names no best variant); else one naming the
     variants that learned nothing, when some did not."""
-    frame = data.learned
+    frame = learned_of(data)
     if not len(frame):
         return []
     column = str(frame["metric"].iloc[0])
@@ -144,4 +152,4 @@ def learned_lines(data: ReportData) -> list[str]:
     return []
 
 
-__all__ = ["LEARNED_COLUMNS", "learned_frame", "learned_lines", "nothing_learned"]
+__all__ = ["LEARNED_COLUMNS", "learned_frame", "learned_lines", "learned_of", "nothing_learned"]

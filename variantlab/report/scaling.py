@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .effects import interval, value_text
+from .effects import interval
 from .frame import ReportData
+from .labels import GridLabels
 from .plots import Plot, legend, new_axes, styles
 from .tables import Table, fmt
 from .tuned import REPORT, SETTING, SIZE_AXES, Sweep, arch_name, choose
@@ -70,30 +71,31 @@ def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: s
         if metric is None:
             return None
         chosen = _chosen_variants(sweep, meta.run)
+        labels = GridLabels.of(meta)
         records, seeds = [], []
         for variant, over in zip(mine["variant"], mine["overrides"]):
             over = dict(over) if isinstance(over, Mapping) else {}
             if set(over) != set(grid):
                 continue  # a named variant outside the grid (it sets other keys, or fewer)
-            name = arch_name(over)
+            name = arch_name(over, labels)
             if chosen is not None and chosen.get(name) != variant:
                 continue  # not this architecture's chosen setting
             loss = _values(rows, variant, probe, metric)
             params = _values(rows, variant, size_probe, "non_embedding")
             flops = _flops(rows, variant, params, meta.measure, over, probe)
-            line = arch_name({k: v for k, v in over.items() if k not in sizes}) \
+            line = arch_name({k: v for k, v in over.items() if k not in sizes}, labels) \
                 if arch else "all"
-            size = ",".join(f"{a}={value_text(over[a])}" for a in sizes)
+            size = ",".join(f"{a}={labels.value(a, over[a])}" for a in sizes)
             records.append({"line": line, "size": size, "params": params.mean(),
                             "flops": flops, "loss": loss.mean()})
             for seed, value in loss.items():
                 seeds.append({"seed": seed, "size": size, "value": value,
-                              **{a: value_text(over[a]) for a in arch}})
+                              **{a: labels.value(a, over[a]) for a in arch}})
         if not records:
             return None
         base = mine[mine["variant"] == data.baseline]["overrides"]
         base_over = dict(base.iloc[0]) if len(base) and isinstance(base.iloc[0], Mapping) else {}
-        baseline = {a: value_text(base_over[a]) if a in base_over else value_text(grid[a][0])
+        baseline = {a: labels.value(a, base_over[a] if a in base_over else grid[a][0])
                     for a in arch}
         frame = pd.DataFrame(records).sort_values(["line", "params"], kind="stable")
         return frame, pd.DataFrame(seeds), arch, baseline, metric

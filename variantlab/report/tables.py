@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..config.metrics import direction
 from ..plugin.registry import Registry
 from .frame import ReportData, differing_axes, variant_flat
 from .parts import pieces
@@ -18,8 +19,8 @@ from .parts import pieces
 PASS_NAMES = {"forward": "forward", "backward": "forward+backward", "step": "train step"}
 SLOT_ORDER = ("embedding", "positional", "attention", "feedforward", "norm", "residual",
               "activation", "head")
-SUMMARY_COLUMNS = ("variant", "section", "metric", "label", "unit", "mean", "spread", "min",
-                   "max", "n", "nan", "iqr", "baseline_mean", "ratio")
+SUMMARY_COLUMNS = ("variant", "section", "metric", "label", "unit", "better", "mean", "spread",
+                   "min", "max", "n", "nan", "iqr", "baseline_mean", "ratio")
 
 
 @dataclass
@@ -182,9 +183,13 @@ def depth_ratios(rows: pd.DataFrame, metric: str = "grad_norm",
     return out[cols].reset_index(drop=True)
 
 
-def summarize(data: ReportData, per_seed: pd.DataFrame | None = None) -> pd.DataFrame:
+def summarize(data: ReportData, per_seed: pd.DataFrame | None = None,
+              registry: Registry | None = None) -> pd.DataFrame:
     """Mean, spread (sample std), min, max and n over seeds; ratio of means to the baseline
-    (``per_seed``: :func:`seed_metrics` of ``data`` when already computed)."""
+    (``per_seed``: :func:`seed_metrics` of ``data`` when already computed); ``better``: which
+    way the metric is better, ``lower`` or ``higher`` ('' for a count or a gradient norm;
+    :func:`variantlab.config.metrics.direction`, plugin probes' declared metrics from
+    ``registry``)."""
     per_seed = seed_metrics(data) if per_seed is None else per_seed
     if not len(per_seed):
         return pd.DataFrame(columns=list(SUMMARY_COLUMNS))
@@ -194,6 +199,8 @@ def summarize(data: ReportData, per_seed: pd.DataFrame | None = None) -> pd.Data
                                    n="count").reset_index()
     summary["iqr"] = grouped["iqr"].mean().to_numpy()
     summary["nan"] = grouped["value"].agg(lambda v: int(v.isna().sum())).to_numpy()
+    ways = {m: direction(str(m), registry) or "" for m in summary["metric"].unique()}
+    summary["better"] = summary["metric"].map(ways)
     base = summary[summary["variant"] == data.baseline].set_index("metric")["mean"]
     summary["baseline_mean"] = summary["metric"].map(base)
     with np.errstate(divide="ignore", invalid="ignore"):

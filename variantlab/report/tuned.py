@@ -38,8 +38,9 @@ from typing import Any
 
 import pandas as pd
 
-from .effects import interval, value_text
+from .effects import interval
 from .frame import ReportData
+from .labels import GridLabels, value_text
 
 SETTING = "measure."
 CHOOSE = ("val_loss", "eval_loss", "final_loss")  # the first present chooses
@@ -82,10 +83,17 @@ class Sweep:
         return self.chosen_on == self.reported_on
 
 
-def arch_name(overrides: Mapping[str, Any]) -> str:
-    """An architecture variant's name: its model overrides, ``base`` without any."""
-    parts = [f"{p}={value_text(v)}" for p, v in overrides.items() if not p.startswith(SETTING)]
-    return ",".join(parts) or "base"
+def arch_name(overrides: Mapping[str, Any], labels: GridLabels | None = None) -> str:
+    """An architecture variant's name: its model overrides, ``base`` without any; with the
+    run's grid ``labels``, each grid axis of several values by its short name and its
+    value's label (``attention=mha, n_pairs=4``; :mod:`.labels`)."""
+    if labels is None:
+        parts = [f"{p}={value_text(v)}" for p, v in overrides.items()
+                 if not p.startswith(SETTING)]
+        return ",".join(parts) or "base"
+    parts = [f"{labels.short.get(p, p)}={labels.value(p, v)}" for p, v in overrides.items()
+             if not p.startswith(SETTING) and len(labels.axes.get(p, [0, 1])) > 1]
+    return ", ".join(parts) or "base"
 
 
 def find_sweep(data: ReportData, probe: str) -> Sweep | None:
@@ -100,8 +108,9 @@ def find_sweep(data: ReportData, probe: str) -> Sweep | None:
         if not setting:
             continue
         records, sizes = [], {}
+        labels = GridLabels.of(meta)
         for variant, over in zip(mine["variant"], overs):
-            rec = {"variant": variant, "arch": arch_name(over)}
+            rec = {"variant": variant, "arch": arch_name(over, labels)}
             sizes[rec["arch"]] = ",".join(f"{a}={value_text(over[a])}" for a in SIZE_AXES
                                           if a in over)
             for axis in setting:
