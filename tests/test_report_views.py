@@ -180,8 +180,8 @@ def test_the_fair_comparison_is_the_training_probes_piece():
     data = gather([tuning_run(GRID, val_of, held_out)])
     full = build_context(data, vl.get_registry())[0]
     assert [t.title for t in full["fair"]] == ["Tuned comparison"]
-    assert list(full["fair_parts"].tuned["variant"]) == ["activation.kind=gelu",
-                                                         "activation.kind=relu"]
+    assert list(full["fair_parts"].tuned["variant"]) == ["activation=gelu",
+                                                         "activation=relu"]
     unfair = {n: tuple(replace(v, fair=None) if isinstance(v, ProbeView) else v
                        for v in BUILTIN[n].views) for n in CORE}
     bare = build_context(data, registry_of(unfair))[0]

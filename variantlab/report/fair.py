@@ -16,6 +16,7 @@ import pandas as pd
 from ..plugin.registry import Registry
 from .effects import clear
 from .frame import ReportData
+from .headline import tuned_leads
 from .learned import nothing_learned
 from .parts import pieces
 from .plots import Plot, legend, new_axes, styles
@@ -49,6 +50,10 @@ def fair_parts(data: ReportData, probe: str, size_probe: str) -> FairParts:
         parts.tuned = frame
         parts.tables.append(tuned_table(sweep, frame))
         parts.lines += tuned_lines(sweep, frame, not nothing_learned(data))
+        picks = {a: choose(sweep, a) for a in sweep.archs}
+        runs = data.rows[data.rows["run"] == sweep.run]
+        parts.lines += tuned_leads(data, {a: str(c["variant"]) for a, c in picks.items()
+                                          if c is not None}, runs)
         if sweep.lr_axis is not None:
             parts.plots.append(lr_plot(sweep, frame))
     scaled = scaling_parts(data, sweep, probe, size_probe)

@@ -9,6 +9,7 @@ import pandas as pd
 from ..plugin.registry import Registry
 from .effects import Effects
 from .frame import ReportData, split_seeds
+from .headline import is_tuning, reading_leads
 from .learned import learned_lines
 from .parts import pieces
 from .sweep import grid_reading, problems
@@ -142,8 +143,11 @@ def reading(data: ReportData, summary: pd.DataFrame, effects: Effects | None = N
     lines = [line for piece in pieces(registry, "reading") for line in piece(data, summary)]
     if effects is not None:  # a small grid keeps its per-variant sentences where they fit
         small = len(data.order) <= SMALL_GRID
+        heads = ([] if is_tuning(data) else
+                 reading_leads(data, list(effects.grid.cells["variant"]), registry))
         return first + grid_reading(data, summary, effects, trouble,
-                                    [line for line in lines if line] if small else [])
+                                    [line for line in lines if line] if small else [], heads)
+    heads = [] if is_tuning(data) else reading_leads(data, registry=registry)
     aside = [line for piece in pieces(registry, "aside") for line in piece(data, summary)]
-    out = first + [line for line in lines + aside if line] + trouble
+    out = first + heads + [line for line in lines + aside if line] + trouble
     return out or ["No probe produced comparable numbers; see the tables below."]

@@ -14,7 +14,7 @@ is judged on the number its task is about, over the seeds that have it:
 Per seed the *gain* is how far the number moved from the starting point in the better
 direction. A variant **learned nothing** when its mean gain over seeds is at most
 ``SIGMAS`` times its noise: the larger of the units' own noise (mean over seeds) and the
-standard deviation of the gain over seeds. A variant whose units recorded no starting point
+standard error of the mean gain over seeds (its standard deviation over sqrt(seeds)). A variant whose units recorded no starting point
 (a store from before these rows) is not judged.
 """
 
@@ -96,7 +96,7 @@ def learned_frame(data: ReportData) -> pd.DataFrame:
             continue
         mine = frame.loc[variant]
         n = len(mine)
-        spread = float(mine["gain"].std(ddof=1)) if n > 1 else 0.0
+        spread = float(mine["gain"].std(ddof=1)) / math.sqrt(n) if n > 1 else 0.0
         own = float(mine["noise"].mean()) if mine["noise"].notna().any() else 0.0
         noise = max(own, spread if math.isfinite(spread) else 0.0)
         mean_gain = float(mine["gain"].mean())
