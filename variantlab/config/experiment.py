@@ -23,6 +23,7 @@ from .axes import base_settings_of, effective, seq_len_problems, setting_problem
 from .axes import split as split_axes
 from .checks import MAX_VARIANTS, grid_cap_message, grid_size, nonfinite, seed_problems
 from .dataover import data_fit, split_data, variant_data
+from .hints import plugin_hint
 from .measure import MeasureSpec, ProbeResources
 from .metrics import DEFAULT_COMPARE_ON, compare_on_checks
 from .named import key_of, named_axes, value_names
@@ -421,8 +422,9 @@ def experiment_from_text(
         out.add(loc, msg, at)
     for loc, msg in seq_len_problems(spec, variants):  # seq_len axes vs context_length
         out.add(loc, msg)
-    if out.messages:
-        raise InputError(out.messages)
+    if out.messages:  # an unknown kind says how to load the plugin that has it
+        raise InputError([plugin_hint(m, base, [*spec.plugins, *extra_plugins], registry)
+                          for m in out.messages])
     assert registry is not None  # else _registry added a message and InputError was raised
     return Experiment(spec, real, base, text, registry, variants, doc, measure)
 

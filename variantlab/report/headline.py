@@ -77,18 +77,20 @@ def leads(data: ReportData, values_of: Any, registry: Any = None) -> list[str]:
     lines = [lead_sentence(f"{column_label(column)} (the headline metric)", top) + "."]
     for other, col in others:
         theirs = lead(values_of(other, col), other.lower_is_better)
-        if theirs is not None and theirs.first != top.first and theirs.clear:
+        if theirs is not None and theirs.clear and (theirs.first != top.first or not top.clear):
             lines.append(disagreement(column, top, col, theirs))
     return lines
 
 
 def disagreement(column: str, top: Lead, other: str, theirs: Lead) -> str:
-    """``By test loss, B leads instead ...``: another metric's clear leader."""
+    """``By test loss, B leads ...``: another metric's clear leader, where the headline
+    metric has another leader or none."""
     a, b = apart(theirs.first_mean, theirs.second_mean)
-    return (f"By {column_label(other)}, {theirs.first} leads instead ({a} vs {b} for "
+    where = (f"where by {column_label(column)} {top.first} leads" if top.clear else
+             f"where by {column_label(column)} no variant clearly leads")
+    return (f"By {column_label(other)}, {theirs.first} leads ({a} vs {b} for "
             f"{theirs.second}, ahead by {fmt(theirs.margin)} [{fmt(theirs.low)}, "
-            f"{fmt(theirs.high)}] over {theirs.n} seeds), where by {column_label(column)} "
-            f"{top.first} {'leads' if top.clear else 'is first'}.")
+            f"{fmt(theirs.high)}] over {theirs.n} seeds), {where}.")
 
 
 def reading_leads(data: ReportData, variants: Sequence[str] | None = None,

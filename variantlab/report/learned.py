@@ -14,8 +14,9 @@ is judged on the number its task is about, over the seeds that have it:
 Per seed the *gain* is how far the number moved from the starting point in the better
 direction. A variant **learned nothing** when its mean gain over seeds is at most
 ``SIGMAS`` times its noise: the larger of the units' own noise (mean over seeds) and the
-standard error of the mean gain over seeds (its standard deviation over sqrt(seeds)). A variant whose units recorded no starting point
-(a store from before these rows) is not judged.
+standard error of the mean gain over seeds (its standard deviation over sqrt(seeds)). A
+variant whose units recorded no starting point (a store from before these rows) is not
+judged.
 """
 
 from __future__ import annotations
