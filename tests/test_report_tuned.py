@@ -158,7 +158,7 @@ def test_size_axis_gives_power_laws_and_effects_by_size(tmp_path):
     assert list(relu["sign"]) == ["negative", "positive", "positive"]
     md = files.markdown.read_text()
     assert "activation=gelu: test\\_loss ∝ N^-0.1;" in md
-    assert "flips across sizes for activation=relu" in md
+    assert "flips across sizes for activation.kind=relu" in md
     assert (tmp_path / "loss_vs_size.svg").exists()
     n = pd.Series([1e3, 4e3, 1.6e4])
     a, b = power_law(n, 10 * n ** -0.1)
