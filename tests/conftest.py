@@ -228,7 +228,7 @@ def assert_yaml_round_trip(spec, model, registry) -> None:
     """An imported spec written as YAML reads back equal, and a model built from it with the
     imported weights gives bit-identical logits."""
     import variantlab as vl
-    from variantlab.hfimport import spec_yaml
+    from variantlab.config.yamlio import spec_yaml
 
     again = vl.parse_model_spec(yaml.safe_load(spec_yaml(spec))["model"], registry)
     assert again == spec
@@ -242,3 +242,15 @@ def assert_yaml_round_trip(spec, model, registry) -> None:
 def n_params(model) -> int:
     """Parameters counted once each (tied weights once)."""
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+#: the built-in probes, in the order the built-in plugin registers them
+BUILTIN_PROBES = ("params", "gradients", "timing", "training", "dynamics")
+
+
+def layer_modules(model) -> list:
+    """``(layer index, module)`` of each module tagged ``variantlab_layer`` (outermost per
+    branch), sorted by layer index."""
+    from variantlab.probes.common import layer_stacks
+
+    return [(i, m) for i, m, _ in layer_stacks(model)]

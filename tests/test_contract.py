@@ -60,7 +60,12 @@ def test_a_real_run_has_exactly_the_contracts_frames(real_run):
     assert shape(run.rows) == contract_shape(RESULTS)
     assert shape(run.variants) == contract_shape(VARIANTS)
     assert shape(run.units) == contract_shape(UNITS)
-    assert shape(vl.results(real_run)) == contract_shape(RESULTS)
+    # results() adds a column per grid axis (model axes too, issue 28.2)
+    results = vl.results(real_run)
+    assert shape(results.drop(columns=["norm.kind"])) == contract_shape(RESULTS)
+    assert list(results.columns)[-1] == "norm.kind"
+    by_variant = dict(zip(results["variant"], results["norm.kind"]))
+    assert by_variant == {"base": "layer", "norm.kind=rms": "rms"}
     per_unit = run.rows.groupby("unit_key", sort=False).size().tolist()
     # 2 variants x 2 seeds; 11 parameter-count rows and 4 state rows (2 layers, total, per token)
     assert per_unit == [15] * 4 and set(run.rows["status"]) == {"ok"}

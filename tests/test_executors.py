@@ -196,7 +196,7 @@ def test_run_experiment_checks_workers_and_probe_fn(tmp_path):
 REVERSE_EXECUTOR = '''
 import variantlab
 from variantlab.executors.base import Executor
-from variantlab.sweep.units import run_in_process
+from variantlab.executors.inprocess import run_in_process
 
 
 class ReverseOptions(variantlab.ProbeSettings):

@@ -20,8 +20,8 @@ from conftest import TINY_MODEL, invoke
 from variantlab.config.experiment import load_experiment
 from variantlab.executors.base import _LOADED, ExperimentSource, compute
 from variantlab.executors.runner import plan_units, run_experiment
+from variantlab.probes import run_probe
 from variantlab.store.store import load_run
-from variantlab.sweep.units import default_probe_fn
 
 NORM = '''
 from typing import Literal
@@ -59,7 +59,7 @@ def test_a_plugin_edited_mid_run_in_process_keeps_the_runs_code_and_keys(tmp_pat
         calls.append(name)
         if len(calls) == 1:  # someone saves the plugin file while the run goes on
             (tmp_path / "half.py").write_text(NORM.format(eps="1e-3"))
-        return default_probe_fn(name, spec, settings, **kwargs)
+        return run_probe(name, spec, settings, **kwargs)
 
     summary = run_experiment(exp, tmp_path / "runs", probe_fn=edit_after_the_first_unit)
     assert summary.exit_code == 0 and summary.done == 4
@@ -84,9 +84,9 @@ def test_a_worker_that_imports_the_edited_plugin_refuses_the_unit(tmp_path):
     try:
         with pytest.raises(LookupError, match=r"is not in the experiment as the worker rebuilt "
                                               r"it \(did the YAML, a plugin"):
-            compute(source, units[("norm.kind=half_layer", "params", 0)].key, default_probe_fn)
+            compute(source, units[("norm.kind=half_layer", "params", 0)].key, run_probe)
         # a unit the edit does not touch is computed as planned
-        record, rows = compute(source, units[("base", "params", 0)].key, default_probe_fn)
+        record, rows = compute(source, units[("base", "params", 0)].key, run_probe)
         assert record.status == "ok" and rows
     finally:
         _LOADED.clear()

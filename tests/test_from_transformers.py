@@ -8,7 +8,7 @@ transformers = pytest.importorskip("transformers")
 
 import variantlab as vl  # noqa: E402
 from variantlab import from_transformers  # noqa: E402
-from variantlab.hfimport import ConversionError  # noqa: E402
+from variantlab.hf import ConversionError  # noqa: E402
 
 REG = vl.get_registry()
 
@@ -277,7 +277,7 @@ def test_spec_yaml_round_trips_for_every_class(case):
 def test_rotary_settings_from_older_config_attributes():
     from types import SimpleNamespace
 
-    from variantlab.hfimport.common import rotary
+    from variantlab.hf.common import rotary
 
     neox4 = SimpleNamespace(rope_scaling=None, rotary_emb_base=500.0, rotary_pct=0.25)
     assert rotary(neox4, partial=True, head_dim=8) == {

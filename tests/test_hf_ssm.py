@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 
 import variantlab as vl  # noqa: E402
 from variantlab import from_transformers  # noqa: E402
-from variantlab.hfimport import ConversionError  # noqa: E402
+from variantlab.hf import ConversionError  # noqa: E402
 
 REG = vl.get_registry()
 MAMBA2 = dict(hidden_size=32, state_size=8, num_heads=8, head_dim=8, n_groups=2, expand=2,

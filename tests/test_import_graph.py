@@ -101,9 +101,9 @@ def test_the_checker_finds_a_cycle_hidden_in_a_function():
 
 #: the core's folders in pipeline order (docs/architecture.md): a module may import from its
 #: own folder and from earlier stages, never from a later one. The top-level modules
-#: (errors.py, the public API in __init__.py, __main__.py) stand outside the stages.
+#: (errors.py, version.py, the public API in __init__.py, __main__.py) stand outside the stages.
 STAGES = ("plugin", "model", "data", "store", "probes", "config", "sweep", "executors",
-          "hfimport", "hfexport", "report", "testing", "cli")
+          "hf", "report", "export", "testing", "cli")
 
 
 def stage_of(module: str) -> int | None:
@@ -125,7 +125,7 @@ def test_every_core_folder_is_a_stage_and_no_module_imports_a_later_stage():
                if p.is_dir() and (p / "__init__.py").exists()}
     assert folders == set(STAGES)
     top = {m for m in graph if m.startswith("variantlab.") and stage_of(m) is None}
-    assert top == {"variantlab.errors", "variantlab.__main__"}
+    assert top == {"variantlab.errors", "variantlab.version", "variantlab.__main__"}
     assert later_stage_imports(graph) == []
 
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import invoke, store_of
 
 from variantlab import results
-from variantlab.report.mlflow_export import metric_key
+from variantlab.export.mlflow import metric_key
 from variantlab.testing.sample import sample_grid
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from conftest import BUILTIN_PROBES, layer_modules
 
 import variantlab
 from variantlab import build_registry, hookimpl, parse_model_spec
@@ -15,8 +16,7 @@ from variantlab.config.experiment import InputError, experiment_from_text
 from variantlab.errors import DuplicateKindError, PluginLoadError
 from variantlab.executors.runner import plan_units
 from variantlab.plugin.settings import ProbeSettings
-from variantlab.probes import PROBES, run_probe
-from variantlab.probes.common import layer_modules
+from variantlab.probes import run_probe
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = (ROOT / "docs" / "probes.md").read_text()
@@ -101,7 +101,7 @@ def test_the_plugin_probe_is_in_the_schema_and_in_unit_keys(tmp_path):
     exp = experiment_from_text(EXPERIMENT, tmp_path / "e.yaml")
     schema = experiment_schema(exp.registry)
     measure = schema["properties"]["measure"]
-    assert set(measure["properties"]) == {*PROBES, "weight_norms"}
+    assert set(measure["properties"]) == {*BUILTIN_PROBES, "weight_norms"}
     assert measure["additionalProperties"] is False
     keys = {u.key for u in plan_units(exp) if u.probe == "weight_norms"}
     assert all(u.device is None for u in plan_units(exp) if u.probe == "weight_norms")
@@ -139,6 +139,6 @@ def test_registry_refuses_duplicate_and_malformed_probes():
         reg.load_module(_Twice(), "twice", "module")
     with pytest.raises(PluginLoadError, match="must subclass variantlab.ProbeSettings"):
         reg.load_module(_NotStrict(), "loose", "module")
-    assert reg.probe_names() == list(PROBES)
+    assert reg.probe_names() == list(BUILTIN_PROBES)
     serial = [p.name for p in reg.probes() if p.serial]
     assert serial == ["timing"] and [p.name for p in reg.probes() if p.device_free] == ["params"]

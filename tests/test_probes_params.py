@@ -3,7 +3,7 @@
 import pytest
 
 import variantlab as vl
-from variantlab.probes import PROBES, run_probe
+from variantlab.probes import run_probe
 
 REG = vl.get_registry()
 
@@ -14,7 +14,8 @@ def by(rows, metric, scope="model"):
 
 
 def test_probe_names():
-    assert PROBES == ("params", "gradients", "timing", "training", "dynamics")
+    assert vl.build_registry(entry_points=False).probe_names() == [
+        "params", "gradients", "timing", "training", "dynamics"]
     with pytest.raises(ValueError, match="unknown probe 'flops'"):
         run_probe("flops", {"family": "gpt"}, None, seed=0, registry=REG)
 

@@ -59,8 +59,7 @@ def test_eval_loss_is_the_eval_mode_loss_on_fresh_batches(tiny):
     import torch
 
     from variantlab.data import sources as datalib
-    from variantlab.model.build import VariantWarning, resolve_spec
-    from variantlab.probes.common import make_model
+    from variantlab.model.build import VariantWarning, make_model, resolve_spec
 
     settings = TrainingSettings(steps=3, lr=1e-3, batch_size=4, seq_len=16, device="cpu",
                                 eval_batches=2)

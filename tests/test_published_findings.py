@@ -14,14 +14,14 @@ from conftest import ROOT, TINY
 
 import variantlab as vl
 from variantlab.cli.main import main
-from variantlab.report.dynamics_findings import (
+from variantlab.report.builtin.dynamics_findings import (
     at_step_max,
     depth_ratio,
     dynamics_reading,
     last_layer_at,
 )
+from variantlab.report.fair.tuned import arch_name
 from variantlab.report.frame import ReportData, gather
-from variantlab.report.tuned import arch_name
 
 SMALL_MODEL = {k: TINY[k] for k in ("context_length", "emb_dim", "n_layers")}
 

@@ -10,10 +10,9 @@ from torch.utils.flop_counter import FlopCounterMode
 import variantlab as vl
 from variantlab.data import sources as datalib
 from variantlab.data.sources import SyntheticData
-from variantlab.model.build import resolve_spec
+from variantlab.model.build import make_model, resolve_spec
 from variantlab.model.tasks import task_for
 from variantlab.probes import training
-from variantlab.probes.common import make_model
 from variantlab.probes.flops import model_flops_per_token
 from variantlab.probes.params import non_embedding_params
 from variantlab.probes.recipe import Optimizers, lr_at, make_optimizer

@@ -113,7 +113,7 @@ def test_grid_comes_from_the_stored_yaml_when_the_meta_has_none(tmp_path):
 
 def test_named_variants_keep_the_per_variant_reading(tmp_path):
     files = write_report([sample_run()], tmp_path, registry=REG)
-    assert files.effects.read_text() == "axis,value,metric,effect,low,high,n\n"
+    assert files.effects.read_text() == "axis,value,metric,effect,low,high,n,role\n"
     md = files.markdown.read_text()
     assert "## Effects of each axis" not in md
     assert "eval loss is 0.09 above pre\\_norm's" in md

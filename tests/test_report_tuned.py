@@ -13,9 +13,9 @@ import pytest
 import variantlab as vl
 from variantlab.report import build_context, gather, write_report
 from variantlab.report.effects import interval
-from variantlab.report.fair import ranking_flips
-from variantlab.report.scaling import effects_by_size, power_law
-from variantlab.report.tuned import find_sweep, tuned_frame
+from variantlab.report.fair.compare import ranking_flips
+from variantlab.report.fair.scaling import effects_by_size, power_law
+from variantlab.report.fair.tuned import find_sweep, tuned_frame
 from variantlab.testing.sample import sample_grid
 
 REG = vl.get_registry()
@@ -91,14 +91,40 @@ def test_each_architecture_is_chosen_on_val_and_reported_on_test(tmp_path):
     assert gelu["diverged"] == 0 and gelu["runs"] == 9
     md = files.markdown.read_text()
     assert "## Tuned comparison" in md and "loss\\_vs\\_lr" not in md
-    assert "activation=relu beats activation=gelu at lr 0.001 (val\\_loss 2.91 vs " \
-        "3.01), loses at each one's best lr (val\\_loss 2.91 vs 2.51; test\\_loss 3.03 vs " \
-        "2.61)" in md
-    assert "widen the sweep" in md and "activation=relu (measure.training.lr)" in md
+    # relu's best sits at the edge: unresolved, so no ranking is drawn from it (issue 28.6)
+    assert "loses at each one's best lr" not in md
+    assert relu["unresolved"] and not gelu["unresolved"]
+    assert math.isnan(relu["rank"]) and math.isnan(gelu["rank"])
+    assert "Unresolved: the best setting sits at the edge of the sweep for activation=" \
+        "relu (measure.training.lr)" in md and "widen the sweep" in md
     table = [line for line in md.splitlines()
-             if line.startswith("| activation=") and line.endswith("/9 |")]
-    assert [[c.strip() for c in line.strip("|").split("|")][7] for line in table] == ["no", "yes"]
+             if line.startswith("| activation=") and "| 0/9 |" in line]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in table]
+    assert [c[7] for c in cells] == ["no", "yes"]  # at edge
+    assert [c[-1] for c in cells] == ["unresolved", "unresolved"]  # rank
     assert (tmp_path / "loss_vs_lr.svg").exists()
+
+
+# one more rate below: relu's best (1e-3) is inside the sweep, so the flip is a ranking
+LRS4 = [3e-4, *LRS]
+VAL4 = {**VAL, ("gelu", 3e-4): 3.05, ("relu", 3e-4): 3.04}
+GRID4 = {"activation.kind": ["gelu", "relu"], "measure.training.lr": LRS4}
+
+
+def val4(over, seed):
+    return VAL4[(over["activation.kind"], over["measure.training.lr"])] + 0.01 * seed
+
+
+def test_a_ranking_that_depends_on_the_lr_is_said_when_both_bests_are_inside(tmp_path):
+    run = tuning_run(GRID4, val4, lambda over, seed: val4(over, seed) + 0.1)
+    files = write_report([run], tmp_path, registry=REG)
+    tuned = pd.read_csv(files.tuned).set_index("variant")
+    assert not tuned["unresolved"].any() and list(tuned["rank"]) == [1, 2]
+    md = files.markdown.read_text()
+    assert "activation.kind=relu beats activation.kind=gelu at lr 0.001 (val\\_loss 2.91 vs " \
+        "3.01), loses at each one's best lr (val\\_loss 2.91 vs 2.51; test\\_loss 3.01 vs " \
+        "2.61)" in md
+    assert "Unresolved" not in md
 
 
 def test_a_diverged_seed_keeps_its_setting_from_being_chosen_and_is_counted(tmp_path):
@@ -177,11 +203,11 @@ def test_effects_n_is_the_number_of_seeds_with_setting_axes():
 def test_ranking_flips_compare_only_architectures_of_one_size():
     # at each width relu beats gelu at 1e-3 and loses at each one's best; the width-16 and
     # width-32 architectures would "flip" against each other too, but differ in size
-    grid = {"emb_dim": [16, 32], **GRID}
+    grid = {"emb_dim": [16, 32], **GRID4}
 
     def val(over, seed):  # width 32: better at its best, worse than width 16 at 1e-2
-        shift = {1e-3: -0.3, 3e-3: -0.3, 1e-2: 0.5}[over["measure.training.lr"]]
-        return val_of(over, seed) + (shift if over["emb_dim"] == 32 else 0.0)
+        shift = {3e-4: -0.3, 1e-3: -0.3, 3e-3: -0.3, 1e-2: 0.5}[over["measure.training.lr"]]
+        return val4(over, seed) + (shift if over["emb_dim"] == 32 else 0.0)
 
     run = tuning_run(grid, val, lambda over, seed: val(over, seed) + 0.1)
     data = gather([run], baseline=None)

@@ -175,7 +175,7 @@ def test_the_fair_comparison_is_the_training_probes_piece():
 
     from test_report_tuned import GRID, held_out, tuning_run, val_of
 
-    from variantlab.report.fair import fair_piece
+    from variantlab.report.fair.compare import fair_piece
 
     data = gather([tuning_run(GRID, val_of, held_out)])
     full = build_context(data, vl.get_registry())[0]

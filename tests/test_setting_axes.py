@@ -122,7 +122,7 @@ def test_a_tuning_sweep_runs_end_to_end_and_resumes(tmp_path):
     import pandas as pd
 
     import variantlab as vl
-    from variantlab.report.tuned import CHOOSE
+    from variantlab.report.fair.tuned import CHOOSE
 
     path = tmp_path / "tune.yaml"
     path.write_text(exp("seeds: [0, 1, 2]\ngrid:\n  activation.kind: [gelu, relu]\n"

@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 
 import variantlab as vl  # noqa: E402
 from variantlab import from_transformers, to_transformers  # noqa: E402
-from variantlab.hfexport import ConversionError, ExportWarning, choose_class  # noqa: E402
+from variantlab.hf import ConversionError, ExportWarning, choose_class  # noqa: E402
 
 REG = vl.get_registry()
 BASE = dict(hidden_size=32, num_attention_heads=4, intermediate_size=48, num_hidden_layers=2,

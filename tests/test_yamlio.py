@@ -5,7 +5,7 @@ import datetime
 import pytest
 import yaml
 
-from variantlab.config.yamlio import Position, StrictLoader, YamlError, load_yaml, load_yaml_file
+from variantlab.config.yamlio import Position, StrictLoader, YamlError, load_yaml, read_text
 
 TEXT = """\
 name: demo
@@ -118,4 +118,4 @@ def test_non_scalar_key_refused():
 def test_empty_document_and_missing_file(tmp_path):
     assert load_yaml("").data is None
     with pytest.raises(YamlError, match="no such file"):
-        load_yaml_file(tmp_path / "nope.yaml")
+        read_text(tmp_path / "nope.yaml")

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from .config.yamlio import spec_yaml
 from .errors import PluginLoadError, SpecError
 from .model.build import Parts, VariantWarning, build_model
 from .model.specs import ComponentSpec, ModelSpec, parse_model_spec
@@ -9,8 +10,7 @@ from .model.tasks import Batch, Task, task_for
 from .plugin.hookspecs import hookimpl
 from .plugin.registry import build_registry, get_registry
 from .plugin.settings import ProbeSettings
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "Batch", "ComponentSpec", "ModelSpec", "Parts", "PluginLoadError", "ProbeSettings", "SpecError",
@@ -43,9 +43,9 @@ def from_transformers(hf_model: Any, registry: Any = None, impl: str = "naive",
     residual, and the ``hidden_act`` values that map to a registered activation. ``impl``
     (``naive`` or ``sdpa``) picks the attention implementation. Any other class or an option
     variantlab cannot express exactly (e.g. scaled ``rope_scaling``) raises
-    ``variantlab.hfimport.ConversionError`` naming it. See docs/transformers.md; needs the
+    ``variantlab.hf.ConversionError`` naming it. See docs/transformers.md; needs the
     ``.[hf]`` extra."""
-    from .hfimport import from_transformers as _convert
+    from .hf import from_transformers as _convert
 
     return _convert(hf_model, get_registry() if registry is None else registry, impl=impl)
 
@@ -56,15 +56,10 @@ def to_transformers(spec: Any, model: Any, registry: Any = None) -> Any:
     ``LlamaForCausalLM``, ``Qwen3ForCausalLM``, ``Olmo2ForCausalLM``, ``Gemma2ForCausalLM``
     or ``Gemma3ForCausalLM``, chosen from the spec's components. A component or option none
     of them has (e.g. batch norm, a post_norm residual, ALiBi) raises
-    ``variantlab.hfimport.ConversionError`` naming its spec path. See docs/transformers.md,
+    ``variantlab.hf.ConversionError`` naming its spec path. See docs/transformers.md,
     Export; needs the ``.[hf]`` extra."""
-    from .hfexport import to_transformers as _export
+    from .hf import to_transformers as _export
 
     return _export(spec, model, registry)
 
 
-def spec_yaml(spec, name="imported"):
-    """``spec`` as a minimal experiment YAML text whose ``model`` loads back equal."""
-    from .hfimport import spec_yaml as _spec_yaml
-
-    return _spec_yaml(spec, name)

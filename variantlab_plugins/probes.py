@@ -11,8 +11,8 @@ from variantlab.report.builtin import gradients as gradients_views
 from variantlab.report.builtin import params as params_views
 from variantlab.report.builtin import timing as timing_views
 from variantlab.report.builtin import training as training_views
-from variantlab.report.dynamics import dynamics_views
-from variantlab.report.routing import routing_views
+from variantlab.report.builtin.dynamics import dynamics_views
+from variantlab.report.builtin.routing import routing_views
 
 
 @hookimpl

@@ -1,6 +1,6 @@
 """``variantlab export`` (a variant to Hugging Face transformers) and ``variantlab
 export-mlflow`` (a run's results to MLflow): thin commands over
-:mod:`variantlab.hfexport.variant` and :mod:`variantlab.report.mlflow_export`."""
+:mod:`variantlab.export.variant` and :mod:`variantlab.export.mlflow`."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def export_cmd(run: str, variant: str, to: str, seed: int | None,
     (GPT-2, GPT-NeoX, Llama, Qwen3, OLMo 2, Gemma 2/3) follows from the variant's
     components; one transformers has no equivalent for is named, exit 2.
     """
-    from ..hfexport.variant import export_variant
+    from ..export.variant import export_variant
     from ..plugin.registry import build_registry
 
     stdout, err = consoles()
@@ -69,8 +69,8 @@ def export_mlflow_cmd(runs: Sequence[str], tracking_uri: str, experiment: str | 
     report as artifacts of a parent run. Running it again adds nothing for results that
     did not change and replaces the MLflow runs of those that did (docs/mlflow.md).
     """
+    from ..export.mlflow import export_mlflow
     from ..plugin.registry import build_registry
-    from ..report.mlflow_export import export_mlflow
 
     stdout, _ = consoles()
     registry = build_registry(extra=plugins, base_dir=Path.cwd())

@@ -40,7 +40,7 @@ def describe(path: str, max_variants: int, plugins: Sequence[str], as_yaml: bool
     variants, registry, exp = load_model_doc(path, extra_plugins=plugins,
                                              max_variants=max_variants)
     if as_yaml:
-        from ..hfimport import spec_yaml
+        from ..config.yamlio import spec_yaml
 
         for v in variants:
             click.echo(spec_yaml(v.spec, name=v.name), nl=False)

@@ -18,8 +18,8 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from .. import __version__
 from ..errors import SpecError
+from ..version import __version__
 from .base import (
     EXIT_FAILED,
     EXIT_INPUT,
@@ -75,6 +75,11 @@ def main() -> None:
                    "payload is refused before Ray starts.")
 @click.option("--executor-option", "executor_options", multiple=True, metavar="KEY=VALUE",
               help="Another option of the executor (a plugin's), VALUE read as YAML; repeatable.")
+@click.option("--extend-edges", is_flag=True,
+              help="While a compared variant's best value of a tuned axis on a log or linear "
+                   "grid sits at an edge, run one more value beyond it (the grid's spacing), "
+                   "up to 3 times per edge; as `extend: true` on every such axis. See "
+                   "docs/fair-comparisons.md.")
 @click.option("--rerun", is_flag=False, flag_value="all", default=None, metavar="[PROBE]",
               help="Compute again units stored already: all of them, or only PROBE's "
                    "(e.g. --rerun gradients). Bare --rerun goes after EXPERIMENT.")
@@ -84,7 +89,7 @@ def main() -> None:
 def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail_fast: bool,
         no_report: bool, workers: int | None, executor: str | None, address: str | None,
         retries: int | None, max_upload: float | None, executor_options: Sequence[str],
-        rerun: str | None, max_variants: int, plugins: Sequence[str]) -> None:
+        rerun: str | None, extend_edges: bool, max_variants: int, plugins: Sequence[str]) -> None:
     """Run every unit of EXPERIMENT not stored yet; write the report.
 
     Only this process writes the store, one transaction per unit, whatever computes the
@@ -127,11 +132,19 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     warnings.filterwarnings("ignore", category=VariantWarning)  # printed above, once
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` stops as cleanly as Ctrl-C
+    extend = exp.extensions(extend_edges)
+    if extend_edges and not extend:
+        err.print("warning: --extend-edges: no tuned axis on a log or linear grid to extend",
+                  soft_wrap=True)
     try:
         with ProgressReporter(stdout) as report_progress:
-            summary = run_experiment(exp, out, only=only, device=device, fail_fast=fail_fast,
-                                     progress=report_progress, executor=runner_,
-                                     extra_plugins=plugins, rerun=rerun)
+            def run_once(e: Experiment) -> Any:
+                return run_experiment(e, out, only=only, device=device, fail_fast=fail_fast,
+                                      progress=report_progress, executor=runner_,
+                                      extra_plugins=plugins, rerun=rerun)
+
+            summary = run_once(exp) if not extend else \
+                _run_extended(stdout, err, exp, run_once, extend, tuple(plugins))
     finally:
         signal.signal(signal.SIGTERM, previous)
     print_summary(stdout, err, summary)
@@ -141,6 +154,27 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
                                  exp.registry)
         code = max(code, reported if reported == EXIT_WRITE else min(reported, EXIT_FAILED))
     sys.exit(code)
+
+
+def _run_extended(stdout: Any, err: Any, exp: Experiment, run_once: Any,
+                  extend: dict[str, int], plugins: tuple[str, ...]) -> Any:
+    """The run with edge extension (:mod:`variantlab.report.extension`): each round's
+    added values are printed; the summary counts every round's computed units."""
+    from ..report.fair.extension import run_extended
+
+    def said(number: int, added: list) -> None:
+        stdout.print(f"edge extension, round {number}: "
+                     + "; ".join(escape(f"{e.group}: {e.axis}={e.value}") for e in added),
+                     soft_wrap=True)
+
+    done = run_extended(exp, run_once, extend, plugins, said)
+    for line in done.skipped:
+        err.print(f"warning: edge extension: not added: {escape(line)}", soft_wrap=True)
+    summary = done.summaries[-1]
+    earlier = sum(s.done for s in done.summaries[:-1])
+    summary.done += earlier
+    summary.skipped = max(0, summary.skipped - earlier)
+    return summary
 
 
 def _valid_device(device: str) -> bool:
@@ -204,7 +238,7 @@ def _write_report(stdout: Any, err: Any, runs: Sequence[Path], out_dir: Path,
     except Exception as exc:  # the run is stored; say why the report is missing
         err.print(f"report failed: {type(exc).__name__}: {escape(str(exc))}", soft_wrap=True)
         return EXIT_FAILED
-    for attr in ("markdown", "html", "csv", "tuned", "by_size"):
+    for attr in ("markdown", "html", "csv", "tuned", "by_size", "by_condition"):
         path = getattr(files, attr, None)
         if path is not None:
             stdout.print(f"report: {path}")

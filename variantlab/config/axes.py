@@ -5,7 +5,7 @@ variant's ``set:`` changes that probe's setting for the variant instead of its m
 variant's units of that probe run with the setting changed (so their unit keys differ),
 its other probes' units are the same as the base's. Model paths are *architecture* axes,
 ``measure.*`` paths are *setting* axes; the report compares architectures each at its
-own best setting (:mod:`variantlab.report.tuned`).
+own best setting (:mod:`variantlab.report.fair.tuned`).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -183,20 +183,6 @@ def compare_on_checks(spec: Any, measure: Any, registry: Any, variants: Sequence
     return []
 
 
-def check_declared(metrics: Mapping[str, Any] | None, where: str) -> tuple[tuple[str, Direction], ...]:
-    """A probe's ``metrics=`` as ``((name, direction), ...)``; ValueError saying what is
-    wrong (a name that is not a string, a direction other than lower/higher)."""
-    out: list[tuple[str, Direction]] = []
-    for name, dirn in (metrics or {}).items():
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"{where}: metric names must be non-empty strings, got {name!r}")
-        if dirn not in (LOWER, HIGHER):
-            raise ValueError(f"{where}: metric {name!r} has direction {dirn!r}; use 'lower' "
-                             "or 'higher' (which way is better)")
-        out.append((name, dirn))
-    return tuple(out)
-
-
 __all__ = ["DEFAULT_COMPARE_ON", "DIRECTIONS", "HIGHER", "LOWER", "Direction", "Headline",
-           "check_declared", "compare_choices", "compare_on_checks", "compare_on_problem",
+           "compare_choices", "compare_on_checks", "compare_on_problem",
            "declared", "direction", "headline", "headline_of"]

@@ -303,18 +303,31 @@ OPEN_PATHS = {
 }
 
 
-def _axis_schema(item: dict[str, Any], text: str) -> dict[str, Any]:
-    """A grid axis: a list of values, or named values (a mapping from name to value;
-    :mod:`variantlab.config.named`)."""
-    return {"type": ["array", "object"], "minItems": 1, "items": item, "minProperties": 1,
-            "additionalProperties": item,
-            "description": "a list of values, or a mapping from a name to each value; " + text}
+def _axis(values: dict[str, Any], description: str) -> dict[str, Any]:
+    """A grid axis: a list of values, ``{values: [...], extend: true | N}`` (a tuned axis
+    extended beyond an edge where a best sits; docs/fair-comparisons.md), or named values
+    ``{name: value, ...}`` (:mod:`variantlab.config.named`). One node of both types:
+    ``items`` applies to the list, the ``anyOf`` to the mapping."""
+    extend = {"anyOf": [{"type": "boolean"}, {"type": "integer", "minimum": 1, "maximum": 20}],
+              "description": "extensions per edge (true: 3)"}
+    item = values.get("items", {})
+    return {**values, "type": ["array", "object"],
+            "anyOf": [{"type": "array"},
+                      {"type": "object", "required": ["values"],
+                       "properties": {"values": dict(values), "extend": extend},
+                       "additionalProperties": False},
+                      {"type": "object", "minProperties": 1, "not": {"required": ["values"]},
+                       "additionalProperties": item}],
+            "description": description}
 
 
 def _grid_schema(description: str, paths: dict[str, dict]) -> dict[str, Any]:
-    props = {p: _axis_schema({k: v for k, v in s.items() if k != "description"},
-                             s["description"]) for p, s in paths.items()}
-    open_paths = {pattern: _axis_schema({}, text) for pattern, text in OPEN_PATHS.items()}
+    props = {p: _axis({"type": "array", "minItems": 1,
+                       "items": {k: v for k, v in s.items() if k != "description"}},
+                      "a list of values, or a mapping from a name to each value; "
+                      + s["description"]) for p, s in paths.items()}
+    open_paths = {pattern: _axis({"type": "array", "minItems": 1}, "a list of values; " + text)
+                  for pattern, text in OPEN_PATHS.items()}
     return {"type": "object", "description": description, "properties": props,
             "patternProperties": open_paths, "additionalProperties": False}
 

@@ -4,6 +4,7 @@ Only plain data comes out (mappings, lists, strings, numbers, booleans, null, da
 Duplicate keys are errors at the duplicate; any tag outside YAML's plain types
 (``!!python/object...``, ``!custom``) is refused before anything is constructed; syntax
 errors keep their line and column. Every error reads ``FILE:LINE:COL: key.path: message``.
+The way out: :func:`spec_yaml`, a model spec as a minimal experiment file.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from ..errors import format_loc
+
+if TYPE_CHECKING:
+    from ..model.specs import ModelSpec
 
 Loc = tuple  # key path: str keys and int list indices
 
@@ -313,6 +317,8 @@ def read_text(path: str | Path) -> str:
         raise YamlError([f"{path}: cannot read it: {exc.strerror or exc}"]) from None
 
 
-def load_yaml_file(path: str | Path) -> YamlDoc:
-    """Read and parse a UTF-8 file; a missing or unreadable file is a :class:`YamlError`."""
-    return load_yaml(read_text(path), str(path))
+def spec_yaml(spec: ModelSpec, name: str = "imported") -> str:
+    """``spec`` as the ``model:`` of a minimal experiment YAML file (edit a slot, add
+    ``variants``/``measure``, run it); the ``model`` mapping loads back to an equal spec."""
+    doc = {"name": name, "seeds": [0], "model": spec.to_data()}
+    return yaml.safe_dump(doc, sort_keys=False)

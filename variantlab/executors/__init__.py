@@ -8,5 +8,5 @@ through the ``register_executors`` plugin hook, the built-ins by ``variantlab_pl
 - ``ray`` (:mod:`.ray`): Ray tasks on a local Ray instance or a cluster (``--address``).
 
 Whichever computes, the run's process alone writes the store, through one
-:class:`variantlab.sweep.units.ResultSink`; the runner only looks an executor up by name.
+:class:`variantlab.executors.unit.ResultSink`; the runner only looks an executor up by name.
 """

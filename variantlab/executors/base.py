@@ -7,7 +7,7 @@ An executor is made once per run from its validated options (``factory(options)`
    store exists; bad input (an unreachable cluster, a missing package, resources no machine
    has) raises :class:`~variantlab.errors.SpecError` naming the flag or key to change;
 2. ``run(sink, units, experiment, context)``: compute the ``(index, unit)`` pairs, handing
-   every result to the :class:`~variantlab.sweep.units.ResultSink` (the only writer of the store)
+   every result to the :class:`~variantlab.executors.unit.ResultSink` (the only writer of the store)
    as it arrives; ``False`` when the run stopped early (``--fail-fast``, a pool that broke);
    KeyboardInterrupt propagates after the executor has stopped its work;
 3. ``close()``: always, also after an error or Ctrl-C.
@@ -29,8 +29,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from ..errors import SpecError, SpecIssue
+from ..probes import run_probe
 from ..store.store import UnitRecord
-from ..sweep.units import ResultSink, Unit, default_probe_fn, plan_units, run_unit
+from ..sweep.units import Unit, plan_units
+from .unit import ResultSink, run_unit
 
 if TYPE_CHECKING:
     from ..config.experiment import Experiment
@@ -46,7 +48,7 @@ class RunContext:
 
     device: str | None = None  # --device
     fail_fast: bool = False
-    probe_fn: Callable[..., list] = default_probe_fn
+    probe_fn: Callable[..., list] = run_probe
     extra_plugins: tuple[str, ...] = ()  # --plugin modules and files
     run_dir: Path | None = None  # where the store is (OUT/<experiment name>)
 

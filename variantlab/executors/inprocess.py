@@ -1,17 +1,19 @@
 """The in-process executor (``--executor inprocess``, the default for ``--workers 1``):
-every unit one after another in the run's own process
-(:func:`variantlab.sweep.units.run_in_process`)."""
+every unit one after another in the run's own process (:func:`run_in_process`, which the
+process pool also uses for the serial units it keeps out of its workers)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
 from ..plugin.settings import Strict
-from ..sweep.units import ResultSink, Unit, run_in_process
+from ..probes import run_probe
+from ..sweep.units import Unit
 from .base import Executor, RunContext
+from .unit import ResultSink, run_unit
 
 if TYPE_CHECKING:
     from ..config.experiment import Experiment
@@ -30,3 +32,23 @@ class InProcessExecutor(Executor):
     def run(self, sink: ResultSink, units: Sequence[tuple[int, Unit]], experiment: Experiment,
             context: RunContext) -> bool:
         return run_in_process(sink, units, experiment, context.probe_fn, context.fail_fast)
+
+
+def run_in_process(
+    sink: ResultSink,
+    units: Sequence[tuple[int, Unit]],
+    experiment: Experiment,
+    probe_fn: Callable[..., list] = run_probe,
+    fail_fast: bool = False,
+) -> bool:
+    """``(index, unit)`` pairs one after another in this process, each stored as it ends.
+    Returns ``False`` when ``fail_fast`` stopped it; KeyboardInterrupt propagates."""
+    for index, unit in units:
+        if sink.stored_ok(unit):
+            sink.skip(index, unit)
+            continue
+        sink.start(index, unit)
+        record, rows = run_unit(unit, experiment, probe_fn)
+        if not sink.save(index, unit, record, rows) and fail_fast:
+            return False
+    return True

@@ -52,8 +52,10 @@ from pydantic import Field, PositiveInt
 
 from ..plugin.settings import Strict
 from ..store.store import UnitRecord
-from ..sweep.units import ResultSink, Unit, error_text, now_iso, run_in_process, unit_record
+from ..sweep.units import Unit
 from .base import Executor, ExperimentSource, RunContext, compute, split_units, store_result
+from .inprocess import run_in_process
+from .unit import ResultSink, error_text, now_iso, unit_record
 
 if TYPE_CHECKING:
     from ..config.experiment import Experiment

@@ -39,10 +39,11 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 from ..errors import SpecError
 from ..plugin.settings import Strict
 from ..store.store import UnitRecord
-from ..sweep.units import ResultSink, Unit, error_text, now_iso, unit_record
+from ..sweep.units import Unit
 from . import ray_env, ray_payload
 from .base import Executor, ExperimentSource, RunContext, compute, split_units, store_result
 from .pool import cpu_count
+from .unit import ResultSink, error_text, now_iso, unit_record
 
 
 class RayOptions(Strict):

@@ -3,8 +3,10 @@
 Units and their keys are planned in :mod:`variantlab.sweep.units`. A rerun skips units stored
 ``ok`` (unless ``rerun`` names them), retries ``failed`` ones and computes new ones. An
 executor computes them (:mod:`variantlab.executors`: in this process, a pool of worker
-processes, Ray tasks, or a plugin's), looked up by name in the experiment's registry; every
-executor reports to one :class:`variantlab.sweep.units.ResultSink`, the only writer of the store.
+processes, Ray tasks, or a plugin's), looked up by name in the experiment's registry, each
+unit with :func:`variantlab.executors.unit.run_unit` and the probe runner
+:func:`variantlab.probes.run_probe`; every executor reports to one
+:class:`variantlab.executors.unit.ResultSink`, the only writer of the store.
 """
 
 from __future__ import annotations
@@ -16,18 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .. import __version__
+from ..probes import run_probe
 from ..store.contract import RunMeta
 from ..store.store import STORE_FILE, StoreWriteError
-from ..sweep.units import (
-    ResultSink,
-    RunSummary,
-    UnitEvent,
-    default_probe_fn,
-    plain,
-    plan_units,
-)
+from ..sweep.runfolder import open_run
+from ..sweep.units import plain, plan_units
+from ..version import __version__
 from .base import Executor, RunContext, make_executor
+from .unit import ResultSink, RunSummary, UnitEvent
 
 if TYPE_CHECKING:
     from ..config.experiment import Experiment
@@ -89,7 +87,7 @@ def run_experiment(
     only: Sequence[str] | None = None,
     device: str | None = None,
     fail_fast: bool = False,
-    probe_fn: Callable[..., list] = default_probe_fn,
+    probe_fn: Callable[..., list] = run_probe,
     progress: Callable[[UnitEvent], None] | None = None,
     workers: int = 1,
     extra_plugins: Sequence[str] = (),
@@ -121,8 +119,6 @@ def run_experiment(
     store opened (:func:`variantlab.sweep.runfolder.open_run`): a folder another run is writing,
     an unusable ``out`` or store raise :class:`~variantlab.store.store.StoreError`.
     """
-    from ..sweep.runfolder import open_run
-
     if workers < 1:
         raise ValueError(f"workers must be 1 or more, got {workers}")
     selected = select_variants(experiment, only)

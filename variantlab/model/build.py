@@ -6,6 +6,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import torch
 from torch import nn
 
 from ..plugin.registry import Registry, get_registry
@@ -167,3 +168,12 @@ def build_model(spec: ModelSpec | Mapping[str, Any], registry: Registry | None =
     for message in model.variantlab_warnings:
         warnings.warn(message, VariantWarning, stacklevel=2)
     return model
+
+
+def make_model(
+    spec: ModelSpec, seed: int, registry: Registry, device: torch.device | None = None
+) -> nn.Module:
+    """``torch.manual_seed(seed)`` then ``build_model``: the seeds' initialisation."""
+    torch.manual_seed(seed)
+    model = build_model(spec, registry)
+    return model.to(device) if device is not None else model

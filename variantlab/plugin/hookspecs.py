@@ -108,7 +108,7 @@ def register_probes(register):
       keys refused), the keys the probe takes: ``measure: {name: {key: value}}``;
     - ``run(spec, settings, *, seed, data, base_dir, device, registry) -> list[Row]``
       measures one variant: build the model with ``torch.manual_seed(seed)`` and
-      ``variantlab.build_model(spec, registry)`` (or ``variantlab.probes.common.make_model``),
+      ``variantlab.build_model(spec, registry)`` (or ``variantlab.model.build.make_model``),
       read batches with ``variantlab.data.sources.batches(data, spec, ..., registry=registry)``
       (made by the family's task), return rows made by
       ``variantlab.plugin.rows.row(name, metric, value, scope=..., name=..., layer=..., step=...)``;

@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..config.metrics import check_declared
 from ..plugin.settings import Strict
 
 #: ``run(spec, settings, *, seed, data, base_dir, device, registry) -> list[Row]``
@@ -39,9 +38,9 @@ class ProbeView:
     - ``reading(data, summary) -> list[str | None]``: sentences for the report's reading;
       ``aside``: the same, shown only when the report is not a grid's (a grid's effects say it);
     - ``warnings(data) -> list[[variant, source, text]]``: lines of the Warnings table;
-    - ``fair(data) -> variantlab.report.fair.FairParts``: for a probe that trains, its losses
+    - ``fair(data) -> variantlab.report.fair.compare.FairParts``: for a probe that trains, its losses
       compared at each architecture's best setting and across model sizes
-      (``variantlab.report.fair.fair_piece``);
+      (``variantlab.report.fair.compare.fair_piece``);
     - ``rank``: where these pieces go among every probe's (lower first; ties in registration
       order); the built-in probes use ranks below 100, the default.
 
@@ -105,6 +104,20 @@ class Probe:
             return self.settings_cls.model_validate(value)
         raise TypeError(f"probe {self.name!r} takes {self.settings_cls.__name__} settings, "
                         f"got {type(value).__name__}")
+
+
+def check_declared(metrics: Mapping[str, Any] | None, where: str) -> tuple[tuple[str, str], ...]:
+    """A probe's ``metrics=`` as ``((name, direction), ...)``; ValueError saying what is
+    wrong (a name that is not a string, a direction other than lower/higher)."""
+    out: list[tuple[str, str]] = []
+    for name, dirn in (metrics or {}).items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{where}: metric names must be non-empty strings, got {name!r}")
+        if dirn not in ("lower", "higher"):
+            raise ValueError(f"{where}: metric {name!r} has direction {dirn!r}; use 'lower' "
+                             "or 'higher' (which way is better)")
+        out.append((name, dirn))
+    return tuple(out)
 
 
 def make_probe(plugin: str, name: str, settings_cls: type[Strict], run: RunFn, *,

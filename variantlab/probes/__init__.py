@@ -18,9 +18,6 @@ from ..model.specs import ModelSpec
 from ..plugin.registry import Registry
 from ..plugin.rows import Row
 
-#: The built-in probes, in the order the built-in plugin registers them.
-PROBES: tuple[str, ...] = ("params", "gradients", "timing", "training", "dynamics")
-
 
 def run_probe(
     name: str,
@@ -56,4 +53,4 @@ def run_probe(
     ))
 
 
-__all__ = ["PROBES", "run_probe"]
+__all__ = ["run_probe"]

@@ -9,9 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..model.build import build_model
 from ..model.specs import ModelSpec
-from ..plugin.registry import Registry
 
 EMBEDDING_SLOTS = frozenset({"embedding", "positional"})
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -66,11 +64,6 @@ def param_index(model: nn.Module) -> list[ParamInfo]:
 
     walk(model, "", "other", None, "")
     return out
-
-
-def layer_modules(model: nn.Module) -> list[tuple[int, nn.Module]]:
-    """Modules tagged ``variantlab_layer`` (outermost per branch), sorted by layer index."""
-    return [(i, m) for i, m, _ in layer_stacks(model)]
 
 
 def layer_stacks(model: nn.Module) -> list[tuple[int, nn.Module, str]]:
@@ -134,15 +127,6 @@ def autocast(dtype: str, device: torch.device) -> contextlib.AbstractContextMana
     if dtype == "float32":
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=DTYPES[dtype])
-
-
-def make_model(
-    spec: ModelSpec, seed: int, registry: Registry, device: torch.device | None = None
-) -> nn.Module:
-    """``torch.manual_seed(seed)`` then ``build_model``: the seeds' initialisation."""
-    torch.manual_seed(seed)
-    model = build_model(spec, registry)
-    return model.to(device) if device is not None else model
 
 
 @contextlib.contextmanager

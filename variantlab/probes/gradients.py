@@ -29,6 +29,7 @@ import torch
 from pydantic import Field, PositiveInt
 
 from ..data import sources as datalib
+from ..model.build import make_model
 from ..model.specs import ModelSpec
 from ..model.tasks import task_for
 from ..plugin.registry import Registry
@@ -39,7 +40,6 @@ from .common import (
     first_tensor,
     forward_hooks,
     layer_stacks,
-    make_model,
     param_index,
     resolve_device,
     stacked,

@@ -21,12 +21,13 @@ from typing import Any
 
 from torch import nn
 
+from ..model.build import make_model
 from ..model.sparse import inactive_params, routed_modules
 from ..model.specs import ModelSpec
 from ..plugin.registry import Registry
 from ..plugin.rows import Row, row
 from ..plugin.settings import Strict
-from .common import EMBEDDING_SLOTS, layer_stacks, make_model, param_index, stacked
+from .common import EMBEDDING_SLOTS, layer_stacks, param_index, stacked
 
 
 class ParamsSettings(Strict):

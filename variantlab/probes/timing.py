@@ -37,13 +37,14 @@ from torch.utils import benchmark
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..data import sources as datalib
+from ..model.build import make_model
 from ..model.specs import ModelSpec
 from ..model.tasks import Batch, Task, task_for
 from ..plugin.registry import Registry
 from ..plugin.rows import Row, row
 from ..plugin.settings import Device, DType, Strict
 from . import flops as flopslib
-from .common import autocast, make_model, resolve_device
+from .common import autocast, resolve_device
 from .compiled import compile_errors, compile_model
 
 

@@ -45,13 +45,14 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_serializer
 
 from ..data import sources as datalib
 from ..data.splits import Split
+from ..model.build import make_model
 from ..model.sparse import after_step
 from ..model.specs import ModelSpec, omit_added_defaults
 from ..model.tasks import Batch, Task, task_for
 from ..plugin.registry import Registry
 from ..plugin.rows import Row, row
 from ..plugin.settings import Device, DType
-from .common import autocast, make_model, resolve_device
+from .common import autocast, resolve_device
 from .compiled import compile_errors, compile_model
 from .flops import model_flops_per_token
 from .params import non_embedding_params

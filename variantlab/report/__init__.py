@@ -5,7 +5,7 @@
 (inline CSS, SVG and one small script that sorts and filters the variant table; no external
 references), ``summary.csv`` and ``effects.csv`` (a grid's effects; see :mod:`.effects`),
 and for sweeps over probe settings or model size ``tuned.csv`` and ``effects_by_size.csv``
-(:mod:`.tuned`, :mod:`.scaling`).
+(:mod:`.fair`).
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from typing import Any
 
 from ..plugin.registry import Registry
 from .effects import compute_effects, effects_csv
-from .fair import fair_of
+from .fair.compare import fair_of
 from .findings import reading
 from .frame import ReportData, gather
+from .grid import browse_table, cross_run_table, effect_plots, effects_table, focus, interaction_table
 from .plots import Plot, build_plots, inline_svg, to_svg
 from .probeviews import probe_views
 from .render import headers, render_html, render_markdown, title_of
-from .sweep import browse_table, cross_run_table, effect_plots, effects_table, focus, interaction_table
 from .tables import (
     csv_safe,
     failure_table,
@@ -50,6 +50,7 @@ class ReportFiles:
     effects: Path | None = None
     tuned: Path | None = None  # a run with setting axes: report/tuned.csv
     by_size: Path | None = None  # a grid over size: report/effects_by_size.csv
+    by_condition: Path | None = None  # a tuned grid with conditions: effects_by_condition.csv
 
 
 def build_context(data: ReportData, registry: Registry) -> tuple[dict[str, Any], list[Plot]]:
@@ -155,14 +156,17 @@ def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None
     fair = context["fair_parts"]
     tuned = out / "tuned.csv" if fair.tuned is not None else None
     by_size = out / "effects_by_size.csv" if fair.by_size is not None else None
-    for path, frame in ((tuned, fair.tuned), (by_size, fair.by_size)):
+    by_condition = out / "effects_by_condition.csv" if fair.by_condition is not None else None
+    for path, frame in ((tuned, fair.tuned), (by_size, fair.by_size),
+                        (by_condition, fair.by_condition)):
         if path is not None:
             texts[path] = csv_safe(frame).to_csv(index=False, float_format="%.6g",
                                                  lineterminator="\n")
     write_all(texts)
     for path in stale:  # an earlier report's plots that are not this one's
         path.unlink(missing_ok=True)
-    for name, path in (("tuned.csv", tuned), ("effects_by_size.csv", by_size)):
+    for name, path in (("tuned.csv", tuned), ("effects_by_size.csv", by_size),
+                       ("effects_by_condition.csv", by_condition)):
         if path is None:  # an earlier report's file is not this one's
             (out / name).unlink(missing_ok=True)
-    return ReportFiles(md, html, csv, tuple(written), effects, tuned, by_size)
+    return ReportFiles(md, html, csv, tuple(written), effects, tuned, by_size, by_condition)

@@ -26,6 +26,7 @@ from itertools import combinations
 
 import pandas as pd
 
+from ..config.roles import stored_roles
 from .frame import ReportData
 from .labels import GridLabels, run_grid
 
@@ -85,6 +86,7 @@ class Grid:
     cells: pd.DataFrame  # variant, run, one column per axis (text values)
     run: str = ""  # the run whose grid this is
     metrics: list[tuple[str, str, bool | None]] = field(default_factory=list)
+    roles: dict[str, str] = field(default_factory=dict)  # axis -> compared, tuned or condition
 
 
 def find_grid(data: ReportData) -> Grid | None:
@@ -114,7 +116,11 @@ def find_grid(data: ReportData) -> Grid | None:
     base_row = cells[cells["variant"] == data.baseline]
     baseline = {a: (str(base_row[a].iloc[0]) if len(base_row) else vals[0])
                 for a, vals in axes.items()}
-    return Grid(axes, baseline, cells, run=run)
+    meta = next(m for m in data.runs if m.run == run)
+    roles = stored_roles(meta, [o for o in data.variants.loc[data.variants["run"] == run,
+                                                              "overrides"]
+                                if isinstance(o, Mapping)])
+    return Grid(axes, baseline, cells, run=run, roles=dict(roles))
 
 
 def grid_values(data: ReportData, grid: Grid, per_seed: pd.DataFrame) -> pd.DataFrame:
@@ -247,12 +253,16 @@ def compute_effects(data: ReportData, per_seed: pd.DataFrame) -> Effects | None:
 
 
 def effects_csv(effects: Effects | None) -> str:
-    """effects.csv: main effects, then the interactions (axis ``A × B``); a header only
-    when the report has no grid."""
+    """effects.csv: main effects, then the interactions (axis ``A × B``), each with its
+    axis's role (``compared × tuned`` for an interaction); a header only when the report
+    has no grid."""
     from .tables import csv_safe
 
     frame = effects.csv_frame() if effects is not None else \
         pd.DataFrame(columns=list(EFFECT_COLUMNS))
+    roles = effects.grid.roles if effects is not None else {}
+    frame = frame.assign(role=[" × ".join(roles.get(a, "") for a in str(axis).split(" × "))
+                               for axis in frame["axis"]])
     return csv_safe(frame).to_csv(index=False, float_format="%.6g", lineterminator="\n")
 
 

@@ -9,10 +9,10 @@ import pandas as pd
 from ..plugin.registry import Registry
 from .effects import Effects
 from .frame import ReportData, split_seeds
+from .grid import grid_reading, problems
 from .headline import is_tuning, reading_leads
 from .learned import learned_lines
 from .parts import pieces
-from .sweep import grid_reading, problems
 from .tables import PASS_NAMES, fmt
 
 MAX_LISTED = 4  # with many variants, name the extremes only
@@ -133,7 +133,7 @@ def _nan0(x: float) -> float:
 def reading(data: ReportData, summary: pd.DataFrame, effects: Effects | None = None,
             registry: Registry | None = None) -> list[str]:
     """The report's opening sentences, in order of what readers look at first: for a grid,
-    what each axis does (see :mod:`.sweep`), and for a grid of at most SMALL_GRID variants
+    what each axis does (see :mod:`.grid`), and for a grid of at most SMALL_GRID variants
     the per-variant comparison where it fits; else the per-variant comparison (every
     registered probe's ``reading`` piece, then its ``aside``). Problems are grouped by
     message either way, so the reading stays short at any size. Which variants learned

@@ -24,6 +24,7 @@ class ReportData:
     rows: pd.DataFrame  # ok rows only; ``variant`` is the display name
     baseline: str
     order: list[str] = field(default_factory=list)  # display names in report order
+    registry: Any = None  # the report's registry: plugin probes' metric directions
 
     @property
     def seeds(self) -> list[int]:

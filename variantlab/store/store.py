@@ -349,32 +349,48 @@ def results(path: str | Path) -> pd.DataFrame:
 
     {columns}
 
-    A run whose grid or named variants vary probe settings (``measure.<probe>.<key>``) has
-    one more column per such setting axis, named by its path, holding the value each row's
-    variant ran with (:func:`setting_columns`).
+    A run with a grid or named variants has one more column per axis (every path its grid
+    or a variant's ``set:`` varies: model keys such as ``norm.kind``, ``data.*`` and probe
+    settings ``measure.<probe>.<key>``), named by its path, holding the value each row's
+    variant ran with (:func:`axis_columns`).
     """
     run = _frames(path)
-    return setting_columns(run.rows, run.variants, run.meta)
+    return axis_columns(run.rows, run.variants, run.meta)
 
 
-def setting_columns(rows: pd.DataFrame, variants: pd.DataFrame, meta: RunMeta) -> pd.DataFrame:
-    """``rows`` with a column per setting axis (an override path ``measure.<probe>.<key>``
-    of any variant): the value the row's variant ran with, the experiment's own
-    ``measure:`` value for a variant that does not set it."""
-    paths: list[str] = []
-    for over in variants["overrides"]:
-        paths += [p for p in (over or {}) if p.startswith("measure.") and p not in paths]
+def axis_columns(rows: pd.DataFrame, variants: pd.DataFrame, meta: RunMeta) -> pd.DataFrame:
+    """``rows`` with a column per axis of the run (a ``grid:`` path, or an override path of
+    any variant: model keys, ``data.*`` and ``measure.<probe>.<key>``), named by its path:
+    the value the row's variant ran with. A variant that does not set the path has the
+    experiment's own value: its ``measure:`` or ``data:`` setting, or its model spec's. A
+    path that would shadow a column of the rows is left out."""
+    paths = list(dict.fromkeys([*(meta.grid or {}),
+                                *(p for over in variants["overrides"] for p in (over or {}))]))
+    paths = [p for p in paths if p not in rows.columns]
     if not paths:
         return rows
     rows = rows.copy()
     for path in paths:
-        _, probe, key = path.split(".", 2)
-        default = (meta.measure.get(probe) or {}).get(key)
-        values = {n: (o or {}).get(path, default)
-                  for n, o in zip(variants["name"], variants["overrides"])}
-        rows[path] = pd.Series([values.get(v, default) for v in rows["variant"]],
+        values = {n: (o or {}).get(path, axis_default(path, meta, spec))
+                  for n, o, spec in zip(variants["name"], variants["overrides"], variants["spec"])}
+        rows[path] = pd.Series([values.get(v) for v in rows["variant"]],
                                index=rows.index, dtype=object).infer_objects()
     return rows
+
+
+def axis_default(path: str, meta: RunMeta, spec: Any) -> Any:
+    """The value of ``path`` for a variant that does not override it."""
+    if path.startswith("measure."):
+        _, probe, key = (path.split(".", 2) + ["", ""])[:3]
+        return (meta.measure.get(probe) or {}).get(key)
+    node: Any = meta.data if path.startswith("data.") else spec
+    for part in path.removeprefix("data.").split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
+
+
+#: the name results() used before model axes had columns too
+setting_columns = axis_columns
 
 
 if results.__doc__:  # None under python -OO

@@ -7,8 +7,8 @@ settings, the device and the seed:
   code computes numbers (``NUMBER_FOLDERS``: the plugin system, model assembly, data and the
   probes) and of the built-in ``variantlab_plugins`` package, plus the versions of variantlab
   and torch (:func:`environment`). Every other folder only reads, checks, schedules, stores or
-  presents numbers (config, sweep, store, executors, hfimport, report, testing, cli, and the
-  top-level modules such as errors.py): editing them never makes stored results stale;
+  presents numbers (config, sweep, store, executors, hf, report, export, testing, cli, and
+  the top-level modules such as errors.py and version.py): editing them never makes stored results stale;
 * ``plugins``: for each third-party or local plugin that registered a component the variant
   uses (its family and every slot), a sha256 of the plugin's source: the ``.py`` file of a
   plugin file or module, every ``.py`` file of its top-level package when it lives in one
@@ -34,9 +34,9 @@ from typing import Any
 
 import torch
 
-from .. import __version__
 from ..data.cache import file_digest
 from ..errors import SpecError
+from ..version import __version__
 
 CORE_PACKAGES = ("variantlab", "variantlab_plugins")
 _SKIP_DIRS = {"__pycache__"}

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from ...plugin.probe import ProbeView
-from ..fair import fair_piece
+from ..fair.compare import fair_piece
 from ..findings import _sureness, means, paired_gaps
 from ..frame import ReportData
 from ..plots import Plot, legend, mean_by, new_axes, styles

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..plugin.probe import ProbeView
-from ..probes.dynamics import METRICS
+from ...plugin.probe import ProbeView
+from ...probes.dynamics import METRICS
 
 LABELS = {"grad_norm": "gradient norm", "update_ratio": "update / weight (||ΔW||/||W||)",
           "residual_rms": "residual-stream RMS", "max_attn_logit": "max attention logit",
@@ -37,7 +37,7 @@ def heatmaps(data: Any) -> Sequence[Any]:
     """One figure: a row of heatmaps (layer x step) per variant, a column per quantity."""
     import matplotlib.pyplot as plt
 
-    from .plots import RC, Plot, shown
+    from ..plots import RC, Plot, shown
 
     part = _layer_rows(data)
     title = "Training dynamics per layer and step"
@@ -75,7 +75,7 @@ def heatmaps(data: Any) -> Sequence[Any]:
 
 def lines(data: Any) -> Sequence[Any]:
     """One panel per quantity: its mean over layers (and seeds) against step, per variant."""
-    from .plots import Plot, step_lines
+    from ..plots import Plot, step_lines
 
     part = _layer_rows(data)
     title = "Training dynamics over steps"

@@ -8,8 +8,8 @@ import math
 
 import pandas as pd
 
-from .frame import ReportData
-from .tables import fmt
+from ..frame import ReportData
+from ..tables import fmt
 
 PROBE = "dynamics"
 

@@ -22,11 +22,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .effects import interval
-from .frame import ReportData
-from .labels import GridLabels
-from .plots import Plot, legend, new_axes, styles
-from .tables import Table, fmt
+from ...config.roles import COMPARED, CONDITION, stored_roles
+from ..effects import interval
+from ..frame import ReportData
+from ..labels import GridLabels
+from ..plots import Plot, legend, new_axes, styles
+from ..tables import Table, fmt
 from .tuned import REPORT, SETTING, SIZE_AXES, Sweep, arch_name, choose
 
 MIN_FIT = 3  # sizes a line needs for a fitted power law
@@ -65,9 +66,12 @@ def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: s
             continue
         mine = data.variants[data.variants["run"] == meta.run]
         rows = data.rows[data.rows["run"] == meta.run]
-        arch = [a for a in grid if not a.startswith(SETTING) and a not in sizes]
+        roles = stored_roles(meta, [o for o in mine["overrides"] if isinstance(o, Mapping)])
+        arch = [a for a in grid if a not in sizes and roles.get(a) in (COMPARED, CONDITION)]
         metrics = set(rows.loc[rows["probe"] == probe, "metric"])
         metric = next((m for m in REPORT if m in metrics), None)
+        if sweep is not None and sweep.run == meta.run:
+            metric = sweep.reported_on  # the headline's test value (compare_on)
         if metric is None:
             return None
         chosen = _chosen_variants(sweep, meta.run)
@@ -77,13 +81,12 @@ def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: s
             over = dict(over) if isinstance(over, Mapping) else {}
             if set(over) != set(grid):
                 continue  # a named variant outside the grid (it sets other keys, or fewer)
-            name = arch_name(over, labels)
-            if chosen is not None and chosen.get(name) != variant:
-                continue  # not this architecture's chosen setting
+            if chosen is not None and variant not in chosen:
+                continue  # not its group's chosen setting
             loss = _values(rows, variant, probe, metric)
             params = _values(rows, variant, size_probe, "non_embedding")
             flops = _flops(rows, variant, params, meta.measure, over, probe)
-            line = arch_name({k: v for k, v in over.items() if k not in sizes}, labels) \
+            line = arch_name({k: v for k, v in over.items() if k not in sizes}, labels=labels) \
                 if arch else "all"
             size = ",".join(f"{a}={labels.value(a, over[a])}" for a in sizes)
             records.append({"line": line, "size": size, "params": params.mean(),
@@ -102,15 +105,12 @@ def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: s
     return None
 
 
-def _chosen_variants(sweep: Sweep | None, run: str) -> dict[str, str] | None:
+def _chosen_variants(sweep: Sweep | None, run: str) -> set[str] | None:
+    """The variants chosen for each compared variant and condition (None: ``run`` is not
+    the sweep's)."""
     if sweep is None or sweep.run != run:
         return None
-    out = {}
-    for arch in sweep.archs:
-        c = choose(sweep, arch)
-        if c is not None:
-            out[arch] = str(c["variant"])
-    return out
+    return {str(c["variant"]) for arch in sweep.archs if (c := choose(sweep, arch)) is not None}
 
 
 def _values(rows: pd.DataFrame, variant: str, probe: str, metric: str) -> pd.Series:
@@ -192,13 +192,14 @@ def scaling_plot(frame: pd.DataFrame, metric: str) -> Plot:
 
 
 def effects_by_size(per_seed: pd.DataFrame, axes: list[str], baseline: Mapping[str, str],
-                    metric: str) -> pd.DataFrame:
+                    metric: str, over: str = "size") -> pd.DataFrame:
     """effects_by_size.csv: each architecture axis value's effect at each size (paired per
     seed, averaged within a seed over the other axes, t-interval over seeds) and whether
-    its sign holds at every size."""
+    its sign holds at every size. ``over``: the column of ``per_seed`` that says the size
+    (``condition`` for effects_by_condition.csv, the same rule over every condition)."""
     records = []
     for axis in axes:
-        others = ["seed", "size"] + [a for a in axes if a != axis]
+        others = ["seed", over] + [a for a in axes if a != axis]
         table = per_seed.pivot_table(index=others, columns=axis, values="value",
                                      aggfunc="mean")
         base = baseline[axis]
@@ -207,26 +208,29 @@ def effects_by_size(per_seed: pd.DataFrame, axes: list[str], baseline: Mapping[s
                 continue
             diff = (table[value] - table[base]).dropna()
             rows = []
-            present = set(diff.index.get_level_values("size"))
-            for size in [z for z in dict.fromkeys(per_seed["size"]) if z in present]:
-                part = diff[diff.index.get_level_values("size") == size]
+            present = set(diff.index.get_level_values(over))
+            for size in [z for z in dict.fromkeys(per_seed[over]) if z in present]:
+                part = diff[diff.index.get_level_values(over) == size]
                 effect, low, high, n = interval(part.groupby(level="seed").mean())
                 sign = "positive" if effect > 0 else "negative" if effect < 0 else "zero"
                 rows.append([axis, value, size, metric, effect, low, high, n, sign])
             signs = {r[-1] for r in rows}
-            holds = "one size" if len(rows) < 2 else \
+            holds = f"one {over}" if len(rows) < 2 else \
                 "holds" if len(signs) == 1 and "zero" not in signs else \
                 "flips" if {"positive", "negative"} <= signs else "unclear"
             records += [r + [holds] for r in rows]
-    return pd.DataFrame(records, columns=list(BY_SIZE_COLUMNS))
+    columns = [over if c == "size" else f"across_{over}s" if c == "across_sizes" else c
+               for c in BY_SIZE_COLUMNS]
+    return pd.DataFrame(records, columns=columns)
 
 
-def by_size_table(frame: pd.DataFrame) -> Table:
-    body = [[r.axis, r.value, r.size, fmt(r.effect),
-             f"[{fmt(r.low)}, {fmt(r.high)}]" if math.isfinite(r.low) else "— (one seed)",
-             str(r.n), r.across_sizes] for r in frame.itertuples()]
-    note = ("effect of each architecture axis value against its baseline value at each size "
+def by_size_table(frame: pd.DataFrame, over: str = "size") -> Table:
+    """The Effects by size table (``over="condition"``: Effects by condition)."""
+    body = [[r["axis"], r["value"], r[over], fmt(r["effect"]),
+             f"[{fmt(r['low'])}, {fmt(r['high'])}]" if math.isfinite(r["low"]) else "— (one seed)",
+             str(r["n"]), r[f"across_{over}s"]] for r in frame.to_dict("records")]
+    note = (f"effect of each architecture axis value against its baseline value at each {over} "
             "(paired per seed, 95% t-interval over seeds); 'flips' when its sign is not the "
-            "same at every size. All rows are in effects_by_size.csv.")
-    return Table("Effects by size", ["axis", "value", "size", "effect", "95% interval",
-                                     "n seeds", "across sizes"], body, note)
+            f"same at every {over}. All rows are in effects_by_{over}.csv.")
+    return Table(f"Effects by {over}", ["axis", "value", over, "effect", "95% interval",
+                                        "n seeds", f"across {over}s"], body, note)

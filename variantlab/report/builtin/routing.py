@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..probes.routing import LAYER_METRICS
+from ...probes.routing import LAYER_METRICS
 
 LABELS = {"load_imbalance": "load imbalance (max / mean)",
           "router_entropy": "router entropy (nats)",
@@ -41,7 +41,7 @@ def expert_load(data: Any) -> Sequence[Any]:
     (y) took at each recorded step (x), mean over seeds."""
     import matplotlib.pyplot as plt
 
-    from .plots import RC, Plot, shown
+    from ..plots import RC, Plot, shown
 
     part = _rows(data, ["expert_load"])
     title = "Expert load per layer over training"
@@ -93,7 +93,7 @@ def expert_load(data: Any) -> Sequence[Any]:
 
 def balance_lines(data: Any) -> Sequence[Any]:
     """One panel per balance quantity: its mean over routed layers (and seeds) per step."""
-    from .plots import Plot, step_lines
+    from ..plots import Plot, step_lines
 
     part = _rows(data, LAYER_METRICS)
     if not len(part):

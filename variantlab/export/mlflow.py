@@ -238,7 +238,7 @@ def _export_run(client: Any, mlflow: Any, ref: RunRef, data: RunData, logged: Lo
     logged.runs[ref.label] = parent_id
     if report and changed:
         from ..plugin.registry import get_registry
-        from . import write_report
+        from ..report import write_report
 
         with tempfile.TemporaryDirectory() as tmp:
             write_report([ref.store], Path(tmp), registry=registry or get_registry())

@@ -18,9 +18,8 @@ from typing import Any
 
 import torch
 
-from .common import reject
-from .gemma import _period
-from .llama import _qk_norms, llama_spec, llama_state, mistral_spec, olmo2_spec
+from .common import period, reject
+from .llama import llama_spec, llama_state, mistral_spec, olmo2_spec, qk_norms
 
 
 def moe_feedforward(cfg: Any, hidden: int, renormalize: bool,
@@ -61,7 +60,7 @@ def with_dense_layers(data: dict[str, Any], cfg: Any, moe: dict[str, Any]) -> di
     if not all(sparse):
         kinds = ["moe" if s else "dense" for s in sparse]
         data["layout"] = {"kinds": {"moe": {}, "dense": {"feedforward": dense}},
-                          "pattern": _period(kinds)}
+                          "pattern": period(kinds)}
     return data
 
 
@@ -82,7 +81,7 @@ def hybrid_layout(mixers: list[str], mixer_slots: dict[str, dict[str, Any]],
         kinds[name] = slots
     if not any(kinds.values()):
         return None
-    return {"kinds": kinds, "pattern": _period(names)}
+    return {"kinds": kinds, "pattern": period(names)}
 
 
 def experts_state(out: dict[str, torch.Tensor], ours: str, sd: dict[str, torch.Tensor],
@@ -144,7 +143,7 @@ def qwen3moe_spec(cfg: Any) -> dict[str, Any]:
 
 
 def qwen3moe_state(hf: Any) -> dict[str, torch.Tensor]:
-    return _moe_state(_qk_norms(llama_state(hf), hf), hf)
+    return _moe_state(qk_norms(llama_state(hf), hf), hf)
 
 
 def olmoe_spec(cfg: Any) -> dict[str, Any]:
@@ -161,4 +160,4 @@ def olmoe_spec(cfg: Any) -> dict[str, Any]:
 
 
 def olmoe_state(hf: Any) -> dict[str, torch.Tensor]:
-    return _moe_state(_qk_norms(llama_state(hf), hf), hf)
+    return _moe_state(qk_norms(llama_state(hf), hf), hf)

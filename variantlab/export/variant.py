@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SpecError
+from ..hf import to_transformers
+from ..model.build import make_model
 from ..model.specs import parse_model_spec
 from ..plugin.registry import Registry, get_registry
-from ..probes.common import make_model
 from ..store.runs import find_runs
 from ..store.store import load_run
-from . import to_transformers
 
 #: written beside the weights: where they came from
 PROVENANCE_FILE = "variantlab.json"

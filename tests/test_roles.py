@@ -1,0 +1,313 @@
+"""Axis roles (issue 28.2), the headline metric in the tuned comparison (28.3) and edge
+extension (28.6): compared / tuned / condition axes, per-condition verdicts, compare_on
+chosen on validation and reported on test in its direction, edges extended and reported."""
+
+from __future__ import annotations
+
+import math
+import re
+from textwrap import dedent
+
+import pandas as pd
+import pytest
+from conftest import TINY_MODEL, exp
+
+import variantlab as vl
+from variantlab.config.experiment import InputError, experiment_from_text
+from variantlab.config.roles import axis_roles, next_value, spacing
+from variantlab.executors.runner import run_experiment
+from variantlab.plugin.rows import row
+from variantlab.report import write_report
+from variantlab.report.fair.extension import run_extended
+
+REG = vl.get_registry()
+TRAIN = "measure:\n  training: {steps: 2, batch_size: 2, seq_len: 16, eval_batches: 1}\n"
+
+
+# -- roles in the experiment file ------------------------------------------------------------
+def test_every_axis_has_a_role_by_default_and_tune_and_conditions_move_them():
+    assert axis_roles(["norm.kind", "measure.training.lr", "data.n_pairs", "emb_dim",
+                       "n_layers", "norm.alpha0"]) == {
+        "norm.kind": "compared", "measure.training.lr": "tuned", "data.n_pairs": "condition",
+        "emb_dim": "condition", "n_layers": "condition", "norm.alpha0": "compared"}
+    e = experiment_from_text(exp(dedent("""\
+        grid:
+          activation.kind: [gelu, relu]
+          norm.eps: [1.0e-5, 1.0e-6]
+          measure.training.lr: [1.0e-3, 1.0e-2]
+          drop_rate: [0.0, 0.1]
+        tune: [norm.eps]
+        conditions: [drop_rate]
+        """) + TRAIN))
+    assert e.roles == {"activation.kind": "compared", "norm.eps": "tuned",
+                       "measure.training.lr": "tuned", "drop_rate": "condition"}
+
+
+@pytest.mark.parametrize("body, where, message", [
+    ("tune: [norm.eps]\n", "tune[0]", "'norm.eps' is not an axis of this experiment"),
+    ("conditions: [measure.training.lr, measure.training.lr]\n", "conditions[1]",
+     "is listed twice"),
+    ("tune: [activation.kind]\nconditions: [activation.kind]\n", "conditions[0]",
+     "listed under both tune: and conditions:"),
+])
+def test_bad_tune_and_conditions_entries_are_located(body, where, message):
+    text = exp("grid:\n  activation.kind: [gelu, relu]\n  measure.training.lr: [1.0e-3, 1.0e-2]\n"
+               + body + TRAIN)
+    with pytest.raises(InputError) as info:
+        experiment_from_text(text, "e.yaml")
+    (msg,) = info.value.messages
+    assert msg.startswith("e.yaml:") and f": {where}: " in msg and message in msg
+
+
+def test_extend_on_an_axis_is_read_and_checked():
+    e = experiment_from_text(exp(dedent("""\
+        grid:
+          activation.kind: [gelu, relu]
+          measure.training.lr: {values: [1.0e-3, 1.0e-2], extend: true}
+          measure.training.steps: {values: [2, 4, 6], extend: 2}
+        """) + TRAIN))
+    assert e.spec.grid["measure.training.lr"] == [1e-3, 1e-2] and len(e.variants) == 12
+    assert e.extensions() == {"measure.training.lr": 3, "measure.training.steps": 2}
+    assert experiment_from_text(exp("grid:\n  measure.training.lr: [1.0e-3, 1.0e-2]\n"
+                                    + TRAIN)).extensions(edges=True) == {
+        "measure.training.lr": 3}
+    for axis, why in (("activation.kind: {values: [gelu, relu], extend: true}",
+                       "'activation.kind' is a compared axis; only a tuned axis is extended"),
+                      ("measure.training.lr: {values: [1.0e-3, 2.0e-3, 1.0e-2], extend: true}",
+                       "on neither a log grid (equal ratios) nor a linear one")):
+        with pytest.raises(InputError) as info:
+            experiment_from_text(exp(f"grid:\n  {axis}\n" + TRAIN), "e.yaml")
+        (msg,) = info.value.messages
+        assert msg.startswith("e.yaml:12:") and "grid." in msg and why in msg, msg
+
+
+def test_the_next_value_keeps_the_grids_spacing():
+    assert spacing([1e-3, 3e-3, 9e-3]) == ("log", pytest.approx(3.0))
+    assert spacing([0.5, 1.0, 1.5]) == ("linear", pytest.approx(0.5))
+    assert spacing([1e-3, 2e-3, 1e-2]) is None and spacing(["a", "b"]) is None
+    assert next_value([1e-3, 1e-2], [1e-3, 1e-2], "high") == 0.1
+    assert next_value([1e-3, 1e-2, 0.1], [1e-3, 1e-2], "high") == 1.0
+    assert next_value([1e-3, 1e-2], [1e-3, 1e-2], "low") == 1e-4
+    assert next_value([-1.0, 0.0, 1.0], [-1.0, 0.0, 1.0], "low") == -2.0  # linear
+    assert next_value([100, 200], [100, 200], "high") == 400  # integers stay integers
+    assert isinstance(next_value([100, 200], [100, 200], "high"), int)
+
+
+# -- a fake training probe: exact numbers, no compute ------------------------------------------
+BEST_LR = {"gelu": 0.1, "relu": 1e-2}  # gelu's best lies beyond the grid [1e-3, 1e-2]
+
+
+def fake_training(name, spec, settings, *, seed, data=None, **_):
+    """Rows of a training run whose validation loss is (log10 lr - log10 best)^2 + 2 and
+    recall accuracy falls away from the best lr, the harder with more pairs."""
+    kind = spec.activation.kind
+    lr = settings.lr
+    gap = (math.log10(lr) - math.log10(BEST_LR[kind])) ** 2
+    pairs = getattr(data, "n_pairs", None) or 2
+    acc = max(0.0, 1.0 - 0.2 * gap - (0.05 if kind == "relu" and pairs > 2 else 0.0)
+              - 0.1 * (kind == "gelu" and pairs == 2))
+    return [row(name, "loss", 4.0, step=0), row(name, "diverged", 0.0),
+            row(name, "val_loss", 2.0 + gap + 0.01 * seed),
+            row(name, "eval_loss", 2.0 + gap + 0.01 * seed),
+            row(name, "test_loss", 2.1 + gap + 0.01 * seed),
+            row(name, "val_recall_accuracy", acc - 0.01 * seed),
+            row(name, "test_recall_accuracy", acc - 0.02 * seed)]
+
+
+def fake_experiment(tmp_path, grid: str, head: str = "") -> object:
+    text = (f"name: roles\nseeds: [0, 1]\nmodel: {TINY_MODEL}\n{head}grid:\n{grid}"
+            "measure:\n  training: {steps: 2, batch_size: 2, seq_len: 16, eval_batches: 1}\n")
+    path = tmp_path / "roles.yaml"
+    path.write_text(text)
+    return experiment_from_text(text, path)
+
+
+def fake_run(e, out):
+    return run_experiment(e, out, probe_fn=fake_training)
+
+
+def test_a_best_at_the_edge_is_extended_until_it_is_inside(tmp_path):
+    e = fake_experiment(tmp_path, "  activation.kind: [gelu, relu]\n"
+                                  "  measure.training.lr: {values: [1.0e-3, 1.0e-2], "
+                                  "extend: true}\n")
+    seen = []
+    run_extended(e, lambda x: fake_run(x, tmp_path / "runs"), e.extensions(),
+                        on_round=lambda n, added: seen.append((n, [(a.group, a.value)
+                                                                   for a in added])))
+    # gelu: 1e-2 is best -> 0.1 (best) -> 1.0 (worse): 0.1 is inside; relu's 1e-2 too
+    assert seen == [(1, [("activation.kind=gelu", 0.1), ("activation.kind=relu", 0.1)]),
+                    (2, [("activation.kind=gelu", 1.0)])]
+    rows = vl.results(tmp_path / "runs" / "roles")
+    lrs = rows[rows["activation.kind"] == "gelu"]["measure.training.lr"]
+    assert sorted(set(lrs)) == [1e-3, 1e-2, 0.1, 1.0]
+    files = write_report([tmp_path / "runs" / "roles"], tmp_path / "rep", registry=REG)
+    tuned = pd.read_csv(files.tuned).set_index("variant")
+    gelu, relu = tuned.loc["activation.kind=gelu"], tuned.loc["activation.kind=relu"]
+    assert gelu["measure.training.lr"] == 0.1 and relu["measure.training.lr"] == 1e-2
+    assert gelu["extended"] == "measure.training.lr: 0.1, 1.0"
+    assert relu["extended"] == "measure.training.lr: 0.1"
+    assert not gelu["unresolved"] and not relu["unresolved"]
+    assert list(tuned["rank"]) == [1, 1]  # the same test loss at each one's best: a tie
+    md = files.markdown.read_text()
+    assert "Edge extension ran values beyond the grid for activation.kind=gelu " \
+        "(measure.training.lr: 0.1, 1.0); activation.kind=relu (measure.training.lr: 0.1)" in md
+    assert "| measure.training.lr | tuned | 0.001, 0.01 | 0.1, 1.0 |" in md  # Axes
+    again = run_extended(e, lambda x: fake_run(x, tmp_path / "runs"), e.extensions())
+    assert sum(s.done for s in again.summaries) == 0  # every extension is stored already
+
+
+def test_a_best_still_at_the_edge_is_unresolved_and_never_ranked(tmp_path):
+    e = fake_experiment(tmp_path, "  activation.kind: [gelu, relu]\n"
+                                  "  measure.training.lr: {values: [1.0e-3, 1.0e-2], "
+                                  "extend: 1}\n")
+    done = run_extended(e, lambda x: fake_run(x, tmp_path / "runs"), e.extensions())
+    # one extension per edge: gelu's best is then 0.1, the largest it may try
+    assert [[a.value for a in r] for r in done.rounds] == [[0.1, 0.1]]
+    files = write_report([tmp_path / "runs" / "roles"], tmp_path / "rep", registry=REG)
+    tuned = pd.read_csv(files.tuned).set_index("variant")
+    gelu, relu = tuned.loc["activation.kind=gelu"], tuned.loc["activation.kind=relu"]
+    assert gelu["unresolved"] and gelu["edge_axes"] == "measure.training.lr"
+    assert gelu["measure.training.lr"] == 0.1 and gelu["extended"] == "measure.training.lr: 0.1"
+    assert not relu["unresolved"] and relu["measure.training.lr"] == 1e-2
+    assert tuned["rank"].isna().all()  # gelu unresolved: no ranking in its condition
+    md = files.markdown.read_text()
+    assert "Unresolved: the best setting sits at the edge of the sweep for " \
+        "activation.kind=gelu (measure.training.lr)" in md
+
+
+def recall_report(tmp_path, lrs: str) -> tuple[pd.DataFrame, str]:
+    """tuned.csv and report.md of activation x data.n_pairs x lr with compare_on:
+    recall_accuracy (the fake training probe)."""
+    e = fake_experiment(tmp_path, "  activation.kind: [gelu, relu]\n  data.n_pairs: [2, 4]\n"
+                                  f"  measure.training.lr: {lrs}\n",
+                        "compare_on: recall_accuracy\n"
+                        "data: {source: synthetic, task: recall}\n")
+    assert e.roles["data.n_pairs"] == "condition"
+    fake_run(e, tmp_path / "runs")
+    files = write_report([tmp_path / "runs" / "roles"], tmp_path / "rep", registry=REG)
+    assert files.by_condition == tmp_path / "rep" / "effects_by_condition.csv"
+    return pd.read_csv(files.tuned), files.markdown.read_text()
+
+
+def test_compare_on_recall_accuracy_chooses_within_each_condition(tmp_path):
+    tuned, md = recall_report(tmp_path, "[1.0e-3, 1.0e-2, 1.0e-1]")
+    assert list(tuned.columns[:3]) == ["variant", "data.n_pairs", "measure.training.lr"]
+    assert {"val_recall_accuracy", "test_recall_accuracy"} <= set(tuned.columns)
+    assert set(tuned["chosen_on"]) == {"val_recall_accuracy"}
+    assert set(tuned["reported_on"]) == {"test_recall_accuracy"}
+    by = tuned.set_index(["variant", "data.n_pairs"])
+    # higher is better: the lr with the highest mean val accuracy, per variant and n_pairs
+    assert by.loc[("activation.kind=gelu", 2), "measure.training.lr"] == 0.1
+    assert by.loc[("activation.kind=relu", 4), "measure.training.lr"] == 1e-2
+    # test accuracy at the choice: mean over seeds 0, 1 of acc - 0.02 seed
+    assert by.loc[("activation.kind=gelu", 2), "test_recall_accuracy"] == pytest.approx(0.89)
+    assert by.loc[("activation.kind=relu", 2), "test_recall_accuracy"] == pytest.approx(0.99)
+    assert by.loc[("activation.kind=relu", 4), "test_recall_accuracy"] == pytest.approx(0.94)
+    # vs the baseline (gelu) of the same n_pairs, never across n_pairs
+    assert by.loc[("activation.kind=relu", 2), "vs_baseline"] == pytest.approx(0.1)
+    assert by.loc[("activation.kind=relu", 4), "vs_baseline"] == pytest.approx(0.94 - 0.99)
+    # ranks within each n_pairs (relu's best lr, 1e-2, is inside the sweep; gelu's is not)
+    assert by["unresolved"].tolist() == [True, True, False, False]
+    assert by["rank"].isna().all()
+    assert "Best test\\_recall\\_accuracy per condition: data.n\\_pairs=2: unresolved; " \
+        "data.n\\_pairs=4: unresolved." in md
+
+
+def test_a_verdict_per_condition_says_whether_it_holds_across_them(tmp_path):
+    tuned, md = recall_report(tmp_path, "[1.0e-3, 1.0e-2, 1.0e-1, 1.0]")
+    by = tuned.set_index(["variant", "data.n_pairs"])
+    assert not by["unresolved"].any()
+    assert by["rank"].to_dict() == {("activation.kind=gelu", 2): 2, ("activation.kind=gelu", 4): 1,
+                                    ("activation.kind=relu", 2): 1, ("activation.kind=relu", 4): 2}
+    assert "data.n\\_pairs=2: activation.kind=relu (test\\_recall\\_accuracy 0.99); " \
+        "data.n\\_pairs=4: activation.kind=gelu (test\\_recall\\_accuracy 0.99)." in md
+    assert "The best differs between conditions: the verdict does not hold across " \
+        "data.n\\_pairs." in md
+    by_cond = pd.read_csv(tmp_path / "rep" / "effects_by_condition.csv")
+    assert list(by_cond["condition"]) == ["data.n_pairs=2", "data.n_pairs=4"]
+    assert list(by_cond["effect"]) == pytest.approx([0.99 - 0.89, 0.94 - 0.99])
+    assert set(by_cond["across_conditions"]) == {"flips"}
+    assert set(by_cond["metric"]) == {"test_recall_accuracy"}
+    axes = md[md.index("## Axes"):].splitlines()
+    assert "| data.n\\_pairs | condition | 2, 4 |  |" in axes
+    assert "| measure.training.lr | tuned | 0.001, 0.01, 0.1, 1.0 |  |" in axes
+    effects = pd.read_csv(tmp_path / "rep" / "effects.csv")
+    roles = dict(zip(effects["axis"], effects["role"]))
+    assert roles["activation.kind"] == "compared" and roles["data.n_pairs"] == "condition"
+    assert roles["measure.training.lr"] == "tuned"
+
+
+@pytest.mark.slow
+def test_a_recall_grid_is_tuned_on_recall_accuracy_within_each_n_pairs(tmp_path):
+    """Issue 28's done-when: an architecture axis x data.n_pairs x lr with compare_on:
+    recall_accuracy chooses each variant's rate by validation recall accuracy within each
+    n_pairs, reports test recall accuracy, and never ranks variants of two n_pairs values
+    against each other (real training, tiny settings)."""
+    from click.testing import CliRunner
+
+    from variantlab.cli.main import main
+
+    path = tmp_path / "mqar.yaml"
+    path.write_text(f"name: mqar\nseeds: [0, 1]\nmodel: {TINY_MODEL}\n"
+                    "compare_on: recall_accuracy\n"
+                    "data: {source: synthetic, task: recall}\n"
+                    "grid:\n  norm.kind: [layer, rms]\n  data.n_pairs: [2, 4]\n"
+                    "  measure.training.lr: [1.0e-3, 1.0e-2]\n"
+                    "measure:\n  training: {steps: 6, batch_size: 4, seq_len: 16, "
+                    "eval_batches: 1, device: cpu}\n")
+    checked = CliRunner().invoke(main, ["validate", str(path)])
+    assert checked.exit_code == 0, checked.output
+    assert "  data.n_pairs: condition\n" in checked.output
+    assert "compare_on: recall_accuracy (higher is better; chosen on val_recall_accuracy" \
+        in checked.output
+    out = tmp_path / "runs"
+    result = CliRunner().invoke(main, ["run", str(path), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = vl.results(out / "mqar")
+    train = rows[rows["probe"] == "training"]
+    reported = next(m for m in ("test_recall_accuracy", "recall_accuracy")
+                    if m in set(train["metric"]))
+    tuned = pd.read_csv(out / "mqar" / "report" / "tuned.csv")
+    assert len(tuned) == 4  # one row per compared variant per n_pairs
+    assert set(tuned["chosen_on"]) == {"val_recall_accuracy"}
+    assert set(tuned["reported_on"]) == {reported}
+
+    def means(metric):
+        part = train[train["metric"] == metric]
+        return part.groupby(["norm.kind", "data.n_pairs", "measure.training.lr"])["value"].mean()
+
+    val, test = means("val_recall_accuracy"), means(reported)
+    lrs = [1e-3, 1e-2]
+    for rec in tuned.to_dict("records"):
+        kind = rec["variant"].removeprefix("norm.kind=") if rec["variant"] != "base" else "layer"
+        scores = [val[(kind, rec["data.n_pairs"], lr)] for lr in lrs]
+        best = lrs[scores.index(max(scores))]  # higher is better; the first on a tie
+        assert rec["measure.training.lr"] == best
+        assert rec["val_recall_accuracy"] == pytest.approx(max(scores), rel=1e-5)
+        assert rec["test_recall_accuracy"] == pytest.approx(
+            test[(kind, rec["data.n_pairs"], best)], rel=1e-5)
+    for _, part in tuned.groupby("data.n_pairs"):  # ranks only within one n_pairs
+        assert part["rank"].isna().all() == part["unresolved"].any()
+    md = (out / "mqar" / "report" / "report.md").read_text()
+    for line in md.splitlines():
+        if "beats" in line:  # a ranking sentence names one n_pairs value
+            assert len(set(re.findall(r"n\\_pairs=(\d+)", line))) <= 1, line
+    assert "per condition: data.n\\_pairs=2: " in md
+
+
+def test_the_schema_takes_an_extended_axis_and_the_role_keys():
+    import jsonschema
+
+    from variantlab.config.schema import experiment_schema
+    from variantlab.plugin.registry import build_registry
+
+    check = jsonschema.Draft7Validator(experiment_schema(build_registry(entry_points=False)))
+    doc = {"name": "x", "model": {"family": "gpt"}, "compare_on": "loss",
+           "tune": ["norm.eps"], "conditions": ["drop_rate"],
+           "grid": {"measure.training.lr": {"values": [1e-3, 1e-2], "extend": True},
+                    "norm.eps": [1e-5, 1e-6], "drop_rate": {"values": [0.0, 0.1]}}}
+    assert [e.message for e in check.iter_errors(doc)] == []
+    for bad in ({"values": [1e-3], "extend": "yes"}, {"values": []}, {"extend": 2},
+                {"values": [1e-3], "extend": 0}, {"values": [1e-3], "more": 1}):
+        doc["grid"]["measure.training.lr"] = bad
+        assert list(check.iter_errors(doc)), bad

@@ -1,0 +1,179 @@
+"""Hugging Face ``transformers`` causal LMs, both ways, one module per model family (each
+holding its import and its export around one table of weight names; see
+docs/transformers.md).
+
+Import (:func:`from_transformers`): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
+``MistralForCausalLM``, ``GPTNeoXForCausalLM``, ``Qwen3ForCausalLM``, ``Olmo2ForCausalLM``,
+``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``, ``MixtralForCausalLM``, ``Qwen3MoeForCausalLM``,
+``OlmoeForCausalLM``, ``Mamba2ForCausalLM``, ``JambaForCausalLM`` and
+``Qwen3NextForCausalLM`` become ``(spec, model)``. Other classes and config options that
+variantlab cannot express raise :class:`ConversionError` naming them.
+
+Export (:func:`to_transformers`): the transformers class is chosen from the spec's
+components (learned positions: GPT-2; rotary with a parallel residual or LayerNorm: GPT-NeoX;
+rotary with RMSNorm: Llama, Mistral (a sliding window), Qwen3 (per-head QK-norm), OLMo 2
+(post-sublayer norms) or Gemma 2/3 (sandwich norms)); its config is built from the spec and
+its weights from the model's. A component or option no supported class has raises
+:class:`ConversionError` naming its spec path; one the class has in another form (a bias the
+variant lacks, exported as zeros) gives an :class:`ExportWarning`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from ..model.build import build_model
+from ..model.specs import ModelSpec, parse_model_spec
+from ..plugin.registry import Registry, get_registry
+from .common import ConversionError, ExportWarning, Spec, refuse
+from .gemma import gemma_config, gemma_hf_state, gemma_spec, gemma_state
+from .gpt2 import gpt2_config, gpt2_hf_state, gpt2_spec, gpt2_state
+from .llama import CLASSES as LLAMA_LIKE
+from .llama import (
+    llama_config,
+    llama_hf_state,
+    llama_spec,
+    llama_state,
+    mistral_spec,
+    olmo2_spec,
+    olmo2_state,
+    qwen3_spec,
+    qwen3_state,
+)
+from .mamba import jamba_spec, jamba_state, mamba2_spec, mamba2_state
+from .moe import mixtral_spec, mixtral_state, olmoe_spec, olmoe_state, qwen3moe_spec, qwen3moe_state
+from .neox import neox_config, neox_hf_state, neox_spec, neox_state
+from .qwen3next import qwen3next_spec, qwen3next_state
+
+__all__ = ["CONVERTERS", "ConversionError", "ExportWarning", "SUPPORTED", "choose_class",
+           "from_transformers", "to_transformers"]
+
+Converter = tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str, torch.Tensor]]]
+
+#: class name -> (config -> spec data, HF model -> our state dict)
+CONVERTERS: dict[str, Converter] = {
+    "GPT2LMHeadModel": (gpt2_spec, gpt2_state),
+    "Gemma2ForCausalLM": (gemma_spec, gemma_state),
+    "Gemma3ForCausalLM": (gemma_spec, gemma_state),
+    "GPTNeoXForCausalLM": (neox_spec, neox_state),
+    "JambaForCausalLM": (jamba_spec, jamba_state),
+    "LlamaForCausalLM": (llama_spec, llama_state),
+    "Mamba2ForCausalLM": (mamba2_spec, mamba2_state),
+    "MistralForCausalLM": (mistral_spec, llama_state),
+    "MixtralForCausalLM": (mixtral_spec, mixtral_state),
+    "OlmoeForCausalLM": (olmoe_spec, olmoe_state),
+    "Olmo2ForCausalLM": (olmo2_spec, olmo2_state),
+    "Qwen3ForCausalLM": (qwen3_spec, qwen3_state),
+    "Qwen3MoeForCausalLM": (qwen3moe_spec, qwen3moe_state),
+    "Qwen3NextForCausalLM": (qwen3next_spec, qwen3next_state),
+}
+
+
+def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
+                      ) -> tuple[ModelSpec, torch.nn.Module]:
+    """The variantlab spec equal to ``hf_model`` and a variantlab model holding copies of its
+    weights (logits equal in float32), built with the built-in components of ``registry``.
+    ``impl`` picks the implementation of the mha attentions."""
+    name = type(hf_model).__name__
+    if name not in CONVERTERS:
+        raise ConversionError.at(["transformers"], f"class {name} is not supported; "
+                                 f"supported: {', '.join(sorted(CONVERTERS))}")
+    make_spec, make_state = CONVERTERS[name]
+    data = make_spec(hf_model.config)
+    for slots in [data, *(data.get("layout") or {}).get("kinds", {}).values()]:
+        if "attention" in slots and slots["attention"].get("kind", "mha") == "mha":
+            slots["attention"]["impl"] = impl  # the sequence mixers keep their chunked form
+    spec = parse_model_spec(data, registry)
+    model = build_model(spec, registry)
+    state = {k: v.detach().clone() for k, v in make_state(hf_model).items()}
+    if spec.tie_weights:
+        state.pop("out_head.weight")
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    left = [k for k in missing if not (spec.tie_weights and k == "out_head.weight")]
+    if left or unexpected:
+        raise ConversionError.at(["transformers"], f"weight mapping for {name} incomplete: "
+                                 f"missing {left}, unexpected {unexpected}")
+    return spec, model
+
+
+#: the classes a spec exports to (:func:`choose_class`)
+SUPPORTED = ("GPT2LMHeadModel", "GPTNeoXForCausalLM", *LLAMA_LIKE, "Gemma2ForCausalLM",
+             "Gemma3ForCausalLM")
+
+
+def choose_class(spec: Spec) -> str:
+    """The transformers class whose architecture the spec's components name (its own checks
+    then refuse what else the class lacks)."""
+    if spec.family != "gpt":
+        refuse("family", "transformers", f"family {spec.family!r}: only decoder-only 'gpt' "
+               "models export to a transformers causal LM")
+    positional, residual = spec.positional.kind, spec.residual.kind
+    if positional == "learned":
+        return "GPT2LMHeadModel"
+    if positional != "rotary":
+        refuse("positional.kind", "transformers", f"positional {positional!r} has no "
+               "equivalent in the supported classes; learned (GPT-2) or rotary (GPT-NeoX, "
+               "Llama, Qwen3, OLMo 2, Gemma 2/3)")
+    if residual == "parallel" or (residual == "pre_norm" and spec.norm.kind == "layer"):
+        return "GPTNeoXForCausalLM"
+    if residual == "sandwich":
+        return "Gemma3ForCausalLM" if spec.attention.qk_norm is not None else "Gemma2ForCausalLM"
+    if residual == "post_sublayer":
+        return "Olmo2ForCausalLM"
+    if residual == "pre_norm":
+        if spec.attention.qk_norm is not None:
+            return "Qwen3ForCausalLM"
+        window = getattr(spec.attention, "window", None) is not None
+        return "MistralForCausalLM" if window else "LlamaForCausalLM"
+    refuse("residual.kind", "transformers", f"residual {residual!r} has no equivalent in the "
+           "supported classes; pre_norm, parallel (GPT-NeoX), post_sublayer (OLMo 2) or "
+           "sandwich (Gemma 2/3)")
+
+
+def hf_config(spec: Spec, cls: str) -> Any:
+    """The transformers config of ``spec`` for class ``cls`` (refusing what it lacks)."""
+    if cls == "GPT2LMHeadModel":
+        return gpt2_config(spec)
+    if cls == "GPTNeoXForCausalLM":
+        return neox_config(spec)
+    if cls in LLAMA_LIKE:
+        return llama_config(spec, cls)
+    return gemma_config(spec, cls)
+
+
+def hf_state(spec: Spec, cls: str, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    if cls == "GPT2LMHeadModel":
+        return gpt2_hf_state(spec, sd)
+    if cls == "GPTNeoXForCausalLM":
+        return neox_hf_state(spec, sd)
+    if cls in LLAMA_LIKE:
+        return llama_hf_state(spec, sd, cls)
+    return gemma_hf_state(spec, sd, cls)
+
+
+def to_transformers(spec: ModelSpec | Mapping[str, Any], model: torch.nn.Module,
+                    registry: Registry | None = None) -> Any:
+    """A transformers causal LM (in eval mode) computing the logits of ``model``, a
+    variantlab model built from ``spec`` (a spec or its data; ``registry``: the one to
+    parse data with, default the built-ins plus installed plugins)."""
+    import transformers
+
+    if not isinstance(spec, ModelSpec):
+        spec = parse_model_spec(spec, registry or get_registry())
+    cls = choose_class(spec)
+    config = hf_config(spec, cls)
+    sd = {k.removeprefix("_orig_mod."): v.detach().clone()
+          for k, v in model.state_dict().items()}
+    state = hf_state(spec, cls, sd)
+    hf = getattr(transformers, cls)(config)
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    left = [k for k in missing if not (spec.tie_weights and k == "lm_head.weight")]
+    if left or unexpected:
+        raise ConversionError.at(["transformers"], f"weight mapping to {cls} incomplete: "
+                                 f"missing {left}, unexpected {unexpected}")
+    if spec.tie_weights:
+        hf.tie_weights()
+    return hf.eval()

@@ -1,0 +1,335 @@
+"""The report's fair-comparison parts: the tuned table, the loss-vs-learning-rate plot and
+the sentences that say when a ranking depends on the setting (:mod:`.tuned`), and the
+scaling views when the grid varies size (:mod:`.scaling`). A probe that trains gives them
+as its ``fair`` piece (:func:`fair_piece`); the report merges every probe's
+(:func:`fair_of`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+import pandas as pd
+
+from ...plugin.registry import Registry
+from ..effects import clear, value_text
+from ..frame import ReportData
+from ..headline import tuned_leads
+from ..learned import nothing_learned
+from ..parts import pieces
+from ..plots import Plot, legend, new_axes, styles
+from ..tables import Table, apart, fmt
+from ..verdict import margin
+from .conditions import axes_table, condition_table, effects_by_condition
+from .scaling import scaling_parts
+from .tuned import Sweep, added, choose, find_sweep, group_name, lr_curves, tuned_frame
+
+MAX_FLIPS = 4  # ranking sentences at most
+
+
+@dataclass
+class FairParts:
+    """What the report adds for a tuning or size sweep."""
+
+    tables: list[Table] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    plots: list[Plot] = field(default_factory=list)
+    tuned: pd.DataFrame | None = None  # tuned.csv
+    by_size: pd.DataFrame | None = None  # effects_by_size.csv
+    by_condition: pd.DataFrame | None = None  # effects_by_condition.csv
+
+
+def fair_parts(data: ReportData, probe: str, size_probe: str) -> FairParts:
+    """The tuned comparison (a run with setting axes) and the scaling views (a grid over
+    model size) of ``probe``'s losses (``size_probe``: the probe counting non-embedding
+    parameters); empty parts otherwise."""
+    parts = FairParts()
+    sweep = find_sweep(data, probe)
+    if sweep is not None:
+        frame = tuned_frame(sweep)
+        parts.tuned = frame
+        parts.tables.append(tuned_table(sweep, frame))
+        learned = not nothing_learned(data)
+        parts.lines += tuned_lines(sweep, frame, learned)
+        if not sweep.condition_axes:  # the headline's leader, and metrics that disagree
+            picks = {a: choose(sweep, a) for a in sweep.archs}
+            parts.lines += tuned_leads(data, {a: str(c["variant"]) for a, c in picks.items()
+                                              if c is not None},
+                                       data.rows[data.rows["run"] == sweep.run],
+                                       getattr(data, "registry", None))
+        if sweep.lr_axis is not None:
+            parts.plots.append(lr_plot(sweep, frame))
+        parts.by_condition = effects_by_condition(sweep)
+        if parts.by_condition is not None and len(parts.by_condition):
+            parts.tables.append(condition_table(parts.by_condition))
+    scaled = scaling_parts(data, sweep, probe, size_probe)
+    if scaled is not None:
+        plots, lines, tables, parts.by_size = scaled
+        parts.plots += plots
+        parts.lines += lines
+        parts.tables += tables
+    return parts
+
+
+def fair_piece(probe: str, size_probe: str) -> Callable[[ReportData], FairParts]:
+    """A ``ProbeView.fair`` piece: :func:`fair_parts` of ``probe``'s losses."""
+    return partial(fair_parts, probe=probe, size_probe=size_probe)
+
+
+def fair_of(data: ReportData, registry: Registry | None = None) -> FairParts:
+    """Every registered probe's ``fair`` parts, merged in rank order (tuned.csv and
+    effects_by_size.csv: the first probe's that has one)."""
+    axes = axes_table(data)
+    merged = FairParts(tables=[axes] if axes is not None else [])
+    if data.registry is None:
+        data.registry = registry  # the headline metric of a plugin probe needs its direction
+    for piece in pieces(registry, "fair"):
+        got = piece(data)
+        merged.tables += got.tables
+        merged.lines += got.lines
+        merged.plots += got.plots
+        merged.tuned = merged.tuned if merged.tuned is not None else got.tuned
+        merged.by_size = merged.by_size if merged.by_size is not None else got.by_size
+        merged.by_condition = merged.by_condition if merged.by_condition is not None \
+            else got.by_condition
+    return merged
+
+
+def _num(x: object) -> str:
+    return fmt(float(x)) if isinstance(x, (int, float)) and math.isfinite(x) else "—"
+
+
+def tuned_table(sweep: Sweep, frame: pd.DataFrame) -> Table:
+    val_col, test_col = sweep.metric_columns
+    cols = ["variant", *sweep.condition_axes, *sweep.setting_axes, f"{sweep.chosen_on} (chose)",
+            f"{sweep.reported_on}", "95% interval", "n seeds", f"vs {sweep.baseline}",
+            "at edge", "lr sensitivity", "diverged", "rank"]
+    body = []
+    for r in frame.to_dict("records"):
+        inter = (f"[{_num(r['low'])}, {_num(r['high'])}]" if _finite(r.get("low"))
+                 else "— (one seed)" if r.get("n") == 1 else "—")
+        vs = ("" if r["variant"] == sweep.baseline else
+              f"{_num(r['vs_baseline'])} [{_num(r['vs_low'])}, {_num(r['vs_high'])}]")
+        edge = "yes" if r["at_edge"] == True else "no"  # noqa: E712 (numpy bools, NaN)
+        rank = _num(r["rank"]) if _finite(r.get("rank")) else "unresolved"
+        body.append([str(r["variant"]), *[_cell(r[a]) for a in sweep.condition_axes],
+                     *[_cell(r[a]) for a in sweep.setting_axes],
+                     _num(r[val_col]), _num(r[test_col]), inter, _num(r["n"]), vs,
+                     edge, _num(r["lr_sensitivity"]), f"{r['diverged']}/{r['runs']}", rank])
+    better = "higher" if not sweep.head.lower_is_better else "lower"
+    within = (f" within each condition ({', '.join(sweep.condition_axes)}), never across"
+              if sweep.condition_axes else "")
+    note = (f"each compared variant at its own best setting{within}: chosen by the mean "
+            f"{sweep.chosen_on} over seeds ({better} is better), reported on "
+            f"{sweep.reported_on}; intervals are 95% t-intervals over seeds; vs = paired "
+            "difference per seed to the baseline variant at its own best, in the same "
+            "condition; rank: within the condition, 'unresolved' when a best sits at an "
+            "edge of the sweep there; lr sensitivity (Wortsman et al. 2023) = mean over lrs "
+            "of min(loss, loss at init) minus the best loss. All numbers are in tuned.csv; "
+            "see docs/fair-comparisons.md.")
+    return Table("Tuned comparison", cols, body, note)
+
+
+def _cell(x: object) -> str:
+    return _num(x) if isinstance(x, float) else value_text(x)
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def tuned_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True) -> list[str]:
+    """The reading's sentences: the choice per compared variant, what is optimistic, what
+    edge extension added, which results sit at an edge (unresolved), the verdict in each
+    condition and whether it holds across them, and where a ranking depends on the
+    learning rate; no verdict when no variant learned anything (``learned`` False)."""
+    axes = ", ".join(sweep.setting_axes)
+    within = (f" within each condition of {', '.join(sweep.condition_axes)}"
+              if sweep.condition_axes else "")
+    lines = [f"Tuned comparison over {axes}: each of {len(set(sweep.compared.values()))} "
+             f"compared variant(s) at its own best setting{within} (by mean "
+             f"{sweep.chosen_on}, reported on {sweep.reported_on}); see Tuned comparison and "
+             "tuned.csv."]
+    if sweep.optimistic:
+        lines.append(f"This run has no held-out validation/test {sweep.head.name}: "
+                     f"{sweep.chosen_on} both chose the setting and reports it, so the tuned "
+                     "numbers are optimistic.")
+    grown = [f"{group} ({'; '.join(f'{a}: ' + ', '.join(map(value_text, v)) for a, v in more.items())})"
+             for group in sweep.archs if (more := added(sweep, group))]
+    if grown:
+        lines.append("Edge extension ran values beyond the grid for " + "; ".join(grown[:4])
+                     + (f" and {len(grown) - 4} more" if len(grown) > 4 else "") + ".")
+    edge = [f"{group_name(r['variant'], sweep.sizes.get(g, ''))} ({r['edge_axes']})"
+            for g, r in zip(sweep.archs, frame.to_dict("records")) if r["at_edge"] == True]  # noqa: E712
+    if edge:
+        lines.append("Unresolved: the best setting sits at the edge of the sweep for "
+                     + "; ".join(edge[:4]) + ", so no ranking is given where it does; widen "
+                     "the sweep there (extend: true on the axis, or run --extend-edges), the "
+                     "best may lie outside it.")
+    if frame["n"].max() == 1:
+        lines.append("One seed: the tuned numbers have no interval; run more seeds.")
+    if learned:
+        lines += verdict_lines(sweep, frame)
+        lines += ranking_flips(sweep, frame)
+    return lines
+
+
+def group_values(sweep: Sweep, group: str, column: str = "test", lr: float | None = None
+                 ) -> pd.DataFrame:
+    """``variant`` (= ``group``), ``seed``, ``value``: ``column`` (``test``: the reported
+    metric, ``val``: the choice metric) per seed at the group's chosen setting, or at
+    learning rate ``lr`` with its other settings as chosen."""
+    chosen = choose(sweep, group)
+    mine = sweep.per_seed[sweep.per_seed["arch"] == group]
+    if chosen is None:
+        mine = mine.iloc[0:0]
+    elif lr is None:
+        mine = mine[mine["variant"] == chosen["variant"]]
+    else:
+        for axis in sweep.setting_axes:
+            mine = mine[mine[axis] == (lr if axis == sweep.lr_axis else chosen[axis])]
+    return pd.DataFrame({"variant": group, "seed": mine["seed"], "value": mine[column]})
+
+
+def _lead(sweep: Sweep, a: str, b: str, column: str = "test", lr: float | None = None
+          ) -> tuple[float, float, float, int]:
+    """How far group ``a`` is ahead of group ``b`` seed by seed (:func:`.verdict.margin`)."""
+    values = pd.concat([group_values(sweep, a, column, lr), group_values(sweep, b, column, lr)])
+    return margin(values, a, b, sweep.head.lower_is_better)
+
+
+def verdict_lines(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
+    """Per condition, the best compared variant on the reported metric when its lead over
+    the next is clear over seeds (else that the two are not clearly different, or why there
+    is none), then whether the best is the same in every condition."""
+    if not sweep.condition_axes or len(set(sweep.compared.values())) < 2:
+        return []
+    test = sweep.metric_columns[1]
+    best: dict[str, str | None] = {}
+    for cond in dict.fromkeys(sweep.sizes.get(g, "") for g in sweep.archs):
+        mine = frame[[sweep.sizes.get(g, "") == cond for g in sweep.archs]]
+        top = mine[mine["rank"] == 1]
+        best[cond] = str(top["variant"].iloc[0]) if len(top) else None
+    said = []
+    for cond, b in best.items():
+        if not b:
+            said.append(f"{cond}: unresolved")
+            continue
+        second = frame[[sweep.sizes.get(g, "") == cond for g in sweep.archs]]
+        second = second[second["rank"] > 1].sort_values("rank")
+        if not len(second):
+            said.append(f"{cond}: {b} ({sweep.reported_on} "
+                        f"{_num(_value(frame, sweep, b, cond, test))})")
+            continue
+        runner = str(second["variant"].iloc[0])
+        x, y = apart(_value(frame, sweep, b, cond, test), _value(frame, sweep, runner, cond, test))
+        _, low, high, n = _lead(sweep, group_name(b, cond), group_name(runner, cond))
+        if clear(low, high):
+            said.append(f"{cond}: {b} ({sweep.reported_on} {x}, ahead of {runner} {y})")
+        else:
+            why = "one seed: no verdict" if n < 2 else "paired 95% interval includes 0"
+            said.append(f"{cond}: {b} and {runner} not clearly different ({x} vs {y}; {why})")
+            best[cond] = None
+    out = [f"Best {sweep.reported_on} per condition: " + "; ".join(said[:6]) + "."]
+    named = {b for b in best.values() if b}
+    if len(best) > 1:
+        if None in best.values():
+            out.append("Whether the best holds across conditions is unresolved (some "
+                       "conditions have no ranking).")
+        elif len(named) == 1:
+            out.append(f"The best is {next(iter(named))} in every condition.")
+        else:
+            out.append("The best differs between conditions: the verdict does not hold across "
+                       f"{', '.join(sweep.condition_axes)}.")
+    return out
+
+
+def _value(frame: pd.DataFrame, sweep: Sweep, variant: str, cond: str, col: str) -> float:
+    mine = [r for g, r in zip(sweep.archs, frame.to_dict("records"))
+            if r["variant"] == variant and sweep.sizes.get(g, "") == cond]
+    return mine[0][col] if mine else math.nan
+
+
+def ranking_flips(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
+    """When two compared variants of the same condition rank one way at some learning rate
+    and the other way at their own best settings ("relu beats gelu at lr 0.001, loses at
+    each one's best"), both judged on the choice metric (the test metric at the best is
+    added); never for a group whose best sits at an edge (unresolved). Said only when both
+    orders are clear over seeds (:mod:`..verdict`); a flip whose orders are not clear says
+    the two are not clearly different at their best."""
+    if sweep.lr_axis is None:
+        return []
+    val_col, test_col = sweep.metric_columns
+    records = dict(zip(sweep.archs, frame.to_dict("records")))
+    chosen = {g: r[val_col] for g, r in records.items()}
+    tested = {g: r[test_col] for g, r in records.items()}
+    curves = {a: lr_curves(sweep, a, choose(sweep, a)).set_index("lr") for a in sweep.archs}
+    key, name = sweep.head.key, sweep.chosen_on
+    out = []
+    for i, a in enumerate(sweep.archs):
+        for b in sweep.archs[i + 1:]:
+            va, vb = chosen.get(a, math.nan), chosen.get(b, math.nan)
+            if not sweep.same_size(a, b) or not (_finite(va) and _finite(vb)) or va == vb \
+                    or records[a]["unresolved"] == True or records[b]["unresolved"] == True:  # noqa: E712
+                continue
+            win, lose = (a, b) if key(va) < key(vb) else (b, a)
+            ca, cb = curves[win], curves[lose]
+            flips = []
+            for lr in ca.index.intersection(cb.index):
+                x, y = ca.loc[lr, "mean"], cb.loc[lr, "mean"]
+                if key(y) < key(x):
+                    flips.append((key(x) - key(y), lr, x, y))
+            if not flips:
+                continue
+            _, lr, x, y = max(flips, key=lambda f: f[0] if math.isfinite(f[0]) else 1e300)
+            best = _lead(sweep, win, lose, "val")
+            at_lr = _lead(sweep, lose, win, "val", lr)
+            vl, vw = apart(chosen[lose], chosen[win])
+            tl, tw = apart(tested[lose], tested[win])
+            if clear(*best[1:3]) and clear(*at_lr[1:3]):
+                yl, xw = apart(y, x)
+                out.append(f"The ranking depends on the learning rate: {lose} beats {win} at "
+                           f"lr {fmt(lr)} ({name} {yl} vs {xw}), loses at each one's best lr "
+                           f"({name} {vl} vs {vw}; {sweep.reported_on} {tl} vs {tw}); both "
+                           f"orders hold over {best[3]} seeds.")
+            else:
+                why = ("one seed: no interval, so no verdict" if best[3] < 2 else
+                       f"paired 95% intervals over {best[3]} seeds include 0")
+                out.append(f"At each one's best lr, {lose} and {win} are not clearly "
+                           f"different ({name} {vl} vs {vw}; {sweep.reported_on} {tl} vs "
+                           f"{tw}; {why}), though their order changes at lr {fmt(lr)}.")
+    return out[:MAX_FLIPS]
+
+
+def lr_plot(sweep: Sweep, frame: pd.DataFrame) -> Plot:
+    """Loss against learning rate (log x), one line per architecture, seed spread as a
+    band, diverged points marked at the loss at init."""
+    title = "Loss vs learning rate"
+    caption = (f"Mean {sweep.chosen_on} over seeds at each learning rate (other settings at "
+               "each architecture's chosen values), min-max over seeds shaded; x: a learning "
+               "rate with a diverged run (drawn at the loss at init); the dashed line is the "
+               "loss at init.")
+    fig, (ax,) = new_axes()
+    inits = []
+    for arch, style in zip(sweep.archs, styles(len(sweep.archs))):
+        curve = lr_curves(sweep, arch, choose(sweep, arch))
+        if not len(curve):
+            continue
+        ax.plot(curve["lr"], curve["mean"], label=arch, color=style["color"],
+                linestyle=style["linestyle"], marker="o")
+        ax.fill_between(curve["lr"], curve["low"], curve["high"], color=style["color"],
+                        alpha=0.15, linewidth=0)
+        bad = curve[curve["diverged"] > 0]
+        if len(bad):
+            ax.scatter(bad["lr"], bad["init"], marker="x", color=style["color"], s=40)
+        inits += curve["init"].dropna().tolist()
+    if inits:
+        ax.axhline(sum(inits) / len(inits), color="grey", linestyle="--", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_title(title)
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel(sweep.chosen_on)
+    legend(fig, ax, len(sweep.archs))
+    return Plot("loss_vs_lr", title, caption, fig)

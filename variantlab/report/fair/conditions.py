@@ -1,0 +1,78 @@
+"""Verdicts per condition, and the axes with their roles.
+
+Variants are compared only within one condition (:mod:`variantlab.config.roles`).
+``effects_by_condition.csv`` generalises ``effects_by_size.csv`` to every condition axis:
+each compared axis value's effect against its baseline value in each condition, on the
+headline metric's test value with every compared variant at its own best tuned setting,
+paired per seed (t-interval over seeds), and whether its sign holds across conditions
+(``holds``, ``flips``, ``unclear`` for an effect of exactly 0, ``one condition``). A group
+whose best sits at an edge of the sweep (unresolved) gives no effect in its condition.
+The **Axes** table lists every axis of the run with its role, its values and what edge
+extension added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+from ...config.roles import stored_roles
+from ..effects import value_text
+from ..frame import ReportData
+from ..tables import Table
+from .scaling import by_size_table, effects_by_size
+from .tuned import Sweep, at_edge, choose
+
+
+def effects_by_condition(sweep: Sweep) -> pd.DataFrame | None:
+    """effects_by_condition.csv (module docstring); None without condition axes or
+    compared axes."""
+    compared = [a for a in sweep.arch_axes if a in sweep.cells.columns]
+    if not sweep.condition_axes or not compared:
+        return None
+    records = []
+    for group in sweep.archs:
+        chosen = choose(sweep, group)
+        if chosen is None or at_edge(sweep, chosen):
+            continue
+        mine = sweep.per_seed[sweep.per_seed["variant"] == chosen["variant"]]
+        cell = sweep.cells[sweep.cells["variant"] == chosen["variant"]].iloc[0]
+        records += [{"seed": seed, "condition": sweep.sizes.get(group, ""), "value": value,
+                     **{a: cell[a] for a in compared}}
+                    for seed, value in zip(mine["seed"], mine["test"])]
+    base = sweep.cells[sweep.cells["compared"] == sweep.baseline]
+    if not records or not len(base):
+        return None
+    baseline = {a: str(base[a].iloc[0]) for a in compared}
+    frame = effects_by_size(pd.DataFrame(records), compared, baseline, sweep.reported_on,
+                            over="condition")
+    return frame
+
+
+def condition_table(frame: pd.DataFrame) -> Table:
+    return by_size_table(frame, over="condition")
+
+
+def axes_table(data: ReportData) -> Table | None:
+    """Every axis of the first run with axes: its role, the values its grid lists, and the
+    values edge extension added (None: no run varies anything)."""
+    for meta in data.runs:
+        mine = data.variants[data.variants["run"] == meta.run]
+        overs = [dict(o) for o in mine["overrides"] if isinstance(o, Mapping)]
+        roles = stored_roles(meta, overs)
+        if not roles:
+            continue
+        grid = meta.grid or {}
+        body = []
+        for axis, role in roles.items():
+            listed = [value_text(v) for v in grid.get(axis, [])]
+            seen = list(dict.fromkeys(value_text(o[axis]) for o in overs if axis in o))
+            extra = [v for v in seen if listed and v not in listed]
+            body.append([axis, role, ", ".join(listed or seen), ", ".join(extra)])
+        note = ("compared: the variants the question is about; tuned: each compared variant "
+                "at its own best value (chosen on validation); condition: the task or scale, "
+                "variants are compared only within one. Added: values beyond the grid that "
+                "edge extension ran. See docs/fair-comparisons.md.")
+        return Table("Axes", ["axis", "role", "values", "added"], body, note)
+    return None

@@ -1,0 +1,146 @@
+"""Edges that resolve themselves: extending a tuned axis beyond the grid where a best sits.
+
+A tuned axis on a log or linear grid may be extended (``extend: true`` on the axis, or
+``variantlab run --extend-edges``; :mod:`variantlab.config.roles`). After the grid has run,
+the tuned comparison (:mod:`.tuned`) is read from the store: for every compared variant
+in every condition whose chosen value of such an axis is the smallest or largest it tried,
+one more value beyond that edge is run (the grid's own ratio or step,
+:func:`variantlab.config.roles.next_value`), with its other axes at the chosen values.
+Rounds repeat until no best sits at an extendable edge or an edge has been extended its
+number of times (``extend: N``; ``true``: :data:`~variantlab.config.roles.DEFAULT_EXTENSIONS`).
+
+The added values run as named variants appended to the experiment (so a worker process
+rebuilds them from the experiment's text like any other); their units are ordinary units
+with ordinary keys, stored beside the grid's, and a rerun finds them stored. The report
+says what was added (tuned.csv ``extended``) and calls a best that still sits at an edge
+*unresolved*.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from ...config.experiment import Experiment, experiment_from_text
+from ...config.roles import next_value, numeric
+from ...errors import InputError
+from ..effects import value_text
+from ..frame import gather
+from .tuned import Sweep, at_edge, choose, find_sweep, tried
+
+TRAINING = "training"
+
+
+@dataclass
+class Extension:
+    """One value added beyond an edge: for ``group``, ``axis`` at ``value`` (``side``)."""
+
+    group: str
+    axis: str
+    side: str
+    value: Any
+    overrides: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        """The added variant's name: every override, ``path=value``, as a grid names its
+        variants."""
+        return ",".join(f"{p}={value_text(v)}" for p, v in self.overrides.items())
+
+
+@dataclass
+class Extended:
+    """What the extension rounds did: the experiment with its added variants, each
+    round's added values, and what could not be added (and why)."""
+
+    experiment: Experiment
+    rounds: list[list[Extension]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    summaries: list[Any] = field(default_factory=list)
+
+
+def beyond(sweep: Sweep, overrides: Mapping[str, Mapping[str, Any]], extend: Mapping[str, int]
+           ) -> list[Extension]:
+    """The values to run next: one per (group, extendable axis) whose chosen value sits at
+    an edge the group has not yet extended ``extend[axis]`` times. ``overrides``: each
+    variant's overrides."""
+    out = []
+    for group in sweep.archs:
+        chosen = choose(sweep, group)
+        if chosen is None:
+            continue
+        for axis in at_edge(sweep, chosen):
+            limit, grid = extend.get(axis, 0), sweep.grid.get(axis) or []
+            values, lo_hi = numeric(tried(sweep, group, axis)), numeric(grid)
+            if not limit or values is None or lo_hi is None:
+                continue
+            side = "low" if float(chosen[axis]) == values[0] else "high"
+            done = sum(v < lo_hi[0] for v in values) if side == "low" else \
+                sum(v > lo_hi[-1] for v in values)
+            new = next_value(values, grid, side)
+            if done >= limit or new is None:
+                continue
+            over = {**dict(overrides.get(str(chosen["variant"])) or {}), axis: new}
+            out.append(Extension(group, axis, side, new, over))
+    return out
+
+
+def with_variants(experiment: Experiment, added: list[Extension],
+                  extra_plugins: tuple[str, ...] = ()) -> Experiment:
+    """``experiment`` with ``added`` as named variants after its own (rebuilt from its text
+    with them appended, so workers can rebuild it too); InputError when one is refused."""
+    data = dict(experiment.doc.data) if experiment.doc is not None else {}
+    named = list(data.get("variants") or [])
+    have = {n.get("name") for n in named if isinstance(n, Mapping)}
+    named += [{"name": e.name, "set": e.overrides} for e in added if e.name not in have]
+    text = yaml.safe_dump({**data, "variants": named}, sort_keys=False)
+    return experiment_from_text(text, experiment.path or "<string>",
+                                base_dir=experiment.base_dir, extra_plugins=extra_plugins,
+                                max_variants=None)
+
+
+def run_extended(experiment: Experiment, run: Callable[[Experiment], Any],
+                 extend: Mapping[str, int], extra_plugins: tuple[str, ...] = (),
+                 on_round: Callable[[int, list[Extension]], None] | None = None) -> Extended:
+    """Run ``experiment`` (``run(experiment) -> RunSummary``, e.g. ``run_experiment`` with
+    its options), then extension rounds while a best sits at an extendable edge (module
+    docstring). Stops early when a run is interrupted or cannot write."""
+    out = Extended(experiment)
+    summary = run(experiment)
+    out.summaries.append(summary)
+    for number in range(1, max(extend.values(), default=0) * 2 + 1):
+        if summary.interrupted or summary.write_error is not None:
+            break
+        data = gather([summary.run_dir])
+        sweep = find_sweep(data, TRAINING)
+        if sweep is None:
+            break
+        overrides = dict(zip(data.variants["variant"], data.variants["overrides"]))
+        added = beyond(sweep, overrides, extend)
+        if not added:
+            break
+        accepted: list[Extension] = []
+        for ext in added:  # each value on its own: one the model or probe refuses is skipped
+            try:
+                with_variants(out.experiment, [*accepted, ext], extra_plugins)
+            except InputError as exc:
+                out.skipped.append(f"{ext.name}: {'; '.join(exc.messages)}")
+            else:
+                accepted.append(ext)
+        if not accepted:
+            break
+        added = accepted
+        bigger = with_variants(out.experiment, added, extra_plugins)
+        out.rounds.append(added)
+        if on_round is not None:
+            on_round(number, added)
+        out.experiment = bigger
+        summary = run(bigger)
+        out.summaries.append(summary)
+    return out
+
+
+__all__ = ["Extended", "Extension", "beyond", "run_extended", "with_variants"]

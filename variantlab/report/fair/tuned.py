@@ -1,0 +1,357 @@
+"""Tuned comparisons: each compared variant at its own best setting, within each condition.
+
+Every axis of a run has a role (:mod:`variantlab.config.roles`): *compared* axes make the
+architecture variants the question is about, *tuned* axes (``measure.*``, and model keys
+under ``tune:``) are chosen per compared variant, *condition* axes (``data.*``, ``emb_dim``,
+``n_layers``, keys under ``conditions:``) say what task or scale a comparison is made at:
+variants are compared only within one condition. One learning rate (or schedule, or DyT
+alpha0) is rarely best for every architecture, so comparing them at one shared setting is
+unfair to all but one (Wen et al. 2025, "Fantastic pretraining optimizers and where to
+find them"). The rule (docs/fair-comparisons.md), for the run's headline metric ``M``
+(``compare_on``, :mod:`variantlab.config.metrics`):
+
+1. a *group* is one compared variant in one condition; its *runs* are its variants (one
+   per combination of tuned values) times the seeds;
+2. for each tuned combination, the *choice score* is the mean over seeds of ``val_M``; a
+   seed with no finite value (diverged, failed, missing) makes it the worst score, so a
+   setting where any seed diverged is never chosen over one where all finished;
+3. the chosen setting has the best score in ``M``'s direction (ties: the first in sweep
+   order);
+4. it is reported on ``test_M`` (never the metric that chose it): the mean over seeds and
+   a 95% t-interval over seeds, ``n`` = seeds with a finite value, and the paired
+   difference to the baseline compared variant of the same condition at *its* best
+   setting, per seed, with a t-interval over seeds;
+5. ``at_edge``: the choice is the smallest or largest value the group tried on some tuned
+   axis (the best may lie outside the sweep); the group's result is then *unresolved*,
+   and its condition gets no ranking (``rank`` is empty for every group of it);
+6. ``lr_sensitivity`` (Wortsman et al. 2023, "Small-scale proxies for large-scale
+   Transformer training instabilities"): per seed, the mean over the swept learning
+   rates of ``min(loss(lr), loss at init)`` minus the lowest loss over them (the other
+   tuned axes at the chosen values; loss = the choice metric; a diverged run counts as
+   the loss at init), averaged over seeds. For a metric where higher is better, the best
+   value minus the mean over rates, a run without a finite value counting as the lowest
+   value of its seed.
+
+Runs without held-out splits (no ``val_loss``/``test_loss`` rows) fall back to
+``eval_loss`` (then ``final_loss``) for both, and the report says the tuned number is
+then optimistic (the metric that chose also reports).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from ...config.metrics import Headline, headline, headline_of
+from ...config.roles import COMPARED, CONDITION, SIZE_KEYS, TUNED, numeric, stored_roles
+from ...store.store import axis_default
+from ..effects import interval, value_text
+from ..frame import ReportData
+from ..labels import GridLabels
+
+SETTING = "measure."
+CHOOSE = headline().choose  # loss: the first present chooses
+REPORT = headline().report  # loss: the first present reports
+TUNED_COLUMNS = ("variant", "val_loss", "test_loss", "low", "high", "n", "vs_baseline",
+                 "vs_low", "vs_high", "rank", "unresolved", "at_edge", "edge_axes", "extended",
+                 "lr_sensitivity", "diverged", "runs", "chosen_on", "reported_on")
+#: model keys that make a size axis: architectures that differ in these are different sizes
+SIZE_AXES = SIZE_KEYS
+
+
+@dataclass
+class Sweep:
+    """A run's variants grouped by role: one *group* per compared variant and condition,
+    its tuned axes chosen within it (module docstring)."""
+
+    run: str
+    arch_axes: list[str]  # compared
+    setting_axes: list[str]  # tuned
+    values: dict[str, list[Any]]  # tuned axis -> values in sweep order (grid, then added)
+    cells: pd.DataFrame  # variant, arch, compared, condition, a column per tuned axis (raw
+    # values) and per compared axis (as text)
+    per_seed: pd.DataFrame  # variant, seed, arch, settings..., val, test, init, diverged
+    chosen_on: str
+    reported_on: str
+    baseline: str  # the baseline compared variant
+    archs: list[str] = field(default_factory=list)  # groups, in sweep order
+    sizes: dict[str, str] = field(default_factory=dict)  # group -> its condition
+    condition_axes: list[str] = field(default_factory=list)
+    grid: dict[str, list[Any]] = field(default_factory=dict)  # tuned axis -> as written
+    head: Headline = field(default_factory=headline)
+    compared: dict[str, str] = field(default_factory=dict)  # group -> compared variant
+    conditions: dict[str, dict[str, Any]] = field(default_factory=dict)  # condition -> values
+
+    def same_size(self, a: str, b: str) -> bool:
+        """Whether groups ``a`` and ``b`` are in the same condition (so comparable)."""
+        return self.sizes.get(a, "") == self.sizes.get(b, "")
+
+    @property
+    def lr_axis(self) -> str | None:
+        return next((a for a in self.setting_axes if a.rsplit(".", 1)[-1] == "lr"), None)
+
+    @property
+    def optimistic(self) -> bool:
+        return self.chosen_on == self.reported_on
+
+    @property
+    def metric_columns(self) -> tuple[str, str]:
+        """tuned.csv's columns of the choice score and the reported mean."""
+        return self.head.val, self.head.test
+
+    def groups_of(self, condition: str) -> list[str]:
+        return [g for g in self.archs if self.sizes.get(g, "") == condition]
+
+
+def arch_name(overrides: Mapping[str, Any], axes: list[str] | None = None,
+              labels: GridLabels | None = None) -> str:
+    """A compared variant's name: its overrides of ``axes`` (default: every non-``measure.``
+    path), ``base`` without any; with the run's grid ``labels``, each grid axis of several
+    values by its short name and its value's label (``attention=mha, n_pairs=4``;
+    :mod:`variantlab.report.labels`)."""
+    keep = (lambda p: p in axes) if axes is not None else (lambda p: not p.startswith(SETTING))
+    if labels is None:
+        parts = [f"{p}={value_text(v)}" for p, v in overrides.items() if keep(p)]
+        return ",".join(parts) or "base"
+    parts = [f"{labels.short.get(p, p)}={labels.value(p, v)}" for p, v in overrides.items()
+             if keep(p) and len(labels.axes.get(p, [0, 1])) > 1]
+    return ", ".join(parts) or "base"
+
+
+def group_name(compared: str, condition: str) -> str:
+    return f"{compared} ({condition})" if condition else compared
+
+
+def find_sweep(data: ReportData, probe: str) -> Sweep | None:
+    """The first run whose variants have tuned axes, with the headline metric's values
+    per variant and seed (the training ``probe``'s loss at init and divergence; None: no
+    run has tuned axes, or none recorded the headline)."""
+    for meta in data.runs:
+        mine = data.variants[data.variants["run"] == meta.run]
+        overs = [dict(o) if isinstance(o, Mapping) else {} for o in mine["overrides"]]
+        roles = stored_roles(meta, overs)
+        tuned = [a for a, r in roles.items() if r == TUNED]
+        if not tuned:
+            continue
+        compared = [a for a, r in roles.items() if r == COMPARED]
+        conds = [a for a, r in roles.items() if r == CONDITION]
+        records: list[dict[str, Any]] = []
+        sizes: dict[str, str] = {}
+        names: dict[str, str] = {}
+        cond_values: dict[str, dict[str, Any]] = {}
+        labels = GridLabels.of(meta)
+        for variant, over, spec in zip(mine["variant"], overs, mine["spec"]):
+            value = {a: over[a] if a in over else axis_default(a, meta, spec)
+                     for a in [*tuned, *conds, *compared]}
+            cond = ", ".join(f"{labels.short.get(a, a)}={labels.value(a, value[a])}"
+                             for a in conds)
+            name = arch_name(over, compared, labels)
+            group = group_name(name, cond)
+            sizes[group], names[group] = cond, name
+            cond_values.setdefault(cond, {a: value[a] for a in conds})
+            records.append({"variant": variant, "arch": group, "compared": name,
+                            "condition": cond, **{a: value[a] for a in tuned},
+                            **{a: value_text(value[a]) for a in compared if a not in tuned}})
+        cells = pd.DataFrame(records)
+        head = headline_of(meta, getattr(data, "registry", None))
+        rows = data.rows[data.rows["run"] == meta.run]
+        held = rows[rows["probe"] == head.probe]
+        choose_col, report_col = head.columns(set(held["metric"]))
+        if choose_col is None or report_col is None:
+            return None
+        seeds = meta.seeds or sorted({int(s) for s in rows["seed"].dropna()})
+        grid = pd.MultiIndex.from_product([cells["variant"], seeds], names=["variant", "seed"])
+        per_seed = pd.DataFrame(index=grid).reset_index().merge(cells, on="variant")
+        trained = rows[(rows["probe"] == probe) & (rows["scope"] == "model")]
+        scored = held[held["scope"] == "model"]
+        for col, part in (("val", scored[scored["metric"] == choose_col]),
+                          ("test", scored[scored["metric"] == report_col]),
+                          ("diverged", trained[trained["metric"] == "diverged"]),
+                          ("init", trained[(trained["metric"] == "loss")
+                                           & (trained["step"] == 0)])):
+            got = part.groupby(["variant", "seed"])["value"].mean()
+            per_seed[col] = [got.get((v, s), math.nan)
+                             for v, s in zip(per_seed["variant"], per_seed["seed"])]
+        groups = list(dict.fromkeys(cells["arch"]))
+        base_rows = cells[cells["variant"] == data.baseline]
+        baseline = str(base_rows["compared"].iloc[0]) if len(base_rows) else names[groups[0]]
+        written = {a: list((meta.grid or {}).get(a) or []) for a in tuned}
+        values = {a: _ordered(written[a], cells[a]) for a in tuned}
+        return Sweep(meta.run, compared, tuned, values, cells, per_seed, choose_col,
+                     report_col, baseline, groups, sizes, conds, written, head, names,
+                     cond_values)
+    return None
+
+
+def _ordered(grid_values: list[Any] | None, seen: pd.Series) -> list[Any]:
+    out = list(grid_values or [])
+    return out + [v for v in dict.fromkeys(seen) if v not in out]
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def scores(sweep: Sweep, arch: str) -> pd.DataFrame:
+    """Each tuned combination of group ``arch``: its variant, the choice score (mean over
+    seeds of the choice metric; NaN when a seed has no finite value) and ``key`` (smaller
+    is better; +inf for a NaN score)."""
+    mine = sweep.per_seed[sweep.per_seed["arch"] == arch]
+    out = []
+    for variant, part in mine.groupby("variant", sort=False):
+        vals = part["val"].tolist()
+        score = sum(vals) / len(vals) if vals and all(map(_finite, vals)) else math.nan
+        out.append({"variant": variant, "score": score, "key": sweep.head.key(score),
+                    **{a: part[a].iloc[0] for a in sweep.setting_axes}})
+    return pd.DataFrame(out)
+
+
+def choose(sweep: Sweep, arch: str) -> pd.Series | None:
+    """The chosen combination of group ``arch`` (the best score, the first on ties); None
+    when every combination has a seed without a finite choice metric."""
+    table = scores(sweep, arch)
+    if not len(table) or not math.isfinite(table["key"].min()):
+        return None
+    return table.loc[table["key"].idxmin()]
+
+
+def tried(sweep: Sweep, arch: str, axis: str) -> list[Any]:
+    """The values of tuned ``axis`` that group ``arch`` ran, in sweep order."""
+    mine = set(sweep.cells.loc[sweep.cells["arch"] == arch, axis].map(value_text))
+    return [v for v in sweep.values[axis] if value_text(v) in mine]
+
+
+def at_edge(sweep: Sweep, chosen: pd.Series) -> list[str]:
+    """Tuned axes (with more than one value tried by the chosen variant's group) whose
+    chosen value is the smallest or the largest tried (the first or last listed, for
+    values that do not compare)."""
+    arch = sweep.cells.loc[sweep.cells["variant"] == chosen["variant"], "arch"].iloc[0]
+    out = []
+    for axis in sweep.setting_axes:
+        values = tried(sweep, arch, axis)
+        if len(values) < 2:
+            continue
+        nums = numeric(values)
+        ends = (nums[0], nums[-1]) if nums is not None else (values[0], values[-1])
+        if chosen[axis] in ends:
+            out.append(axis)
+    return out
+
+
+def added(sweep: Sweep, arch: str) -> dict[str, list[Any]]:
+    """Tuned axis -> the values group ``arch`` ran beyond the grid (edge extension)."""
+    out = {}
+    for axis in sweep.setting_axes:
+        grid = {value_text(v) for v in sweep.grid.get(axis, [])}
+        extra = [v for v in tried(sweep, arch, axis) if grid and value_text(v) not in grid]
+        if extra:
+            out[axis] = extra
+    return out
+
+
+def _at(sweep: Sweep, chosen: pd.Series) -> pd.DataFrame:
+    mine = sweep.per_seed[sweep.per_seed["variant"] == chosen["variant"]]
+    return mine.set_index("seed")
+
+
+def lr_sensitivity(sweep: Sweep, arch: str, chosen: pd.Series) -> float:
+    """Wortsman et al. 2023's LR sensitivity of group ``arch`` (module docstring, rule 6);
+    NaN without an lr axis of two or more values or (lower is better) the loss at init."""
+    lr = sweep.lr_axis
+    if lr is None or len(tried(sweep, arch, lr)) < 2:
+        return math.nan
+    mine = sweep.per_seed[sweep.per_seed["arch"] == arch]
+    for axis in sweep.setting_axes:
+        if axis != lr:
+            mine = mine[mine[axis] == chosen[axis]]
+    per_seed = []
+    for _, part in mine.groupby("seed"):
+        finite = [v for v in part["val"] if _finite(v)]
+        if not finite:
+            continue
+        if sweep.head.lower_is_better:
+            init = part["init"].dropna()
+            if not len(init):
+                return math.nan
+            l0 = float(init.mean())
+            losses = [v if _finite(v) else math.inf for v in part["val"]]
+            per_seed.append(sum(min(v, l0) for v in losses) / len(losses) - min(finite))
+        else:
+            vals = [v if _finite(v) else min(finite) for v in part["val"]]
+            per_seed.append(max(finite) - sum(vals) / len(vals))
+    return sum(per_seed) / len(per_seed) if per_seed else math.nan
+
+
+def _ranks(sweep: Sweep, records: list[dict[str, Any]]) -> None:
+    """``rank`` (1 = best reported mean; equal means share a rank) within each condition
+    whose groups are all resolved; none in a condition with an unresolved group."""
+    test = sweep.head.test
+    for cond in dict.fromkeys(sweep.sizes.get(g, "") for g in sweep.archs):
+        mine = [r for r in records if sweep.sizes.get(r["_group"], "") == cond]
+        if any(r.get("unresolved", True) for r in mine):
+            continue
+        keys = [sweep.head.key(r.get(test, math.nan)) for r in mine]
+        for r, k in zip(mine, keys):  # ties share a rank
+            r["rank"] = 1 + sum(other < k for other in keys)
+
+
+def tuned_frame(sweep: Sweep) -> pd.DataFrame:
+    """tuned.csv: one row per compared variant per condition (module docstring)."""
+    val_col, test_col = sweep.metric_columns
+    chosen = {a: choose(sweep, a) for a in sweep.archs}
+    records = []
+    for arch in sweep.archs:
+        c, cond = chosen[arch], sweep.sizes.get(arch, "")
+        mine = sweep.per_seed[sweep.per_seed["arch"] == arch]
+        bad = int(((mine["diverged"] == 1) | ~mine["val"].map(_finite)).sum())
+        more = added(sweep, arch)
+        rec: dict[str, Any] = {"_group": arch, "variant": sweep.compared.get(arch, arch),
+                               **sweep.conditions.get(cond, {}), "runs": len(mine),
+                               "diverged": bad, "chosen_on": sweep.chosen_on,
+                               "reported_on": sweep.reported_on, "unresolved": True,
+                               "extended": "; ".join(f"{a}: {', '.join(map(value_text, v))}"
+                                                     for a, v in more.items())}
+        records.append(rec)
+        if c is None:
+            continue
+        test = _at(sweep, c)["test"]
+        mean, low, high, n = interval(test[test.map(_finite)])
+        rec.update({a: c[a] for a in sweep.setting_axes})
+        rec.update({val_col: c["score"], test_col: mean, "low": low, "high": high, "n": n})
+        base_group = group_name(sweep.baseline, cond)
+        base = chosen.get(base_group)
+        if base is not None and arch != base_group:
+            diff = (test - _at(sweep, base)["test"]).where(lambda d: d.map(_finite))
+            rec["vs_baseline"], rec["vs_low"], rec["vs_high"], _ = interval(diff)
+        edges = at_edge(sweep, c)
+        rec.update(at_edge=bool(edges), unresolved=bool(edges), edge_axes=" ".join(edges),
+                   lr_sensitivity=lr_sensitivity(sweep, arch, c))
+    _ranks(sweep, records)
+    columns = ["variant", *sweep.condition_axes, *sweep.setting_axes, val_col, test_col,
+               *TUNED_COLUMNS[3:]]
+    return pd.DataFrame(records, columns=columns)
+
+
+def lr_curves(sweep: Sweep, arch: str, chosen: pd.Series | None) -> pd.DataFrame:
+    """``lr, mean, low, high, diverged`` of group ``arch``'s choice metric at each swept
+    lr (other tuned axes at its chosen values; seed spread = min and max over seeds)."""
+    lr = sweep.lr_axis
+    assert lr is not None
+    mine = sweep.per_seed[sweep.per_seed["arch"] == arch]
+    if chosen is not None:
+        for axis in sweep.setting_axes:
+            if axis != lr:
+                mine = mine[mine[axis] == chosen[axis]]
+    out = []
+    for value, part in mine.groupby(lr, sort=True):
+        ok = part["val"][part["val"].map(_finite)]
+        n_bad = int(len(part) - len(ok) + (part["diverged"] == 1)[part["val"].map(_finite)].sum())
+        out.append({"lr": float(value), "mean": ok.mean() if len(ok) else math.nan,
+                    "low": ok.min() if len(ok) else math.nan,
+                    "high": ok.max() if len(ok) else math.nan, "diverged": n_bad,
+                    "init": part["init"].mean()})
+    return pd.DataFrame(out, columns=["lr", "mean", "low", "high", "diverged", "init"])
