@@ -14,9 +14,10 @@ from functools import partial
 import pandas as pd
 
 from ...plugin.registry import Registry
-from ..effects import clear, value_text
+from ..effects import clear
 from ..frame import ReportData
 from ..headline import tuned_leads
+from ..labels import value_text
 from ..learned import nothing_learned
 from ..parts import pieces
 from ..plots import Plot, legend, new_axes, styles

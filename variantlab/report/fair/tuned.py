@@ -49,9 +49,9 @@ import pandas as pd
 from ...config.metrics import Headline, headline, headline_of
 from ...config.roles import COMPARED, CONDITION, SIZE_KEYS, TUNED, numeric, stored_roles
 from ...store.store import axis_default
-from ..effects import interval, value_text
+from ..effects import interval
 from ..frame import ReportData
-from ..labels import GridLabels
+from ..labels import GridLabels, value_text
 
 SETTING = "measure."
 CHOOSE = headline().choose  # loss: the first present chooses
