@@ -147,7 +147,7 @@ def test_best_only_when_the_paired_interval_excludes_zero():
     assert "not clearly different" in text and "Best" not in text and "includes 0" in text
     one = lead(_values([3.48811], [3.48812]), lower=True)
     assert lead_sentence("test loss", one) == \
-        "test loss: A 3.48811, B 3.48812 (one seed: no interval, so no verdict)"
+        "Test loss: A 3.48811, B 3.48812 (one seed: no interval, so no verdict)"
     higher = lead(_values([0.2, 0.21, 0.22], [0.3, 0.33, 0.34]), lower=False)
     assert higher.first == "B" and higher.clear and higher.margin == pytest.approx(0.34 / 3)
 
@@ -197,7 +197,7 @@ def test_variants_that_learned_nothing_are_named_beside_those_that_did():
                           "accuracy within 3x its noise of chance (attention=linear_attention "
                           "0.035 vs 0.03125)).")
     # the headline metric (loss, by default) ties; recall accuracy is said where it disagrees
-    assert ("test loss (the headline metric): attention=mha (3.471) and "
+    assert ("Test loss (the headline metric): attention=mha (3.471) and "
             "attention=linear_attention (3.471) are not clearly different") in "\n".join(reading)
     assert ("By test recall accuracy, attention=mha leads (0.89 vs 0.035 for "
             "attention=linear_attention, ahead by 0.855 [") in "\n".join(reading)

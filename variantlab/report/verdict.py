@@ -73,6 +73,7 @@ def lead_sentence(label: str, found: Lead, unit: str = "") -> str:
         return (f"Best variant by {label}: {found.first} ({a}), ahead of {found.second} "
                 f"({b}) by {fmt(found.margin)} [{fmt(found.low)}, {fmt(found.high)}] over "
                 f"{found.n} seeds")
+    label = label[:1].upper() + label[1:]
     if found.n < 2:
         return (f"{label}: {found.first} {a}, {found.second} {b} (one seed: no interval, so "
                 "no verdict)")
