@@ -97,7 +97,9 @@ def seed_metrics(data: ReportData, registry: Registry | None = None) -> pd.DataF
         part = piece(data)
         if part is not None and len(part):
             out.parts.append(part)
-    out.parts.append(other_scalars(data, out.frame()))
+    extra = other_scalars(data, out.frame())
+    if len(extra):  # an empty frame would make every column an object column
+        out.parts.append(extra)
     return out.frame()
 
 
