@@ -178,7 +178,7 @@ def test_effects_of_two_runs_come_from_one_run_only(tmp_path):
 
 def test_a_grid_of_one_value_per_axis_has_no_effects(tmp_path):
     files = write_report([sample_grid({"a": [0], "b": ["x"]})], tmp_path, registry=REG)
-    assert files.effects.read_text() == "axis,value,metric,effect,low,high,n\n"
+    assert files.effects.read_text() == "axis,value,metric,effect,low,high,n,role\n"
     assert "## Effects of each axis" not in files.markdown.read_text()
 
 

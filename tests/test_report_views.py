@@ -179,13 +179,13 @@ def test_the_fair_comparison_is_the_training_probes_piece():
 
     data = gather([tuning_run(GRID, val_of, held_out)])
     full = build_context(data, vl.get_registry())[0]
-    assert [t.title for t in full["fair"]] == ["Tuned comparison"]
+    assert [t.title for t in full["fair"]] == ["Axes", "Tuned comparison"]
     assert list(full["fair_parts"].tuned["variant"]) == ["activation=gelu",
                                                          "activation=relu"]
     unfair = {n: tuple(replace(v, fair=None) if isinstance(v, ProbeView) else v
                        for v in BUILTIN[n].views) for n in CORE}
     bare = build_context(data, registry_of(unfair))[0]
-    assert bare["fair"] == [] and bare["fair_parts"].tuned is None
+    assert [t.title for t in bare["fair"]] == ["Axes"] and bare["fair_parts"].tuned is None
     assert "loss_vs_lr" not in [p.key for p in bare["plots"]]
 
     def extra(register):  # another probe asking for the same comparison of training's losses

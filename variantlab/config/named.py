@@ -7,7 +7,7 @@
 
 is the axis ``feedforward: [{kind: glu}, {kind: moe, n_experts: 8, top_k: 2}]`` whose values
 are called ``dense`` and ``moe`` in variant names, reports, CSV files and plots. A mapping
-whose keys are only ``values`` and ``extend`` is the extended-axis form instead
+with a key ``values`` or ``extend`` is the extended-axis form instead
 (:func:`variantlab.config.roles.axis_mappings`), so those two words do not name values.
 Unnamed dict or list values get short automatic labels (:func:`auto_labels`).
 """
@@ -26,8 +26,7 @@ LABEL_DIGITS = 3  # significant digits of a number in an automatic label
 
 def is_named(given: Any) -> bool:
     """Whether a grid axis is written as ``{name: value, ...}``."""
-    return (isinstance(given, Mapping) and bool(given)
-            and not ("values" in given and set(given) <= EXTENDED))
+    return isinstance(given, Mapping) and bool(given) and not set(given) & EXTENDED
 
 
 def named_axes(data: Any) -> Any:

@@ -316,8 +316,8 @@ def _axis(values: dict[str, Any], description: str) -> dict[str, Any]:
                       {"type": "object", "required": ["values"],
                        "properties": {"values": dict(values), "extend": extend},
                        "additionalProperties": False},
-                      {"type": "object", "minProperties": 1, "not": {"required": ["values"]},
-                       "additionalProperties": item}],
+                      {"type": "object", "minProperties": 1, "additionalProperties": item,
+                       "not": {"anyOf": [{"required": ["values"]}, {"required": ["extend"]}]}}],
             "description": description}
 
 
