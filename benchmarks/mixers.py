@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in (n for n in results if "mha" not in n and "recurrent" not in n):
         for ref in ("mha naive", "mha sdpa"):
             first = next((t for t in LENGTHS if results[name][t][0] < results[ref][t][0]), None)
-            lines.append(f"- {name} vs {ref}: " + (f"T={first}" if first else "none up to 4096"))
+            lines.append(f"- {name} vs {ref}: " + (f"T={first}" if first else f"none up to {LENGTHS[-1]}"))
     text = "\n".join(lines)
     print(text)
     if args.markdown:

@@ -254,3 +254,18 @@ def layer_modules(model) -> list:
     from variantlab.probes.common import layer_stacks
 
     return [(i, m) for i, m, _ in layer_stacks(model)]
+
+
+def assert_imports_equal(hf, registry, impl: str = "naive", padded: bool = True):
+    """``from_transformers(hf)`` with ``impl``: equal parameter counts, logits within 1e-4 on
+    two rows of 12 tokens and, with ``padded``, on left-padded rows; returns (spec, model)."""
+    import variantlab as vl
+
+    spec, model = vl.from_transformers(hf, registry, impl=impl)
+    assert n_params(model) == n_params(hf)
+    idx = torch.randint(0, 64, (2, 12))
+    with torch.no_grad():
+        assert (model.eval()(idx) - hf(idx).logits).abs().max().item() < 1e-4
+    if padded:
+        assert left_padded_diff(hf, model) < 1e-4
+    return spec, model

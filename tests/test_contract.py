@@ -63,7 +63,7 @@ def test_a_real_run_has_exactly_the_contracts_frames(real_run):
     # results() adds a column per grid axis (model axes too, issue 28.2)
     results = vl.results(real_run)
     assert shape(results.drop(columns=["norm.kind"])) == contract_shape(RESULTS)
-    assert list(results.columns)[-1] == "norm.kind"
+    assert list(results.columns)[-2:] == ["norm.kind", "run"]
     by_variant = dict(zip(results["variant"], results["norm.kind"]))
     assert by_variant == {"base": "layer", "norm.kind=rms": "rms"}
     per_unit = run.rows.groupby("unit_key", sort=False).size().tolist()

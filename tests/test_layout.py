@@ -108,6 +108,8 @@ def test_parameter_rows_stay_per_layer_and_the_size_guard_adds_layers_up():
     ({"kinds": {"a": {"init": {"kind": "xavier"}}}}, "model.layout.kinds.a.init:", "cannot vary per layer"),
     ({"kinds": {"a": {"positional": "rotary"}}}, "model.layout.kinds.a.positional.kind:",
      "acts inside attention"),
+    ({"kinds": {"a": {"positional": "none"}}}, "model.layout.kinds.a.positional.kind:",
+     "drop it (none: a NoPE layer)"),
     ({"kinds": {"a": {"attention": {"kind": "mha", "n_kv_heads": 3}}}}, "model.layout.kinds.a.attention",
      "n_kv_heads"),
 ])

@@ -225,7 +225,7 @@ def test_loss_gap_is_judged_seed_by_seed():
     own spread is larger than the gap; a gap whose sign flips between seeds is not."""
     import pandas as pd
 
-    from variantlab.report.findings import _sureness, paired_gaps
+    from variantlab.report.findings import paired_gaps, sureness
 
     rows = pd.DataFrame([
         {"probe": "training", "metric": "eval_loss", "scope": "model", "variant": v,
@@ -235,9 +235,9 @@ def test_loss_gap_is_judged_seed_by_seed():
     ])
     gaps = paired_gaps(rows, "training", "eval_loss", "a")
     assert gaps["b"] == pytest.approx([0.1, 0.1, 0.1])
-    assert "on every seed (n=3" in _sureness(gaps["b"])
-    assert "on 2 of 3 seeds" in _sureness(gaps["c"]) and "not a clear" in _sureness(gaps["c"])
-    assert _sureness([0.2]) == ""
+    assert "on every seed (n=3" in sureness(gaps["b"])
+    assert "on 2 of 3 seeds" in sureness(gaps["c"]) and "not a clear" in sureness(gaps["c"])
+    assert sureness([0.2]) == ""
 
 
 def test_speed_up_is_judged_seed_by_seed():

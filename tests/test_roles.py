@@ -74,7 +74,10 @@ def test_extend_on_an_axis_is_read_and_checked():
     for axis, why in (("activation.kind: {values: [gelu, relu], extend: true}",
                        "'activation.kind' is a compared axis; only a tuned axis is extended"),
                       ("measure.training.lr: {values: [1.0e-3, 2.0e-3, 1.0e-2], extend: true}",
-                       "on neither a log grid (equal ratios) nor a linear one")):
+                       "on neither a log grid (equal ratios) nor a linear one"),
+                      ("measure.training.lr: {values: [1.0e-3, 1.0e-2], extend: 'yes'}",
+                       "extend is true, false or a whole number of extensions per edge (1 to "
+                       "20), got 'yes'")):
         with pytest.raises(InputError) as info:
             experiment_from_text(exp(f"grid:\n  {axis}\n" + TRAIN), "e.yaml")
         (msg,) = info.value.messages
@@ -209,6 +212,7 @@ def test_compare_on_recall_accuracy_chooses_within_each_condition(tmp_path):
     # ranks within each n_pairs (relu's best lr, 1e-2, is inside the sweep; gelu's is not)
     assert by["unresolved"].tolist() == [True, True, False, False]
     assert by["rank"].isna().all()
+    assert "recall\\_accuracy vs learning rate" in md and "Loss vs learning rate" not in md
     assert "Best test\\_recall\\_accuracy per condition: n\\_pairs=2: unresolved; " \
         "n\\_pairs=4: unresolved." in md
 
@@ -312,3 +316,57 @@ def test_the_schema_takes_an_extended_axis_and_the_role_keys():
                 {"values": [1e-3], "extend": 0}, {"values": [1e-3], "more": 1}):
         doc["grid"]["measure.training.lr"] = bad
         assert list(check.iter_errors(doc)), bad
+
+
+def test_validate_lists_each_axis_role_and_its_extension(tmp_path):
+    from click.testing import CliRunner
+
+    from variantlab.cli.main import main
+
+    path = tmp_path / "e.yaml"
+    path.write_text(exp("grid:\n  activation.kind: [gelu, relu]\n  data.n_pairs: [2, 4]\n"
+                        "  measure.training.lr: {values: [1.0e-3, 1.0e-2], extend: 2}\n"
+                        "data: {source: synthetic, task: recall}\n" + TRAIN))
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "  activation.kind: compared\n  data.n_pairs: condition\n" \
+        "  measure.training.lr: tuned, extended up to 2 per edge\n" in result.output
+
+
+def test_the_effects_lead_with_the_compare_on_metric_when_it_is_summarised(tmp_path):
+    from variantlab.report.effects import find_grid, grid_values, main_effects
+    from variantlab.report.frame import gather
+
+    e = fake_experiment(tmp_path, "  activation.kind: [gelu, relu]\n"
+                                  "  measure.training.lr: [1.0e-3, 1.0e-2]\n",
+                        "compare_on: recall_accuracy\ndata: {source: synthetic, task: recall}\n")
+    fake_run(e, tmp_path / "runs")
+    data = gather([tmp_path / "runs" / "roles"])
+    grid = find_grid(data)
+    rows = data.rows[data.rows["metric"].isin(["eval_loss", "test_recall_accuracy"])]
+    values = grid_values(data, grid, rows[["variant", "seed", "metric", "value"]])
+    assert [m for m, _, _ in grid.metrics] == ["test_recall_accuracy", "eval_loss"]
+    assert grid.metrics[0][2] is False  # higher is better
+    main = main_effects(grid, values)
+    assert main["metric"].iloc[0] == "test_recall_accuracy"
+    # relu minus gelu (fake_training, 2 pairs: gelu loses 0.1) at lr 1e-3: 0.8 - 0.1, at
+    # 1e-2: 1.0 - 0.7; averaged within each seed
+    relu = main[(main["metric"] == "test_recall_accuracy") & (main["value"] == "relu")]
+    assert relu["effect"].iloc[0] == pytest.approx((0.7 + 0.3) / 2, abs=1e-9)
+
+
+def test_a_compare_on_metric_the_run_did_not_record_falls_back_to_the_loss_and_says_so(tmp_path):
+    e = fake_experiment(tmp_path, "  activation.kind: [gelu, relu]\n"
+                                  "  measure.training.lr: [1.0e-3, 1.0e-2, 1.0e-1]\n",
+                        "compare_on: recall_accuracy\ndata: {source: synthetic, task: recall}\n")
+
+    def no_recall(*args, **kwargs):
+        return [r for r in fake_training(*args, **kwargs) if "recall" not in r["metric"]]
+
+    run_experiment(e, tmp_path / "runs", probe_fn=no_recall)
+    files = write_report([tmp_path / "runs" / "roles"], tmp_path / "rep", registry=REG)
+    tuned = pd.read_csv(files.tuned).set_index("variant")
+    assert set(tuned["chosen_on"]) == {"val_loss"} and "val_loss" in tuned.columns
+    assert tuned.loc["activation.kind=relu", "measure.training.lr"] == 1e-2
+    assert "compare\\_on: recall\\_accuracy was not recorded by this run, so the comparison is " \
+        "on the loss instead" in files.markdown.read_text()

@@ -11,7 +11,9 @@ import pytest
 from click.testing import CliRunner
 from conftest import TINY
 
+from variantlab import build_registry, hookimpl
 from variantlab.cli.main import main
+from variantlab.errors import PluginLoadError
 from variantlab.model.build import build_model
 from variantlab.model.specs import parse_model_spec
 from variantlab.plugin.registry import get_registry
@@ -271,3 +273,35 @@ def test_every_builtin_kind_can_be_estimated_on_meta(slot, kind):
     real = build_model(spec.model_copy(update={"n_layers": 1}), get_registry())
     assert one_layer.params == sum(p.numel() for p in real.parameters())
     assert one_layer.activation_bytes > 0
+
+
+class _BackwardProbe:
+    """A plugin probe under its own name that takes gradients but no steps."""
+
+    @staticmethod
+    @hookimpl
+    def register_probes(register):
+        register("grad_stats", GradientsSettings, lambda *a, **k: [],
+                 passes=("forward", "backward"))
+
+
+def test_the_registered_passes_decide_what_is_counted_not_the_probe_name():
+    spec = spec_of()
+    registry = build_registry(entry_points=False)
+    registry.load_module(_BackwardProbe(), "grad_stats_plugin", "module")
+    settings = GradientsSettings(batch_size=2, seq_len=8)
+    mine = footprint(spec, registry, "grad_stats", settings, "cpu")
+    builtin = footprint(spec, registry, "gradients", settings, "cpu")
+    assert mine.grad_bytes == builtin.grad_bytes == model_cost(spec, registry).param_bytes > 0
+    assert mine.optimizer_bytes == 0 and mine.total == builtin.total
+
+
+def test_passes_outside_forward_backward_step_are_refused():
+    class Bad:
+        @staticmethod
+        @hookimpl
+        def register_probes(register):
+            register("odd", GradientsSettings, lambda *a, **k: [], passes=("backwards",))
+
+    with pytest.raises(PluginLoadError, match="passes must be among backward, forward, step"):
+        build_registry(entry_points=False).load_module(Bad(), "odd_plugin", "module")

@@ -102,7 +102,9 @@ def test_equals_hf_mixer(name):
     hf, ours = _hf_pair(name)
     _perturb(hf, 3)
     assert sum(p.numel() for p in hf.parameters()) == sum(p.numel() for p in ours.parameters())
-    ours.load_state_dict(hf.state_dict())
+    from variantlab.hf.mamba import mixer_name
+
+    ours.load_state_dict({mixer_name(k): v for k, v in hf.state_dict().items()})
     x = torch.randn(2, 11, D)
     mask = torch.ones(2, 11, dtype=torch.long)
     mask[1, :3] = 0  # left padding, as HF pads batched generation

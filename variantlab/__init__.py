@@ -1,6 +1,9 @@
 """variantlab: a lab for transformer architecture variants."""
 
+from collections.abc import Mapping
 from typing import Any
+
+from torch import nn
 
 from .config.yamlio import spec_yaml
 from .errors import PluginLoadError, SpecError
@@ -8,7 +11,7 @@ from .model.build import Parts, VariantWarning, build_model
 from .model.specs import ComponentSpec, ModelSpec, parse_model_spec
 from .model.tasks import Batch, Task, task_for
 from .plugin.hookspecs import hookimpl
-from .plugin.registry import build_registry, get_registry
+from .plugin.registry import Registry, build_registry, get_registry
 from .plugin.settings import ProbeSettings
 from .version import __version__
 
@@ -30,8 +33,8 @@ def results(path):
     return _results(path)
 
 
-def from_transformers(hf_model: Any, registry: Any = None, impl: str = "naive",
-                      ) -> tuple[ModelSpec, Any]:
+def from_transformers(hf_model: Any, registry: Registry | None = None, impl: str = "naive",
+                      ) -> tuple[ModelSpec, nn.Module]:
     """``(spec, model)``: the variantlab spec equal to a Hugging Face transformers causal LM
     and a variantlab model holding copies of its weights (float32 logits equal within 1e-4),
     built with ``registry`` (``None``: ``variantlab.get_registry()``; the built-in components
@@ -50,7 +53,8 @@ def from_transformers(hf_model: Any, registry: Any = None, impl: str = "naive",
     return _convert(hf_model, get_registry() if registry is None else registry, impl=impl)
 
 
-def to_transformers(spec: Any, model: Any, registry: Any = None) -> Any:
+def to_transformers(spec: ModelSpec | Mapping[str, Any], model: nn.Module,
+                    registry: Registry | None = None) -> Any:
     """A Hugging Face transformers causal LM computing the same logits as ``model`` (a
     variantlab model built from ``spec``): ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM``,
     ``LlamaForCausalLM``, ``Qwen3ForCausalLM``, ``Olmo2ForCausalLM``, ``Gemma2ForCausalLM``

@@ -20,7 +20,7 @@ from pydantic import (
 from torch import nn
 
 from variantlab import ComponentSpec, hookimpl
-from variantlab.model.positions import Positions
+from variantlab.model.positions import Positions, position_ids_from_mask
 from variantlab.model.roles import declare_role
 from variantlab.model.specs import context_registry, resolve_component
 from variantlab_plugins.masks import attend_mask, dead_rows
@@ -32,14 +32,17 @@ class MHASpec(ComponentSpec):
     2023) and a sliding window (Beltagy et al. 2020; Mistral, Jiang et al. 2023)."""
 
     kind: Literal["mha"] = "mha"
-    added_options: ClassVar[tuple[str, ...]] = ("scale", "softcap", "output_gate")
+    added_options: ClassVar[tuple[str, ...]] = ("scale", "softcap", "output_gate", "sinks",
+                                                "chunk")
     walk_examples: ClassVar[tuple[dict, ...]] = (  # tests/test_registry_walk.py tries these
         {"kind": "mha", "n_kv_heads": 2, "qk_norm": {"kind": "rms"}, "window": 4},
         {"kind": "mha", "scale": 0.125, "softcap": 5.0, "window": 3},
         {"kind": "mha", "impl": "sdpa", "n_kv_heads": 1, "head_dim": 12,
          "qk_norm": {"kind": "layer"}, "qk_norm_scope": "projection"},
         {"kind": "mha", "output_gate": "elementwise", "n_kv_heads": 2},
-        {"kind": "mha", "impl": "sdpa", "output_gate": "headwise"},
+        {"kind": "mha", "impl": "sdpa", "output_gate": "headwise", "sinks": True, "window": 3},
+        {"kind": "mha", "sinks": True, "n_kv_heads": 2, "chunk": 3,
+         "qk_norm": {"kind": "l2"}},
     )
     impl: Literal["naive", "sdpa"] = Field(
         "naive", description="naive: explicit softmax(QK^T/sqrt(d))V; sdpa: torch's fused kernel"
@@ -71,6 +74,16 @@ class MHASpec(ComponentSpec):
         "none", description="gated attention (Qiu et al. 2025; Qwen3-Next): the heads' "
         "output times sigmoid(W_gate x) before the output projection; elementwise: one gate "
         "per channel (n_heads * head_dim, Qwen3-Next), headwise: one per head; none")
+
+    sinks: bool = Field(
+        False, description="attention sinks (gpt-oss, OpenAI 2025; Xiao et al. 2023): a "
+        "learned logit per head that takes part in the softmax with no value, so a head can "
+        "attend to nothing; starts at 0 (softmax + 1 in the denominator, Miller 2023)")
+
+    chunk: PositiveInt | None = Field(
+        None, description="chunked local attention (Llama 4's attention_chunk_size): "
+        "positions in chunks of this many, counted from the first real token, and a query "
+        "sees only the keys of its own chunk; unset = none")
 
     @field_validator("qk_norm", mode="before")
     @classmethod
@@ -109,7 +122,7 @@ class MultiHeadAttention(nn.Module):
         self.n_heads, self.n_kv_heads = n_heads, spec.n_kv_heads or n_heads
         self.head_dim = spec.head_dim or emb_dim // n_heads
         self.causal, self.impl, self.drop_rate = causal, spec.impl, drop_rate
-        self.window, self.scope = spec.window, spec.qk_norm_scope
+        self.window, self.scope, self.chunk = spec.window, spec.qk_norm_scope, spec.chunk
         self.scale, self.softcap = spec.scale, spec.softcap
         q_dim, kv_dim = n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         self.W_query = nn.Linear(emb_dim, q_dim, bias=qkv_bias)
@@ -119,6 +132,8 @@ class MultiHeadAttention(nn.Module):
         gates = {"elementwise": q_dim, "headwise": n_heads}.get(spec.output_gate)
         # Qwen3-Next computes the gate in q_proj (per head [query, gate]); here its own Linear
         self.W_gate = nn.Linear(emb_dim, gates, bias=qkv_bias) if gates else None
+        # one learned logit per head beside the scores (gpt-oss); zeros: softmax off by one
+        self.sinks = nn.Parameter(torch.zeros(n_heads)) if spec.sinks else None
         for role, linear in (("query", self.W_query), ("key", self.W_key),
                              ("value", self.W_value), ("attn_out", self.out_proj)):
             declare_role(linear, role)  # read by the inits (normal, deepnorm)
@@ -166,6 +181,8 @@ class MultiHeadAttention(nn.Module):
             values = values.repeat_interleave(group, dim=1)  # (B, H, S, hd)
         allowed = attend_mask(t, keys.shape[2], self.causal, self.window if self_attention
                               else None, key_padding_mask, x.device)  # None or (.., T, S)
+        if self.chunk is not None and self_attention:
+            allowed = same_chunk(allowed, self.chunk, t, position_ids, key_padding_mask, x.device)
         dead = dead_rows(allowed)  # None or (.., T, 1): queries that see no key
         if dead is not None:
             allowed = allowed | dead  # let them attend uniformly; their output is zeroed
@@ -187,6 +204,7 @@ class MultiHeadAttention(nn.Module):
         """Numbers a causal decoder keeps per sequence after ``t`` tokens: the key and value
         cache, n_kv_heads * head_dim each per position (the last ``window`` positions)."""
         kept = t if self.window is None else min(t, self.window)
+        kept = kept if self.chunk is None else min(kept, self.chunk)
         return 2 * self.n_kv_heads * self.head_dim * kept
 
     def naive(self, queries, keys, values, allowed, bias):
@@ -199,7 +217,12 @@ class MultiHeadAttention(nn.Module):
             attn_scores = attn_scores / math.sqrt(self.head_dim)
         if bias is not None:
             attn_scores = attn_scores + bias  # (B, H, T, S)
-        attn_weights = torch.softmax(attn_scores, dim=-1)
+        if self.sinks is None:
+            attn_weights = torch.softmax(attn_scores, dim=-1)
+        else:  # the sink's column takes part in the softmax, then is dropped (no value)
+            b, h, t, _ = attn_scores.shape
+            sink = self.sinks.to(attn_scores.dtype).view(1, h, 1, 1).expand(b, h, t, 1)
+            attn_weights = torch.softmax(torch.cat([attn_scores, sink], -1), dim=-1)[..., :-1]
         attn_weights = self.dropout(attn_weights)
         return attn_weights @ values  # (B, H, T, hd)
 
@@ -215,6 +238,9 @@ class MultiHeadAttention(nn.Module):
         drop = self.drop_rate if self.training else 0.0
         t, s = queries.shape[2], keys.shape[2]
         kw = {"dropout_p": drop} if self.scale is None else {"dropout_p": drop, "scale": self.scale}
+        if self.sinks is not None:
+            return F.scaled_dot_product_attention(
+                *with_sink_key(queries, keys, values, allowed, bias, self.sinks), **kw)
         if bias is None and allowed is None:
             return F.scaled_dot_product_attention(queries, keys, values, **kw)
         if bias is None:
@@ -225,6 +251,33 @@ class MultiHeadAttention(nn.Module):
         if allowed is not None:
             bias = bias.masked_fill(~allowed, -torch.inf)  # (.., H, T, S)
         return F.scaled_dot_product_attention(queries, keys, values, bias, **kw)
+
+
+def same_chunk(allowed, chunk: int, t: int, position_ids, key_padding_mask, device):
+    """``allowed`` (None, (T, T) or (B, 1, T, T)) and-ed with "key j in query i's chunk":
+    positions // chunk equal, positions from ``position_ids`` (B, T), else counted from the
+    first unpadded token (as Hugging Face's chunked mask counts from the left padding)."""
+    if position_ids is None and key_padding_mask is not None:
+        position_ids = position_ids_from_mask(~key_padding_mask.bool())
+    if position_ids is None:
+        position_ids = torch.arange(t, device=device)[None]  # (1, T)
+    ids = position_ids // chunk  # (B or 1, T)
+    same = (ids[:, :, None] == ids[:, None, :])[:, None]  # (B or 1, 1, T, T)
+    return same if allowed is None else allowed & same
+
+
+def with_sink_key(queries, keys, values, allowed, bias, sinks):
+    """Queries, keys and values and a float mask for torch's fused attention that give the
+    softmax a sink: one more key and value of zeros, whose score is the mask's last column,
+    the head's sink logit (q . 0 = 0). Keys and values (B, H, S, hd) -> (B, H, S + 1, hd);
+    mask (B or 1, H, T, S + 1)."""
+    h, t, s = queries.shape[1], queries.shape[2], keys.shape[2]
+    keys, values = F.pad(keys, (0, 0, 0, 1)), F.pad(values, (0, 0, 0, 1))
+    mask = queries.new_zeros(1, h, t, s) if bias is None else bias.expand(1, h, t, s)
+    if allowed is not None:  # (B or 1, H, T, S)
+        mask = torch.where(allowed, mask, torch.full_like(mask, -torch.inf))
+    sink = sinks.to(queries.dtype).view(1, h, 1, 1).expand(mask.shape[0], h, t, 1)
+    return queries, keys, values, torch.cat([mask, sink], dim=-1)
 
 
 @torch.no_grad()

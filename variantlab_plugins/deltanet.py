@@ -21,8 +21,8 @@ from torch import Tensor, nn
 
 from variantlab import hookimpl
 from variantlab.model.roles import declare_role
-from variantlab_plugins.mixers import _no_memory, _refuse
-from variantlab_plugins.ssm import ConvSpecMixin, GatedRMSNorm, causal_conv, masked
+from variantlab_plugins.mixers import no_memory, refuse_bidirectional
+from variantlab_plugins.ssm import ConvSpecMixin, GatedRMSNorm, causal_conv, inverse_softplus_dt, masked
 
 
 class GatedDeltaNetSpec(ConvSpecMixin):
@@ -129,13 +129,16 @@ class GatedDeltaNet(nn.Module):
         self.in_proj_qkvz = declare_role(nn.Linear(emb_dim, 2 * key_dim + 2 * value_dim,
                                                    bias=False), "value")
         self.in_proj_ba = nn.Linear(emb_dim, 2 * self.hv, bias=False)
-        self.dt_bias = nn.Parameter(torch.ones(self.hv))
-        self.A_log = nn.Parameter(torch.log(torch.empty(self.hv).uniform_(1.0, 16.0)))
+        # the authors' training init (fla-org/flash-linear-attention, layers/gated_deltanet.py),
+        # not transformers' loading placeholders (dt_bias = 1, A in [1, 16]): A ~ U(0, 16) and
+        # softplus(dt_bias) log-uniform in [0.001, 0.1] (floored at 1e-4), as in Mamba-2
+        self.dt_bias = nn.Parameter(inverse_softplus_dt(self.hv, 0.001, 0.1))
+        self.A_log = nn.Parameter(torch.log(torch.empty(self.hv).uniform_(0.0, 16.0)))
         self.norm = GatedRMSNorm(self.dv, 1, spec.norm_eps, norm_before_gate=True)
         self.out_proj = declare_role(nn.Linear(value_dim, emb_dim, bias=False), "attn_out")
 
     def forward(self, x, memory=None, key_padding_mask=None, position_ids=None):
-        _no_memory(self.kind, memory)
+        no_memory(self.kind, memory)
         b, t, _ = x.shape
         r = self.hv // self.hk  # value heads per key head
         qkvz = self.in_proj_qkvz(x).view(b, t, self.hk, 2 * self.dk + 2 * r * self.dv)
@@ -169,7 +172,7 @@ class GatedDeltaNet(nn.Module):
 @hookimpl
 def register_attentions(register):
     def build(spec, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal):
-        _refuse(spec.kind, causal)
+        refuse_bidirectional(spec.kind, causal)
         return GatedDeltaNet(emb_dim, n_heads, spec)
 
     register("gated_deltanet", GatedDeltaNetSpec, build)

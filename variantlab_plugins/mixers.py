@@ -1,6 +1,6 @@
 """Causal sequence mixers for the attention slot (docs/mixers.md): linear attention
-(Katharopoulos et al. 2020), retention (RetNet, Sun et al. 2023) and a short causal
-convolution (H3, Fu et al. 2023; Based, Arora et al. 2024).
+(Katharopoulos et al. 2020), retention (RetNet, Sun et al. 2023), a short causal
+convolution (H3, Fu et al. 2023; Based, Arora et al. 2024) and LFM2's gated one.
 
 Each keeps the attention contract (``forward(x, memory=None, key_padding_mask=None,
 position_ids=None)``, (B, T, emb_dim) in and out, padded positions never influence another
@@ -147,13 +147,15 @@ _FEATURES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "elu1": lambda x: F.elu(x) + 1, "relu": F.relu, "identity": lambda x: x}
 
 
-def _refuse(kind: str, causal: bool) -> None:
+def refuse_bidirectional(kind: str, causal: bool) -> None:
+    """Raise ``ValueError`` when a causal-only mixer ``kind`` is built with ``causal=False``."""
     if not causal:
         raise ValueError(f"attention {kind!r} is a causal sequence mixer; it cannot be built "
                          "bidirectional (causal=False): use it in a causal stack (gpt)")
 
 
-def _no_memory(kind: str, memory: torch.Tensor | None) -> None:
+def no_memory(kind: str, memory: torch.Tensor | None) -> None:
+    """Raise ``ValueError`` when a causal-only mixer ``kind`` is given a memory to attend to."""
     if memory is not None:
         raise ValueError(f"attention {kind!r} mixes one sequence causally; it cannot "
                          "cross-attend to a memory: use mha for cross-attention")
@@ -195,7 +197,7 @@ class DecayedLinearAttention(nn.Module):
         return x.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
 
     def forward(self, x, memory=None, key_padding_mask=None, position_ids=None):
-        _no_memory(self.kind, memory)
+        no_memory(self.kind, memory)
         b, t, d = x.shape
         q = self.feature(self.split(self.W_query(x)))  # (B, H, T, hd)
         k = self.feature(self.split(self.W_key(x))) * self.key_scale  # (B, H, T, hd)
@@ -257,7 +259,8 @@ class ShortConv(nn.Module):
 
     def __init__(self, emb_dim: int, qkv_bias: bool, spec: ShortConvSpec, out_bias: bool):
         super().__init__()
-        self.kind, self.impl, self.width = spec.kind, spec.impl, spec.width
+        self.kind: str = spec.kind
+        self.impl, self.width = spec.impl, spec.width
         self.W_in = declare_role(nn.Linear(emb_dim, emb_dim, bias=qkv_bias), "value")
         self.conv = nn.Conv1d(emb_dim, emb_dim, spec.width, groups=emb_dim)
         self.act = F.silu if spec.activation == "silu" else (lambda u: u)
@@ -266,7 +269,7 @@ class ShortConv(nn.Module):
         self.out_proj = declare_role(nn.Linear(emb_dim, emb_dim, bias=out_bias), "attn_out")
 
     def forward(self, x, memory=None, key_padding_mask=None, position_ids=None):
-        _no_memory(self.kind, memory)
+        no_memory(self.kind, memory)
         u = self.W_in(x)  # (B, T, D)
         if key_padding_mask is not None:
             u = u.masked_fill(key_padding_mask.bool()[..., None], 0.0)
@@ -284,12 +287,12 @@ class ShortConv(nn.Module):
         """The reference: a window of the last w inputs, shifted one token at a time."""
         b, t, d = u.shape
         window = u.new_zeros(b, d, self.width)  # (B, D, w): oldest first
-        weight, bias = self.conv.weight[:, 0], self.conv.bias  # (D, w), (D,)
-        assert bias is not None
+        weight, bias = self.conv.weight[:, 0], self.conv.bias  # (D, w), (D,) or None
         outs = []
         for i in range(t):
             window = torch.cat([window[..., 1:], u[:, i, :, None]], dim=-1)  # (B, D, w)
-            outs.append((window * weight).sum(-1) + bias)  # (B, D)
+            out = (window * weight).sum(-1)  # (B, D)
+            outs.append(out if bias is None else out + bias)
         return torch.stack(outs, dim=1)  # (B, T, D)
 
     def state_size(self, t: int) -> int:
@@ -297,21 +300,69 @@ class ShortConv(nn.Module):
         return (self.width - 1) * self.conv.in_channels
 
 
+class GatedShortConvSpec(MixerSpec):
+    """LFM2's gated short convolution (Liquid AI 2025, LFM2 technical report; after Hyena's
+    gating, Poli et al. 2023): B, C, x = in_proj(x); y = C * conv(B * x) with a causal
+    depthwise convolution of width w, then out_proj."""
+
+    kind: Literal["gated_short_conv"] = "gated_short_conv"
+    walk_examples: ClassVar[tuple[dict, ...]] = (
+        {"kind": "gated_short_conv", "width": 2, "bias": True, "impl": "recurrent"},)
+    width: PositiveInt = Field(3, description="kernel width w (LFM2's conv_L_cache: 3)")
+    bias: bool = Field(False, description="biases in in_proj, the convolution and out_proj "
+                       "(LFM2's conv_bias)")
+
+    def errors(self, model) -> list[tuple[str, str]]:
+        if self.width > model.context_length:
+            return [("width", f"width={self.width} exceeds context_length="
+                     f"{model.context_length}; choose a width of at most the context")]
+        return []
+
+
+class GatedShortConv(ShortConv):
+    """in_proj -> (B, C, x) (three blocks of emb_dim channels); B * x through the causal
+    depthwise convolution (the parallel form or the token-by-token reference of
+    :class:`ShortConv`), times C, out_proj. Padded positions' B * x is zeroed before the
+    convolution (HF zeroes their inputs before in_proj: the same without biases)."""
+
+    def __init__(self, emb_dim: int, spec: GatedShortConvSpec):  # not ShortConv's parameters
+        nn.Module.__init__(self)
+        self.kind, self.impl, self.width = spec.kind, spec.impl, spec.width
+        self.in_proj = declare_role(nn.Linear(emb_dim, 3 * emb_dim, bias=spec.bias), "value")
+        self.conv = nn.Conv1d(emb_dim, emb_dim, spec.width, groups=emb_dim, bias=spec.bias)
+        self.out_proj = declare_role(nn.Linear(emb_dim, emb_dim, bias=spec.bias), "attn_out")
+
+    def forward(self, x, memory=None, key_padding_mask=None, position_ids=None):
+        no_memory(self.kind, memory)
+        b_in, c_out, u = self.in_proj(x).chunk(3, dim=-1)  # (B, T, D) each
+        u = b_in * u
+        if key_padding_mask is not None:
+            u = u.masked_fill(key_padding_mask.bool()[..., None], 0.0)
+        y = self.recurrent(u) if self.impl == "recurrent" else self.parallel(u)  # (B, T, D)
+        return self.out_proj(c_out * y)  # (B, T, D)
+
+
 @hookimpl
 def register_attentions(register):
     def decayed(spec, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal,
                 make_norm=None, out_bias=True):
-        _refuse(spec.kind, causal)
+        refuse_bidirectional(spec.kind, causal)
         return DecayedLinearAttention(emb_dim, n_heads, qkv_bias, spec, make_norm, out_bias)
 
     def short_conv(spec, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal,
                    out_bias=True):
-        _refuse(spec.kind, causal)
+        refuse_bidirectional(spec.kind, causal)
         return ShortConv(emb_dim, qkv_bias, spec, out_bias)
 
     register("linear_attention", LinearAttentionSpec, decayed)
     register("retention", RetentionSpec, decayed)
     register("short_conv", ShortConvSpec, short_conv)
+
+    def gated_short_conv(spec, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal):
+        refuse_bidirectional(spec.kind, causal)
+        return GatedShortConv(emb_dim, spec)
+
+    register("gated_short_conv", GatedShortConvSpec, gated_short_conv)
 
 
 __all__ = ["chunked_scan", "recurrent_scan", "retention_decays"]

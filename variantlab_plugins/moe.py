@@ -11,7 +11,19 @@ Routing (what the Hugging Face families do):
 - ``softmax_topk``: softmax over all experts, then the top-k probabilities as weights,
   divided by their sum when ``renormalize`` (Mixtral; Qwen3-MoE's ``norm_topk_prob``; OLMoE
   leaves them as they are);
-- ``topk_softmax``: the top-k logits, then a softmax over those alone (Switch-style top-k).
+- ``topk_softmax``: the top-k logits, then a softmax over those alone (Switch-style top-k);
+- ``sigmoid_topk``: a sigmoid per expert, the top-k of those as weights, divided by their sum
+  when ``renormalize`` (DeepSeek-V3, DeepSeek-AI 2024, eq. 13-15); the balancing loss and
+  router entropy read the sigmoid scores normalised to sum 1 (V3's eq. 19).
+
+Options for every router (DeepSeek-V2/V3): ``n_group`` / ``topk_group`` limit each token to
+the experts of its ``topk_group`` best groups of ``n_experts / n_group`` (a group's score its
+best expert's, ``group_score: max``, V2's ``group_limited_greedy``, or the sum of its two best,
+``top2_sum``, V3); ``routed_scaling_factor`` multiplies the routed experts' weights;
+``choice_bias`` keeps the per-expert choice bias below without updating it (an imported
+DeepSeek-V3's ``e_score_correction_bias``).
+``scale_input`` (Llama 4) multiplies a chosen expert's input by the weight and adds its
+output as it is.
 
 Balancing: the load-balancing loss ``n_experts * sum_e f_e * P_e`` (Switch eq. 4-6, as
 transformers' ``load_balancing_loss_func``: f_e the routing assignments to e per token, which
@@ -44,26 +56,49 @@ from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+from pydantic import (
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    model_serializer,
+    model_validator,
+)
 from torch import nn
 
 from variantlab import ComponentSpec, hookimpl
+from variantlab.model.specs import omit_added_defaults
 from variantlab.plugin.settings import Strict
 from variantlab_plugins.feedforwards import GLU, MLP
 
 
 class ExpertSpec(Strict):
-    """One expert: a ``glu`` (gated, SwiGLU with silu) or ``mlp`` feed-forward."""
+    """One expert: a ``glu`` (gated, SwiGLU with silu), an ``mlp`` feed-forward, or gpt-oss's
+    ``clamped_swiglu``: (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g) with
+    g = min(gate, limit) (OpenAI 2025, gpt-oss model card; the model's activation unused)."""
 
-    kind: Literal["glu", "mlp"] = Field("glu", description="glu (gated) or mlp")
+    #: options added after the first release: left out of the data at their defaults
+    added_options: ClassVar[tuple[str, ...]] = ("alpha", "limit")
+    kind: Literal["glu", "mlp", "clamped_swiglu"] = Field(
+        "glu", description="glu (gated), mlp, or clamped_swiglu (gpt-oss)")
     hidden_mult: PositiveFloat | None = Field(
         None, description="expert width = hidden_mult * emb_dim (default 8/3 glu, 4 mlp)")
     hidden_dim: PositiveInt | None = Field(
         None, description="expert width; overrides hidden_mult when set")
     bias: bool = Field(False, description="biases in the experts' projections")
+    alpha: PositiveFloat = Field(
+        1.702, description="clamped_swiglu: the sigmoid's slope (gpt-oss swiglu_alpha)")
+    limit: PositiveFloat = Field(
+        7.0, description="clamped_swiglu: gate clamped above, up clamped to +-limit "
+        "(gpt-oss swiglu_limit)")
+
+    @model_serializer(mode="wrap")
+    def _omit_added_defaults(self, handler: Any) -> Any:
+        return omit_added_defaults(self, handler(self))
 
     def hidden(self, emb_dim: int) -> int:
-        mult = self.hidden_mult or (8 / 3 if self.kind == "glu" else 4.0)
+        mult = self.hidden_mult or (4.0 if self.kind == "mlp" else 8 / 3)
         return self.hidden_dim or max(1, round(mult * emb_dim))
 
 
@@ -71,18 +106,25 @@ class MoESpec(ComponentSpec):
     """Routed mixture of experts (Shazeer et al. 2017; Fedus et al. 2021; Jiang et al. 2024)."""
 
     kind: Literal["moe"] = "moe"
+    added_options: ClassVar[tuple[str, ...]] = (
+        "n_group", "topk_group", "group_score", "routed_scaling_factor", "choice_bias",
+        "router_bias", "scale_input")
     walk_examples: ClassVar[tuple[dict, ...]] = (  # tests/test_registry_walk.py tries these
         {"kind": "moe", "n_experts": 4, "top_k": 2, "router": "topk_softmax",
          "n_shared_experts": 1, "shared_gate": True, "expert": {"kind": "mlp", "bias": True}},
         {"kind": "moe", "n_experts": 4, "top_k": 1, "aux_loss_coef": 0.01, "z_loss_coef": 0.001,
          "bias_update_rate": 0.001, "capacity_factor": 1.0, "renormalize": False},
+        {"kind": "moe", "n_experts": 8, "top_k": 2, "router": "sigmoid_topk", "n_group": 4,
+         "topk_group": 2, "group_score": "top2_sum", "routed_scaling_factor": 2.5,
+         "choice_bias": True, "n_shared_experts": 1},
     )
     n_experts: int = Field(8, description="routed experts (at least 1)")
     top_k: int = Field(2, description="experts per token (1 .. n_experts)")
     expert: ExpertSpec = Field(ExpertSpec.model_validate({}), description="each expert's FFN")
-    router: Literal["softmax_topk", "topk_softmax"] = Field(
+    router: Literal["softmax_topk", "topk_softmax", "sigmoid_topk"] = Field(
         "softmax_topk", description="softmax_topk: softmax over all, then top-k (Mixtral, "
-        "Qwen3-MoE, OLMoE); topk_softmax: top-k logits, then softmax over them")
+        "Qwen3-MoE, OLMoE); topk_softmax: top-k logits, then softmax over them; "
+        "sigmoid_topk: a sigmoid per expert, then top-k (DeepSeek-V3)")
     renormalize: bool = Field(
         True, description="softmax_topk: divide the chosen weights by their sum (Mixtral, "
         "Qwen3-MoE norm_topk_prob; OLMoE: false)")
@@ -100,6 +142,25 @@ class MoESpec(ComponentSpec):
         0.0, description="aux-loss-free balancing (DeepSeek-V3): per-expert bias step; 0 off")
     capacity_factor: PositiveFloat | None = Field(
         None, description="cap per expert: capacity_factor * tokens * top_k / n_experts")
+    n_group: PositiveInt | None = Field(
+        None, description="group-limited routing (DeepSeek-V2/V3): the experts in n_group "
+        "equal groups, each token choosing among its topk_group best groups; unset: none")
+    topk_group: PositiveInt | None = Field(
+        None, description="groups a token may route to (with n_group)")
+    group_score: Literal["max", "top2_sum"] = Field(
+        "max", description="a group's score: its best expert's (DeepSeek-V2) or the sum of "
+        "its two best (DeepSeek-V3), choice bias included")
+    routed_scaling_factor: PositiveFloat = Field(
+        1.0, description="multiplies the routed experts' weights (DeepSeek-V2/V3)")
+    scale_input: bool = Field(
+        False, description="a chosen expert reads weight * x and its output is added as it "
+        "is (Llama 4), instead of weight * expert(x)")
+    router_bias: bool = Field(
+        False, description="a bias in the router's Linear (gpt-oss)")
+    choice_bias: bool = Field(
+        False, description="a per-expert bias buffer added to the scores for choosing only, "
+        "kept even without bias_update_rate (an imported DeepSeek-V3's "
+        "e_score_correction_bias)")
 
     @model_validator(mode="after")
     def _sizes(self) -> MoESpec:
@@ -112,6 +173,24 @@ class MoESpec(ComponentSpec):
                              f"({self.n_experts})")
         if (self.shared_gate or self.shared_hidden_dim) and not self.n_shared_experts:
             raise ValueError("shared_gate and shared_hidden_dim need n_shared_experts >= 1")
+        if self.expert.kind == "clamped_swiglu" and self.n_shared_experts:
+            raise ValueError("shared experts are glu or mlp feed-forwards; clamped_swiglu "
+                             "experts take n_shared_experts: 0")
+        if (self.n_group is None) != (self.topk_group is None):
+            raise ValueError("n_group and topk_group go together: set both or neither")
+        if self.n_group is not None and self.topk_group is not None:
+            size = self.n_experts // self.n_group
+            if self.n_experts % self.n_group:
+                raise ValueError(f"n_group={self.n_group} does not divide n_experts="
+                                 f"{self.n_experts}")
+            if self.topk_group > self.n_group:
+                raise ValueError(f"topk_group ({self.topk_group}) must not exceed n_group "
+                                 f"({self.n_group})")
+            if self.top_k > self.topk_group * size:
+                raise ValueError(f"top_k ({self.top_k}) exceeds the experts of topk_group="
+                                 f"{self.topk_group} groups of {size}")
+            if self.group_score == "top2_sum" and size < 2:
+                raise ValueError("group_score top2_sum needs groups of at least 2 experts")
         return self
 
 
@@ -120,15 +199,39 @@ def route(logits: torch.Tensor, spec: MoESpec, bias: torch.Tensor | None,
     """``(probs (N, E), weights (N, k), experts (N, k))`` from router logits (N, E): the
     softmax over all experts, and each token's chosen experts with their weights. ``bias``
     (E) is added to the scores for choosing only (aux-loss-free balancing)."""
-    probs = logits.softmax(-1)  # (N, E)
-    scores = probs if spec.router == "softmax_topk" else logits
-    chosen = (scores if bias is None else scores + bias).topk(spec.top_k, dim=-1).indices
+    sigmoid = spec.router == "sigmoid_topk"
+    probs = logits.sigmoid() if sigmoid else logits.softmax(-1)  # (N, E)
+    scores = logits if spec.router == "topk_softmax" else probs
+    choice = scores if bias is None else scores + bias
+    if spec.n_group is not None:
+        choice = limit_groups(choice, spec)
+    chosen = choice.topk(spec.top_k, dim=-1).indices
     if spec.router == "topk_softmax":
-        return probs, logits.gather(-1, chosen).softmax(-1), chosen
-    weights = probs.gather(-1, chosen)  # (N, k)
-    if spec.renormalize:
-        weights = weights / weights.sum(-1, keepdim=True)
+        weights = logits.gather(-1, chosen).softmax(-1)
+    else:
+        weights = probs.gather(-1, chosen)  # (N, k)
+        if spec.renormalize:
+            weights = weights / weights.sum(-1, keepdim=True)
+    if spec.routed_scaling_factor != 1.0:
+        weights = weights * spec.routed_scaling_factor
+    if sigmoid:  # the statistics read a distribution over experts
+        probs = probs / probs.sum(-1, keepdim=True)
     return probs, weights, chosen
+
+
+def limit_groups(choice: torch.Tensor, spec: MoESpec) -> torch.Tensor:
+    """The choice scores (N, E) with every expert outside the token's ``topk_group`` best
+    groups set to -inf (DeepSeek-V2's group-limited greedy, V3's node-limited routing)."""
+    assert spec.n_group is not None and spec.topk_group is not None
+    n = choice.shape[0]
+    grouped = choice.view(n, spec.n_group, -1)  # (N, G, E / G)
+    if spec.group_score == "max":
+        group = grouped.max(-1).values  # (N, G)
+    else:
+        group = grouped.topk(2, dim=-1).values.sum(-1)  # (N, G)
+    best = group.topk(spec.topk_group, dim=-1).indices  # (N, topk_group)
+    keep = torch.zeros_like(group, dtype=torch.bool).scatter(1, best, True)  # (N, G)
+    return grouped.masked_fill(~keep[..., None], -torch.inf).view(n, -1)  # (N, E)
 
 
 def capacity(spec: MoESpec, n_tokens: int) -> int | None:
@@ -167,8 +270,9 @@ class MoE(nn.Module):
         super().__init__()
         self.spec = spec
         e, d, h = spec.n_experts, emb_dim, spec.expert.hidden(emb_dim)
-        self.emb_dim, self.hidden, self.glu = d, h, spec.expert.kind == "glu"
-        self.gate = nn.Linear(d, e, bias=False)
+        self.emb_dim, self.hidden, self.glu = d, h, spec.expert.kind != "mlp"
+        self.clamped = spec.expert.kind == "clamped_swiglu"
+        self.gate = nn.Linear(d, e, bias=spec.router_bias)
         self.W_gate = nn.Parameter(torch.empty(e, h, d)) if self.glu else None
         self.W_up = nn.Parameter(torch.empty(e, h, d))
         self.W_down = nn.Parameter(torch.empty(e, d, h))
@@ -185,7 +289,7 @@ class MoE(nn.Module):
             self.shared_expert = ffn(d, width, make_activation(), has_bias)
             if spec.shared_gate:
                 self.shared_expert_gate = nn.Linear(d, 1, bias=False)
-        if spec.bias_update_rate > 0:
+        if spec.bias_update_rate > 0 or spec.choice_bias:
             self.register_buffer("expert_bias", torch.zeros(e))
         else:
             self.expert_bias = None
@@ -226,8 +330,14 @@ class MoE(nn.Module):
             return F.linear(inp, w[e], None if b is None else b[e])
 
         up = proj(self.W_up, self.b_up, x)  # (n, H)
-        hid = self.activation(proj(self.W_gate, self.b_gate, x)) * up if self.glu \
-            else self.activation(up)
+        if self.clamped:
+            limit, alpha = self.spec.expert.limit, self.spec.expert.alpha
+            g = proj(self.W_gate, self.b_gate, x).clamp(max=limit)  # (n, H)
+            hid = (up.clamp(-limit, limit) + 1) * g * torch.sigmoid(alpha * g)
+        elif self.glu:
+            hid = self.activation(proj(self.W_gate, self.b_gate, x)) * up
+        else:
+            hid = self.activation(up)
         return proj(self.W_down, self.b_down, hid)  # (n, D)
 
     def shared(self, x: torch.Tensor) -> torch.Tensor | None:
@@ -253,6 +363,8 @@ class MoE(nn.Module):
         tokens = keep % n  # (A,) token of each kept assignment, grouped by expert
         w = weights.t().reshape(-1)[keep].to(flat.dtype)  # (A,)
         xs = flat[tokens]  # (A, D)
+        if spec.scale_input:  # Llama 4: the weight scales the expert's input, not its output
+            xs, w = xs * w[:, None], torch.ones_like(w)
         pieces = []
         start = 0
         for e, c in enumerate(sizes):

@@ -79,16 +79,41 @@ class RMSNormSpec(ComponentSpec):
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps) * scale, no centring."""
+    """RMSNorm (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps) * scale, no centring.
 
-    def __init__(self, dim: int, spec: RMSNormSpec):
+    ``float32``: normalise in float32 at least (a bfloat16 or float16 input is cast up, then
+    the result back before the scale), as Jamba's inner norms do; the same numbers for a
+    float32 input."""
+
+    def __init__(self, dim: int, spec: RMSNormSpec, float32: bool = False):
         super().__init__()
-        self.eps = spec.eps
+        self.eps, self.float32 = spec.eps, float32
         self.scale = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):  # (..., dim)
-        rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1)
-        return self.scale * (x / rms)
+        y = x.to(torch.promote_types(x.dtype, torch.float32)) if self.float32 else x
+        rms = torch.sqrt(y.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1)
+        return self.scale * (y / rms).to(x.dtype)
+
+
+class L2NormSpec(ComponentSpec):
+    """Llama 4's QK "L2 norm" (Meta 2025, Llama 4 model card): x / sqrt(mean(x^2) + eps) with
+    no learned scale, an RMSNorm without parameters (as a ``qk_norm``, it commutes with
+    rotary: a rotation keeps the norm)."""
+
+    kind: Literal["l2"] = "l2"
+    eps: PositiveFloat = Field(1e-6, description="added to mean(x^2) before the square root")
+
+
+class L2Norm(nn.Module):
+    """x / sqrt(mean(x^2) + eps), no parameters (Llama 4's Llama4TextL2Norm)."""
+
+    def __init__(self, spec: L2NormSpec):
+        super().__init__()
+        self.eps = spec.eps
+
+    def forward(self, x):  # (..., dim)
+        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
 
 
 class DyTSpec(ComponentSpec):
@@ -130,5 +155,6 @@ def register_norms(register):
     register("layer", LayerNormSpec, lambda spec, dim, bias=True: LayerNorm(dim, spec, bias))
     register("batch", BatchNormSpec, lambda spec, dim: BatchNorm(dim, spec))
     register("rms", RMSNormSpec, lambda spec, dim: RMSNorm(dim, spec))
+    register("l2", L2NormSpec, lambda spec, dim: L2Norm(spec))
     register("dyt", DyTSpec, lambda spec, dim, bias=True: DyT(dim, spec, bias))
     register("none", NoNormSpec, lambda spec, dim: nn.Identity())

@@ -2,7 +2,7 @@
 (learned, sinusoidal), or acting inside attention (rotary, alibi; see ``rotary.py``)."""
 
 import math
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -64,9 +64,14 @@ class SinusoidalPositions(Positions):
 
 
 class NoPositionsSpec(ComponentSpec):
-    """No position information (NoPE, Kazemnejad et al. 2023): embeddings pass unchanged."""
+    """No position information (NoPE, Kazemnejad et al. 2023): embeddings pass unchanged.
+    In a layout, a layer kind with it drops the model's rotary (or ALiBi) in that layer only
+    (SmolLM3's NoPE every 4th layer, Llama 4's NoPE layers)."""
 
     kind: Literal["none"] = "none"
+    #: adds nothing to the embeddings and does nothing in attention: a layer may take it
+    #: in place of the model's rotary (read by ModelSpec's layout checks)
+    adds_nothing: ClassVar[bool] = True
 
 
 @hookimpl

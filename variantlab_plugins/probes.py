@@ -15,11 +15,18 @@ from variantlab.report.builtin.dynamics import dynamics_views
 from variantlab.report.builtin.routing import routing_views
 
 
+def timing_passes(settings: TimingSettings) -> list[str]:
+    """The passes a timing unit times (its ``passes:`` setting)."""
+    return list(settings.passes)
+
+
 @hookimpl
 def register_probes(register):
     register("params", ParamsSettings, params.run, device_free=True, views=params_views.views())
-    register("gradients", GradientsSettings, gradients.run, views=gradients_views.views())
-    register("timing", TimingSettings, timing.run, serial=True, views=timing_views.views())
+    register("gradients", GradientsSettings, gradients.run, passes=("forward", "backward"),
+             views=gradients_views.views())
+    register("timing", TimingSettings, timing.run, serial=True, passes=timing_passes,
+             views=timing_views.views())
     register("training", TrainingSettings, training.run, trains=True,
              views=training_views.views())
     register("dynamics", DynamicsSettings, dynamics.run, trains=True,

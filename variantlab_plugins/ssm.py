@@ -9,7 +9,8 @@ key_padding_mask=None, position_ids=None)``, (B, T, emb_dim) in and out) and are
 step (dt = 0), so they neither write into the state nor decay it. Each has a token-by-token
 recurrent reference (``impl: recurrent``) and a chunked form (``chunked``) tested equal in
 float64 (tests/test_ssm.py), and a ``state_size(t)``. Parameter names follow HF transformers'
-Mamba2Mixer and JambaMambaMixer, so that their weights load one to one.
+Mamba2Mixer and JambaMambaMixer, so that their weights load one to one (but for Jamba's inner
+norms, :class:`~variantlab_plugins.norms.RMSNorm`: their ``weight`` is our ``scale``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from torch import Tensor, nn
 
 from variantlab import hookimpl
 from variantlab.model.roles import declare_role
-from variantlab_plugins.mixers import MixerSpec, _no_memory, _refuse
+from variantlab_plugins.mixers import MixerSpec, no_memory, refuse_bidirectional
+from variantlab_plugins.norms import RMSNorm, RMSNormSpec
 
 
 class ConvSpecMixin(MixerSpec):
@@ -100,10 +102,12 @@ class Mamba2Spec(ConvSpecMixin):
     norm(y * silu(z)) before the output projection (HF Mamba2Mixer)."""
 
     kind: Literal["mamba2"] = "mamba2"
+    added_options: ClassVar[tuple[str, ...]] = ("inner_dim", "gate_norm")
     walk_examples: ClassVar[tuple[dict, ...]] = (  # tests/test_registry_walk.py tries these
         {"kind": "mamba2", "d_state": 4, "n_groups": 2, "head_dim": 8, "chunk_size": 3,
-         "conv_width": 2, "bias": True},
-        {"kind": "mamba2", "d_state": 4, "impl": "recurrent"},
+         "conv_width": 2, "bias": True, "gate_norm": "norm_before_gate"},
+        {"kind": "mamba2", "d_state": 4, "impl": "recurrent", "inner_dim": 24, "head_dim": 6,
+         "gate_norm": "gate_only"},
     )
     d_state: PositiveInt = Field(16, description="state size N per head (HF state_size)")
     expand: PositiveInt = Field(2, description="inner width = expand * emb_dim")
@@ -117,13 +121,20 @@ class Mamba2Spec(ConvSpecMixin):
     dt_min: PositiveFloat = Field(0.001, description="dt_bias init: softplus(dt_bias) "
                                   "log-uniform in [dt_min, dt_max]")
     dt_max: PositiveFloat = Field(0.1, description="see dt_min")
+    inner_dim: PositiveInt | None = Field(
+        None, description="the inner width, overriding expand * emb_dim (Falcon-H1's "
+        "mamba_d_ssm); unset = expand * emb_dim")
+    gate_norm: Literal["norm_after_gate", "norm_before_gate", "gate_only"] = Field(
+        "norm_after_gate", description="norm_after_gate: RMSNorm(y * silu(z)) (Mamba-2); "
+        "norm_before_gate: RMSNorm(y) * silu(z); gate_only: y * silu(z), no norm (Falcon-H1 "
+        "without mamba_rms_norm)")
 
     def errors(self, model) -> list[tuple[str, str]]:
         found = super().errors(model)
-        inner = self.expand * model.emb_dim
+        inner = self.inner_dim or self.expand * model.emb_dim
         hd = self.head_dim or inner // model.n_heads
         if inner % model.n_heads and self.head_dim is None or inner % hd:
-            found.append(("head_dim", f"the inner width expand * emb_dim = {inner} is not a "
+            found.append(("head_dim", f"the inner width {inner} is not a "
                           f"multiple of head_dim={hd}; set head_dim to a divisor of {inner}"))
         elif (inner // hd) % self.n_groups:
             found.append(("n_groups", f"n_groups={self.n_groups} does not divide the "
@@ -180,7 +191,7 @@ class Mamba2Mixer(nn.Module):
     def __init__(self, emb_dim: int, n_heads: int, spec: Mamba2Spec):
         super().__init__()
         self.kind, self.impl, self.chunk = spec.kind, spec.impl, spec.chunk_size
-        self.inner = spec.expand * emb_dim
+        self.inner = spec.inner_dim or spec.expand * emb_dim
         self.head_dim = spec.head_dim or self.inner // n_heads
         self.n_heads, self.n_groups, self.d_state = self.inner // self.head_dim, spec.n_groups, spec.d_state
         self.conv_dim = self.inner + 2 * self.n_groups * self.d_state
@@ -189,13 +200,17 @@ class Mamba2Mixer(nn.Module):
         self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, spec.conv_width,
                                 groups=self.conv_dim, bias=spec.conv_bias)
         self.dt_bias = nn.Parameter(inverse_softplus_dt(self.n_heads, spec.dt_min, spec.dt_max))
-        self.A_log = nn.Parameter(torch.log(torch.arange(1, self.n_heads + 1, dtype=torch.float)))
+        # the authors' init (state-spaces/mamba Mamba2, fla's Mamba2: A_init_range (1, 16)),
+        # not transformers' placeholder A = 1..n_heads
+        self.A_log = nn.Parameter(torch.log(torch.empty(self.n_heads).uniform_(1.0, 16.0)))
         self.D = nn.Parameter(torch.ones(self.n_heads))
-        self.norm = GatedRMSNorm(self.inner, self.n_groups, spec.norm_eps)
+        self.norm = None if spec.gate_norm == "gate_only" else GatedRMSNorm(
+            self.inner, self.n_groups, spec.norm_eps,
+            norm_before_gate=spec.gate_norm == "norm_before_gate")
         self.out_proj = declare_role(nn.Linear(self.inner, emb_dim, bias=spec.bias), "attn_out")
 
     def forward(self, x, memory=None, key_padding_mask=None, position_ids=None):
-        _no_memory(self.kind, memory)
+        no_memory(self.kind, memory)
         b, t, _ = x.shape
         z, xbc, dt = self.in_proj(x).split([self.inner, self.conv_dim, self.n_heads], dim=-1)
         xbc = masked(causal_conv(masked(xbc, key_padding_mask), self.conv1d), key_padding_mask)
@@ -214,7 +229,8 @@ class Mamba2Mixer(nn.Module):
         else:
             y = ssd_chunked(xs, dt, A, B, C, self.chunk)  # (B, T, H, P)
         y = y + xs * self.D.to(work)[:, None]
-        y = self.norm(y.reshape(b, t, self.inner), z)  # (B, T, inner)
+        y = y.reshape(b, t, self.inner)  # (B, T, inner)
+        y = y * F.silu(z.to(work)) if self.norm is None else self.norm(y, z)
         return self.out_proj(y.to(x.dtype))  # (B, T, D)
 
     def state_size(self, t: int) -> int:
@@ -287,19 +303,6 @@ def selective_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, ch
     return torch.cat(ys, dim=1)  # (B, T, E)
 
 
-class RMSNoGate(nn.Module):
-    """Plain RMSNorm with a weight (Jamba's inner norms), in float32 at least."""
-
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight, self.eps = nn.Parameter(torch.ones(dim)), eps
-
-    def forward(self, x):  # (.., dim)
-        y = x.to(torch.promote_types(x.dtype, torch.float32))
-        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * y.to(x.dtype)
-
-
 class MambaMixer(nn.Module):
     """in_proj -> (x, z); causal conv + silu on x; x_proj -> (r, B, C); dt = softplus(W_dt r
     + b); selective scan with the D skip; times silu(z); out_proj (HF JambaMambaMixer)."""
@@ -323,12 +326,13 @@ class MambaMixer(nn.Module):
         self.out_proj = declare_role(nn.Linear(e, emb_dim, bias=spec.bias), "attn_out")
         self.norms = spec.inner_norms
         if self.norms:
-            self.dt_layernorm = RMSNoGate(self.rank, spec.norm_eps)
-            self.b_layernorm = RMSNoGate(n, spec.norm_eps)
-            self.c_layernorm = RMSNoGate(n, spec.norm_eps)
+            inner = RMSNormSpec(eps=spec.norm_eps)  # in float32 at least, as Jamba's
+            self.dt_layernorm = RMSNorm(self.rank, inner, float32=True)
+            self.b_layernorm = RMSNorm(n, inner, float32=True)
+            self.c_layernorm = RMSNorm(n, inner, float32=True)
 
     def forward(self, x, memory=None, key_padding_mask=None, position_ids=None):
-        _no_memory(self.kind, memory)
+        no_memory(self.kind, memory)
         xs, z = self.in_proj(x).chunk(2, dim=-1)  # (B, T, E) each
         xs = masked(causal_conv(masked(xs, key_padding_mask), self.conv1d), key_padding_mask)
         r, B, C = self.x_proj(xs).split([self.rank, self.d_state, self.d_state], dim=-1)
@@ -354,11 +358,11 @@ class MambaMixer(nn.Module):
 @hookimpl
 def register_attentions(register):
     def mamba2(spec, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal):
-        _refuse(spec.kind, causal)
+        refuse_bidirectional(spec.kind, causal)
         return Mamba2Mixer(emb_dim, n_heads, spec)
 
     def mamba(spec, emb_dim, n_heads, context_length, drop_rate, qkv_bias, causal):
-        _refuse(spec.kind, causal)
+        refuse_bidirectional(spec.kind, causal)
         return MambaMixer(emb_dim, spec)
 
     register("mamba2", Mamba2Spec, mamba2)

@@ -17,6 +17,10 @@ from rich.tree import Tree
 if TYPE_CHECKING:
     from rich.progress import Progress
 
+    from ..config.measure import MeasureSpec
+    from ..model.specs import ModelSpec
+    from ..plugin.registry import Registry
+
 
 def consoles() -> tuple[Console, Console]:
     """stdout and stderr consoles; wide and plain when not writing to a terminal."""
@@ -178,7 +182,7 @@ def plugins_table(rows: Sequence[dict]) -> Table:
     return table
 
 
-def memory_lines(spec: Any, registry: Any, measure: Any | None) -> list[str]:
+def memory_lines(spec: ModelSpec, registry: Registry, measure: MeasureSpec | None) -> list[str]:
     """``describe``'s estimate: parameters, then the memory each probe needs on its device
     (:mod:`variantlab.sweep.sizeguard`, nothing allocated)."""
     from ..sweep.sizeguard import EstimateError
@@ -189,7 +193,7 @@ def memory_lines(spec: Any, registry: Any, measure: Any | None) -> list[str]:
         return [f"memory: no estimate ({exc})"]
 
 
-def _memory_lines(spec: Any, registry: Any, measure: Any | None) -> list[str]:
+def _memory_lines(spec: ModelSpec, registry: Registry, measure: MeasureSpec | None) -> list[str]:
     from ..sweep.sizeguard import available_bytes, footprint, model_cost
     from ..sweep.units import resolve_device
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 from rich.markup import escape
@@ -14,6 +14,12 @@ from ..config.catalog import LISTED
 from ..errors import SpecError
 from .base import bad_input_exits, max_variants_option, plugin_option
 from .fmt import consoles, module_tree, param_table, plugins_table
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from ..model.specs import ModelSpec
+    from ..plugin.registry import Registry
 
 MAX_TREE_LAYERS = 1000  # describe prints no module tree for deeper models
 
@@ -69,7 +75,7 @@ def describe(path: str, max_variants: int, plugins: Sequence[str], as_yaml: bool
         stdout.print(param_table(list(map(dict, count_rows(model)))))
 
 
-def _build_on_meta(spec: Any, registry: Any) -> Any:
+def _build_on_meta(spec: ModelSpec, registry: Registry) -> nn.Module:
     """The model on the meta device (no memory); on CPU when a plugin cannot build on meta."""
     import torch
 

@@ -35,6 +35,7 @@ from .info import describe, plugins_cmd, schema_cmd
 
 if TYPE_CHECKING:
     from ..config.experiment import Experiment
+    from ..plugin.registry import Registry
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -136,12 +137,19 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     if extend_edges and not extend:
         err.print("warning: --extend-edges: no tuned axis on a log or linear grid to extend",
                   soft_wrap=True)
+    if extend and only:
+        err.print("warning: no edge extension with --only (the added values would not run); "
+                  "run without --only to extend", soft_wrap=True)
+        extend = {}
+    rounds: list[Experiment] = []
     try:
         with ProgressReporter(stdout) as report_progress:
             def run_once(e: Experiment) -> Any:
+                again = rerun if not rounds else None  # an extension round computes only new units
+                rounds.append(e)
                 return run_experiment(e, out, only=only, device=device, fail_fast=fail_fast,
                                       progress=report_progress, executor=runner_,
-                                      extra_plugins=plugins, rerun=rerun)
+                                      extra_plugins=plugins, rerun=again)
 
             summary = run_once(exp) if not extend else \
                 _run_extended(stdout, err, exp, run_once, extend, tuple(plugins))
@@ -158,7 +166,7 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
 
 def _run_extended(stdout: Any, err: Any, exp: Experiment, run_once: Any,
                   extend: dict[str, int], plugins: tuple[str, ...]) -> Any:
-    """The run with edge extension (:mod:`variantlab.report.extension`): each round's
+    """The run with edge extension (:mod:`variantlab.report.fair.extension`): each round's
     added values are printed; the summary counts every round's computed units."""
     from ..report.fair.extension import run_extended
 
@@ -214,7 +222,7 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 
 def _write_report(stdout: Any, err: Any, runs: Sequence[Path], out_dir: Path,
-                  baseline: str | None, registry: Any) -> int:
+                  baseline: str | None, registry: Registry) -> int:
     from ..report import write_report
 
     try:

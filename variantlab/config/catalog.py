@@ -6,6 +6,7 @@ import enum
 import inspect
 import types
 import typing
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
@@ -126,6 +127,7 @@ def plugin_rows(registry: Registry, slot: str | None = None) -> list[dict]:
         raise ValueError(f"unknown slot {slot!r}; choose one of {', '.join(LISTED)}")
     sources = dict(registry.plugins)
     rows = []
+    found: list[tuple[str, str, type, Callable[..., Any]]]
     for s in ([slot] if slot else LISTED):
         if s == "probe":
             found = [(p.name, p.plugin, p.settings_cls, p.run) for p in registry.probes()]

@@ -28,7 +28,7 @@ from .measure import MeasureSpec, ProbeResources
 from .metrics import DEFAULT_COMPARE_ON, compare_on_checks
 from .named import key_of, named_axes, value_names
 from .overrides import apply_overrides, component_of, expansions, lookup, override_source, show
-from .roles import Role, axis_mappings, axis_roles, extensions, role_checks, spec_axes
+from .roles import MAX_EXTENSIONS, Role, axis_mappings, axis_roles, extensions, role_checks, spec_axes
 from .yamlio import YamlDoc, YamlError, load_yaml, read_text
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -72,7 +72,7 @@ class ExperimentSpec(BaseModel):
         default_factory=list,
         description="axes that are conditions (variants are compared only within one), "
                     "besides data.*, emb_dim and n_layers")
-    extend: dict[str, Annotated[int, Field(ge=1, le=20)]] = Field(
+    extend: dict[str, Annotated[int, Field(ge=1, le=MAX_EXTENSIONS)]] = Field(
         default_factory=dict,
         description="tuned axis -> extensions per edge while a compared variant's best sits "
                     "there (a grid axis written {values: [...], extend: true | N} sets it)")

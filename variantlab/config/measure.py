@@ -4,11 +4,14 @@ and ``resources:`` (what each probe's units ask of an executor)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field, PositiveFloat
 
 from ..plugin.settings import Strict
+
+if TYPE_CHECKING:
+    from ..plugin.registry import Registry
 
 
 class ProbeResources(Strict):
@@ -23,12 +26,18 @@ class ProbeResources(Strict):
                           "cuda, else 0)")
 
 
+def _registered(registry: Registry | None) -> Registry:
+    """``registry``, checked given (the caller refused mappings without one)."""
+    assert registry is not None
+    return registry
+
+
 class MeasureSpec:
     """Which probes run, in the order the experiment file names them: probe name ->
     its validated settings (the experiment loader validates ``measure:`` against the
     registry's probes)."""
 
-    def __init__(self, settings: Mapping[str, Any] | None = None, /, *, registry: Any = None,
+    def __init__(self, settings: Mapping[str, Any] | None = None, /, *, registry: Registry | None = None,
                  **probes: Any) -> None:
         """``settings`` or keywords: probe name -> settings object, mapping or None (the
         probe does not run); mappings are validated by the probe registered in ``registry``
@@ -38,7 +47,7 @@ class MeasureSpec:
             raise TypeError("MeasureSpec: pass registry= to validate probe settings given as "
                             "mappings (or pass the probes' settings objects)")
         self._settings: dict[str, Strict] = {
-            n: v if isinstance(v, Strict) else registry.probe(n).settings(v)
+            n: v if isinstance(v, Strict) else _registered(registry).probe(n).settings(v)
             for n, v in given.items() if v is not None}
 
     def probes(self) -> dict[str, Strict]:

@@ -30,6 +30,8 @@ CONDITION: Role = "condition"
 SIZE_KEYS = ("emb_dim", "n_layers")
 #: extensions per edge of an axis with ``extend: true`` (or under ``--extend-edges``)
 DEFAULT_EXTENSIONS = 3
+#: the most extensions per edge ``extend: N`` may ask for
+MAX_EXTENSIONS = 20
 #: relative tolerance when deciding that a grid's ratios (log) or steps (linear) are equal
 SPACING_TOL = 0.02
 
@@ -88,6 +90,11 @@ def role_checks(spec: Any, doc: Any) -> list[tuple[tuple, str, str]]:
     axes = spec_axes(spec.grid, [v.set for v in spec.variants])
     out = [(loc, msg, "auto") for loc, msg in role_problems(axes, spec.tune, spec.conditions)]
     roles = axis_roles(axes, spec.tune, spec.conditions)
+    for axis, given in (doc.get(("grid",)) or {}).items():
+        n = given.get("extend", False) if isinstance(given, Mapping) else False
+        if not (isinstance(n, bool) or _count(n)):
+            out.append((("grid", axis, "extend"), f"extend is true, false or a whole number "
+                        f"of extensions per edge (1 to {MAX_EXTENSIONS}), got {n!r}", "auto"))
     for axis in spec.extend:
         loc: tuple = ("grid", axis, "extend")
         if doc.get(loc) is None:
@@ -167,11 +174,15 @@ def axis_mappings(data: Any) -> Any:
         if isinstance(given, Mapping) and "values" in given and set(given) <= {"values", "extend"}:
             plain[axis] = given["values"]
             n = given.get("extend", False)
-            if n is not False:
+            if n is True or _count(n):  # anything else is reported by role_checks
                 extend[axis] = DEFAULT_EXTENSIONS if n is True else n
         else:
             plain[axis] = given
     return {**data, "grid": plain, **({"extend": extend} if extend else {})}
+
+
+def _count(n: Any) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_EXTENSIONS
 
 
 def extensions(extend: Mapping[str, int], roles: Mapping[str, str],
@@ -204,6 +215,6 @@ def stored_roles(meta: Any, overrides: Iterable[Mapping[str, Any]]) -> dict[str,
     return {a: roles.get(a) or default_role(a) for a in axes}  # type: ignore[misc]
 
 
-__all__ = ["COMPARED", "CONDITION", "DEFAULT_EXTENSIONS", "SIZE_KEYS", "TUNED", "Role",
+__all__ = ["COMPARED", "CONDITION", "DEFAULT_EXTENSIONS", "MAX_EXTENSIONS", "SIZE_KEYS", "TUNED", "Role",
            "axis_mappings", "axis_roles", "default_role", "extensions", "next_value", "numeric",
            "role_checks", "role_lines", "role_problems", "spacing", "spec_axes", "stored_roles"]

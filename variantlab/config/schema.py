@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from ..plugin.registry import SLOTS, Registry, build_registry
@@ -94,8 +95,9 @@ def experiment_schema(registry: Registry | None = None) -> dict[str, Any]:
     families = registry.components("family")
     parts = [(c.slot, c.kind, c.spec_cls) for s in SLOTS for c in registry.components(s)]
     probes = registry.probes()
-    classes = [ExperimentSpec, *(c.spec_cls for c in families), *(cls for _, _, cls in parts),
-               *(p.settings_cls for p in probes)]
+    classes: list[type[BaseModel]] = [
+        ExperimentSpec, *(c.spec_cls for c in families), *(cls for _, _, cls in parts),
+        *(p.settings_cls for p in probes)]
     refs, top = models_json_schema([(cls, "validation") for cls in dict.fromkeys(classes)],
                                    ref_template=REF)
     defs = top.get("$defs", {})

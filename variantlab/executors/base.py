@@ -36,6 +36,7 @@ from .unit import ResultSink, run_unit
 
 if TYPE_CHECKING:
     from ..config.experiment import Experiment
+    from ..plugin.registry import Registry
 
 #: option fields that have a flag of their own on ``variantlab run``
 FLAGS = {"workers": "--workers", "address": "--address", "retries": "--retries",
@@ -107,7 +108,7 @@ def default_executor(workers: int | None) -> str:
     return "pool" if workers is not None and workers > 1 else "inprocess"
 
 
-def make_executor(registry: Any, name: str | None, options: Mapping[str, Any]) -> Executor:
+def make_executor(registry: Registry, name: str | None, options: Mapping[str, Any]) -> Executor:
     """The registered executor ``name`` (default: :func:`default_executor`) made from
     ``options`` (option name -> value, only those given); :class:`SpecError` naming the
     flag for an unknown executor or an option it does not take or cannot use."""

@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
@@ -44,6 +44,9 @@ from . import ray_env, ray_payload
 from .base import Executor, ExperimentSource, RunContext, compute, split_units, store_result
 from .pool import cpu_count
 from .unit import ResultSink, error_text, now_iso, unit_record
+
+if TYPE_CHECKING:
+    from ..config.experiment import Experiment
 
 
 class RayOptions(Strict):
@@ -101,7 +104,7 @@ class RayExecutor(Executor):
         return f"local Ray instance, {self.options.workers or cpu_count()} CPUs"
 
     # -- before the run ------------------------------------------------------------------
-    def prepare(self, experiment: Any, units: Sequence[tuple[int, Unit]],
+    def prepare(self, experiment: Experiment, units: Sequence[tuple[int, Unit]],
                 context: RunContext) -> None:
         opts = self.options
         if opts.address and opts.workers:
@@ -158,7 +161,7 @@ class RayExecutor(Executor):
             self.stage = None
 
     # -- the run -------------------------------------------------------------------------
-    def run(self, sink: ResultSink, units: Sequence[tuple[int, Unit]], experiment: Any,
+    def run(self, sink: ResultSink, units: Sequence[tuple[int, Unit]], experiment: Experiment,
             context: RunContext) -> bool:
         work = split_units(sink, units)
         source = ExperimentSource.of(experiment, context.extra_plugins, context.device)
@@ -205,7 +208,7 @@ class RayExecutor(Executor):
         return not stopped
 
     def _fits(self, unit: Unit, in_flight: dict[Any, _Task], alone: bool,
-              experiment: Any) -> bool:
+              experiment: Experiment) -> bool:
         if not in_flight:
             return True
         if alone:
@@ -235,7 +238,7 @@ class RayExecutor(Executor):
 class _Submitter:
     """Makes one Ray task of a unit with its resources and the retry policy."""
 
-    def __init__(self, ray: Any, experiment: Any, args: tuple[Any, Any],
+    def __init__(self, ray: Any, experiment: Experiment, args: tuple[Any, Any],
                  shipped: ray_payload.Shipped | None, retries: int) -> None:
         self.remote = ray.remote(_task)
         self.experiment, self.args, self.shipped, self.retries = experiment, args, shipped, retries

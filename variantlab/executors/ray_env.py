@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import SpecError
 from ..sweep.units import Unit
 
+if TYPE_CHECKING:
+    from ..config.experiment import Experiment
 
-def unit_resources(experiment: Any, unit: Unit) -> tuple[float, float]:
+
+def unit_resources(experiment: Experiment, unit: Unit) -> tuple[float, float]:
     """``(num_cpus, num_gpus)`` a unit asks for: ``resources:`` of its probe, else one
     CPU, and one GPU when its device is CUDA."""
     res = (getattr(getattr(experiment, "spec", None), "resources", None) or {}).get(unit.probe)

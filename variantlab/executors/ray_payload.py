@@ -35,9 +35,12 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError
+
+if TYPE_CHECKING:
+    from ..config.experiment import Experiment
 
 DEFAULT_MAX_MB = 100.0
 SKIPPED = {".git", ".venv", "__pycache__"}
@@ -91,7 +94,7 @@ def never_shipped(base: Path, run_dir: Path | None, stage: Path | None = None) -
     return run + [p for p in apart if not _under(base, [p])]
 
 
-def select(experiment: Any, extra_plugins: Sequence[str], run_dir: Path | None,
+def select(experiment: Experiment, extra_plugins: Sequence[str], run_dir: Path | None,
            stage_dir: Path | None = None) -> Payload:
     """The files the units read, as :class:`Payload` (nothing is copied yet)."""
     from ..data.sources import DataError, TextData, text_files

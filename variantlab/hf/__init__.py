@@ -5,8 +5,10 @@ docs/transformers.md).
 Import (:func:`from_transformers`): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
 ``MistralForCausalLM``, ``GPTNeoXForCausalLM``, ``Qwen3ForCausalLM``, ``Olmo2ForCausalLM``,
 ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``, ``MixtralForCausalLM``, ``Qwen3MoeForCausalLM``,
-``OlmoeForCausalLM``, ``Mamba2ForCausalLM``, ``JambaForCausalLM`` and
-``Qwen3NextForCausalLM`` become ``(spec, model)``. Other classes and config options that
+``OlmoeForCausalLM``, ``Mamba2ForCausalLM``, ``JambaForCausalLM``, ``Qwen3NextForCausalLM``,
+``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM``, ``GptOssForCausalLM``,
+``SmolLM3ForCausalLM``, ``Llama4ForCausalLM`` (text), ``Lfm2ForCausalLM`` and
+``FalconH1ForCausalLM`` become ``(spec, model)``. Other classes and config options that
 variantlab cannot express raise :class:`ConversionError` naming them.
 
 Export (:func:`to_transformers`): the transformers class is chosen from the spec's
@@ -29,8 +31,12 @@ from ..model.build import build_model
 from ..model.specs import ModelSpec, parse_model_spec
 from ..plugin.registry import Registry, get_registry
 from .common import ConversionError, ExportWarning, Spec, refuse
+from .deepseek import deepseek_state, deepseek_v2_spec, deepseek_v3_spec
+from .falconh1 import falconh1_spec, falconh1_state
 from .gemma import gemma_config, gemma_hf_state, gemma_spec, gemma_state
 from .gpt2 import gpt2_config, gpt2_hf_state, gpt2_spec, gpt2_state
+from .gptoss import gptoss_spec, gptoss_state
+from .lfm2 import lfm2_spec, lfm2_state
 from .llama import CLASSES as LLAMA_LIKE
 from .llama import (
     llama_config,
@@ -43,10 +49,12 @@ from .llama import (
     qwen3_spec,
     qwen3_state,
 )
+from .llama4 import llama4_spec, llama4_state
 from .mamba import jamba_spec, jamba_state, mamba2_spec, mamba2_state
 from .moe import mixtral_spec, mixtral_state, olmoe_spec, olmoe_state, qwen3moe_spec, qwen3moe_state
 from .neox import neox_config, neox_hf_state, neox_spec, neox_state
 from .qwen3next import qwen3next_spec, qwen3next_state
+from .smollm3 import smollm3_spec, smollm3_state
 
 __all__ = ["CONVERTERS", "ConversionError", "ExportWarning", "SUPPORTED", "choose_class",
            "from_transformers", "to_transformers"]
@@ -55,12 +63,18 @@ Converter = tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str, tor
 
 #: class name -> (config -> spec data, HF model -> our state dict)
 CONVERTERS: dict[str, Converter] = {
+    "DeepseekV2ForCausalLM": (deepseek_v2_spec, deepseek_state),
+    "DeepseekV3ForCausalLM": (deepseek_v3_spec, deepseek_state),
     "GPT2LMHeadModel": (gpt2_spec, gpt2_state),
     "Gemma2ForCausalLM": (gemma_spec, gemma_state),
     "Gemma3ForCausalLM": (gemma_spec, gemma_state),
+    "FalconH1ForCausalLM": (falconh1_spec, falconh1_state),
+    "GptOssForCausalLM": (gptoss_spec, gptoss_state),
     "GPTNeoXForCausalLM": (neox_spec, neox_state),
     "JambaForCausalLM": (jamba_spec, jamba_state),
     "LlamaForCausalLM": (llama_spec, llama_state),
+    "Lfm2ForCausalLM": (lfm2_spec, lfm2_state),
+    "Llama4ForCausalLM": (llama4_spec, llama4_state),
     "Mamba2ForCausalLM": (mamba2_spec, mamba2_state),
     "MistralForCausalLM": (mistral_spec, llama_state),
     "MixtralForCausalLM": (mixtral_spec, mixtral_state),
@@ -69,6 +83,7 @@ CONVERTERS: dict[str, Converter] = {
     "Qwen3ForCausalLM": (qwen3_spec, qwen3_state),
     "Qwen3MoeForCausalLM": (qwen3moe_spec, qwen3moe_state),
     "Qwen3NextForCausalLM": (qwen3next_spec, qwen3next_state),
+    "SmolLM3ForCausalLM": (smollm3_spec, smollm3_state),
 }
 
 
@@ -76,7 +91,7 @@ def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
                       ) -> tuple[ModelSpec, torch.nn.Module]:
     """The variantlab spec equal to ``hf_model`` and a variantlab model holding copies of its
     weights (logits equal in float32), built with the built-in components of ``registry``.
-    ``impl`` picks the implementation of the mha attentions."""
+    ``impl`` picks the implementation of the mha and mla attentions."""
     name = type(hf_model).__name__
     if name not in CONVERTERS:
         raise ConversionError.at(["transformers"], f"class {name} is not supported; "
@@ -84,8 +99,10 @@ def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
     make_spec, make_state = CONVERTERS[name]
     data = make_spec(hf_model.config)
     for slots in [data, *(data.get("layout") or {}).get("kinds", {}).values()]:
-        if "attention" in slots and slots["attention"].get("kind", "mha") == "mha":
+        if "attention" in slots and slots["attention"].get("kind", "mha") in ("mha", "mla"):
             slots["attention"]["impl"] = impl  # the sequence mixers keep their chunked form
+        if "attention" in slots and slots["attention"].get("kind") == "parallel_hybrid":
+            slots["attention"]["attention"]["impl"] = impl
     spec = parse_model_spec(data, registry)
     model = build_model(spec, registry)
     state = {k: v.detach().clone() for k, v in make_state(hf_model).items()}

@@ -262,3 +262,26 @@ def token_ids(spec: Spec, config_cls: Any) -> dict[str, Any]:
     names = ("bos_token_id", "eos_token_id", "pad_token_id")
     return {n: None for n in names if isinstance(getattr(config_cls, n, None), int)
             and getattr(config_cls, n) >= spec.vocab_size}
+
+
+def rms_decoder(cfg: Any, bias: bool, eps: float | None = None) -> dict[str, Any]:
+    """The model keys every Llama-like config shares (pre-norm RMSNorm decoder, no feed-
+    forward or norm biases; ``bias`` on the attention projections; the norms' ``eps``, by
+    default ``rms_norm_eps``; the activation ``hidden_act``, by default silu); the caller
+    adds the feed-forward, attention and positional."""
+    return {
+        "family": "gpt", "vocab_size": cfg.vocab_size,
+        "context_length": cfg.max_position_embeddings, "emb_dim": cfg.hidden_size,
+        "n_heads": cfg.num_attention_heads, "n_layers": cfg.num_hidden_layers,
+        **dropouts(0.0, getattr(cfg, "attention_dropout", 0.0) or 0.0, 0.0),
+        "qkv_bias": bias, "attn_out_bias": bias, "ffn_bias": False, "norm_bias": False,
+        "tie_weights": bool(cfg.tie_word_embeddings),
+        "norm": {"kind": "rms", "eps": cfg.rms_norm_eps if eps is None else eps},
+        "activation": activation("hidden_act", getattr(cfg, "hidden_act", "silu")),
+    }
+
+
+def ends_state(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Token embedding, final norm and output head of a ``model.*`` / ``lm_head`` model."""
+    return {"embed.tok_emb.weight": sd["model.embed_tokens.weight"],
+            "final_norm.scale": sd["model.norm.weight"], "out_head.weight": sd["lm_head.weight"]}

@@ -190,10 +190,10 @@ def llama_config(spec: Spec, cls: str) -> Any:
 
 
 def llama_hf_state(spec: Spec, sd: dict[str, torch.Tensor], cls: str,
-                norms: tuple[str, str] | None = None,
-                norm_names: tuple[str, str] = ("norm", "norm")) -> dict[str, torch.Tensor]:
-    """The HF state dict; ``norms``: the HF names of the norms our ``att.<norm_names[0]>`` and
-    ``ff.<norm_names[1]>`` go to (default: the class's)."""
+                   norms: tuple[str, str] | None = None,
+                   norm_names: tuple[str, str] = ("norm", "norm")) -> dict[str, torch.Tensor]:
+    """The HF state dict from ours (``sd``); ``norms``: the HF names of the norms our
+    ``att.<norm_names[0]>`` and ``ff.<norm_names[1]>`` go to (default: the class's)."""
     norms = norms or CLASSES[cls][3]
     out = {"model.embed_tokens.weight": sd["embed.tok_emb.weight"],
            "model.norm.weight": sd["final_norm.scale"],

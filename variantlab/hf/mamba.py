@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from .common import activation, dropouts, head_dim_of, linear, reject
+from .llama import ATTENTION, MLP
 from .moe import experts_state, hybrid_layout, moe_feedforward
 
 #: Mamba-2 has no maximum length; the spec needs one (edit it freely: nothing depends on it)
@@ -100,6 +101,13 @@ def jamba_spec(cfg: Any) -> dict[str, Any]:
     return data
 
 
+def mixer_name(hf_name: str) -> str:
+    """Our name of a ``JambaMambaMixer`` parameter: the same, but an inner norm's ``weight``
+    (``dt_layernorm``, ``b_layernorm``, ``c_layernorm``) is our RMSNorm's ``scale``."""
+    module, _, leaf = hf_name.rpartition(".")
+    return f"{module}.scale" if module.endswith("_layernorm") and leaf == "weight" else hf_name
+
+
 def jamba_state(hf: Any) -> dict[str, torch.Tensor]:
     """Our state dict from a ``JambaForCausalLM``."""
     sd, cfg = hf.state_dict(), hf.config
@@ -113,17 +121,15 @@ def jamba_state(hf: Any) -> dict[str, torch.Tensor]:
         if f"{theirs}.feed_forward.router.weight" in sd:  # a mixture-of-experts layer
             experts_state(out, f"{ours}.ff.sublayer", sd, f"{theirs}.feed_forward", "router")
         else:
-            for mine, hf_name in (("W_gate", "gate_proj"), ("W_up", "up_proj"),
-                                  ("W_down", "down_proj")):
+            for mine, hf_name in MLP.items():
                 linear(out, f"{ours}.ff.sublayer.{mine}", sd, f"{theirs}.feed_forward.{hf_name}",
                        False)
         if kind == "attention":
-            for mine, hf_name in (("W_query", "q_proj"), ("W_key", "k_proj"),
-                                  ("W_value", "v_proj"), ("out_proj", "o_proj")):
+            for mine, hf_name in ATTENTION.items():
                 linear(out, f"{ours}.att.sublayer.{mine}", sd, f"{theirs}.self_attn.{hf_name}", False)
         else:
             prefix = f"{theirs}.mamba."
             for key, value in sd.items():
                 if key.startswith(prefix):
-                    out[f"{ours}.att.sublayer.{key[len(prefix):]}"] = value
+                    out[f"{ours}.att.sublayer.{mixer_name(key[len(prefix):])}"] = value
     return out

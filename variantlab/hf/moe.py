@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from .common import period, reject
-from .llama import llama_spec, llama_state, mistral_spec, olmo2_spec, qk_norms
+from .llama import MLP, llama_spec, llama_state, mistral_spec, olmo2_spec, qk_norms
 
 
 def moe_feedforward(cfg: Any, hidden: int, renormalize: bool,
@@ -90,15 +90,22 @@ def experts_state(out: dict[str, torch.Tensor], ours: str, sd: dict[str, torch.T
     feed-forward at ``ours``: router (HF's ``router``: ``gate``, Jamba's ``router``), fused
     experts split, shared expert and its gate."""
     out[f"{ours}.gate.weight"] = sd[f"{theirs}.{router}.weight"]
-    gate_up = sd[f"{theirs}.experts.gate_up_proj"]  # (E, 2 hidden, D): gate rows, then up
+    fused_experts(out, ours, sd, f"{theirs}.experts")
+    if f"{theirs}.shared_expert.gate_proj.weight" in sd:
+        for mine, name in MLP.items():
+            out[f"{ours}.shared_expert.{mine}.weight"] = sd[f"{theirs}.shared_expert.{name}.weight"]
+        out[f"{ours}.shared_expert_gate.weight"] = sd[f"{theirs}.shared_expert_gate.weight"]
+
+
+def fused_experts(out: dict[str, torch.Tensor], ours: str, sd: dict[str, torch.Tensor],
+                  theirs: str) -> None:
+    """Split transformers' fused experts at ``theirs`` (``gate_up_proj`` (E, 2 hidden, D),
+    gate rows first; ``down_proj`` (E, D, hidden)) into our ``W_gate``, ``W_up``, ``W_down``."""
+    gate_up = sd[f"{theirs}.gate_up_proj"]  # (E, 2 hidden, D): gate rows, then up
     hidden = gate_up.shape[1] // 2
     out[f"{ours}.W_gate"] = gate_up[:, :hidden]  # (E, hidden, D)
     out[f"{ours}.W_up"] = gate_up[:, hidden:]  # (E, hidden, D)
-    out[f"{ours}.W_down"] = sd[f"{theirs}.experts.down_proj"]  # (E, D, hidden)
-    if f"{theirs}.shared_expert.gate_proj.weight" in sd:
-        for mine, name in (("W_gate", "gate_proj"), ("W_up", "up_proj"), ("W_down", "down_proj")):
-            out[f"{ours}.shared_expert.{mine}.weight"] = sd[f"{theirs}.shared_expert.{name}.weight"]
-        out[f"{ours}.shared_expert_gate.weight"] = sd[f"{theirs}.shared_expert_gate.weight"]
+    out[f"{ours}.W_down"] = sd[f"{theirs}.down_proj"]  # (E, D, hidden)
 
 
 def _moe_state(out: dict[str, torch.Tensor], hf: Any) -> dict[str, torch.Tensor]:

@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from .common import activation, dropouts, linear, reject, rotary
+from .common import linear, reject, rms_decoder, rotary
+from .llama import ATTENTION, MLP, QK_NORMS
 from .moe import experts_state, hybrid_layout, moe_feedforward, sparse_layers
 
 _KINDS = {"linear_attention": "linear", "full_attention": "full"}
@@ -31,14 +32,7 @@ def qwen3next_spec(cfg: Any) -> dict[str, Any]:
         reject("layer_types", unknown, f"supported layer types: {', '.join(_KINDS)}")
     bias = bool(cfg.attention_bias)
     data = {
-        "family": "gpt", "vocab_size": cfg.vocab_size,
-        "context_length": cfg.max_position_embeddings, "emb_dim": cfg.hidden_size,
-        "n_heads": cfg.num_attention_heads, "n_layers": cfg.num_hidden_layers,
-        **dropouts(0.0, cfg.attention_dropout, 0.0),
-        "qkv_bias": bias, "attn_out_bias": bias, "ffn_bias": False, "norm_bias": False,
-        "tie_weights": bool(cfg.tie_word_embeddings),
-        "norm": {"kind": "rms", "eps": cfg.rms_norm_eps},
-        "activation": activation("hidden_act", cfg.hidden_act),
+        **rms_decoder(cfg, bias),
         "feedforward": {"kind": "glu", "hidden_dim": cfg.intermediate_size},
         "attention": {"kind": "mha", "n_kv_heads": cfg.num_key_value_heads,
                       "head_dim": cfg.head_dim, "output_gate": "elementwise",
@@ -77,8 +71,7 @@ def qwen3next_state(hf: Any) -> dict[str, torch.Tensor]:
         if f"{theirs}.mlp.gate.weight" in sd:  # a mixture-of-experts layer
             experts_state(out, f"{ours}.ff.sublayer", sd, f"{theirs}.mlp")
         else:
-            for mine, name in (("W_gate", "gate_proj"), ("W_up", "up_proj"),
-                               ("W_down", "down_proj")):
+            for mine, name in MLP.items():
                 linear(out, f"{ours}.ff.sublayer.{mine}", sd, f"{theirs}.mlp.{name}", False)
         att = f"{ours}.att.sublayer"
         if kind == "linear_attention":
@@ -92,8 +85,9 @@ def qwen3next_state(hf: Any) -> dict[str, torch.Tensor]:
             qb = sd[f"{theirs}.self_attn.q_proj.bias"].view(heads, 2, hd)
             out[f"{att}.W_query.bias"] = qb[:, 0].reshape(-1)
             out[f"{att}.W_gate.bias"] = qb[:, 1].reshape(-1)
-        for mine, name in (("W_key", "k_proj"), ("W_value", "v_proj"), ("out_proj", "o_proj")):
-            linear(out, f"{att}.{mine}", sd, f"{theirs}.self_attn.{name}", bias)
-        for name in ("q_norm", "k_norm"):
+        for mine, name in ATTENTION.items():
+            if mine != "W_query":  # the query was split from its gate above
+                linear(out, f"{att}.{mine}", sd, f"{theirs}.self_attn.{name}", bias)
+        for name in QK_NORMS:
             out[f"{att}.{name}.scale"] = one(sd[f"{theirs}.self_attn.{name}.weight"])
     return out

@@ -279,12 +279,14 @@ class ModelSpec(BaseModel):
                 issues += [SpecIssue(loc + (f,), m) for f, m in comp.errors(layer)]
                 if slot == "attention":
                     issues += mixer_issues(comp, layer, loc + ("kind",), in_layer=True)
-                if slot == "positional" and not (
-                        acts and getattr(comp, "acts_in_attention", False)):
+                if slot == "positional" and not (acts and (
+                        getattr(comp, "acts_in_attention", False)
+                        or getattr(comp, "adds_nothing", False))):
                     issues.append(SpecIssue(loc + ("kind",), (
                         "a layer may change only a positional that acts inside attention "
-                        "(rotary, alibi), and only when the model's own does; the embeddings' "
-                        "positional is the model's")))
+                        "(rotary, alibi) or drop it (none: a NoPE layer), and only when the "
+                        "model's own acts inside attention; the embeddings' positional is "
+                        "the model's")))
         return issues
 
     def layer_spec(self, index: int) -> ModelSpec:

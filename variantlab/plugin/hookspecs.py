@@ -102,7 +102,7 @@ def register_families(register):
 @hookspec
 def register_probes(register):
     """Measurements. ``register(name, settings_cls, run, *, views=(), serial=False,
-    device_free=False, trains=False, metrics=None)``; ``name`` is the key under ``measure:``.
+    device_free=False, trains=False, passes=(), metrics=None)``; ``name`` is the key under ``measure:``.
 
     - ``settings_cls``: a :class:`variantlab.ProbeSettings` subclass (strict, frozen, unknown
       keys refused), the keys the probe takes: ``measure: {name: {key: value}}``;
@@ -121,6 +121,9 @@ def register_probes(register):
     - ``serial``: its units run last, one at a time, never beside other work (like timing);
     - ``device_free``: its numbers do not depend on the device (like params);
     - ``trains``: it takes optimizer steps (the size guard counts the optimizer's state);
+    - ``passes``: what a unit runs per batch, for the size guard: some of ``forward``,
+      ``backward``, ``step``, or a function of the settings giving them (default: all
+      three for a probe that trains, else forward);
     - ``metrics``: ``{metric: "lower" | "higher"}``, which way each of its metrics is
       better; a metric ``M`` declared here may be an experiment's ``compare_on`` when the
       probe records ``val_M`` (chooses) and ``test_M`` (reports).

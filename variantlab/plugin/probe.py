@@ -8,11 +8,14 @@ is here, so none of them names a probe.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..plugin.settings import Strict
+
+#: what a unit may run on each batch (:attr:`Probe.passes`)
+PASSES = frozenset({"forward", "backward", "step"})
 
 #: ``run(spec, settings, *, seed, data, base_dir, device, registry) -> list[Row]``
 RunFn = Callable[..., list]
@@ -79,6 +82,10 @@ class Probe:
     - ``serial``: its units run last, one at a time, never beside other work (timing);
     - ``device_free``: its numbers do not depend on the device (no device in the unit key);
     - ``trains``: it takes optimizer steps (the size guard counts optimizer state);
+    - ``passes``: what a unit runs on each batch, for the size guard: a subset of
+      :data:`PASSES`, or a function of the settings giving one (timing's ``passes:``);
+      empty (the default): forward, backward and step for a probe that ``trains``, else
+      forward only. See :meth:`memory_passes`;
     - ``metrics``: ``(metric, "lower" | "higher")`` pairs, which way each of its metrics is
       better (:mod:`variantlab.config.metrics`); a metric ``M`` declared here may be an
       experiment's ``compare_on`` when the probe records ``val_M`` and ``test_M``.
@@ -92,7 +99,17 @@ class Probe:
     serial: bool = False
     device_free: bool = False
     trains: bool = False
+    passes: frozenset[str] | Callable[[Any], Iterable[str]] = frozenset()
     metrics: tuple[tuple[str, str], ...] = ()
+
+    def memory_passes(self, settings: Any) -> frozenset[str]:
+        """What a unit with ``settings`` runs on each batch (``forward``, ``backward``,
+        ``step``): the memory the size guard counts."""
+        if callable(self.passes):
+            return frozenset(self.passes(settings))
+        if self.passes:
+            return self.passes
+        return frozenset(PASSES if self.trains else {"forward"})
 
     def settings(self, value: Any = None) -> Strict:
         """The probe's settings from None (defaults), a mapping, or a settings object."""
@@ -122,7 +139,9 @@ def check_declared(metrics: Mapping[str, Any] | None, where: str) -> tuple[tuple
 
 def make_probe(plugin: str, name: str, settings_cls: type[Strict], run: RunFn, *,
                views: Sequence[ViewFn | ProbeView] = (), serial: bool = False, device_free: bool = False,
-               trains: bool = False, metrics: Mapping[str, str] | None = None) -> Probe:
+               trains: bool = False,
+               passes: Iterable[str] | Callable[[Any], Iterable[str]] = (),
+               metrics: Mapping[str, str] | None = None) -> Probe:
     """A :class:`Probe`, or :class:`variantlab.errors.PluginLoadError` saying what is wrong."""
     from ..errors import PluginLoadError
 
@@ -139,12 +158,17 @@ def make_probe(plugin: str, name: str, settings_cls: type[Strict], run: RunFn, *
             if bad or not isinstance(view.rank, int):
                 raise PluginLoadError(f"{where}: ProbeView pieces must be callable and its "
                                       f"rank an int ({', '.join(bad) or 'rank'})")
+    if not callable(passes):
+        passes = frozenset(passes)
+        if not passes <= PASSES:
+            raise PluginLoadError(f"{where}: passes must be among {', '.join(sorted(PASSES))} "
+                                  f"(or a function of the settings), got {sorted(passes)}")
     try:
         declared = check_declared(metrics, where)
     except ValueError as exc:
         raise PluginLoadError(str(exc)) from None
     return Probe(name, settings_cls, run, plugin, tuple(views), bool(serial),
-                 bool(device_free), bool(trains), declared)
+                 bool(device_free), bool(trains), passes, declared)
 
 
-__all__ = ["Probe", "ProbeView", "RunFn", "ViewFn", "make_probe"]
+__all__ = ["PASSES", "Probe", "ProbeView", "RunFn", "ViewFn", "make_probe"]

@@ -26,13 +26,13 @@ from pydantic import BaseModel
 
 from ..errors import DuplicateKindError, PluginLoadError, SpecError, unknown_name_message
 from . import hookspecs
-from .probe import make_probe
+from .probe import Probe, make_probe
 
 SLOTS = ("norm", "activation", "feedforward", "attention", "residual", "positional", "init")
 ALL_SLOTS = SLOTS + ("family",)
 HOOKS = {**{slot: f"register_{slot}s" for slot in SLOTS}, "family": "register_families"}
 BUILTIN_MODULES = (
-    "norms", "activations", "feedforwards", "moe", "attentions", "mixers", "ssm", "deltanet",
+    "norms", "activations", "feedforwards", "moe", "attentions", "mixers", "ssm", "deltanet", "mla", "hybrid",
     "residuals", "positionals",
     "inits", "families", "probes", "executors",
 )
@@ -86,7 +86,7 @@ class Registry:
         self._components: dict[str, dict[str, Component]] = {s: {} for s in ALL_SLOTS}
         self.plugins: list[tuple[str, str]] = []  # (name, source) in load order
         self.failures: list[PluginFailure] = []
-        self._probes: dict[str, Any] = {}  # name -> variantlab.plugin.probe.Probe
+        self._probes: dict[str, Probe] = {}
         self._executors: dict[str, ExecutorEntry] = {}
 
     # -- lookups ---------------------------------------------------------------------
@@ -108,11 +108,11 @@ class Registry:
         """The registered probes' names, built-ins first, in registration order."""
         return list(self._probes)
 
-    def probes(self) -> list[Any]:
+    def probes(self) -> list[Probe]:
         """Every registered :class:`variantlab.plugin.probe.Probe`."""
         return list(self._probes.values())
 
-    def probe(self, name: str, loc: Sequence[object] = ("measure",)) -> Any:
+    def probe(self, name: str, loc: Sequence[object] = ("measure",)) -> Probe:
         """The probe ``name`` or a :class:`SpecError` that lists the registered ones."""
         try:
             return self._probes[name]

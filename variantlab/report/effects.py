@@ -26,6 +26,7 @@ from itertools import combinations
 
 import pandas as pd
 
+from ..config.metrics import headline_of
 from ..config.roles import stored_roles
 from .frame import ReportData
 from .labels import GridLabels, run_grid
@@ -124,12 +125,30 @@ def find_grid(data: ReportData) -> Grid | None:
 
 
 def grid_values(data: ReportData, grid: Grid, per_seed: pd.DataFrame) -> pd.DataFrame:
-    """Per-seed headline values of the grid's variants, with their run and axis values."""
-    wanted = [m for m, _, _ in HEADLINE]
+    """Per-seed headline values of the grid's variants, with their run and axis values;
+    the run's ``compare_on`` metric (its test value, when a probe's summary metrics have
+    it) leads."""
+    headlines = lead_with(data, grid, set(per_seed["metric"]))
+    wanted = [m for m, _, _ in headlines]
     part = per_seed[per_seed["metric"].isin(wanted)][["variant", "seed", "metric", "value"]]
     out = part.merge(grid.cells, on="variant", how="inner")
-    grid.metrics = [h for h in HEADLINE if h[0] in set(out["metric"])]
+    grid.metrics = [h for h in headlines if h[0] in set(out["metric"])]
     return out
+
+
+def lead_with(data: ReportData, grid: Grid, present: set[str]
+              ) -> list[tuple[str, str, bool | None]]:
+    """HEADLINE with the grid run's headline metric first: the first of its test columns
+    (``test_M``, then older names) that ``present`` has, labelled by its name."""
+    meta = next((m for m in data.runs if m.run == grid.run), None)
+    head = headline_of(meta, data.registry) if meta is not None else None
+    if head is None or not getattr(meta, "compare_on", ""):
+        return list(HEADLINE)
+    first = next((m for m in head.report if m in present), None)
+    if first is None:
+        return list(HEADLINE)
+    label = next((lab for m, lab, _ in HEADLINE if m == first), first.replace("_", " "))
+    return [(first, label, head.lower_is_better), *(h for h in HEADLINE if h[0] != first)]
 
 
 def _pivot(values: pd.DataFrame, index: list[str], columns: list[str]) -> pd.DataFrame:

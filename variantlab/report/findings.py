@@ -117,7 +117,7 @@ def paired_gaps(rows: pd.DataFrame, probe: str, metric: str, baseline: str) -> d
     return {v: diffs[v].dropna().tolist() for v in diffs}
 
 
-def _sureness(gaps: list[float]) -> str:
+def sureness(gaps: list[float]) -> str:
     """``(every seed, n=3)``, ``(2 of 3 seeds)`` or nothing for one seed."""
     if len(gaps) < 2:
         return ""

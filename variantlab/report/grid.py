@@ -13,7 +13,7 @@ from .effects import HEADLINE, Effects, cell_means, clear, label_of
 from .frame import ReportData, differing_axes, variant_flat
 from .learned import nothing_learned
 from .plots import Plot, heatmap
-from .tables import Table, _text, fmt
+from .tables import Table, cell_text, fmt
 from .verdict import lead, lead_sentence
 
 MAX_NAMES = 3  # names listed in one sentence of the reading before "and N more"
@@ -181,7 +181,7 @@ def browse_table(data: ReportData, summary: pd.DataFrame) -> Table:
         flat = variant_flat(rec.spec, rec.overrides)
         name = rec.variant + (" (baseline)" if rec.variant == data.baseline else "")
         cells = [name] + ([str(rec.run)] if runs else [])
-        cells += [_text(flat.get(axis, "")) for axis in axes]
+        cells += [cell_text(flat.get(axis, "")) for axis in axes]
         cells += [fmt(_at(means, rec.variant, m), "count" if m == "total" else "")
                   for m, _ in metrics]
         body.append(cells)

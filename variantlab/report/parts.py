@@ -29,7 +29,7 @@ def pieces(registry: Registry | None, piece: str) -> list[Callable[..., Any]]:
     for probe in registry_or_default(registry).probes():
         for view in probe.views:
             fn = view.pieces()[piece] if isinstance(view, ProbeView) else None
-            if fn is not None:
+            if isinstance(view, ProbeView) and fn is not None:
                 found.append((view.rank, len(found), fn))
     return [fn for _, _, fn in sorted(found, key=lambda t: (t[0], t[1]))]
 

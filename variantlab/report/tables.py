@@ -313,13 +313,14 @@ def variant_table(data: ReportData) -> Table:
         flat = variant_flat(rec["spec"], rec["overrides"])
         name = rec["variant"] + (" (baseline)" if rec["variant"] == data.baseline else "")
         cells = [name] + [str(rec[c]) for c in extra]
-        cells += [_text(flat.get(axis, "")) for axis in axes]
+        cells += [cell_text(flat.get(axis, "")) for axis in axes]
         body.append(cells)
     note = "" if axes else "All variants share one model spec."
     return Table("Variants", columns, body, note)
 
 
-def _text(value: object) -> str:
+def cell_text(value: object) -> str:
+    """A table cell of an axis value: booleans as YAML writes them, floats as :func:`fmt`."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):

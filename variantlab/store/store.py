@@ -363,7 +363,7 @@ def axis_columns(rows: pd.DataFrame, variants: pd.DataFrame, meta: RunMeta) -> p
     any variant: model keys, ``data.*`` and ``measure.<probe>.<key>``), named by its path:
     the value the row's variant ran with. A variant that does not set the path has the
     experiment's own value: its ``measure:`` or ``data:`` setting, or its model spec's. A
-    path that would shadow a column of the rows is left out."""
+    path that would shadow a column of the rows is left out; ``run`` stays the last column."""
     paths = list(dict.fromkeys([*(meta.grid or {}),
                                 *(p for over in variants["overrides"] for p in (over or {}))]))
     paths = [p for p in paths if p not in rows.columns]
@@ -375,7 +375,8 @@ def axis_columns(rows: pd.DataFrame, variants: pd.DataFrame, meta: RunMeta) -> p
                   for n, o, spec in zip(variants["name"], variants["overrides"], variants["spec"])}
         rows[path] = pd.Series([values.get(v) for v in rows["variant"]],
                                index=rows.index, dtype=object).infer_objects()
-    return rows
+    last = ["run"] if "run" in rows.columns else []
+    return rows[[c for c in rows.columns if c not in last] + last]  # the run's label last
 
 
 def axis_default(path: str, meta: RunMeta, spec: Any) -> Any:

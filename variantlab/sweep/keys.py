@@ -30,13 +30,17 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..data.cache import file_digest
 from ..errors import SpecError
 from ..version import __version__
+
+if TYPE_CHECKING:
+    from ..plugin.probe import Probe
+    from ..plugin.registry import Registry
 
 CORE_PACKAGES = ("variantlab", "variantlab_plugins")
 _SKIP_DIRS = {"__pycache__"}
@@ -115,10 +119,11 @@ def _used_components(data: Any, slot: str | None = None) -> Iterator[tuple[str, 
             yield from _used_components(value)
 
 
-def variant_code(spec_data: Mapping[str, Any], registry: Any) -> dict[str, str]:
+def variant_code(spec_data: Mapping[str, Any], registry: Registry) -> dict[str, str]:
     """Plugin name -> source digest for each non-core plugin that registered a component
     of this spec (its family and every slot); empty for built-in components only."""
-    used = {("family", spec_data.get("family"))} | set(_used_components(spec_data))
+    used: set[tuple[str, Any]] = {("family", spec_data.get("family"))}
+    used |= set(_used_components(spec_data))
     out: dict[str, str] = {}
     for slot, kind in sorted(used, key=str):
         try:
@@ -132,7 +137,7 @@ def variant_code(spec_data: Mapping[str, Any], registry: Any) -> dict[str, str]:
     return out
 
 
-def probe_code(probe: Any, registry: Any) -> dict[str, str]:
+def probe_code(probe: Probe, registry: Registry) -> dict[str, str]:
     """Plugin name -> source digest of the non-core plugin that registered ``probe``
     (a :class:`variantlab.plugin.probe.Probe`); empty for a built-in probe."""
     if probe.plugin.startswith("variantlab_plugins."):

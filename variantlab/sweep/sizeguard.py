@@ -204,12 +204,9 @@ def footprint(spec: ModelSpec, registry: Registry, probe: str, settings: Any,
     batch_size = getattr(settings, "batch_size", 0)
     seq_len = getattr(settings, "seq_len", 0)
     found = {p.name: p for p in registry.probes()}.get(probe) if registry is not None else None
-    step = bool(found is not None and found.trains)  # it takes optimizer steps
-    backward = step or probe == "gradients"
-    if probe == "timing":
-        passes = set(getattr(settings, "passes", ()))
-        backward = bool(passes & {"backward", "step"})
-        step = "step" in passes
+    passes = found.memory_passes(settings) if found is not None else frozenset()
+    step = "step" in passes  # it takes optimizer steps
+    backward = step or "backward" in passes
     batch = (batch_size, seq_len) if batch_size and seq_len else None
     cost = model_cost(spec, registry, batch)
     grads = cost.param_bytes if backward else 0

@@ -23,6 +23,7 @@ from .keys import data_fingerprint, environment, probe_code, variant_code
 
 if TYPE_CHECKING:
     from ..config.experiment import Experiment, Variant
+    from ..plugin.probe import Probe
 
 
 def plain(obj: Any) -> Any:
@@ -36,7 +37,7 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
 
 
-def resolve_device(probe: Any, settings: Any, override: str | None) -> str | None:
+def resolve_device(probe: Probe | str, settings: Any, override: str | None) -> str | None:
     """The device a probe runs on: ``--device``, else the settings' own, else CPU;
     ``auto`` means CUDA when present. ``None`` for a registered probe (``probe``, a
     :class:`variantlab.plugin.probe.Probe`) that no device changes; a probe's name alone

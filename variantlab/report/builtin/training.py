@@ -10,7 +10,7 @@ import pandas as pd
 
 from ...plugin.probe import ProbeView
 from ..fair.compare import fair_piece
-from ..findings import _sureness, means, paired_gaps
+from ..findings import means, paired_gaps, sureness
 from ..frame import ReportData
 from ..plots import Plot, legend, mean_by, new_axes, styles
 from ..tables import MetricRows, Table, fmt, select, summary_section
@@ -99,7 +99,7 @@ def loss_gap(data: ReportData, summary: pd.DataFrame) -> str | None:
         gap = others.loc[variant, "mean"] - base["mean"]
         where = "above" if gap > 0 else "below"
         parts.append(f"{variant}'s {what} is {fmt(abs(gap))} {where} "
-                     f"{data.baseline}'s{_sureness(per_seed.get(variant, []))}")
+                     f"{data.baseline}'s{sureness(per_seed.get(variant, []))}")
     return "; ".join(parts) + "."
 
 

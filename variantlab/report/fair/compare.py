@@ -153,6 +153,10 @@ def tuned_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True) -> list
              f"compared variant(s) at its own best setting{within} (by mean "
              f"{sweep.chosen_on}, reported on {sweep.reported_on}); see Tuned comparison and "
              "tuned.csv."]
+    if sweep.wanted:
+        lines.append(f"compare_on: {sweep.wanted} was not recorded by this run, so the "
+                     f"comparison is on the loss instead ({sweep.chosen_on}, "
+                     f"{sweep.reported_on}).")
     if sweep.optimistic:
         lines.append(f"This run has no held-out validation/test {sweep.head.name}: "
                      f"{sweep.chosen_on} both chose the setting and reports it, so the tuned "
@@ -305,15 +309,18 @@ def ranking_flips(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
 
 
 def lr_plot(sweep: Sweep, frame: pd.DataFrame) -> Plot:
-    """Loss against learning rate (log x), one line per architecture, seed spread as a
-    band, diverged points marked at the loss at init."""
-    title = "Loss vs learning rate"
+    """The choice metric against learning rate (log x), one line per compared variant and
+    condition, seed spread as a band; for a loss, diverged points are marked at the loss
+    at init (dashed), for a metric where higher is better at the bottom of the axes."""
+    loss = sweep.head.lower_is_better
+    title = "Loss vs learning rate" if loss else f"{sweep.head.name} vs learning rate"
+    where = "drawn at the loss at init; the dashed line is the loss at init" if loss else \
+        "drawn at the bottom of the axes"
     caption = (f"Mean {sweep.chosen_on} over seeds at each learning rate (other settings at "
-               "each architecture's chosen values), min-max over seeds shaded; x: a learning "
-               "rate with a diverged run (drawn at the loss at init); the dashed line is the "
-               "loss at init.")
+               "each variant's chosen values), min-max over seeds shaded; x: a learning "
+               f"rate with a diverged run ({where}).")
     fig, (ax,) = new_axes()
-    inits = []
+    inits, marks = [], []
     for arch, style in zip(sweep.archs, styles(len(sweep.archs))):
         curve = lr_curves(sweep, arch, choose(sweep, arch))
         if not len(curve):
@@ -324,9 +331,13 @@ def lr_plot(sweep: Sweep, frame: pd.DataFrame) -> Plot:
                         alpha=0.15, linewidth=0)
         bad = curve[curve["diverged"] > 0]
         if len(bad):
-            ax.scatter(bad["lr"], bad["init"], marker="x", color=style["color"], s=40)
+            marks.append((bad, style["color"]))
         inits += curve["init"].dropna().tolist()
-    if inits:
+    bottom = ax.get_ylim()[0]
+    for bad, color in marks:
+        ax.scatter(bad["lr"], bad["init"] if loss else [bottom] * len(bad), marker="x",
+                   color=color, s=40)
+    if inits and loss:
         ax.axhline(sum(inits) / len(inits), color="grey", linestyle="--", linewidth=0.8)
     ax.set_xscale("log")
     ax.set_title(title)

@@ -7,8 +7,8 @@ headline metric's test value with every compared variant at its own best tuned s
 paired per seed (t-interval over seeds), and whether its sign holds across conditions
 (``holds``, ``flips``, ``unclear`` for an effect of exactly 0, ``one condition``). A group
 whose best sits at an edge of the sweep (unresolved) gives no effect in its condition.
-The **Axes** table lists every axis of the run with its role, its values and what edge
-extension added.
+The **Axes** table lists every axis of a run with a grid: its role, its values and what
+edge extension added.
 """
 
 from __future__ import annotations
@@ -55,14 +55,15 @@ def condition_table(frame: pd.DataFrame) -> Table:
 
 
 def axes_table(data: ReportData) -> Table | None:
-    """Every axis of the first run with axes: its role, the values its grid lists, and the
-    values edge extension added (None: no run varies anything)."""
+    """Every axis of the first run with a grid: its role, the values its grid lists, and
+    the values edge extension added (None: no run has a grid; named variants alone are
+    compared variant by variant)."""
     for meta in data.runs:
+        if not meta.grid:
+            continue
         mine = data.variants[data.variants["run"] == meta.run]
         overs = [dict(o) for o in mine["overrides"] if isinstance(o, Mapping)]
         roles = stored_roles(meta, overs)
-        if not roles:
-            continue
         grid = meta.grid or {}
         body = []
         for axis, role in roles.items():

@@ -62,11 +62,12 @@ class Extended:
     summaries: list[Any] = field(default_factory=list)
 
 
-def beyond(sweep: Sweep, overrides: Mapping[str, Mapping[str, Any]], extend: Mapping[str, int]
-           ) -> list[Extension]:
+def beyond(sweep: Sweep, overrides: Mapping[str, Mapping[str, Any]], extend: Mapping[str, int],
+           order: list[str] | None = None) -> list[Extension]:
     """The values to run next: one per (group, extendable axis) whose chosen value sits at
     an edge the group has not yet extended ``extend[axis]`` times. ``overrides``: each
-    variant's overrides."""
+    variant's overrides; ``order``: the axes in the order the added variants name them
+    (the experiment's)."""
     out = []
     for group in sweep.archs:
         chosen = choose(sweep, group)
@@ -84,6 +85,8 @@ def beyond(sweep: Sweep, overrides: Mapping[str, Mapping[str, Any]], extend: Map
             if done >= limit or new is None:
                 continue
             over = {**dict(overrides.get(str(chosen["variant"])) or {}), axis: new}
+            rank = {a: i for i, a in enumerate(order or [])}
+            over = dict(sorted(over.items(), key=lambda kv: rank.get(kv[0], len(rank))))
             out.append(Extension(group, axis, side, new, over))
     return out
 
@@ -119,7 +122,7 @@ def run_extended(experiment: Experiment, run: Callable[[Experiment], Any],
         if sweep is None:
             break
         overrides = dict(zip(data.variants["variant"], data.variants["overrides"]))
-        added = beyond(sweep, overrides, extend)
+        added = beyond(sweep, overrides, extend, list(experiment.roles))
         if not added:
             break
         accepted: list[Extension] = []

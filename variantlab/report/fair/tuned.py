@@ -85,6 +85,7 @@ class Sweep:
     head: Headline = field(default_factory=headline)
     compared: dict[str, str] = field(default_factory=dict)  # group -> compared variant
     conditions: dict[str, dict[str, Any]] = field(default_factory=dict)  # condition -> values
+    wanted: str = ""  # a compare_on metric the run did not record (the loss stands in)
 
     def same_size(self, a: str, b: str) -> bool:
         """Whether groups ``a`` and ``b`` are in the same condition (so comparable)."""
@@ -161,6 +162,11 @@ def find_sweep(data: ReportData, probe: str) -> Sweep | None:
         rows = data.rows[data.rows["run"] == meta.run]
         held = rows[rows["probe"] == head.probe]
         choose_col, report_col = head.columns(set(held["metric"]))
+        wanted = ""
+        if (choose_col is None or report_col is None) and head.name != "loss":
+            wanted, head = head.name, headline()  # not recorded: the loss, said so
+            held = rows[rows["probe"] == head.probe]
+            choose_col, report_col = head.columns(set(held["metric"]))
         if choose_col is None or report_col is None:
             return None
         seeds = meta.seeds or sorted({int(s) for s in rows["seed"].dropna()})
@@ -183,7 +189,7 @@ def find_sweep(data: ReportData, probe: str) -> Sweep | None:
         values = {a: _ordered(written[a], cells[a]) for a in tuned}
         return Sweep(meta.run, compared, tuned, values, cells, per_seed, choose_col,
                      report_col, baseline, groups, sizes, conds, written, head, names,
-                     cond_values)
+                     cond_values, wanted)
     return None
 
 
