@@ -367,6 +367,6 @@ def test_a_compare_on_metric_the_run_did_not_record_falls_back_to_the_loss_and_s
     files = write_report([tmp_path / "runs" / "roles"], tmp_path / "rep", registry=REG)
     tuned = pd.read_csv(files.tuned).set_index("variant")
     assert set(tuned["chosen_on"]) == {"val_loss"} and "val_loss" in tuned.columns
-    assert tuned.loc["activation.kind=relu", "measure.training.lr"] == 1e-2
+    assert tuned.loc["activation=relu", "measure.training.lr"] == 1e-2
     assert "compare\\_on: recall\\_accuracy was not recorded by this run, so the comparison is " \
         "on the loss instead" in files.markdown.read_text()
