@@ -270,3 +270,25 @@ def test_docs_say_which_split_each_recall_metric_is_scored_on():
     assert "`recall_accuracy` on the\ntest batches" in text
     mixers = (docs / "mixers.md").read_text(encoding="utf-8")
     assert "zeroes the padded inputs *before* the shift or convolution" in mixers
+
+
+def test_named_values_label_the_report_tables_csv_files_and_plots(tmp_path):
+    from dataclasses import replace
+
+    import yaml
+
+    run = sample_grid({"feedforward": FF, "norm.kind": ["layer", "rms"]})
+    run.meta = replace(run.meta, yaml=yaml.safe_dump(
+        {"name": "grid", "grid": {"feedforward": {"dense": FF[0], "moe": FF[1]},
+                                  "norm.kind": ["layer", "rms"]}}))
+    files = write_report([run], tmp_path, registry=REG)
+    names = ["feedforward=dense, norm=layer", "feedforward=dense, norm=rms",
+             "feedforward=moe, norm=layer", "feedforward=moe, norm=rms"]
+    assert list(dict.fromkeys(pd.read_csv(files.csv)["variant"])) == names
+    effects = pd.read_csv(files.effects)
+    assert set(effects.loc[effects["axis"] == "feedforward", "value"]) == {"moe"}
+    md = files.markdown.read_text(encoding="utf-8")
+    assert "| eval loss | feedforward | moe vs dense |" in md
+    assert "matters: feedforward (moe vs dense: +0.0406" in md
+    training = (tmp_path / "training.svg").read_text(encoding="utf-8")
+    assert all(name in training for name in names)  # the plot's legend
