@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from click.testing import CliRunner
 from conftest import TINY
 
@@ -16,11 +17,13 @@ from variantlab.cli.main import main
 from variantlab.errors import PluginLoadError
 from variantlab.model.build import build_model
 from variantlab.model.specs import parse_model_spec
+from variantlab.model.tasks import task_for
 from variantlab.plugin.registry import get_registry
 from variantlab.probes.gradients import GradientsSettings
 from variantlab.probes.params import ParamsSettings
 from variantlab.probes.timing import TimingSettings
 from variantlab.probes.training import TrainingSettings
+from variantlab.sweep import metarun, sizeguard
 from variantlab.sweep.sizeguard import (
     _meta_cost,
     available_bytes,
@@ -273,6 +276,88 @@ def test_every_builtin_kind_can_be_estimated_on_meta(slot, kind):
     real = build_model(spec.model_copy(update={"n_layers": 1}), get_registry())
     assert one_layer.params == sum(p.numel() for p in real.parameters())
     assert one_layer.activation_bytes > 0
+
+
+def _plain_meta_cost(spec, batch):
+    """Reference for metarun: the meta build and forward with PyTorch's own fills, dropout
+    and torch._dynamo (what metarun keeps out)."""
+    import torch._dynamo  # noqa: F401
+    registry = get_registry()
+    with torch.device("meta"):
+        model = build_model(spec, registry)
+        params = list(model.parameters())
+        act = sizeguard._activation_bytes(model, spec, task_for(spec, registry),
+                                          {id(p) for p in params}, *batch)
+        buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    return (sum(p.numel() for p in params), buffers, act)
+
+
+@pytest.mark.parametrize("slot,kind", list(_every_builtin_kind()))
+def test_meta_fills_cost_the_same_as_pytorchs_fills(slot, kind):
+    """The size guard skips random fills and dropout's mask on meta tensors and keeps
+    torch._dynamo out (start-up); the counts must equal PyTorch's own meta build, dropout on."""
+    spec = spec_of(n_layers=1, drop_rate=0.1, **{slot: {"kind": kind}})
+    got = sizeguard._meta_cost(spec, get_registry(), (2, 8))
+    assert (got.params, got.buffer_bytes, got.activation_bytes) == _plain_meta_cost(spec, (2, 8))
+    assert got.activation_bytes > 0
+
+
+def test_meta_fills_leave_other_devices_alone():
+    torch.manual_seed(0)
+    with metarun.MetaFills():
+        x = torch.nn.init.normal_(torch.empty(64))
+        y = torch.nn.functional.dropout(torch.ones(64), 0.5, True)
+    assert x.std() > 0.5  # filled
+    assert set(y.tolist()) <= {0.0, 2.0} and 0.0 in y.tolist() and 2.0 in y.tolist()
+
+
+STAND_IN_RUN = """
+import json, sys, torch
+sys.path.insert(0, sys.argv[2])
+from conftest import TINY
+from variantlab.model.specs import parse_model_spec
+from variantlab.plugin.registry import get_registry
+from variantlab.sweep import metarun, sizeguard
+answered = []
+real_init = metarun._StandIn.__init__
+def init(self):
+    real_init(self)
+    answered.append(self)
+metarun._StandIn.__init__ = init
+out = {}
+for name, extra in json.loads(sys.argv[1]).items():
+    spec = parse_model_spec({**TINY, "n_layers": 1, "drop_rate": 0.1, **extra}, get_registry())
+    c = sizeguard._meta_cost(spec, get_registry(), (2, 8))
+    out[name] = [c.params, c.buffer_bytes, c.activation_bytes]
+kernels = [fn for s in answered for fn in s.answered]
+print(json.dumps({"costs": out, "dynamo": "torch._dynamo" in sys.modules,
+                  "torch_attr": "_dynamo" in torch.__dict__, "kernels": len(kernels),
+                  "left": sum("__dynamo_disable" in fn.__dict__ for fn in kernels)}))
+"""
+
+
+def test_meta_run_without_dynamo_counts_the_same_and_leaves_no_trace():
+    """In a fresh process the stand-in torch._dynamo answers the reference kernels; the
+    counts equal PyTorch's own, and afterwards neither the module nor the kernels' cached
+    answers are left (a later torch.compile imports the real one)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    specs = {"gpt": {}, "mamba2": {"attention": {"kind": "mamba2"}},
+             "llama": {"norm": {"kind": "rms"}, "positional": "rotary", "feedforward": "glu"}}
+    root = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": str(root.parent)}
+    proc = subprocess.run([sys.executable, "-c", STAND_IN_RUN, json.dumps(specs), str(root)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (got["dynamo"], got["torch_attr"], got["left"]) == (False, False, 0)
+    assert got["kernels"] > 10  # the stand-in was used
+    for name, extra in specs.items():
+        spec = spec_of(n_layers=1, drop_rate=0.1, **extra)
+        assert got["costs"][name] == list(_plain_meta_cost(spec, (2, 8))), name
 
 
 class _BackwardProbe:

@@ -1,4 +1,9 @@
-"""variantlab's built-in probes, registered through ``register_probes`` like any plugin's."""
+"""variantlab's built-in probes, registered through ``register_probes`` like any plugin's.
+
+Their report views are named as ``"module:attr"`` and imported only when a report is
+written (``variantlab validate`` and ``run --no-report`` never import the report)."""
+
+from typing import Any
 
 from variantlab import hookimpl
 from variantlab.probes import dynamics, gradients, params, timing, training
@@ -7,12 +12,16 @@ from variantlab.probes.gradients import GradientsSettings
 from variantlab.probes.params import ParamsSettings
 from variantlab.probes.timing import TimingSettings
 from variantlab.probes.training import TrainingSettings
-from variantlab.report.builtin import gradients as gradients_views
-from variantlab.report.builtin import params as params_views
-from variantlab.report.builtin import timing as timing_views
-from variantlab.report.builtin import training as training_views
-from variantlab.report.builtin.dynamics import dynamics_views
-from variantlab.report.builtin.routing import routing_views
+
+_VIEWS = "variantlab.report.builtin.{}:views"
+
+
+def dynamics_views() -> tuple[Any, ...]:
+    """The dynamics probe's views: its heatmaps and lines, and the MoE routing views."""
+    from variantlab.report.builtin.dynamics import dynamics_views as lines
+    from variantlab.report.builtin.routing import routing_views
+
+    return (*lines(), *routing_views())
 
 
 def timing_passes(settings: TimingSettings) -> list[str]:
@@ -22,12 +31,13 @@ def timing_passes(settings: TimingSettings) -> list[str]:
 
 @hookimpl
 def register_probes(register):
-    register("params", ParamsSettings, params.run, device_free=True, views=params_views.views())
+    register("params", ParamsSettings, params.run, device_free=True,
+             views=_VIEWS.format("params"))
     register("gradients", GradientsSettings, gradients.run, passes=("forward", "backward"),
-             views=gradients_views.views())
+             views=_VIEWS.format("gradients"))
     register("timing", TimingSettings, timing.run, serial=True, passes=timing_passes,
-             views=timing_views.views())
+             views=_VIEWS.format("timing"))
     register("training", TrainingSettings, training.run, trains=True,
-             views=training_views.views())
+             views=_VIEWS.format("training"))
     register("dynamics", DynamicsSettings, dynamics.run, trains=True,
-             views=(*dynamics_views(), *routing_views()))
+             views="variantlab_plugins.probes:dynamics_views")

@@ -1,7 +1,8 @@
 """The ``variantlab`` command: run, validate and report here; describe, plugins and schema in
 :mod:`variantlab.cli.info`; what they share in :mod:`variantlab.cli.base`.
 
-The library computes; this module only formats. Exit codes: 0 ok, 1 a unit failed,
+The library computes; this module only formats. Exit codes: 0 ok, 1 a unit failed, or a
+report part failed (the report is written, that part a notice in it),
 2 bad input (the messages are printed, never a traceback), 3 the results or the report could
 not be written (a full disk, a quota; what was stored is intact), 130 interrupted.
 """
@@ -250,6 +251,11 @@ def _write_report(stdout: Any, err: Any, runs: Sequence[Path], out_dir: Path,
         path = getattr(files, attr, None)
         if path is not None:
             stdout.print(f"report: {path}")
+    if files.failed:  # the report is written, each failed part a notice in it
+        parts = "; ".join(f.notice() for f in files.failed)
+        err.print(f"report: {len(files.failed)} part(s) failed and show a notice in the "
+                  f"report: {escape(parts)}", soft_wrap=True)
+        return EXIT_FAILED
     return EXIT_OK
 
 

@@ -117,7 +117,9 @@ def register_probes(register):
     - ``views``: functions ``view(data) -> list[Table | Plot]`` of the report's
       :class:`variantlab.report.ReportData`, each returning the probe's tables
       (:class:`variantlab.report.frame.Table`) and plots (:class:`variantlab.report.plots.Plot`);
-      a probe without views gets one generic table of its model-scope rows;
+      a probe without views gets one generic table of its model-scope rows; or a reference
+      ``"package.module:attr"`` to them, imported when a report first asks (commands that
+      write no report never import them);
     - ``serial``: its units run last, one at a time, never beside other work (like timing);
     - ``device_free``: its numbers do not depend on the device (like params);
     - ``trains``: it takes optimizer steps (the size guard counts the optimizer's state);

@@ -8,8 +8,11 @@ is here, so none of them names a probe.
 
 from __future__ import annotations
 
+import importlib
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ..plugin.settings import Strict
@@ -78,7 +81,8 @@ class Probe:
     - ``views``: functions of the report's data returning the probe's tables and plots,
       and :class:`ProbeView` objects giving its pieces of the report's shared parts (summary
       metrics, section, plots, reading, warnings); none: the report shows its rows in a
-      generic table;
+      generic table. Registered as ``"module:attr"`` (:data:`LazyViews`), they are imported
+      when the report first asks, so commands that write no report never import them;
     - ``serial``: its units run last, one at a time, never beside other work (timing);
     - ``device_free``: its numbers do not depend on the device (no device in the unit key);
     - ``trains``: it takes optimizer steps (the size guard counts optimizer state);
@@ -95,7 +99,7 @@ class Probe:
     settings_cls: type[Strict]
     run: RunFn
     plugin: str
-    views: tuple[ViewFn | ProbeView, ...] = ()
+    views_given: tuple[ViewFn | ProbeView, ...] | str = field(default=(), repr=False)
     serial: bool = False
     device_free: bool = False
     trains: bool = False
@@ -110,6 +114,14 @@ class Probe:
         if self.passes:
             return self.passes
         return frozenset(PASSES if self.trains else {"forward"})
+
+    @cached_property
+    def views(self) -> tuple[ViewFn | ProbeView, ...]:
+        """The views; a ``"module:attr"`` reference is imported (and checked) here, once.
+        :class:`variantlab.errors.PluginLoadError` when it cannot be."""
+        if not isinstance(self.views_given, str):
+            return self.views_given
+        return resolve_views(self.plugin, self.name, self.views_given)
 
     def settings(self, value: Any = None) -> Strict:
         """The probe's settings from None (defaults), a mapping, or a settings object."""
@@ -137,9 +149,49 @@ def check_declared(metrics: Mapping[str, Any] | None, where: str) -> tuple[tuple
     return tuple(out)
 
 
+#: ``"package.module:attr"``: the views, imported when the report first asks; ``attr`` is a
+#: sequence of views or a function of no arguments returning one
+LazyViews = str
+
+
+def resolve_views(plugin: str, name: str, ref: LazyViews) -> tuple[ViewFn | ProbeView, ...]:
+    """The views ``ref`` names (``"module:attr"``), checked as :func:`make_probe` checks
+    views given directly."""
+    from ..errors import PluginLoadError
+
+    where = f"plugin {plugin!r}: probe {name!r}"
+    module, _, attr = ref.partition(":")
+    try:
+        found = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise PluginLoadError(f"{where}: views {ref!r} cannot be imported: "
+                              f"{type(exc).__name__}: {exc}") from exc
+    views = found() if callable(found) and not isinstance(found, ProbeView) else found
+    if isinstance(views, (str, bytes)) or not isinstance(views, Sequence):
+        raise PluginLoadError(f"{where}: views {ref!r} must be a sequence of views (or a "
+                              "function returning one)")
+    check_views(where, views)
+    return tuple(views)
+
+
+def check_views(where: str, views: Sequence[Any]) -> None:
+    """:class:`variantlab.errors.PluginLoadError` unless every view is callable or a
+    :class:`ProbeView` with callable pieces and an int rank."""
+    from ..errors import PluginLoadError
+
+    if not all(callable(v) or isinstance(v, ProbeView) for v in views):
+        raise PluginLoadError(f"{where}: every view must be callable (or a ProbeView)")
+    for view in views:
+        if isinstance(view, ProbeView):
+            bad = [k for k, f in view.pieces().items() if f is not None and not callable(f)]
+            if bad or not isinstance(view.rank, int):
+                raise PluginLoadError(f"{where}: ProbeView pieces must be callable and its "
+                                      f"rank an int ({', '.join(bad) or 'rank'})")
+
+
 def make_probe(plugin: str, name: str, settings_cls: type[Strict], run: RunFn, *,
-               views: Sequence[ViewFn | ProbeView] = (), serial: bool = False, device_free: bool = False,
-               trains: bool = False,
+               views: Sequence[ViewFn | ProbeView] | LazyViews = (), serial: bool = False,
+               device_free: bool = False, trains: bool = False,
                passes: Iterable[str] | Callable[[Any], Iterable[str]] = (),
                metrics: Mapping[str, str] | None = None) -> Probe:
     """A :class:`Probe`, or :class:`variantlab.errors.PluginLoadError` saying what is wrong."""
@@ -150,14 +202,14 @@ def make_probe(plugin: str, name: str, settings_cls: type[Strict], run: RunFn, *
         raise PluginLoadError(f"plugin {plugin!r}: probe name {name!r} must be an identifier")
     if not (isinstance(settings_cls, type) and issubclass(settings_cls, Strict)):
         raise PluginLoadError(f"{where}: settings must subclass variantlab.ProbeSettings")
-    if not callable(run) or not all(callable(v) or isinstance(v, ProbeView) for v in views):
-        raise PluginLoadError(f"{where}: run and every view must be callable (or a ProbeView)")
-    for view in views:
-        if isinstance(view, ProbeView):
-            bad = [k for k, f in view.pieces().items() if f is not None and not callable(f)]
-            if bad or not isinstance(view.rank, int):
-                raise PluginLoadError(f"{where}: ProbeView pieces must be callable and its "
-                                      f"rank an int ({', '.join(bad) or 'rank'})")
+    if not callable(run):
+        raise PluginLoadError(f"{where}: run must be callable")
+    if isinstance(views, str):
+        if not _REF.fullmatch(views):
+            raise PluginLoadError(f"{where}: views {views!r} must be 'package.module:attr'")
+    else:
+        check_views(where, views)
+        views = tuple(views)
     if not callable(passes):
         passes = frozenset(passes)
         if not passes <= PASSES:
@@ -167,8 +219,11 @@ def make_probe(plugin: str, name: str, settings_cls: type[Strict], run: RunFn, *
         declared = check_declared(metrics, where)
     except ValueError as exc:
         raise PluginLoadError(str(exc)) from None
-    return Probe(name, settings_cls, run, plugin, tuple(views), bool(serial),
+    return Probe(name, settings_cls, run, plugin, views, bool(serial),
                  bool(device_free), bool(trains), passes, declared)
 
 
-__all__ = ["PASSES", "Probe", "ProbeView", "RunFn", "ViewFn", "make_probe"]
+_REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+
+__all__ = ["PASSES", "LazyViews", "Probe", "ProbeView", "RunFn", "ViewFn", "check_views",
+           "make_probe", "resolve_views"]

@@ -27,13 +27,12 @@ import resource
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn.functional as F
 from pydantic import Field, PositiveFloat, PositiveInt
 from torch.overrides import TorchFunctionMode
-from torch.utils import benchmark
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..data import sources as datalib
@@ -46,6 +45,9 @@ from ..plugin.settings import Device, DType, Strict
 from . import flops as flopslib
 from .common import autocast, resolve_device
 from .compiled import compile_errors, compile_model
+
+if TYPE_CHECKING:  # imported when a unit is timed: it imports setuptools (0.2 s)
+    from torch.utils import benchmark
 
 
 class TimingSettings(Strict):
@@ -107,6 +109,8 @@ def pass_fns(model: torch.nn.Module, spec: ModelSpec, task: Task, batch: Batch, 
 def time_fn(fn: Callable[[], None], warmup: int, repeats: int, label: str = "",
             block_s: float = BLOCK_S) -> benchmark.Measurement:
     """Median/IQR-ready measurement of ``fn``: warm-up, then ``repeats`` timed blocks."""
+    from torch.utils import benchmark
+
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, label=label,
                             num_threads=torch.get_num_threads())
     for _ in range(warmup):

@@ -16,16 +16,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from ..plugin.registry import Registry
 from .effects import compute_effects, effects_csv
-from .fair.compare import fair_of
+from .fair.compare import FairParts, fair_of
 from .findings import reading
 from .frame import ReportData, gather
 from .grid import browse_table, cross_run_table, effect_plots, effects_table, focus, interaction_table
+from .guard import Failure, collecting, run_part
+from .parts import using
 from .plots import Plot, build_plots, inline_svg, to_svg
 from .probeviews import probe_views
 from .render import headers, render_html, render_markdown, title_of
 from .tables import (
+    SUMMARY_COLUMNS,
+    MetricRows,
+    Table,
     csv_safe,
     failure_table,
     section_tables,
@@ -51,6 +58,7 @@ class ReportFiles:
     tuned: Path | None = None  # a run with setting axes: report/tuned.csv
     by_size: Path | None = None  # a grid over size: report/effects_by_size.csv
     by_condition: Path | None = None  # a tuned grid with conditions: effects_by_condition.csv
+    failed: tuple[Failure, ...] = ()  # parts that raised, each a notice in the report
 
 
 def build_context(data: ReportData, registry: Registry) -> tuple[dict[str, Any], list[Plot]]:
@@ -58,30 +66,66 @@ def build_context(data: ReportData, registry: Registry) -> tuple[dict[str, Any],
     probe's part comes from ``registry``: the pieces of its views (summary metrics,
     section, plots, reading, warnings, fair comparisons; :mod:`.parts`), then its own
     tables and plots, or, for a probe with rows and no views, a generic table
-    (:mod:`.probeviews`). A grid's effects come first (``effects``: None without a grid)."""
-    per_seed = seed_metrics(data, registry)
-    summary = summarize(data, per_seed, registry)
-    effects = compute_effects(data, per_seed)
-    extra_tables, extra_plots = probe_views(data, registry)
-    chosen, why = focus(data, summary, effects)
-    fair = fair_of(data, registry)  # tuned comparison and size views (issue 23)
-    plots = (effect_plots(effects) + fair.plots + build_plots(data, chosen, why, registry)
+    (:mod:`.probeviews`). A grid's effects come first (``effects``: None without a grid).
+
+    Inside :func:`.guard.collecting` each part that raises gives its neutral value and a
+    notice (``failed``: the :class:`.guard.Failure` list); outside it, errors propagate."""
+    with collecting() as failed, using(registry):
+        context, plots = _context(data, registry)
+    context["failed"] = list(failed)
+    return context, plots
+
+
+def _none(failure: Failure) -> None:
+    return None
+
+
+def _empty(failure: Failure) -> list:
+    return []
+
+
+def _notice(title: str) -> Any:
+    """A table in place of a failed one: its title and the notice."""
+    return lambda failure: Table(title, ["failed"], [[failure.notice()]])
+
+
+def _context(data: ReportData, registry: Registry) -> tuple[dict[str, Any], list[Plot]]:
+    per_seed = run_part("summary metrics", seed_metrics, data, registry,
+                        default=lambda f: MetricRows().frame())
+    summary = run_part("summary", summarize, data, per_seed, registry,
+                       default=lambda f: pd.DataFrame(columns=list(SUMMARY_COLUMNS)))
+    effects = run_part("effects", compute_effects, data, per_seed, default=_none)
+    extra_tables, extra_plots = run_part("probe views", probe_views, data, registry,
+                                         default=lambda f: ([], []))
+    chosen, why = run_part("plot focus", focus, data, summary, effects,
+                           default=lambda f: (None, ""))
+    fair = run_part("fair comparisons", fair_of, data, registry, default=lambda f: FairParts())
+    plots = (run_part("effect plots", effect_plots, effects, default=_empty) + fair.plots
+             + run_part("plots", build_plots, data, chosen, why, registry, default=_empty)
              + extra_plots)
+    lines = run_part("reading", reading, data, summary, effects, registry, default=_empty)
+    grid = effects is not None
     context = {
         "title": title_of(data),
-        "headers": headers(data, registry.probe_names()),
-        "reading": reading(data, summary, effects, registry) + fair.lines,
+        "headers": run_part("headers", headers, data, registry.probe_names(), default=_empty),
+        "reading": lines + fair.lines,
         "fair": fair.tables,
         "baseline": data.baseline,
-        "effects": effects_table(effects) if effects is not None else None,
-        "interactions": interaction_table(effects) if effects is not None and
-        len(effects.pairs) else None,
-        "across": cross_run_table(data, summary),
-        "variants": variant_table(data),
-        "browse": browse_table(data, summary),
-        "sections": section_tables(data, summary, registry) + extra_tables,
-        "warnings": warning_table(data, summary, registry),
-        "failures": failure_table(data),
+        "effects": run_part("effects table", effects_table, effects, default=_notice(
+            "Effects")) if grid else None,
+        "interactions": run_part("interactions table", interaction_table, effects,
+                                 default=_notice("Interactions"))
+        if effects is not None and len(effects.pairs) else None,
+        "across": run_part("runs table", cross_run_table, data, summary, default=_none),
+        "variants": run_part("variants table", variant_table, data, default=_notice("Variants")),
+        "browse": run_part("variant browser", browse_table, data, summary,
+                           default=_notice("Variants")),
+        "sections": run_part("sections", section_tables, data, summary, registry,
+                             default=_empty) + extra_tables,
+        "warnings": run_part("warnings table", warning_table, data, summary, registry,
+                             default=_notice("Warnings")),
+        "failures": run_part("failed units table", failure_table, data,
+                             default=_notice("Failed units")),
         "plots": plots,
         "summary": summary,
         "effects_frame": effects,
@@ -130,22 +174,27 @@ def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None
         registry = get_registry()
     if isinstance(runs, (str, Path)):
         runs = [runs]
-    data = gather(list(runs), baseline)
+    data = gather(list(runs), baseline)  # bad input (a ValueError) stops here
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    context, plots = build_context(data, registry)
-    svgs: dict[str, str] = {}
-    texts: dict[Path, str] = {}
-    keys = {plot.key for plot in plots}
-    stale = [old for old in out.glob("heatmap*.svg") if old.stem not in keys]
-    for plot in plots:
-        svg_path = out / f"{plot.key}.svg"
-        if plot.figure is None:
-            stale.append(svg_path)
-            continue
-        svg = to_svg(plot.figure)
-        texts[svg_path] = svg
-        svgs[plot.key] = inline_svg(svg, f"p-{plot.key}")
+    with collecting() as failed:
+        context, plots = build_context(data, registry)
+        svgs: dict[str, str] = {}
+        texts: dict[Path, str] = {}
+        keys = {plot.key for plot in plots}
+        stale = [old for old in out.glob("heatmap*.svg") if old.stem not in keys]
+        for plot in plots:
+            svg_path = out / f"{plot.key}.svg"
+            svg = None if plot.figure is None else run_part(
+                f"plot {plot.key}: drawing", to_svg, plot.figure, default=lambda f: None)
+            if svg is None:
+                if plot.figure is not None:  # the drawing failed: a notice in its place
+                    plot.figure, plot.skipped = None, failed[-1].notice()
+                stale.append(svg_path)
+                continue
+            texts[svg_path] = svg
+            svgs[plot.key] = inline_svg(svg, f"p-{plot.key}")
+        context["failed"] = list(failed)
     written = list(texts)
     md, html, csv, effects = (out / n for n in ("report.md", "report.html", "summary.csv",
                                                  "effects.csv"))
@@ -169,4 +218,5 @@ def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None
                        ("effects_by_condition.csv", by_condition)):
         if path is None:  # an earlier report's file is not this one's
             (out / name).unlink(missing_ok=True)
-    return ReportFiles(md, html, csv, tuple(written), effects, tuned, by_size, by_condition)
+    return ReportFiles(md, html, csv, tuple(written), effects, tuned, by_size, by_condition,
+                       tuple(failed))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -126,9 +125,12 @@ def gather(runs: Sequence[Any], baseline: str | None = None) -> ReportData:
                                           variants["variant"])}
 
     def rename(frame: pd.DataFrame) -> pd.DataFrame:
+        """Display names; each frame holds one run's units or rows (one label)."""
         if len(frame):
-            frame["variant"] = [names.get((r, str(n)), f"{r}/{n}")
-                                for r, n in zip(frame["run"], frame["variant"])]
+            run = str(frame["run"].iloc[0])
+            stored = frame["variant"].astype(str)
+            mine = {n: d for (r, n), d in names.items() if r == run}
+            frame["variant"] = stored.map(mine).fillna(f"{run}/" + stored).astype(object)
         return frame
 
     units = pd.concat([rename(u) for u in unit_frames], ignore_index=True)
@@ -144,8 +146,9 @@ def gather(runs: Sequence[Any], baseline: str | None = None) -> ReportData:
 def _invocations(rows: pd.DataFrame, units: pd.DataFrame) -> list:
     """Per row: the invocation of ``variantlab run`` that measured its unit (None if the
     store predates the record)."""
-    known = dict(zip(units["key"], units["invocation"]))
-    return [known.get(k) if isinstance(known.get(k), str) else None for k in rows["unit_key"]]
+    known = {k: i for k, i in zip(units["key"], units["invocation"]) if isinstance(i, str)}
+    found = rows["unit_key"].map(known)
+    return found.astype(object).where(found.notna(), None).tolist()
 
 
 def invocation_numbers(rows: pd.DataFrame, probe: str) -> dict[str, int]:
@@ -172,16 +175,16 @@ def split_seeds(rows: pd.DataFrame, probe: str, metric: str, a: str, b: str) -> 
 def split_stacks(rows: pd.DataFrame) -> tuple[list[str], list[str]]:
     """Layer rows of a model of several stacks are named ``stack/slot`` (see
     :func:`variantlab.probes.common.stacked`): their stack and their plain name."""
-    stacks, names = [], []
-    for scope, name in zip(rows.get("scope", []), rows.get("name", [])):
-        name = "" if name is None or (isinstance(name, float) and math.isnan(name)) else str(name)
-        if scope == "layer" and "/" in name:
-            stack, name = name.split("/", 1)
-        else:
-            stack = ""
-        stacks.append(stack)
-        names.append(name)
-    return stacks, names
+    if "scope" not in rows.columns or "name" not in rows.columns or not len(rows):
+        return [], []
+    name = rows["name"].astype(object).where(rows["name"].notna(), "").astype(str)
+    split = (rows["scope"] == "layer").to_numpy() & name.str.contains("/", regex=False).to_numpy()
+    parts = name[split].str.split("/", n=1)
+    stacks = pd.Series("", index=rows.index, dtype=object)
+    stacks[split] = parts.str[0]
+    names = name.astype(object).copy()
+    names[split] = parts.str[1]
+    return stacks.tolist(), names.tolist()
 
 
 def _baseline(given: str | None, metas: list[RunMeta], variants: pd.DataFrame,

@@ -7,19 +7,20 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import LogFormatter  # noqa: E402
 
 from ..plugin.registry import Registry  # noqa: E402
 from .frame import ReportData  # noqa: E402
+from .guard import Failure  # noqa: E402
 from .parts import pieces  # noqa: E402
 
 RC: dict[Any, Any] = {  # matplotlib types its keys as a Literal of every rc name
@@ -42,7 +43,7 @@ class Plot:
 
 def palette(name: str) -> tuple:
     """The colours of a qualitative matplotlib colormap (tab10, tab20)."""
-    cmap = plt.get_cmap(name)
+    cmap = matplotlib.colormaps[name]
     assert isinstance(cmap, ListedColormap), name
     return tuple(cast("Sequence[Any]", cmap.colors))
 
@@ -92,16 +93,33 @@ def legend(fig: Figure, ax, n: int) -> None:
                fontsize=8 if n <= 10 else 7, frameon=False, title="variant")
 
 
+def log_scale(ax, axis: str = "y") -> None:
+    """A logarithmic ``axis`` ("x" or "y") whose tick labels are plain text ("0.01",
+    "2e-05"): matplotlib's default writes them as mathtext, whose parser cost most of the
+    report's drawing time (issue 26.2)."""
+    which = ax.yaxis if axis == "y" else ax.xaxis
+    (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+    which.set_major_formatter(LogFormatter())
+    which.set_minor_formatter(LogFormatter(labelOnlyBase=False))
+
+
 def mean_by(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """Mean ``value`` per group of ``by``, groups in order of appearance."""
     return frame.groupby(by, sort=False)["value"].mean().reset_index()
 
 
+def subplots(rows: int, cols: int, figsize: tuple[float, float],
+             layout: Literal["constrained"] | None = None) -> tuple[Figure, Any]:
+    """A figure and its ``rows`` x ``cols`` axes (a 2-D array), made under :data:`RC`
+    without pyplot (whose import and figure registry a report does not need)."""
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=figsize, layout=layout)
+        axes = fig.subplots(rows, cols, squeeze=False)
+    return fig, axes
+
+
 def new_axes(rows: int = 1, cols: int = 1, height: float = 3.6, width: float = 6.4):
-    with plt.rc_context(RC):
-        fig, axes = plt.subplots(rows, cols, figsize=(width, height), squeeze=False,
-                                 layout="constrained")
-    plt.close(fig)  # keep pyplot's registry empty; the figure object stays usable
+    fig, axes = subplots(rows, cols, (width, height), layout="constrained")
     return fig, list(axes.flat)
 
 
@@ -123,9 +141,8 @@ def step_lines(part: pd.DataFrame, variants: list[str], metrics: list[str],
                labels: dict[str, str]) -> Figure:
     """One panel per metric: each variant's mean over rows (layers, seeds) at each step."""
     st = styles(len(variants))
-    with plt.rc_context(RC):
-        fig, axes = plt.subplots(1, len(metrics), squeeze=False,
-                                 figsize=(2.8 * len(metrics), 2.8))
+    fig, axes = subplots(1, len(metrics), (2.8 * len(metrics), 2.8))
+    with matplotlib.rc_context(RC):
         for c, metric in enumerate(metrics):
             ax = axes[0][c]
             for k, variant in enumerate(variants):
@@ -156,12 +173,18 @@ def build_plots(data: ReportData, focus: Sequence[str] | None = None,
     if focus is not None:
         keep = set(focus)
         data = replace(data, order=list(focus), rows=data.rows[data.rows["variant"].isin(keep)])
-    with plt.rc_context(RC):
-        plots = [plot for piece in pieces(registry, "plots") for plot in piece(data)]
+    with matplotlib.rc_context(RC):
+        plots = [plot for piece in pieces(registry, "plots", failed_plots)
+                 for plot in piece(data)]
     if why:
         for plot in plots:
             plot.caption += " " + why
     return plots
+
+
+def failed_plots(probe: str, failure: Failure) -> list[Plot]:
+    """In place of a probe's plots that raised: one skipped plot saying so."""
+    return [Plot(f"failed-{probe}-plots", f"{probe}: plots", "", skipped=failure.notice())]
 
 
 def heatmap(table: pd.DataFrame, key: str, title: str, caption: str, what: str) -> Plot:
@@ -187,7 +210,7 @@ def heatmap(table: pd.DataFrame, key: str, title: str, caption: str, what: str) 
 def to_svg(fig: Figure) -> str:
     """Deterministic SVG text: fixed hash salt, no date in the metadata."""
     buf = io.StringIO()
-    with plt.rc_context(RC):
+    with matplotlib.rc_context(RC):
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     return buf.getvalue()
 

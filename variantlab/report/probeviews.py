@@ -5,6 +5,7 @@ not registered where the report runs (a plugin probe from a file)."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pandas as pd
@@ -12,6 +13,8 @@ import pandas as pd
 from ..plugin.probe import ProbeView
 from ..plugin.registry import Registry
 from .frame import ReportData
+from .guard import Failure, run_part
+from .parts import views_of
 from .plots import Plot
 from .tables import Table, fmt
 
@@ -27,16 +30,33 @@ def probe_views(data: ReportData, registry: Registry) -> tuple[list[Table], list
     registered = {p.name: p for p in registry.probes()}
     for name in probes:
         probe = registered.get(name)
-        views = probe.views if probe is not None else ()
+        views = views_of(probe) if probe is not None else ()
         if not views:
-            tables.append(generic_table(data, name))
+            tables.append(run_part(f"probe {name}: generic table", generic_table, data, name,
+                                   default=partial(notice_table, f"Probe: {name}")))
             continue
-        for view in views:
+        for i, view in enumerate(views):
             if isinstance(view, ProbeView):
                 continue
-            for item in view(data):
+            part = f"probe {name}: view {getattr(view, '__name__', i)}"
+            items: list[Any] = run_part(part, _items, view, data,
+                                        default=partial(_notice_items, part))
+            for item in items:
                 (plots if isinstance(item, Plot) else tables).append(item)
     return tables, plots
+
+
+def _items(view: Any, data: ReportData) -> list[Any]:
+    return list(view(data))
+
+
+def _notice_items(part: str, failure: Failure) -> list[Any]:
+    return [notice_table(part, failure)]
+
+
+def notice_table(title: str, failure: Failure) -> Table:
+    """A table in place of one that failed: its title and the notice."""
+    return Table(title, ["failed"], [[failure.notice()]])
 
 
 def generic_table(data: ReportData, probe: str) -> Table:
@@ -76,4 +96,4 @@ def _cell(values: list[float]) -> str:
     return mean if len(values) < 2 else f"{mean} ± {fmt(float(s.std()))}"
 
 
-__all__ = ["generic_table", "probe_views"]
+__all__ = ["generic_table", "notice_table", "probe_views"]

@@ -198,9 +198,9 @@ def summarize(data: ReportData, per_seed: pd.DataFrame | None = None,
     keys = ["variant", "section", "metric", "label", "unit"]
     grouped = per_seed.groupby(keys, sort=False)
     summary = grouped["value"].agg(mean="mean", spread="std", min="min", max="max",
-                                   n="count").reset_index()
+                                   n="count", rows="size").reset_index()
     summary["iqr"] = grouped["iqr"].mean().to_numpy()
-    summary["nan"] = grouped["value"].agg(lambda v: int(v.isna().sum())).to_numpy()
+    summary["nan"] = (summary.pop("rows") - summary["n"]).astype(int)  # NaN values per group
     ways = {m: direction(str(m), registry) or "" for m in summary["metric"].unique()}
     summary["better"] = summary["metric"].map(ways)
     base = summary[summary["variant"] == data.baseline].set_index("metric")["mean"]

@@ -20,11 +20,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..plugin.rows import SCOPES
+
+if TYPE_CHECKING:  # pandas is imported when a frame is made, not by the commands that only write
+    import pandas as pd
 
 Kind = Literal["text", "int", "float", "bool", "data"]
 
@@ -98,6 +99,8 @@ def describe(columns: Sequence[Column]) -> str:
 def dtype(kind: Kind) -> Any:
     """The pandas dtype of a kind."""
     if kind == "text":
+        import pandas as pd
+
         return pd.Series(["text"]).dtype  # str from pandas 3 on, object before
     return {"int": "Int64", "float": "float64", "bool": "bool", "data": object}[kind]
 
@@ -127,6 +130,8 @@ def conform(frame: pd.DataFrame, columns: Sequence[Column], where: str) -> pd.Da
 
 def empty(columns: Sequence[Column]) -> pd.DataFrame:
     """A frame of ``columns`` with no rows (a run that stored nothing yet)."""
+    import pandas as pd
+
     return pd.DataFrame({c.name: pd.Series(dtype=dtype(c.kind)) for c in columns})
 
 

@@ -27,13 +27,14 @@ from contextlib import closing
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from .contract import RESULTS, UNITS, VARIANTS, ContractError, RunData, RunMeta, conform, describe
 from .schema import ADDED_UNIT_COLUMNS, ROWS_SQL, SCHEMA, add_missing_columns
 from .writes import write_problem
+
+if TYPE_CHECKING:  # pandas is imported when a run is read, not by the commands that only write
+    import pandas as pd
 
 STORE_FILE = "results.sqlite"
 
@@ -275,6 +276,8 @@ class Store:
 
 # -- reading a run -------------------------------------------------------------------------
 def _frames(path: str | Path) -> RunData:
+    import pandas as pd
+
     try:
         return _read_frames(path)
     except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
@@ -286,6 +289,8 @@ def _frames(path: str | Path) -> RunData:
 
 
 def _read_frames(path: str | Path) -> RunData:
+    import pandas as pd
+
     run = store_path(path).resolve().parent.name  # runs.find_runs may lengthen it
     with closing(Store(path, create=False)) as store:
         meta = RunMeta.decode(store.meta(), run=run)
@@ -325,6 +330,8 @@ def _decoded(name: str, text: Any, what: str, default: Any) -> Any:
 
 def _decoded_variants(frame: pd.DataFrame) -> pd.DataFrame:
     """The variants table with its JSON columns decoded (spec, overrides, warnings)."""
+    import pandas as pd
+
     for col, default in (("spec", {}), ("overrides", {}), ("warnings", [])):
         frame[col] = pd.Series([_decoded(n, t, f"{col}_json", default) for n, t in
                                 zip(frame["name"], frame[f"{col}_json"])], dtype=object)
@@ -369,6 +376,8 @@ def axis_columns(rows: pd.DataFrame, variants: pd.DataFrame, meta: RunMeta) -> p
     paths = [p for p in paths if p not in rows.columns]
     if not paths:
         return rows
+    import pandas as pd
+
     rows = rows.copy()
     for path in paths:
         values = {n: (o or {}).get(path, axis_default(path, meta, spec))

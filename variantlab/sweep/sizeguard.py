@@ -35,6 +35,7 @@ from ..model.build import build_model
 from ..model.specs import ModelSpec
 from ..model.tasks import Task, task_for
 from ..plugin.registry import Registry
+from .metarun import meta_run
 
 
 class EstimateError(RuntimeError):
@@ -123,30 +124,33 @@ def _meta_cost(spec: ModelSpec, registry: Registry, batch: tuple[int, int] | Non
 
 def _meta_cost_unguarded(spec: ModelSpec, registry: Registry,
                          batch: tuple[int, int] | None) -> Cost:
-    with torch.device("meta"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = build_model(spec, registry)
-        params = list(model.parameters())
-        counted = {id(p) for p in params}
-        buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
-        act = _activation_bytes(model, spec, task_for(spec, registry), counted, *batch) \
-            if batch else 0
-    return Cost(sum(p.numel() for p in params),
-                sum(p.numel() * p.element_size() for p in params), buffer_bytes, act)
+    def count() -> Cost:
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = build_model(spec, registry)
+            params = list(model.parameters())
+            counted = {id(p) for p in params}
+            buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
+            act = _activation_bytes(model, spec, task_for(spec, registry), counted, *batch) \
+                if batch else 0
+        return Cost(sum(p.numel() for p in params),
+                    sum(p.numel() * p.element_size() for p in params), buffer_bytes, act)
+
+    return meta_run(count)  # without importing torch._dynamo (metarun.py)
 
 
 def _activation_bytes(model: torch.nn.Module, spec: ModelSpec, task: Task, params: set[int],
                       batch_size: int, seq_len: int) -> int:
     """Bytes of the tensors autograd saves for backward in one forward of the family's loss,
     plus the output and its gradient (parameters, and views of them, are not counted)."""
-    seen: set[int] = set()
+    seen: dict[int, torch.Tensor] = {}  # held, so a freed tensor's id is never reused here
     total = 0
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         nonlocal total
         base = t._base if t._base is not None else t
         if id(t) not in seen and id(base) not in params:
-            seen.add(id(t))
+            seen[id(t)] = t
             total += t.numel() * t.element_size()
         return t
 

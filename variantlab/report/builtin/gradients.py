@@ -11,7 +11,7 @@ import pandas as pd
 from ...plugin.probe import ProbeView
 from ..findings import listing, means
 from ..frame import ReportData
-from ..plots import Plot, legend, new_axes, stack_caption, stack_lines, styles
+from ..plots import Plot, legend, log_scale, new_axes, stack_caption, stack_lines, styles
 from ..tables import (
     MetricRows,
     Table,
@@ -76,7 +76,7 @@ def gradient_plot(data: ReportData) -> Plot:
     st = dict(zip(data.order, styles(len(data.order))))
     for ax, name in zip(axes, names):
         stack_lines(ax, part[part["name"] == name], data.order, st)
-        ax.set_yscale("log")
+        log_scale(ax, "y")
         ax.set_title("all slots" if name == "all" else name)
         ax.set_xlabel("layer index")
         ax.set_ylabel("gradient L2 norm (log scale)")

@@ -4,9 +4,12 @@ best and worst variant's loss compare with the baseline's, seed by seed."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings as warnings_module
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
+import torch
 
 from ...plugin.probe import ProbeView
 from ..fair.compare import fair_piece
@@ -119,4 +122,26 @@ def views() -> tuple[ProbeView, ...]:
     """The training probe's pieces, after the timing probe's; its fair comparisons read the
     params probe's non-embedding counts for the sizes."""
     return (ProbeView(metrics=metrics, section=section, plots=plots, reading=reading,
-                      warnings=warnings, fair=fair_piece(PROBE, "params"), rank=30),)
+                      warnings=warnings, fair=fair_piece(PROBE, "params", spec_non_embedding),
+                      rank=30),)
+
+
+def spec_non_embedding(spec: Mapping[str, Any]) -> int:
+    """Non-embedding parameters of the model a stored (resolved) spec builds, counted on
+    the meta device with the report's registry: the size of a variant in a run without
+    the params probe (the same count as its ``non_embedding`` row)."""
+    from ...model.build import build_model
+    from ...model.specs import parse_model_spec
+    from ...probes.params import non_embedding_params
+    from ...sweep.metarun import meta_run
+    from ..parts import registry_or_default
+
+    registry = registry_or_default(None)
+    model_spec = parse_model_spec(dict(spec), registry)
+
+    def count() -> int:
+        with torch.device("meta"), warnings_module.catch_warnings():
+            warnings_module.simplefilter("ignore")
+            return non_embedding_params(build_model(model_spec, registry))
+
+    return meta_run(count)

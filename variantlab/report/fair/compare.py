@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import pandas as pd
 
@@ -20,7 +21,7 @@ from ..headline import tuned_leads
 from ..labels import value_text
 from ..learned import nothing_learned
 from ..parts import pieces
-from ..plots import Plot, legend, new_axes, styles
+from ..plots import Plot, legend, log_scale, new_axes, styles
 from ..tables import Table, apart, fmt
 from ..verdict import margin
 from .conditions import axes_table, condition_table, effects_by_condition
@@ -42,10 +43,12 @@ class FairParts:
     by_condition: pd.DataFrame | None = None  # effects_by_condition.csv
 
 
-def fair_parts(data: ReportData, probe: str, size_probe: str) -> FairParts:
+def fair_parts(data: ReportData, probe: str, size_probe: str,
+               count: Callable[[Any], float] | None = None) -> FairParts:
     """The tuned comparison (a run with setting axes) and the scaling views (a grid over
     model size) of ``probe``'s losses (``size_probe``: the probe counting non-embedding
-    parameters); empty parts otherwise."""
+    parameters; ``count(spec)``: the count from a variant's stored spec when that probe
+    has no rows for it); empty parts otherwise."""
     parts = FairParts()
     sweep = find_sweep(data, probe)
     if sweep is not None:
@@ -65,7 +68,7 @@ def fair_parts(data: ReportData, probe: str, size_probe: str) -> FairParts:
         parts.by_condition = effects_by_condition(sweep)
         if parts.by_condition is not None and len(parts.by_condition):
             parts.tables.append(condition_table(parts.by_condition))
-    scaled = scaling_parts(data, sweep, probe, size_probe)
+    scaled = scaling_parts(data, sweep, probe, size_probe, count)
     if scaled is not None:
         plots, lines, tables, parts.by_size = scaled
         parts.plots += plots
@@ -74,9 +77,10 @@ def fair_parts(data: ReportData, probe: str, size_probe: str) -> FairParts:
     return parts
 
 
-def fair_piece(probe: str, size_probe: str) -> Callable[[ReportData], FairParts]:
+def fair_piece(probe: str, size_probe: str, count: Callable[[Any], float] | None = None
+               ) -> Callable[[ReportData], FairParts]:
     """A ``ProbeView.fair`` piece: :func:`fair_parts` of ``probe``'s losses."""
-    return partial(fair_parts, probe=probe, size_probe=size_probe)
+    return partial(fair_parts, probe=probe, size_probe=size_probe, count=count)
 
 
 def fair_of(data: ReportData, registry: Registry | None = None) -> FairParts:
@@ -86,7 +90,7 @@ def fair_of(data: ReportData, registry: Registry | None = None) -> FairParts:
     merged = FairParts(tables=[axes] if axes is not None else [])
     if data.registry is None:
         data.registry = registry  # the headline metric of a plugin probe needs its direction
-    for piece in pieces(registry, "fair"):
+    for piece in pieces(registry, "fair", lambda probe, failure: FairParts()):
         got = piece(data)
         merged.tables += got.tables
         merged.lines += got.lines
@@ -339,7 +343,7 @@ def lr_plot(sweep: Sweep, frame: pd.DataFrame) -> Plot:
                    color=color, s=40)
     if inits and loss:
         ax.axhline(sum(inits) / len(inits), color="grey", linestyle="--", linewidth=0.8)
-    ax.set_xscale("log")
+    log_scale(ax, "x")
     ax.set_title(title)
     ax.set_xlabel("learning rate")
     ax.set_ylabel(sweep.chosen_on)

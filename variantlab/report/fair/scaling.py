@@ -16,7 +16,7 @@ tokens; Kaplan et al. 2020).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -26,7 +26,7 @@ from ...config.roles import COMPARED, CONDITION, stored_roles
 from ..effects import interval
 from ..frame import ReportData
 from ..labels import GridLabels
-from ..plots import Plot, legend, new_axes, styles
+from ..plots import Plot, legend, log_scale, new_axes, styles
 from ..tables import Table, fmt
 from .tuned import REPORT, SETTING, SIZE_AXES, Sweep, arch_name, choose
 
@@ -35,12 +35,13 @@ BY_SIZE_COLUMNS = ("axis", "value", "size", "metric", "effect", "low", "high", "
                    "across_sizes")
 
 
-def scaling_parts(data: ReportData, sweep: Sweep | None, probe: str, size_probe: str
+def scaling_parts(data: ReportData, sweep: Sweep | None, probe: str, size_probe: str,
+                  count: Callable[[Any], float] | None = None
                   ) -> tuple[list[Plot], list[str], list[Table], pd.DataFrame] | None:
     """``(plots, sentences, tables, effects_by_size.csv)`` when the first run with a grid
     varies size (None otherwise): the losses of ``probe`` against the non-embedding
-    parameters that ``size_probe`` counts."""
-    points = size_points(data, sweep, probe, size_probe)
+    parameters that ``size_probe`` counts (``count(spec)`` where it did not run)."""
+    points = size_points(data, sweep, probe, size_probe, count)
     if points is None:
         return None
     frame, per_seed, axes, baseline, metric = points
@@ -55,10 +56,12 @@ def scaling_parts(data: ReportData, sweep: Sweep | None, probe: str, size_probe:
     return [scaling_plot(frame, metric)], lines, tables, by_size
 
 
-def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: str):
+def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: str,
+                count: Callable[[Any], float] | None = None):
     """``(points, per_seed, arch axes, baseline values, metric)`` of the first run whose
     grid varies a size axis (None without one); ``probe``'s losses, ``size_probe``'s
-    non-embedding parameter counts."""
+    non-embedding parameter counts, else ``count`` of the variant's stored spec (NaN when
+    neither gives one)."""
     for meta in data.runs:
         grid = meta.grid or {}
         sizes = [a for a in SIZE_AXES if len(grid.get(a, [])) > 1]
@@ -77,7 +80,7 @@ def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: s
         chosen = _chosen_variants(sweep, meta.run)
         labels = GridLabels.of(meta)
         records, seeds = [], []
-        for variant, over in zip(mine["variant"], mine["overrides"]):
+        for variant, over, spec in zip(mine["variant"], mine["overrides"], mine["spec"]):
             over = dict(over) if isinstance(over, Mapping) else {}
             if set(over) != set(grid):
                 continue  # a named variant outside the grid (it sets other keys, or fewer)
@@ -85,6 +88,8 @@ def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: s
                 continue  # not its group's chosen setting
             loss = _values(rows, variant, probe, metric)
             params = _values(rows, variant, size_probe, "non_embedding")
+            if not len(params) and count is not None:  # the size probe did not run
+                params = pd.Series([_counted(count, spec)])
             flops = _flops(rows, variant, params, meta.measure, over, probe)
             line = arch_name({k: v for k, v in over.items() if k not in sizes}, labels=labels) \
                 if arch else "all"
@@ -103,6 +108,14 @@ def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: s
         frame = pd.DataFrame(records).sort_values(["line", "params"], kind="stable")
         return frame, pd.DataFrame(seeds), arch, baseline, metric
     return None
+
+
+def _counted(count: Callable[[Any], float], spec: Any) -> float:
+    """``count(spec)``; NaN when the spec cannot be built (a plugin the report lacks)."""
+    try:
+        return float(count(spec))
+    except Exception:  # a point without a size is left off the plot, not the report
+        return math.nan
 
 
 def _chosen_variants(sweep: Sweep | None, run: str) -> set[str] | None:
@@ -165,25 +178,43 @@ def fit_lines(frame: pd.DataFrame, metric: str) -> list[str]:
 
 
 def scaling_plot(frame: pd.DataFrame, metric: str) -> Plot:
+    """Loss against non-embedding parameters and training FLOPs; an axis is logarithmic
+    only when every value drawn on it is positive (else linear), points without a size
+    or a loss are left off, and with none left the plot is skipped saying why."""
     title = "Loss vs size"
     caption = (f"{metric} against non-embedding parameters (left) and training FLOPs (right, "
-               "the probe's count, else 6·N·tokens), log axes, one line per architecture "
-               f"variant; dashed: a power law fitted where a line has at least {MIN_FIT} sizes.")
+               "the probe's count, else 6·N·tokens), one line per architecture variant, "
+               "log axes where every value is positive; dashed: a power law fitted where a "
+               f"line has at least {MIN_FIT} sizes.")
+    finite = frame[np.isfinite(frame["loss"].astype(float))]
+    drawn = {x: finite[np.isfinite(finite[x].astype(float))] for x in ("params", "flops")}
+    if not len(drawn["params"]) and not len(drawn["flops"]):
+        return Plot("loss_vs_size", title, caption, skipped="no variant has both a loss and "
+                    "a parameter count (or FLOPs) to draw")
     fig, axes = new_axes(1, 2, width=9.0)
     lines = list(dict.fromkeys(frame["line"]))
     for line, style in zip(lines, styles(len(lines))):
-        part = frame[frame["line"] == line]
         for ax, x in zip(axes, ("params", "flops")):
+            part = drawn[x][drawn[x]["line"] == line]
+            if not len(part):
+                continue
             ax.plot(part[x], part["loss"], marker="o", color=style["color"],
                     linestyle=style["linestyle"], label=line if x == "params" else None)
             fit = power_law(part[x], part["loss"])
             if fit is not None:
-                xs = np.geomspace(float(part[x].min()), float(part[x].max()), 20)
+                pos = part[x][part[x] > 0]
+                xs = np.geomspace(float(pos.min()), float(pos.max()), 20)
                 ax.plot(xs, fit[0] * xs ** (-fit[1]), color=style["color"], linestyle="--",
                         linewidth=0.8)
-    for ax, label in zip(axes, ("non-embedding parameters", "training FLOPs")):
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+    for ax, x, label in zip(axes, ("params", "flops"),
+                            ("non-embedding parameters", "training FLOPs")):
+        part = drawn[x]
+        if not len(part):
+            ax.text(0.5, 0.5, f"no {label}", ha="center", va="center", transform=ax.transAxes)
+        if len(part) and (part[x] > 0).all():
+            log_scale(ax, "x")
+        if len(part) and (part["loss"] > 0).all():
+            log_scale(ax, "y")
         ax.set_xlabel(label)
         ax.set_ylabel(metric)
     fig.suptitle(title)

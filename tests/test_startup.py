@@ -1,0 +1,99 @@
+"""Start-up (issue 26.1): a command imports only what it uses. ``variantlab validate`` (and a
+refusal) never imports matplotlib, transformers, mlflow or ray, nor the probes' report views
+or pandas; the registry names the built-in views lazily and they resolve when asked.
+Timings are in benchmarks/startup.py, not here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from conftest import ROOT
+
+HEAVY = ("matplotlib", "transformers", "mlflow", "ray", "pandas", "torch._dynamo",
+         "variantlab.report", "setuptools")
+
+# runs `variantlab ARGS...` for each argument list in one fresh process (as the console
+# script does), then prints which HEAVY modules it imported and each exit code
+RUNNER = textwrap.dedent("""
+    import json, sys
+    from variantlab.cli.main import main
+    codes = []
+    for args in json.loads(sys.argv[1]):
+        try:
+            main(args, prog_name="variantlab")
+        except SystemExit as exc:
+            codes.append(exc.code)
+    heavy = json.loads(sys.argv[2])
+    print(json.dumps({"codes": codes,
+                      "imported": [m for m in heavy if m in sys.modules]}))
+""")
+
+
+def _exp(tmp_path: Path, name: str, vocab: int) -> str:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        name: {name}
+        model: {{emb_dim: 32, n_layers: 2, n_heads: 2, vocab_size: {vocab}, context_length: 32}}
+        grid: {{norm.kind: [layer, rms]}}
+        seeds: [0]
+        data: {{source: synthetic}}
+        measure: {{params: {{}}, training: {{steps: 2, seq_len: 16}}}}
+        """))
+    return str(path)
+
+
+def test_validate_and_a_refusal_import_no_heavy_module(tmp_path):
+    calls = [["validate", _exp(tmp_path, "ok", 256)],
+             ["validate", _exp(tmp_path, "huge", 10**9)]]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(calls), json.dumps(HEAVY)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["codes"] == [0, 2]  # ok, then the 10^9 vocab refused as bad input
+    assert "vocab_size" in proc.stderr
+    assert got["imported"] == []
+
+
+def test_builtin_views_resolve_lazily():
+    from variantlab.plugin.probe import ProbeView
+    from variantlab.plugin.registry import build_registry
+
+    registry = build_registry(entry_points=False)
+    probes = {p.name: p for p in registry.probes()}
+    assert {n: isinstance(probes[n].views_given, str) for n in probes} == {
+        "params": True, "gradients": True, "timing": True, "training": True, "dynamics": True}
+    for name in ("params", "gradients", "timing", "training"):
+        views = probes[name].views
+        assert views and all(isinstance(v, ProbeView) for v in views)
+    assert all(callable(v) or isinstance(v, ProbeView) for v in probes["dynamics"].views)
+    assert len(probes["dynamics"].views) >= 2  # the dynamics lines and the routing views
+
+
+def test_lazy_views_are_checked_when_resolved():
+    import pytest
+
+    from variantlab.errors import PluginLoadError
+    from variantlab.plugin.probe import make_probe
+    from variantlab.probes.params import ParamsSettings
+
+    def run(*a, **k):
+        return []
+
+    with pytest.raises(PluginLoadError, match="must be 'package.module:attr'"):
+        make_probe("p", "x", ParamsSettings, run, views="not a reference")
+    missing = make_probe("p", "x", ParamsSettings, run, views="variantlab.nowhere:views")
+    with pytest.raises(PluginLoadError, match="'variantlab.nowhere:views' cannot be imported"):
+        missing.views  # noqa: B018
+    not_views = make_probe("p", "x", ParamsSettings, run, views="variantlab.errors:__doc__")
+    with pytest.raises(PluginLoadError, match="must be a sequence of views"):
+        not_views.views  # noqa: B018
+    good = make_probe("p", "x", ParamsSettings, run, views="variantlab.report.builtin.params:views")
+    from variantlab.report.builtin.params import views
+
+    assert good.views == views()
