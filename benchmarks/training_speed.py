@@ -8,6 +8,10 @@ plain torch over the batches ``datalib.batches`` gives. Each path is timed from 
 its last step, batch making included. Rounds alternate probe and bare so that drift of a
 shared machine hits both alike.
 
+Held-out scoring: making the fixed validation and test sets (:mod:`variantlab.data.heldout`,
+the default ``eval_tokens``) and scoring a model on both, as the probe does after training,
+timed in the same rounds and set beside the probe's training time.
+
 Loader: the first tokenisation of the corpus (an empty cache folder), opening the cached
 memmap and splitting it in a fresh state (the in-process split cache cleared), and drawing
 training windows (tokens/s of ``datalib.batches``).
@@ -34,6 +38,7 @@ from variantlab.data.sources import StdlibData
 from variantlab.model.build import resolve_spec
 from variantlab.model.tasks import task_for
 from variantlab.probes import training
+from variantlab.probes.heldout import HeldOut
 from variantlab.probes.training import TrainingSettings
 
 REG = vl.get_registry()
@@ -65,6 +70,19 @@ def bare_time(spec, settings: TrainingSettings) -> float:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
     return time.perf_counter() - start
+
+
+def scoring_time(spec, settings: TrainingSettings) -> tuple[float, int]:
+    """Seconds to make both held-out sets and score a fresh model on them, and the targets
+    scored per split."""
+    start = time.perf_counter()
+    torch.manual_seed(0)
+    model = vl.build_model(spec, REG)
+    held = HeldOut(DATA, spec, settings.model_copy(update={"eval_batches": None}), ".", REG)
+    task = task_for(spec, REG)
+    scores = [held.score(split, model, lambda out, b: task.loss(spec, out, b),
+                         torch.device("cpu")) for split in ("val", "test")]
+    return time.perf_counter() - start, scores[0].tokens
 
 
 def loader(spec, batch_size: int, seq_len: int, n: int) -> dict[str, float]:
@@ -114,14 +132,17 @@ def main(argv: list[str] | None = None) -> int:
     tokens = args.steps * args.batch_size * args.seq_len
     probe_time(spec, settings)  # warm-up: first-call costs out of the rounds
     bare_time(spec, settings)
-    probe, bare = [], []
+    probe, bare, scoring = [], [], []
     for r in range(args.rounds):
         probe.append(probe_time(spec, settings))
         bare.append(bare_time(spec, settings))
+        scoring.append(scoring_time(spec, settings)[0])
         print(f"round {r + 1}: probe {tokens / probe[-1]:.0f} tok/s, "
               f"bare {tokens / bare[-1]:.0f} tok/s", file=sys.stderr)
     ratios = [b / p for p, b in zip(probe, bare)]  # probe tok/s over bare tok/s
     p_tok, b_tok = tokens / statistics.median(probe), tokens / statistics.median(bare)
+    scored = scoring_time(spec, settings)[1]
+    train_s, score_s = statistics.median(probe), statistics.median(scoring)
     n_params = sum(p.numel() for p in vl.build_model(spec, REG).parameters())
     machine = (f"{cpu_model()}, {os.cpu_count()} logical CPUs, torch {torch.__version__} "
                f"({torch.get_num_threads()} threads), Python {platform.python_version()}")
@@ -136,6 +157,13 @@ def main(argv: list[str] | None = None) -> int:
         "| path | tokens/s (median) | ratio to bare |\n|---|---:|---:|\n"
         f"| training probe | {p_tok:,.0f} | {p_tok / b_tok:.3f} |\n"
         f"| bare loop | {b_tok:,.0f} | 1.000 |\n\n"
+        f"Held-out scoring: {scored:,} targets per split (val and test), sets made and scored "
+        f"in eval mode, against the probe's {args.steps} training steps ({tokens:,} tokens).\n\n"
+        "| path | seconds (median) | ratio to training |\n|---|---:|---:|\n"
+        f"| training ({args.steps} steps) | {train_s:.3f} | 1.000 |\n"
+        f"| held-out scoring (val + test) | {score_s:.3f} | {score_s / train_s:.3f} |\n"
+        f"\nHeld-out scoring costs as much as {score_s / train_s * args.steps:.0f} training "
+        f"steps of {args.batch_size} x {args.seq_len} tokens.\n\n"
         f"Loader: the corpus is {load['corpus']:,.0f} GPT-2 tokens.\n\n"
         "| step | result |\n|---|---:|\n"
         f"| tokenise and write the cache (cold) | {load['cold']:.3f} s |\n"

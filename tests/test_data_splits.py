@@ -1,5 +1,7 @@
 """Held-out data: document splits, disjointness, the token cache, bytes, hf_disk."""
 
+import dataclasses
+import hashlib
 import sys
 import threading
 
@@ -11,10 +13,11 @@ import variantlab as vl
 from variantlab.data import cache as cachelib
 from variantlab.data import sources as datalib
 from variantlab.data.sources import HFDiskData, SyntheticData, TextData
-from variantlab.data.splits import split_tokens
+from variantlab.data.splits import split_tokens, windows
 from variantlab.data.tokenizer import encode_documents
 from variantlab.model.build import resolve_spec
 from variantlab.probes import training
+from variantlab.probes.heldout import HeldOut
 from variantlab.probes.training import TrainingSettings
 
 REG = vl.get_registry()
@@ -54,7 +57,9 @@ def test_documents_are_split_and_windows_stay_inside_their_split(tmp_path, spec)
     parts, _ = datalib.corpus_splits(data, tmp_path)
     assert parts.by == "documents"
     docs = parts.documents
-    assert (len(docs["val"]), len(docs["test"]), len(docs["train"])) == (2, 2, 36)  # 5% of 40
+    # unset fractions: 5% of 40 documents grows to the 15% cap (6), as these tiny documents
+    # hold far fewer than 65,536 tokens
+    assert (len(docs["val"]), len(docs["test"]), len(docs["train"])) == (6, 6, 28)
     assert set(docs["train"]) | set(docs["val"]) | set(docs["test"]) == set(range(N_DOCS))
     assert not set(docs["train"]) & (set(docs["val"]) | set(docs["test"]))
     assert not set(docs["val"]) & set(docs["test"])
@@ -65,13 +70,35 @@ def test_documents_are_split_and_windows_stay_inside_their_split(tmp_path, spec)
         seen[split] = docs_of(got)
         assert seen[split] <= set(docs[split]), split
     assert len(seen["train"]) > 10
+    assert seen["val"] == set(docs["val"]) and seen["test"] == set(docs["test"])  # not empty
     # the training probe's own batches read training documents only
     settings = TrainingSettings(steps=30, batch_size=8, seq_len=16, device="cpu")
     _, _, _, batches, _ = training.setup(spec, settings, 0, data, tmp_path, "cpu", REG)
-    assert docs_of(batches) <= set(docs["train"])
-    held = training.held_out(data, spec, settings, 0, tmp_path, REG)
-    assert docs_of(held["val_loss"]) <= set(docs["val"])
-    assert docs_of(held["test_loss"]) <= set(docs["test"])
+    assert 10 < len(docs_of(batches)) and docs_of(batches) <= set(docs["train"])
+    held = HeldOut(data, spec, settings, tmp_path, REG)
+    assert docs_of(held.batches("val")) == set(docs["val"])  # all of it, nothing else
+    assert docs_of(held.batches("test")) == set(docs["test"])
+
+
+def test_the_held_out_documents_are_the_documented_ones(tmp_path, spec):
+    """docs/experiments.md: documents ranked by the sha256 of their token ids, the first
+    ones the test split, the next ones validation (unset fractions: 5% grows to the 15% cap,
+    6 of 40, for documents this short).
+    Recomputed here from the texts: document i is byte 40 + i, 60 + i times, then 0."""
+    data = corpus(tmp_path / "docs")
+    parts, _ = datalib.corpus_splits(data, tmp_path)
+    texts = [np.array([40 + i] * (60 + i) + [0], dtype=np.uint16) for i in range(N_DOCS)]
+    ranked = sorted(range(N_DOCS), key=lambda i: hashlib.sha256(texts[i].tobytes()).digest())
+    want = {"test": sorted(ranked[:6]), "val": sorted(ranked[6:12])}
+    want["train"] = [i for i in range(N_DOCS) if i not in want["test"] + want["val"]]
+    assert parts.documents == want
+    for split in ("train", "val", "test"):
+        assert np.array_equal(parts.of(split), np.concatenate([texts[i] for i in want[split]]))
+    # the held-out windows read every document of their split, and nothing else
+    settings = TrainingSettings(steps=1, batch_size=8, seq_len=16, device="cpu")
+    held = HeldOut(data, spec, settings, tmp_path, REG)
+    assert docs_of(held.batches("val")) == set(want["val"])
+    assert docs_of(held.batches("test")) == set(want["test"])
 
 
 def test_the_split_depends_on_contents_not_on_file_names(tmp_path):
@@ -98,20 +125,57 @@ def test_a_corpus_of_few_documents_is_split_by_position():
     parts = split_tokens(tokens, 0.05, 0.1)
     assert parts.by == "positions"
     assert (len(parts.train), len(parts.val), len(parts.test)) == (850, 50, 100)
-    assert parts.train[-1] == 849 and parts.val[0] == 850 and parts.test[0] == 900
+    assert parts.train.tolist() == list(range(850)) and parts.documents == {}
+    assert parts.val.tolist() == list(range(850, 900))
+    assert parts.test.tolist() == list(range(900, 1000))
 
 
-def test_held_out_batches_are_the_same_for_every_variant_of_a_seed(tmp_path, spec):
+@pytest.mark.parametrize(("n_docs", "val", "test", "by", "sizes"), [
+    (20, 0.05, 0.05, "documents", (18, 1, 1)),  # one document each held out: enough
+    (3, 0.34, 0.34, "documents", (1, 1, 1)),  # training keeps one document: enough
+    (2, 0.5, 0.5, "positions", None),  # nothing left to train on: by position
+    (19, 0.05, 0.05, "positions", None),  # floor(19 x 0.05) = 0 held-out documents
+    (10, 0.1, 0.05, "positions", None),  # one validation document, no test document
+    (10, 0.05, 0.1, "positions", None),  # one test document, no validation document
+])
+def test_documents_or_positions_at_the_edges(n_docs, val, test, by, sizes):
+    lengths = [5 + i for i in range(n_docs)]
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    ids = np.concatenate([np.full(n, i + 1, dtype=np.uint16) for i, n in enumerate(lengths)])
+    parts = split_tokens(cachelib.Tokens(ids, offsets, "k"), val, test)
+    assert parts.by == by
+    if sizes is not None:
+        got = tuple(len(parts.documents[s]) for s in ("train", "val", "test"))
+        assert got == sizes and all(len(parts.of(s)) for s in ("train", "val", "test"))
+    else:
+        n = int(offsets[-1])
+        test_start = n - int(n * test)
+        assert (len(parts.train), len(parts.val), len(parts.test)) == (
+            test_start - int(n * val), int(n * val), n - test_start)
+    with pytest.raises(dataclasses.FrozenInstanceError):  # cached and shared by every variant
+        parts.train = ids  # type: ignore[misc]
+
+
+def test_windows_are_consecutive_and_start_anywhere_a_window_fits():
+    stream = np.arange(10, dtype=np.uint16)
+    got = windows(stream, 200, 4, torch.Generator().manual_seed(0))
+    assert got.shape == (200, 4) and got.dtype == torch.int64
+    assert (got[:, 1:] - got[:, :-1] == 1).all()  # consecutive ids, forward
+    assert set(got[:, 0].tolist()) == set(range(6))  # starts 0 .. len - length - 1
+
+
+def test_held_out_batches_are_the_same_for_every_variant(tmp_path, spec):
     other = resolve_spec({**spec.to_data(), "activation": {"kind": "relu"}}, REG)
     settings = TrainingSettings(steps=2, batch_size=4, seq_len=16, eval_batches=3, device="cpu")
     for data in (corpus(tmp_path / "docs"), SyntheticData(task="recall")):
-        a = training.held_out(data, spec, settings, 7, tmp_path, REG)
-        b = training.held_out(data, other, settings, 7, tmp_path, REG)
-        for name in ("val_loss", "test_loss"):
-            assert len(a[name]) == 3
+        a = HeldOut(data, spec, settings, tmp_path, REG)
+        b = HeldOut(data, other, settings, tmp_path, REG)
+        for split in ("val", "test"):
+            assert sum(x.target.shape[0] for x in a.batches(split)) == 12  # 3 batches of 4
             assert all(torch.equal(x.inputs["idx"], y.inputs["idx"])
-                       for x, y in zip(a[name], b[name]))
-        assert not torch.equal(a["val_loss"][0].inputs["idx"], a["test_loss"][0].inputs["idx"])
+                       for x, y in zip(a.batches(split), b.batches(split)))
+        assert not torch.equal(a.batches("val")[0].inputs["idx"],
+                               a.batches("test")[0].inputs["idx"])
 
 
 def test_training_rows_hold_val_and_test_loss(tmp_path, spec):
@@ -119,7 +183,7 @@ def test_training_rows_hold_val_and_test_loss(tmp_path, spec):
     rows = training.run(spec, settings, seed=0, data=corpus(tmp_path / "docs"),
                         base_dir=tmp_path, registry=REG)
     m = {r["metric"]: r["value"] for r in rows if r["step"] is None}
-    assert {"val_loss", "test_loss", "eval_loss"} <= set(m)
+    assert {"val_loss", "test_loss", "eval_loss", "val_tokens", "test_tokens"} <= set(m)
     assert m["eval_loss"] == m["val_loss"] and m["val_loss"] != m["test_loss"]
 
 
@@ -198,7 +262,7 @@ def test_hf_disk_reads_a_saved_dataset_and_files(tmp_path, spec):
     assert parts.documents == from_files.documents
     assert np.array_equal(parts.test, from_files.test)
     got = datalib.batches(saved, spec, 4, 16, 3, seed=0, registry=REG, base_dir=tmp_path)
-    assert docs_of(got) <= set(parts.documents["train"])
+    assert docs_of(got) and docs_of(got) <= set(parts.documents["train"])
     datasets.Dataset.from_dict({"text": rows}).to_parquet(str(tmp_path / "rows.parquet"))
     pq, _ = datalib.corpus_splits(HFDiskData(path="*.parquet", tokenizer="bytes"), tmp_path)
     assert np.array_equal(pq.val, parts.val)

@@ -1,8 +1,8 @@
 """Faults of docs/reliability.md not shown elsewhere: Ctrl-C (SIGINT) or SIGTERM of an
-in-process run,
-and a plugin file edited while a run goes on (in this process: the run keeps the code it
-started with and its keys; a worker that imports the edited file refuses the unit, naming
-the cause; the next run recomputes the edited plugin's units only)."""
+in-process run, and a plugin file edited while a run goes on (in this process: the run keeps
+the code it started with and its keys, as its stored parameter counts show; a worker that
+imports the edited file refuses the unit, naming the cause; the next run recomputes the
+edited plugin's units only, with the edited code's numbers)."""
 
 from __future__ import annotations
 
@@ -37,12 +37,13 @@ class HalfSpec(variantlab.ComponentSpec):
 
 @variantlab.hookimpl
 def register_norms(register):
-    register("half_layer", HalfSpec, lambda spec, dim: nn.LayerNorm(dim, eps={eps}))
+    register("half_layer", HalfSpec,
+             lambda spec, dim: nn.LayerNorm(dim, elementwise_affine={affine}))
 '''
 
 
 def norm_experiment(tmp_path: Path) -> Path:
-    (tmp_path / "half.py").write_text(NORM.format(eps="1e-5"))
+    (tmp_path / "half.py").write_text(NORM.format(affine="True"))
     exp = tmp_path / "edit.yaml"
     exp.write_text(f"name: edit\nseeds: [0, 1]\nmodel: {TINY_MODEL}\nplugins: [half.py]\n"
                    "grid:\n  norm.kind: [layer, half_layer]\nmeasure:\n  params: {}\n")
@@ -58,13 +59,20 @@ def test_a_plugin_edited_mid_run_in_process_keeps_the_runs_code_and_keys(tmp_pat
     def edit_after_the_first_unit(name, spec, settings, **kwargs):
         calls.append(name)
         if len(calls) == 1:  # someone saves the plugin file while the run goes on
-            (tmp_path / "half.py").write_text(NORM.format(eps="1e-3"))
+            (tmp_path / "half.py").write_text(NORM.format(affine="False"))
         return run_probe(name, spec, settings, **kwargs)
 
     summary = run_experiment(exp, tmp_path / "runs", probe_fn=edit_after_the_first_unit)
     assert summary.exit_code == 0 and summary.done == 4
     stored = load_run(tmp_path / "runs" / "edit").units
     assert set(stored.key) == planned  # the keys of the code it started with and ran
+    # the edit drops the norms' scale and shift (2 x 32 parameters in each of 5 norms): every
+    # unit of this run, those computed after the edit included, counts them (the code it
+    # started with), as LayerNorm's scale and shift do
+    first = totals(tmp_path / "runs" / "edit")
+    assert first == {("base", 0): first[("base", 0)], ("base", 1): first[("base", 0)],
+                     ("norm.kind=half_layer", 0): first[("base", 0)],
+                     ("norm.kind=half_layer", 1): first[("base", 0)]}
 
     # the next run sees the edit: the half_layer units get new keys and are computed again,
     # the others are kept
@@ -72,6 +80,21 @@ def test_a_plugin_edited_mid_run_in_process_keeps_the_runs_code_and_keys(tmp_pat
     assert (again.done, again.skipped) == (2, 2)
     units = load_run(tmp_path / "runs" / "edit").units
     assert len(units) == 6 and set(units.status) == {"ok"}
+    assert totals(tmp_path / "runs" / "edit", latest=True) == {
+        **first, ("norm.kind=half_layer", 0): first[("base", 0)] - 5 * 64,
+        ("norm.kind=half_layer", 1): first[("base", 0)] - 5 * 64}
+
+
+def totals(run: Path, latest: bool = False) -> dict[tuple[str, int], float]:
+    """The params probe's total per (variant, seed), of the run's newest units if latest."""
+    import variantlab as vl
+
+    got = vl.results(run)
+    got = got[(got.metric == "total") & (got.scope == "model")]
+    if latest:
+        got = got.drop_duplicates(["variant", "seed"], keep="last")
+    assert not got.duplicated(["variant", "seed"]).any()
+    return {(v, int(s)): float(x) for v, s, x in zip(got.variant, got.seed, got.value)}
 
 
 def test_a_worker_that_imports_the_edited_plugin_refuses_the_unit(tmp_path):
@@ -79,7 +102,7 @@ def test_a_worker_that_imports_the_edited_plugin_refuses_the_unit(tmp_path):
     exp = load_experiment(exp_path)
     units = {(u.variant.name, u.probe, u.seed): u for u in plan_units(exp)}
     source = ExperimentSource.of(exp)
-    (tmp_path / "half.py").write_text(NORM.format(eps="1e-3"))  # edited before it rebuilds
+    (tmp_path / "half.py").write_text(NORM.format(affine="False"))  # edited before it rebuilds
     _LOADED.clear()
     try:
         with pytest.raises(LookupError, match=r"is not in the experiment as the worker rebuilt "

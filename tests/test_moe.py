@@ -1,18 +1,19 @@
 """The ``moe`` feed-forward (issue 19.3): grouped dispatch equal to the per-token reference
 (outputs and gradients, float64) for every routing option; balancing terms by their formulas
 (transformers' load_balancing_loss_func, ST-MoE's z-loss); aux-loss-free bias updates;
-validation of sizes."""
+validation of sizes. The reference (tests/moe_reference.py) shares no function with the
+module; a hand-computed case pins the expert biases and the shared gate to literal numbers."""
 
 import math
 
 import pytest
 import torch
+from moe_reference import capacity_by_formula, dropped_by_formula, moe_reference
 from torch import nn
 
 import variantlab as vl
 from variantlab.errors import SpecError
-from variantlab_plugins.moe import MoE, MoESpec
-from variantlab_plugins.moe_reference import moe_reference
+from variantlab_plugins.moe import ExpertSpec, MoE, MoESpec, dispatch
 
 OPTIONS = {
     "mixtral": {"n_experts": 4, "top_k": 2},
@@ -28,6 +29,10 @@ OPTIONS = {
     "capacity": {"n_experts": 4, "top_k": 2, "capacity_factor": 0.5},
     "capacity-top1": {"n_experts": 3, "top_k": 1, "capacity_factor": 0.75,
                       "router": "topk_softmax"},
+    "capacity-mlp-bias-shared": {"n_experts": 4, "top_k": 2, "capacity_factor": 0.75,
+                                 "n_shared_experts": 1, "expert": {"kind": "mlp", "bias": True}},
+    "shared-gated-glu-bias": {"n_experts": 3, "top_k": 2, "n_shared_experts": 1,
+                              "shared_gate": True, "expert": {"bias": True, "hidden_dim": 8}},
     "aux-free-bias": {"n_experts": 6, "top_k": 2, "bias_update_rate": 0.01},
     "aux-free-bias-topk-softmax": {"n_experts": 6, "top_k": 2, "bias_update_rate": 0.01,
                                    "router": "topk_softmax"},
@@ -49,7 +54,7 @@ def test_grouped_dispatch_equals_the_per_token_reference(name):
     fast = module(x)
     grads_fast = torch.autograd.grad((fast * torch.cos(fast)).sum(),
                                      [x, *module.parameters()], allow_unused=True)
-    slow = moe_reference(module, x)
+    slow = moe_reference(module, x, torch.nn.functional.silu)
     grads_slow = torch.autograd.grad((slow * torch.cos(slow)).sum(),
                                      [x, *module.parameters()], allow_unused=True)
     torch.testing.assert_close(fast, slow, rtol=1e-12, atol=1e-12)
@@ -59,14 +64,60 @@ def test_grouped_dispatch_equals_the_per_token_reference(name):
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=pname)
 
 
-def test_capacity_drops_and_counts():
-    module = make({"n_experts": 4, "top_k": 2, "capacity_factor": 0.5})
-    module(torch.randn(2, 8, 16, dtype=torch.float64))
-    # 16 tokens x 2 choices = 32 assignments; capacity 4 per expert keeps at most 16
+@pytest.mark.parametrize(("options", "cap"), [
+    ({"n_experts": 4, "top_k": 2, "capacity_factor": 0.5}, 4),  # ceil(0.5 * 16 * 2 / 4)
+    ({"n_experts": 3, "top_k": 1, "capacity_factor": 0.75}, 4),  # ceil(0.75 * 16 / 3)
+    ({"n_experts": 4, "top_k": 2, "capacity_factor": 1.25, "bias_update_rate": 0.01}, 10),
+    ({"n_experts": 4, "top_k": 2}, None),
+])
+def test_capacity_drops_exactly_what_the_top_k_counts_exceed(options, cap):
+    module = make(options)
+    x = torch.randn(2, 8, 16, dtype=torch.float64)
+    assert capacity_by_formula(module.spec.capacity_factor, 16, module.spec.top_k,
+                               module.spec.n_experts) == cap
+    module(x)
+    counts, dropped = dropped_by_formula(module, x)
     stats = module.routing_stats()
-    assert stats["dropped_fraction"] >= 0.5
-    load = stats["load"]
-    assert load.sum().item() == pytest.approx(1.0)
+    assert sum(counts) == 16 * module.spec.top_k
+    assert stats["load"].tolist() == pytest.approx([c / sum(counts) for c in counts], abs=1e-15)
+    assert stats["capacity"] == (cap is not None)
+    assert stats["dropped_fraction"] == pytest.approx(dropped, abs=1e-15)
+    if cap == 4:  # these routings overfill some expert: the cap must bite
+        assert dropped > 0
+    # the entropy of the router's softmax, mean over tokens, recomputed
+    logits = x.reshape(-1, 16) @ module.gate.weight.detach().t()
+    p = [[math.exp(v) / sum(math.exp(u) for u in row) for v in row] for row in logits.tolist()]
+    want = sum(-sum(q * math.log(q) for q in row) for row in p) / 16
+    assert float(stats["router_entropy"]) == pytest.approx(want, rel=1e-12)
+
+
+def test_expert_and_shared_biases_by_hand():
+    """Two experts of width 1 on a 2-d token, every weight and bias set by hand, mlp experts
+    with ReLU, a shared mlp expert with a sigmoid gate: the output written out in numbers."""
+    module = MoE(MoESpec(n_experts=2, top_k=1, n_shared_experts=1, shared_gate=True,
+                         expert={"kind": "mlp", "bias": True, "hidden_dim": 1}), 2, nn.ReLU)
+    module = module.double()
+    with torch.no_grad():
+        module.gate.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0]]))  # x0 > x1: expert 0
+        module.W_up.copy_(torch.tensor([[[1.0, 1.0]], [[2.0, -1.0]]]))
+        module.b_up.copy_(torch.tensor([[0.5], [-3.0]]))
+        module.W_down.copy_(torch.tensor([[[1.0], [2.0]], [[-1.0], [1.0]]]))
+        module.b_down.copy_(torch.tensor([[0.25, -0.5], [1.0, 1.0]]))
+        first, last = module.shared_expert.layers[0], module.shared_expert.layers[2]
+        first.weight.copy_(torch.tensor([[1.0, -1.0]]))
+        first.bias.copy_(torch.tensor([0.5]))
+        last.weight.copy_(torch.tensor([[1.0], [1.0]]))
+        last.bias.copy_(torch.tensor([0.0, 1.0]))
+        module.shared_expert_gate.weight.copy_(torch.tensor([[0.0, 0.0]]))  # sigmoid(0) = 1/2
+    x = torch.tensor([[[2.0, 1.0], [0.0, 3.0]]], dtype=torch.float64)
+    # token (2, 1) -> expert 0, weight 1 (top-1 renormalized): hidden relu(2 + 1 + 0.5) = 3.5,
+    #   out (3.5 + 0.25, 7 - 0.5) = (3.75, 6.5); shared: relu(2 - 1 + 0.5) = 1.5 ->
+    #   (1.5, 2.5) / 2 = (0.75, 1.25); sum (4.5, 7.75)
+    # token (0, 3) -> expert 1: hidden relu(0 - 3 - 3) = 0, out b_down = (1, 1); shared:
+    #   relu(0 - 3 + 0.5) = 0 -> (0, 1) / 2 = (0, 0.5); sum (1, 1.5)
+    want = torch.tensor([[[4.5, 7.75], [1.0, 1.5]]], dtype=torch.float64)
+    torch.testing.assert_close(module(x), want, rtol=0, atol=1e-15)
+    torch.testing.assert_close(moe_reference(module, x, torch.relu), want, rtol=0, atol=1e-15)
 
 
 def test_load_balancing_loss_is_transformers_one():
@@ -155,3 +206,53 @@ def test_inits_reach_the_stacked_expert_weights(init):
         assert std_up == pytest.approx(math.sqrt(2 / 96), rel=0.05)
     else:  # xavier_normal with DeepNet's beta = (8 * 2) ** -0.25 on FFN projections
         assert std_up == pytest.approx(16 ** -0.25 * math.sqrt(2 / 96), rel=0.05)
+
+
+def test_parameter_counts_and_default_init_by_formula():
+    torch.manual_seed(0)
+    module = MoE(MoESpec(n_experts=4, top_k=1, expert={"hidden_dim": 64, "bias": True}), 16,
+                 nn.SiLU)
+    # one expert: W_gate, W_up (64, 16), W_down (16, 64), b_gate, b_up (64), b_down (16)
+    assert module.expert_params() == 3 * 64 * 16 + 2 * 64 + 16
+    assert module.inactive_params() == 3 * module.expert_params()
+    # each expert as a fresh nn.Linear: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), biases too
+    for name, fan_in in (("W_gate", 16), ("W_up", 16), ("W_down", 64), ("b_up", 16),
+                         ("b_down", 64)):
+        values, bound = getattr(module, name).detach(), 1 / math.sqrt(fan_in)
+        assert -bound <= float(values.min()) < -0.9 * bound, name
+        assert 0.9 * bound < float(values.max()) <= bound, name
+    # default widths: 8/3 x emb_dim for glu experts, 4 x for mlp, hidden_mult, hidden_dim
+    assert ExpertSpec().hidden(48) == 128 and ExpertSpec(kind="mlp").hidden(48) == 192
+    assert ExpertSpec(hidden_mult=1.5).hidden(48) == 72
+    assert ExpertSpec(hidden_mult=1.5, hidden_dim=10).hidden(48) == 10
+
+
+def test_meta_dispatch_is_balanced_and_capped():
+    """The size guard's estimate (meta device, no data): the same number of assignments for
+    every expert, capped at the capacity."""
+    experts = torch.empty(14, dtype=torch.long, device="meta")  # 14 assignments, 4 experts
+    keep, sizes, chosen = dispatch(experts, 4, None)
+    assert sizes == [4, 4, 3, 3] and keep.numel() == 14 and chosen.shape == (4,)
+    keep, sizes, _ = dispatch(experts, 4, 3)
+    assert sizes == [3, 3, 3, 3] and keep.numel() == 12
+
+
+def test_router_entropy_of_a_certain_router_is_zero_not_nan():
+    """Probabilities that underflow to 0 add nothing to the entropy (0 log 0 = 0)."""
+    module = make({"n_experts": 4, "top_k": 1})
+    with torch.no_grad():
+        module.gate.weight.mul_(1e5)  # logits thousands apart: exp underflows to exactly 0
+    module(torch.randn(1, 6, 16, dtype=torch.float64))
+    assert float(module.routing_stats()["router_entropy"]) == 0.0
+
+
+def test_defaults_are_mixtral_routing_with_balancing_off():
+    """What `{kind: moe}` alone gives: Mixtral's 8 experts, top-2, softmax then top-k,
+    renormalized, SwiGLU experts 8/3 x emb_dim wide; no balancing term, bias, capacity or
+    shared expert."""
+    spec = MoESpec()
+    assert (spec.n_experts, spec.top_k, spec.router, spec.renormalize) == (
+        8, 2, "softmax_topk", True)
+    assert (spec.aux_loss_coef, spec.z_loss_coef, spec.bias_update_rate) == (0.0, 0.0, 0.0)
+    assert spec.capacity_factor is None and spec.n_shared_experts == 0
+    assert spec.expert == ExpertSpec(kind="glu", bias=False)

@@ -42,6 +42,10 @@ def test_params_give_total_and_active_per_token():
     model = vl.build_model(moe_spec(n_shared_experts=1))
     moe = next(x for x in model.modules() if isinstance(x, MoE))
     assert sum(p.numel() for p in moe.parameters()) == 4 * expert + expert + 4 * 32
+    # active by formula: every parameter of the model less the idle experts of each layer
+    assert m["total"] == sum(p.numel() for p in model.parameters())
+    assert m["active"] == sum(p.numel() for p in model.parameters()) - 2 * 2 * expert
+    assert moe.inactive_params() == 2 * expert and moe.expert_params() == expert
 
 
 def test_dense_params_rows_have_no_active_rows(tiny):
@@ -209,9 +213,24 @@ def test_recipe_groups_and_muon_take_moe_weights():
     spec = parse_model_spec(moe_spec(expert={"hidden_dim": 64, "bias": True}), REG)
     model = vl.build_model(spec, REG)
     opt = make_optimizer(model, TrainingSettings(**TRAIN, no_decay=["biases"]))
-    free = {id(p) for p in opt.param_groups[1]["params"]}
-    moe = next(m for m in model.modules() if isinstance(m, MoE))
-    assert {id(moe.b_gate), id(moe.b_up), id(moe.b_down)} <= free  # stacked biases: no decay
-    assert id(moe.W_up) not in free
+    names = {id(p): n for n, p in model.named_parameters()}
+    free = {names[id(p)] for p in opt.param_groups[1]["params"]}
+    decayed = {names[id(p)] for p in opt.param_groups[0]["params"]}
+    ffn = "trf_blocks.{}.ff.sublayer."
+    biases = {ffn.format(i) + b for i in (0, 1) for b in ("b_gate", "b_up", "b_down")}
+    assert biases <= free  # stacked biases: no decay
+    assert {ffn.format(i) + w for i in (0, 1) for w in ("W_gate", "W_up", "W_down")} <= decayed
+    assert free | decayed == set(names.values()) and not free & decayed
+    # muon: the 2-D weights of the hidden layers (attention projections, the router); the 3-D
+    # stacked expert weights, their 2-D stacked biases, embeddings, head and norms: AdamW
+    muon, adamw = make_optimizer(model, TrainingSettings(**TRAIN, optimizer="muon")).optimizers
+    assert type(muon).__name__ == "Muon" and type(adamw).__name__ == "AdamW"
+    to_muon = {names[id(p)] for g in muon.param_groups for p in g["params"]}
+    to_adamw = {names[id(p)] for g in adamw.param_groups for p in g["params"]}
+    att = "trf_blocks.{}.att.sublayer.{}.weight"
+    assert to_muon == {att.format(i, w) for i in (0, 1)
+                       for w in ("W_query", "W_key", "W_value", "out_proj")} \
+        | {ffn.format(i) + "gate.weight" for i in (0, 1)}
+    assert to_adamw == set(names.values()) - to_muon
     rows = run_probe("training", spec, {**TRAIN, "optimizer": "muon"}, seed=0, registry=REG)
-    assert by(rows, "diverged")[0]["value"] == 0.0  # 3-D expert weights go to AdamW, not Muon
+    assert by(rows, "diverged")[0]["value"] == 0.0

@@ -55,10 +55,11 @@ def test_huge_learning_rate_is_flagged(tiny):
     assert not math.isfinite(m["final_loss"]) or m["final_loss"] > losses[0]
 
 
-def test_eval_loss_is_the_eval_mode_loss_on_fresh_batches(tiny):
+def test_eval_loss_is_the_eval_mode_loss_on_the_fixed_validation_set(tiny):
     import torch
 
     from variantlab.data import sources as datalib
+    from variantlab.data.heldout import SYNTHETIC_SEEDS
     from variantlab.model.build import VariantWarning, make_model, resolve_spec
 
     settings = TrainingSettings(steps=3, lr=1e-3, batch_size=4, seq_len=16, device="cpu",
@@ -66,7 +67,8 @@ def test_eval_loss_is_the_eval_mode_loss_on_fresh_batches(tiny):
     spec = resolve_spec({**tiny, "norm": {"kind": "batch"}, "drop_rate": 0.2}, REG)
     with pytest.warns(VariantWarning, match="future positions"):  # BatchNorm, on purpose
         rows = training.run(spec, settings, seed=1, data=RECALL, registry=REG)
-    # redo it by hand: same init, same steps, then eval mode on batches of another seed
+    # redo it by hand: same init, same steps, then eval mode on the validation set: 2 batches
+    # of 4 rows drawn at once with the validation seed (not the unit's)
     with pytest.warns(VariantWarning):
         model = make_model(spec, 1, REG, torch.device("cpu"))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
@@ -76,10 +78,12 @@ def test_eval_loss_is_the_eval_mode_loss_on_fresh_batches(tiny):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
     model.eval()
-    held = datalib.batches(RECALL, spec, 4, 16, 2, seed=1 + training.EVAL_SEED_OFFSET, registry=REG)
+    (held,) = datalib.batches(RECALL, spec, 8, 16, 1, seed=SYNTHETIC_SEEDS["val"], registry=REG)
     with torch.no_grad():
-        want = sum(float(task_for(spec, REG).loss(spec, model(**b.inputs), b)) for b in held) / 2
-    assert model_rows(rows)["eval_loss"] == pytest.approx(want, rel=1e-5)
+        want = float(task_for(spec, REG).loss(spec, model(**held.inputs), held))
+    m = model_rows(rows)
+    assert m["eval_loss"] == m["val_loss"] == pytest.approx(want, rel=1e-5)
+    assert m["val_tokens"] == 8 * 16
     with pytest.warns(VariantWarning):
         none = training.run(spec, settings.model_copy(update={"eval_batches": 0}), seed=1,
                             data=RECALL, registry=REG)

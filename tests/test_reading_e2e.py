@@ -140,8 +140,8 @@ measure:
     assert list(dict.fromkeys(summary["variant"])) == kinds
     by = summary.set_index(["variant", "metric"])
     for kind in kinds:
-        assert 0.25 < by.loc[(kind, "recall_accuracy"), "mean"] <= 1  # chance is 1/8
-        assert by.loc[(kind, "recall_accuracy"), "better"] == "higher"
+        assert 0.25 < by.loc[(kind, "test_recall_accuracy"), "mean"] <= 1  # chance is 1/8
+        assert by.loc[(kind, "test_recall_accuracy"), "better"] == "higher"
         assert by.loc[(kind, "val_recall_accuracy"), "label"] == "val recall accuracy"
     # the KV cache of 2 layers x 16 positions x 32 channels x (K, V) x 4 bytes; the shift
     # keeps one input per channel and layer

@@ -38,7 +38,7 @@ dropped (top-1 choices first, then top-2 ..., each in token order: GShard, Lepik
 
 Dispatch: the (token, choice) assignments are sorted by expert (a stable sort), so each
 expert reads one contiguous slice and runs two or three matmuls on it; a loop over experts,
-none over tokens. :mod:`variantlab_plugins.moe_reference` computes the same per token.
+none over tokens. ``tests/moe_reference.py`` computes the same per token, independently.
 
 Parameters (stacked per expert, as transformers 5.x stores experts fused):
 ``gate.weight`` (n_experts, emb_dim); ``W_gate``, ``W_up`` (n_experts, hidden, emb_dim)

@@ -62,16 +62,20 @@ FALLBACK: dict[str, dict[str, str]] = {
         "source": "text", "path": "a file or glob (** allowed), relative to the experiment file",
         "tokenizer": "gpt2: GPT-2 BPE, ids folded into vocab_size; bytes: UTF-8 bytes, "
                      "256 ids, never folded",
-        "val_fraction": "share of the documents held out for validation (val_loss)",
-        "test_fraction": "share of the documents held out for testing (test_loss)",
+        "val_fraction": "share of the documents held out for validation (val_loss; unset: "
+                        "sized for held-out scoring)",
+        "test_fraction": "share of the documents held out for testing (test_loss; unset: "
+                         "sized for held-out scoring)",
     },
     "StdlibData": {
         "source": "stdlib",
         "max_files": "read the first N .py files of the standard library (null: all)",
         "tokenizer": "gpt2: GPT-2 BPE, ids folded into vocab_size; bytes: UTF-8 bytes, "
                      "256 ids, never folded",
-        "val_fraction": "share of the documents held out for validation (val_loss)",
-        "test_fraction": "share of the documents held out for testing (test_loss)",
+        "val_fraction": "share of the documents held out for validation (val_loss; unset: "
+                        "sized for held-out scoring)",
+        "test_fraction": "share of the documents held out for testing (test_loss; unset: "
+                         "sized for held-out scoring)",
     },
     "HFDiskData": {
         "source": "hf_disk",
@@ -79,8 +83,10 @@ FALLBACK: dict[str, dict[str, str]] = {
         "column": "the column whose rows are the documents",
         "tokenizer": "gpt2: GPT-2 BPE, ids folded into vocab_size; bytes: UTF-8 bytes, "
                      "256 ids, never folded",
-        "val_fraction": "share of the documents held out for validation (val_loss)",
-        "test_fraction": "share of the documents held out for testing (test_loss)",
+        "val_fraction": "share of the documents held out for validation (val_loss; unset: "
+                        "sized for held-out scoring)",
+        "test_fraction": "share of the documents held out for testing (test_loss; unset: "
+                         "sized for held-out scoring)",
     },
 }
 

@@ -24,7 +24,7 @@ from typing import Annotated, Literal
 
 import numpy as np
 import torch
-from pydantic import Field, PositiveInt, model_serializer
+from pydantic import Field, PositiveInt, model_serializer, model_validator
 
 from ..model.specs import ModelSpec
 from ..model.tasks import Batch, task_for
@@ -32,11 +32,7 @@ from ..plugin.registry import Registry
 from ..plugin.settings import Strict
 from .cache import corpus_tokens, files_hash
 from .errors import DataError
-from .splits import Split, Splits, split_tokens, windows
-
-#: Default held-out fractions of a corpus (by document; :mod:`variantlab.data.splits`).
-VAL_FRACTION = 0.05
-TEST_FRACTION = 0.05
+from .splits import SPLIT_NAMES, Split, Splits, split_tokens, windows
 
 
 class SyntheticData(Strict):
@@ -50,13 +46,24 @@ class SyntheticData(Strict):
     seq_len: PositiveInt | None = Field(
         default=None, description="positions per row, in place of the probe's seq_len (so that a "
         "grid can sweep it with data.seq_len); unset: the probe's")
+    loss_on: Literal["all", "answers"] = Field(
+        default="all", description="recall: the positions the loss is taken over: all (every "
+        "next token) or answers (the queried values only, as Zoology trains)")
+
+    @model_validator(mode="after")
+    def _answers_need_recall(self) -> SyntheticData:
+        if self.loss_on == "answers" and self.task != "recall":
+            raise ValueError("loss_on: answers needs task: recall (random tokens have no "
+                             "answers)")
+        return self
 
     @model_serializer(mode="wrap")
     def _omit_unset(self, handler):  # data written before these keys keeps its unit keys
         data = handler(self)
-        for key in ("n_pairs", "seq_len"):
-            if isinstance(data, dict) and data.get(key) is None:
-                data.pop(key, None)
+        unset = {"n_pairs": None, "seq_len": None, "loss_on": "all"}
+        for key, default in unset.items():
+            if isinstance(data, dict) and key in data and data[key] == default:
+                data.pop(key)
         return data
 
 
@@ -67,8 +74,9 @@ class CorpusData(Strict):
     """What every real corpus takes: the tokenizer and the held-out fractions."""
 
     tokenizer: Literal["gpt2", "bytes"] = "gpt2"
-    val_fraction: Fraction = VAL_FRACTION
-    test_fraction: Fraction = TEST_FRACTION
+    #: unset: sized for held-out scoring (:func:`variantlab.data.splits.held_count`)
+    val_fraction: Fraction | None = None
+    test_fraction: Fraction | None = None
 
 
 class TextData(CorpusData):
@@ -132,7 +140,7 @@ def batches(
                                        n_pairs=data.n_pairs)
                 out.append(with_recall_mask(
                     task.batch(spec, batch_size, seq_len, tokens=tokens, generator=gen),
-                    tokens, vocab, data.n_pairs))
+                    tokens, vocab, data.n_pairs, answers_only=data.loss_on == "answers"))
                 continue
             tokens = torch.randint(0, vocab, (batch_size, seq_len + 1), generator=gen)
             out.append(task.batch(spec, batch_size, seq_len, tokens=tokens, generator=gen))
@@ -154,9 +162,6 @@ def batches(
             tokens = tokens % vocab  # fold ids above the model's vocabulary
         out.append(task.batch(spec, batch_size, seq_len, tokens=tokens, generator=gen))
     return out
-
-
-SPLIT_NAMES = {"train": "training", "val": "validation", "test": "test"}
 
 
 def corpus_splits(data: TextData | StdlibData | HFDiskData,
@@ -185,7 +190,7 @@ def corpus_splits(data: TextData | StdlibData | HFDiskData,
     return _SPLITS[key], where
 
 
-_SPLITS: dict[tuple[str, str, float, float], Splits] = {}
+_SPLITS: dict[tuple[str, str, float | None, float | None], Splits] = {}
 
 
 def read_texts(paths: tuple[str, ...]) -> list[str]:
@@ -208,16 +213,23 @@ def recall_pairs(length: int, vocab_size: int, n_pairs: int | None = None) -> in
 
 
 def with_recall_mask(batch: Batch, tokens: torch.Tensor, vocab_size: int,
-                     n_pairs: int | None) -> Batch:
+                     n_pairs: int | None, answers_only: bool = False) -> Batch:
     """``batch`` with ``extra["recall_mask"]`` (B, T) True where the target is a queried value
-    (the probes' ``recall_accuracy``), when the batch's target is the next token; else as is."""
+    (the probes' ``recall_accuracy``), when the batch's target is the next token; else as is.
+    ``answers_only`` (``data.loss_on: answers``): every other target becomes -100, so the
+    task's cross-entropy is taken over the answers alone."""
     if batch.target.shape != tokens[:, 1:].shape or not torch.equal(batch.target, tokens[:, 1:]):
+        if answers_only:
+            raise DataError("data.loss_on: answers needs a family whose target is the next "
+                            "token (gpt, decoder); use loss_on: all with this family")
         return batch
     length = tokens.shape[1]
     pairs = recall_pairs(length, vocab_size, n_pairs)
     t = torch.arange(length - 1)  # target index i predicts token i + 1
     asked = (t >= 2 * pairs) & ((t - 2 * pairs) % 2 == 0)  # (T,): inputs that are queried keys
     batch.extra["recall_mask"] = asked[None, :].expand(tokens.shape[0], -1)  # (B, T)
+    if answers_only:
+        batch.target = torch.where(batch.extra["recall_mask"], batch.target, -100)  # (B, T)
     return batch
 
 

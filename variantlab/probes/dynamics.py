@@ -18,7 +18,9 @@ capacity); it trains on the task's loss plus the weighted balancing losses, as t
 probe does.
 
 It also records ``loss`` at each recorded step, and ``eval_loss`` after training when
-``eval_batches`` > 0 (as the training probe). Rows have scope ``layer``, ``layer`` and
+``eval_batches`` > 0: the loss over the first ``eval_batches`` batches of the fixed
+validation set the training probe scores (:mod:`variantlab.data.heldout`), capped by
+``eval_tokens``. Rows have scope ``layer``, ``layer`` and
 ``step`` set and ``name`` the layer's stack (``""`` in a one-stack model).
 """
 
@@ -33,23 +35,24 @@ import torch
 from pydantic import Field, PositiveInt
 from torch import nn
 
-from ..data import sources as datalib
 from ..model.sparse import after_step
 from ..model.specs import ModelSpec
 from ..plugin.registry import Registry
 from ..plugin.rows import Row, row
 from .common import autocast, first_tensor, layer_stacks, param_index
+from .heldout import HeldOut, scores_held_out
 from .recipe import lr_at
 from .routing import layer_rows, routed_layers, snapshot
-from .training import EVAL_SEED_OFFSET, TrainRunSettings, eval_loss, setup
+from .training import TrainRunSettings, setup
 
 
 class DynamicsSettings(TrainRunSettings):
     """A training run (training's settings) recording per-layer dynamics every ``every`` steps."""
 
     every: PositiveInt = Field(10, description="record every k-th optimizer step (and step 0)")
-    eval_batches: int = Field(
-        0, ge=0, description="fresh batches scored in eval mode after training (0: none)")
+    eval_batches: int | None = Field(
+        0, ge=0, description="batches of the fixed validation set scored in eval mode after "
+                             "training (0: none; unset: eval_tokens)")
 
 Layer = tuple[str, int]  # (stack, layer index)
 METRICS = ("grad_norm", "update_ratio", "residual_rms", "max_attn_logit", "attn_entropy")
@@ -156,11 +159,9 @@ def run(
             rows += layer_rows("dynamics", routing, step)
     _attention(attn, False)
     diverged = any(r["metric"] == "loss" and not math.isfinite(r["value"]) for r in rows)
-    if settings.eval_batches and not diverged:
-        held = datalib.batches(data, spec, settings.batch_size, settings.seq_len,
-                               settings.eval_batches, seed=seed + EVAL_SEED_OFFSET,
-                               registry=registry, base_dir=base_dir, split="val")
-        rows.append(row("dynamics", "eval_loss", eval_loss(model, loss_fn, held, dev, settings)))
+    if scores_held_out(settings) and not diverged:
+        held = HeldOut(data, spec, settings, base_dir, registry)
+        rows.append(row("dynamics", "eval_loss", held.score("val", model, loss_fn, dev).loss))
     return rows
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import torch
 
 from ..model.tasks import Batch
-from ..plugin.rows import Row, row
 
 
 def recall_accuracy(model: torch.nn.Module, batches: list[Batch], dev: torch.device
@@ -18,22 +17,23 @@ def recall_accuracy(model: torch.nn.Module, batches: list[Batch], dev: torch.dev
     model.eval()
     with torch.no_grad():
         for batch in batches:
-            mask = batch.extra.get("recall_mask")
-            if mask is None:
+            if batch.extra.get("recall_mask") is None:
                 continue
-            logits = model(**batch.to(dev).inputs)  # (B, T, V)
-            mask = mask.to(logits.device)  # (B, T)
-            right = logits.argmax(-1) == batch.target.to(logits.device)  # (B, T)
-            hits += int(right[mask].sum())
-            total += int(mask.sum())
+            got = recall_hits(model(**batch.to(dev).inputs), batch)
+            if got is not None:
+                hits, total = hits + got[0], total + got[1]
     return hits / total if total else None
 
 
-def recall_rows(probe: str, model: torch.nn.Module, batches: list[Batch],
-                dev: torch.device, metric: str = "recall_accuracy") -> list[Row]:
-    """A ``metric`` row (recall accuracy) for ``probe`` when the batches are recall batches."""
-    value = recall_accuracy(model, batches, dev)
-    return [] if value is None else [row(probe, metric, value, unit="fraction")]
+def recall_hits(logits: torch.Tensor, batch: Batch) -> tuple[int, int] | None:
+    """(right answers, queried positions) of (B, T, V) ``logits`` on ``batch``; None when
+    the batch carries no recall mask."""
+    mask = batch.extra.get("recall_mask")
+    if mask is None:
+        return None
+    mask = mask.to(logits.device)  # (B, T)
+    right = logits.argmax(-1) == batch.target.to(logits.device)  # (B, T)
+    return int(right[mask].sum()), int(mask.sum())
 
 
-__all__ = ["recall_accuracy", "recall_rows"]
+__all__ = ["recall_accuracy", "recall_hits"]

@@ -172,7 +172,9 @@ def make_optimizer(model: torch.nn.Module, settings: RecipeSettings) -> Any:
     if settings.optimizer == "sgd":
         return torch.optim.SGD(groups(infos, settings), lr=lr,
                                momentum=DEFAULT_MOMENTUM["sgd"] if momentum is None else momentum)
-    hidden = [i for i in infos if i.param.ndim == 2 and i.slot not in EMBEDDING_SLOTS | {"head"}]
+    # 2-D weights of the hidden layers; the moe's stacked biases b_* (E, H) are 2-D but biases
+    hidden = [i for i in infos if i.param.ndim == 2 and i.slot not in EMBEDDING_SLOTS | {"head"}
+              and _kind(i) != "biases"]
     ids = {id(i.param) for i in hidden}
     rest = [i for i in infos if id(i.param) not in ids]
     muon = torch.optim.Muon(groups(hidden, settings), lr=lr, adjust_lr_fn="match_rms_adamw",

@@ -8,11 +8,15 @@ schedule, optimizer, weight-decay groups and a token budget in place of ``steps`
 - ``final_loss``: mean training loss over the last tenth of the steps (at least one), so one
   noisy batch does not decide it; ``best_loss``: the lowest step loss;
 - ``val_loss`` / ``test_loss``: after training, the mean loss in eval mode (dropout off,
-  BatchNorm on its running statistics) over ``eval_batches`` batches of the validation / test
-  split of a corpus (:mod:`variantlab.data.splits`; synthetic data: drawn with the seeds
-  ``seed + EVAL_SEED_OFFSET`` / ``seed + TEST_SEED_OFFSET``). They depend on the seed only,
-  so every variant of a seed is scored on the same batches; ``eval_loss`` is ``val_loss``
-  under its older name;
+  BatchNorm on its running statistics) over one fixed set of windows of the validation /
+  test split (:mod:`variantlab.data.heldout`: the whole split up to ``eval_tokens`` targets,
+  65,536 by default,
+  the same for every seed and variant; synthetic data: sets drawn with their own fixed
+  seeds); ``val_tokens`` / ``test_tokens``: the targets scored; ``eval_loss`` is
+  ``val_loss`` under its older name; with ``eval_every``, validation curves; on recall data
+  recall accuracy and ``steps_to_solve`` (:mod:`variantlab.probes.heldout`);
+- ``still_improving``: 1 when the training loss was still falling over the last fifth of
+  the run by more than its own noise (:func:`variantlab.probes.heldout.still_improving`);
 - ``lr`` per step: the learning rate the step used; ``tokens``: the tokens trained on;
   ``flops``: training FLOPs, ``tokens`` x :func:`variantlab.probes.flops.model_flops_per_token`;
 - ``diverged``: 1 when a loss was NaN/inf or the loss really rose (:func:`diverged`): the
@@ -44,7 +48,6 @@ import torch
 from pydantic import Field, PositiveFloat, PositiveInt, model_serializer
 
 from ..data import sources as datalib
-from ..data.splits import Split
 from ..model.build import make_model
 from ..model.sparse import after_step
 from ..model.specs import ModelSpec, omit_added_defaults
@@ -55,8 +58,9 @@ from ..plugin.settings import Device, DType
 from .common import autocast, resolve_device
 from .compiled import compile_errors, compile_model
 from .flops import model_flops_per_token
+from .heldout import Curve, HeldOut, final_rows, scores_held_out, still_improving
+from .noise import step_noise
 from .params import non_embedding_params
-from .recall import recall_rows
 from .recipe import RECIPE_OPTIONS, RecipeSettings, lr_at, make_optimizer, planned_steps
 from .routing import Record, routed_layers, snapshot, training_rows
 from .start import start_rows
@@ -65,15 +69,20 @@ from .start import start_rows
 class TrainRunSettings(RecipeSettings):
     """What every training run takes (the training and dynamics probes)."""
 
-    #: recipe options are left out of the serialised settings while at their defaults
-    added_options: ClassVar[tuple[str, ...]] = RECIPE_OPTIONS
+    #: recipe and held-out options are left out of the serialised settings while at their
+    #: defaults
+    added_options: ClassVar[tuple[str, ...]] = (*RECIPE_OPTIONS, "eval_tokens")
     batch_size: PositiveInt = Field(16, description="rows per batch")
     seq_len: PositiveInt = Field(128, description="positions per row")
     grad_clip: PositiveFloat | None = Field(
         1.0, description="clip gradients to this global L2 norm (null: no clipping)")
-    eval_batches: int = Field(
-        4, ge=0, description="held-out batches scored in eval mode after training, for each "
-                             "of val_loss and test_loss (0: none)")
+    eval_tokens: PositiveInt | None = Field(
+        None, description="targets scored in eval mode for each of val_loss and test_loss: "
+        "windows of the split's fixed set spread evenly over it, all when it has fewer (unset: 65,536 "
+        "of a corpus, 8,192 of synthetic data)")
+    eval_batches: int | None = Field(
+        None, ge=0, description="0: no held-out scoring; N: at most N batches of batch_size "
+                                "windows (an older cap beside eval_tokens); unset: eval_tokens")
     dtype: DType = Field("float32", description="autocast dtype; float32: none")
     device: Device = Field("auto", description="auto, cpu, cuda, cuda:N or mps")
 
@@ -85,9 +94,11 @@ class TrainRunSettings(RecipeSettings):
 class TrainingSettings(TrainRunSettings):
     """A short AdamW run with linear warm-up and gradient clipping."""
 
+    added_options: ClassVar[tuple[str, ...]] = (*TrainRunSettings.added_options, "eval_every")
     compile: bool = Field(False, description="run the model under torch.compile")
-
-Loss = Callable[[Any, Batch], torch.Tensor]  # (model output, batch) -> scalar loss
+    eval_every: PositiveInt | None = Field(
+        None, description="score the validation set every N steps during training "
+                          "(val_loss_curve; unset: after training only)")
 
 
 @dataclass(frozen=True)
@@ -107,13 +118,6 @@ class Objective:
         aux = self.task.aux_loss(self.spec, model)
         return loss if aux is None else loss + aux
 
-#: Held-out batches come from the data with these offsets added to the unit's seed:
-#: validation (``eval_loss``/``val_loss``) and test.
-EVAL_SEED_OFFSET = 1_000_003
-TEST_SEED_OFFSET = 2_000_029
-#: (row metric, data split, seed offset) of the held-out losses
-HELD_OUT: tuple[tuple[str, Split, int], ...] = (("val_loss", "val", EVAL_SEED_OFFSET),
-                                                ("test_loss", "test", TEST_SEED_OFFSET))
 #: A rise counts when it exceeds this many standard deviations of (final - first) ...
 RISE_SIGMAS = 3.0
 #: ... and this fraction of the first loss; a final loss over BLOWUP_FACTOR x the first
@@ -125,26 +129,6 @@ BLOWUP_FACTOR = 2.0
 def tail_size(n: int) -> int:
     """Steps averaged into ``final_loss``: the last tenth, at least one."""
     return max(1, n // 10)
-
-
-def step_noise(losses: list[float]) -> float:
-    """Standard deviation of one step's loss around the curve, from the step-to-step
-    differences (their interquartile range, so that a trend or a few jumps do not inflate
-    it); 0 with fewer than two differences."""
-    diffs = sorted(b - a for a, b in zip(losses, losses[1:]))
-    if len(diffs) < 2:
-        return 0.0
-    iqr = _quantile(diffs, 0.75) - _quantile(diffs, 0.25)
-    # a normal's IQR is 1.349 sigma; a difference of two steps has sqrt(2) x one's noise
-    return iqr / 1.349 / math.sqrt(2)
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    """Linear-interpolated quantile of sorted values."""
-    pos = q * (len(ordered) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def diverged(losses: list[float]) -> bool:
@@ -188,16 +172,6 @@ def setup(spec: ModelSpec, settings: TrainRunSettings, seed: int, data: Any,
     return dev, model, opt, batches, Objective(task_for(spec, registry), spec)
 
 
-def held_out(data: Any, spec: ModelSpec, settings: TrainRunSettings, seed: int,
-             base_dir: Path | str, registry: Registry) -> dict[str, list[Batch]]:
-    """The validation and test batches of a seed: ``eval_batches`` each, the same for every
-    variant (the validation and test splits of a corpus; other seeds for synthetic data)."""
-    return {name: datalib.batches(data, spec, settings.batch_size, settings.seq_len,
-                                  settings.eval_batches, seed=seed + offset, registry=registry,
-                                  base_dir=base_dir, split=split)
-            for name, split, offset in HELD_OUT}
-
-
 def run(
     spec: ModelSpec, settings: TrainingSettings, *, seed: int, data: Any = None,
     base_dir: Path | str = ".", device: str | None = None, registry: Registry,
@@ -205,8 +179,12 @@ def run(
     dev, model, opt, batches, loss = setup(spec, settings, seed, data, base_dir, device, registry)
     compiled = compile_model(model, settings.compile)
     log: list[Record] = []
+    held = HeldOut(data, spec, settings, base_dir, registry)
+    curve = Curve(held, compiled, loss, dev, settings.eval_every if scores_held_out(settings)
+                  else None)
     with compile_errors(settings.compile):
-        losses = train(model, compiled, opt, loss, batches, dev, settings, log)
+        losses = train(model, compiled, opt, loss, batches, dev, settings, log,
+                       on_step=curve.after_step)
 
     rows = [row("training", "loss", v, step=i) for i, v in enumerate(losses)]
     rows += [row("training", "lr", lr_at(i, settings, len(batches)), step=i)
@@ -219,37 +197,31 @@ def run(
         row("training", "final_loss", final),
         row("training", "best_loss", min(finite) if finite else math.nan),
         row("training", "diverged", float(diverged(losses))),
+        row("training", "still_improving", float(still_improving(losses))),
         row("training", "compiled", float(settings.compile)),
         row("training", "tokens", float(tokens), unit="count"),
         row("training", "flops", tokens * model_flops_per_token(model, spec, settings.seq_len),
             unit="FLOP"),
     ]
     rows += training_rows(log)
-    held: dict[str, list[Batch]] = {}
-    if settings.eval_batches and math.isfinite(final):
-        held = held_out(data, spec, settings, seed, base_dir, registry)
+    if scores_held_out(settings) and math.isfinite(final):
         with compile_errors(settings.compile):
-            scores = {name: eval_loss(compiled, loss, part, dev, settings)
-                      for name, part in held.items()}
-            # recall data only: chosen on validation, reported on test
-            recall = (recall_rows("training", compiled, held["val_loss"], dev,
-                                  "val_recall_accuracy")
-                      + recall_rows("training", compiled, held["test_loss"], dev))
-        rows += [row("training", "eval_loss", scores["val_loss"])]
-        rows += [row("training", name, value) for name, value in scores.items()]
-        rows += recall
-    rows += start_rows("training", spec, data, losses, step_noise(finite), held.get("test_loss"))
+            val, test = (held.score(split, compiled, loss, dev) for split in ("val", "test"))
+        rows += final_rows("training", val, test, curve.points, len(losses))
+    test = held.batches("test") if scores_held_out(settings) and math.isfinite(final) else None
+    rows += start_rows("training", spec, data, losses, step_noise(finite), test)
     return rows
 
 
 def train(model: torch.nn.Module, compiled: torch.nn.Module, opt: Any,
           loss_fn: Objective, batches: list, dev: torch.device,
-          settings: TrainingSettings, log: list[Record] | None = None) -> list[float]:
+          settings: TrainingSettings, log: list[Record] | None = None,
+          on_step: Callable[[int], None] | None = None) -> list[float]:
     """The training loop: the task's loss per step, stopping at the first non-finite one.
     ``compiled`` runs the forward (``model`` itself, or it under torch.compile); ``model``
     owns the parameters that are clipped. The step minimises ``loss_fn.total`` (the task's
     loss plus any auxiliary loss); ``log`` receives each step's routing snapshot (routed
-    models only)."""
+    models only); ``on_step(step)`` runs after each optimizer step (held-out curves)."""
     losses: list[float] = []
     routed = routed_layers(model)
     for step, batch in enumerate(batches):
@@ -271,17 +243,6 @@ def train(model: torch.nn.Module, compiled: torch.nn.Module, opt: Any,
             torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
         opt.step()
         after_step(model)
+        if on_step is not None:
+            on_step(step)
     return losses
-
-
-def eval_loss(model: torch.nn.Module, loss_fn: Loss, batches: list, dev: torch.device,
-              settings: TrainRunSettings) -> float:
-    """Mean loss in eval mode over ``batches``, without gradients."""
-    model.eval()
-    total = 0.0
-    with torch.no_grad():
-        for batch in batches:
-            batch = batch.to(dev)
-            with autocast(settings.dtype, dev):
-                total += float(loss_fn(model(**batch.inputs), batch))
-    return total / len(batches)

@@ -218,5 +218,5 @@ def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None
                        ("effects_by_condition.csv", by_condition)):
         if path is None:  # an earlier report's file is not this one's
             (out / name).unlink(missing_ok=True)
-    return ReportFiles(md, html, csv, tuple(written), effects, tuned, by_size, by_condition,
-                       tuple(failed))
+    return ReportFiles(md, html, csv, tuple(written), effects, tuned, by_size,
+                       by_condition, tuple(failed))

@@ -43,7 +43,7 @@ PER_SEED_COLUMNS = ["variant", "seed", "value", "iqr", "section", "metric", "lab
                     "ratio", "sources"]
 #: stored row metrics that are another's older name (``eval_loss`` is ``val_loss``): a
 #: summary that shows one has shown the other
-ALIASES = {"val_loss": "eval_loss"}
+ALIASES = {"val_loss": "eval_loss", "recall_accuracy": "test_recall_accuracy"}
 #: flags the probes' views show only once they are set (``compiled``: once any run was)
 QUIET = ("compiled",)
 

@@ -82,8 +82,9 @@ def recall_fit_problems(exp: Any, doc: YamlDoc, readers: dict, variants: list) -
 def data_problems(exp: Experiment, doc: YamlDoc) -> tuple[list[str], list[str]]:
     """(errors, warnings) about ``data:`` for the probes that read it."""
     from ..data.sources import SPLIT_NAMES, DataError, SyntheticData, TextData, corpus_splits, text_files
-    from ..data.splits import SPLITS
+    from ..data.splits import SPLITS, shortfalls
     from ..model.tasks import task_for
+    from ..probes.heldout import scores_held_out
 
     data = exp.data
     errors: list[str] = []
@@ -127,7 +128,9 @@ def data_problems(exp: Experiment, doc: YamlDoc) -> tuple[list[str], list[str]]:
         key = "path" if hasattr(data, "path") else "source"
         return errors + [doc.message(("data", key), str(exc).removeprefix("data.path "))], warns
     probe, settings = max(readers.items(), key=lambda kv: kv[1].seq_len)
-    held = any(getattr(s, "eval_batches", 0) for s in readers.values())
+    held = any(scores_held_out(s) for s in readers.values() if hasattr(s, "eval_batches"))
+    if held:
+        warns += shortfalls(parts, where)
     for split in SPLITS:
         n_tokens, name = len(parts.of(split)), SPLIT_NAMES[split]
         if (split == "train" or held) and n_tokens < settings.seq_len + 2:

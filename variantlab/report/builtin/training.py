@@ -20,7 +20,7 @@ from ..tables import MetricRows, Table, fmt, select, summary_section
 
 PROBE = "training"
 NOTE = ("final training loss (mean of the last tenth of the steps), best step loss, eval "
-        "loss (the validation split's, in eval mode) and test loss; recall accuracy (recall "
+        "loss (eval mode, the fixed validation windows) and test loss; recall accuracy (recall "
         "task) on the validation and the test split; mean ± std over seeds")
 #: recall accuracy on the validation and the test split (``recall_accuracy`` is the test
 #: split's, under the name it had before the validation split was scored)
@@ -40,7 +40,10 @@ def metrics(data: ReportData) -> pd.DataFrame:
     for metric, label in (("final_loss", "final loss"), ("best_loss", "best loss"),
                           ("eval_loss", "eval loss"), ("test_loss", "test loss")):
         out.add(select(rows, PROBE, metric), PROBE, metric, label, "")
+    newer = len(select(rows, PROBE, "test_recall_accuracy"))
     for metric, label in RECALL:  # the recall task only
+        if metric == "recall_accuracy" and newer:  # the same number under its older name
+            continue
         out.add(select(rows, PROBE, metric), PROBE, metric, label, "fraction", ratio=False)
     out.add(select(rows, PROBE, "diverged"), PROBE, "diverged", "diverged", "", ratio=False)
     for metric, label in (("final_load_imbalance", "final load imbalance"),  # mixtures of
@@ -76,13 +79,37 @@ def loss_plot(data: ReportData) -> Plot:
     return Plot("training", title, caption, fig)
 
 
+def val_curve_plot(data: ReportData) -> Plot | None:
+    """Validation loss at each ``eval_every`` evaluation (mean over seeds); None when no run
+    recorded one."""
+    title = "Validation loss during training"
+    rows = data.rows
+    part = rows[(rows["probe"] == PROBE) & (rows["metric"] == "val_loss_curve")
+                & rows["step"].notna()]
+    if not len(part):
+        return None
+    fig, (ax,) = new_axes()
+    mean = mean_by(part, ["variant", "step"])
+    for variant, style in zip(data.order, styles(len(data.order))):
+        line = mean[mean["variant"] == variant].sort_values("step")
+        if len(line):
+            ax.plot(line["step"].astype(int), line["value"], label=variant, **style)
+    ax.set_title(title)
+    ax.set_xlabel("optimizer steps done")
+    ax.set_ylabel("validation loss (nats per token)" if _is_lm(data) else "validation loss")
+    legend(fig, ax, len(data.order))
+    return Plot("training-val", title, "Loss over the fixed validation windows every eval_every "
+                "steps and at the end (mean over seeds).", fig)
+
+
 def _is_lm(data: ReportData) -> bool:
     families = {s.get("family") for s in data.variants["spec"] if isinstance(s, dict)}
     return bool(families) and families <= LM_FAMILIES
 
 
 def plots(data: ReportData) -> list[Plot]:
-    return [loss_plot(data)]
+    curve = val_curve_plot(data)
+    return [loss_plot(data)] + ([curve] if curve is not None else [])
 
 
 def loss_gap(data: ReportData, summary: pd.DataFrame) -> str | None:

@@ -1,0 +1,181 @@
+"""Held-out scoring of a training run: the fixed validation and test sets, the scores over
+them (after training, and every ``eval_every`` steps during it), and whether the run had
+converged.
+
+- ``val_loss`` / ``test_loss``: the loss in eval mode over the whole fixed set of the split
+  (:mod:`variantlab.data.heldout`: the same windows for every seed and variant), each batch
+  weighted by the targets it scores; ``val_tokens`` / ``test_tokens``: those targets;
+  ``val_recall_accuracy`` / ``test_recall_accuracy`` (recall data): exact-match accuracy on
+  the queried values of the same sets (``recall_accuracy``: the test one, its older name);
+- with ``eval_every: N``: ``val_loss_curve`` (and ``val_recall_accuracy_curve``) at steps
+  N, 2N, ... and at the last step, ``step`` = optimizer steps done; test is scored once,
+  after training, so that nothing chosen along the way has seen it;
+- ``steps_to_solve`` (recall data): the first of those evaluations (the final one counts)
+  whose validation recall accuracy reaches ``SOLVED``; absent when none does;
+- ``still_improving``: :func:`still_improving` of the training loss curve.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..data.heldout import held_out_set, scored
+from ..data.splits import Split
+from ..model.specs import ModelSpec
+from ..model.tasks import Batch
+from ..plugin.registry import Registry
+from ..plugin.rows import Row, row
+from .common import autocast
+from .noise import step_noise
+from .recall import recall_hits
+
+#: Recall accuracy at which the task counts as solved (``steps_to_solve``).
+SOLVED = 0.99
+#: ``still_improving``: the fall over the last fifth must exceed this many standard errors.
+IMPROVING_SIGMAS = 2.0
+#: ... measured over at least this many steps (a shorter curve is never "still improving").
+MIN_TAIL = 8
+
+
+@dataclass(frozen=True)
+class Scores:
+    """A model's scores over one held-out set."""
+
+    loss: float  # mean over every scored target
+    tokens: int  # targets scored
+    recall: float | None  # recall accuracy; None when the set has no recall mask
+
+
+def evaluate(model: torch.nn.Module, loss_fn: Any, batches: list[Batch], dev: torch.device,
+             dtype: str = "float32") -> Scores:
+    """``model``'s scores over ``batches`` in eval mode, without gradients: the loss of each
+    batch weighted by its scored targets (:func:`variantlab.data.heldout.scored`), and the
+    recall accuracy over every marked position. The model is left in eval mode."""
+    model.eval()
+    total, tokens, hits, asked = 0.0, 0, 0, 0
+    with torch.no_grad():
+        for batch in batches:
+            batch = batch.to(dev)
+            with autocast(dtype, dev):
+                out = model(**batch.inputs)
+                loss = loss_fn(out, batch)
+            n = scored(batch)
+            if n:
+                total += float(loss) * n
+                tokens += n
+            got = recall_hits(out, batch)
+            if got is not None:
+                hits, asked = hits + got[0], asked + got[1]
+    return Scores(total / tokens if tokens else math.nan, tokens,
+                  hits / asked if asked else None)
+
+
+class HeldOut:
+    """The fixed validation and test sets of a run (made on first use) and its scores."""
+
+    def __init__(self, data: Any, spec: ModelSpec, settings: Any, base_dir: Path | str,
+                 registry: Registry) -> None:
+        self.data, self.spec, self.settings = data, spec, settings
+        self.base_dir, self.registry = base_dir, registry
+        self.sets: dict[Split, list[Batch]] = {}
+
+    def batches(self, split: Split) -> list[Batch]:
+        if split not in self.sets:
+            s = self.settings
+            cap = s.eval_tokens
+            if s.eval_batches:  # the older cap, in batches of batch_size windows
+                by_batches = s.eval_batches * s.batch_size * s.seq_len
+                cap = by_batches if cap is None else min(cap, by_batches)
+            self.sets[split] = held_out_set(self.data, self.spec, s.batch_size, s.seq_len,
+                                            split, max_tokens=cap, registry=self.registry,
+                                            base_dir=self.base_dir)
+        return self.sets[split]
+
+    def score(self, split: Split, model: torch.nn.Module, loss_fn: Any,
+              dev: torch.device) -> Scores:
+        return evaluate(model, loss_fn, self.batches(split), dev, self.settings.dtype)
+
+
+def scores_held_out(settings: Any) -> bool:
+    """Whether a run's settings ask for held-out scores (``eval_batches: 0`` turns them
+    off; ``eval_tokens`` unset or positive keeps them)."""
+    return getattr(settings, "eval_batches", None) != 0
+
+
+class Curve:
+    """Validation scores during training: ``after_step(step)`` scores the model after every
+    ``every``-th optimizer step and puts it back in train mode."""
+
+    def __init__(self, held: HeldOut, model: torch.nn.Module, loss_fn: Any,
+                 dev: torch.device, every: int | None) -> None:
+        self.held, self.model, self.loss_fn, self.dev = held, model, loss_fn, dev
+        self.every = every
+        self.points: list[tuple[int, Scores]] = []  # (steps done, validation scores)
+
+    def after_step(self, step: int) -> None:
+        if self.every and (step + 1) % self.every == 0:
+            self.points.append((step + 1, self.held.score("val", self.model, self.loss_fn,
+                                                          self.dev)))
+            self.model.train()
+
+
+def final_rows(probe: str, val: Scores, test: Scores, curve: list[tuple[int, Scores]],
+               steps: int) -> list[Row]:
+    """The held-out rows of a run: final scores, curves (``curve`` plus the final
+    validation score at ``steps``) and ``steps_to_solve``."""
+    rows = [row(probe, "eval_loss", val.loss), row(probe, "val_loss", val.loss),
+            row(probe, "test_loss", test.loss),
+            row(probe, "val_tokens", float(val.tokens), unit="count"),
+            row(probe, "test_tokens", float(test.tokens), unit="count")]
+    if val.recall is not None and test.recall is not None:
+        rows += [row(probe, "val_recall_accuracy", val.recall, unit="fraction"),
+                 row(probe, "test_recall_accuracy", test.recall, unit="fraction"),
+                 row(probe, "recall_accuracy", test.recall, unit="fraction")]
+    if not curve:
+        points = [(steps, val)]
+    else:
+        points = curve if curve[-1][0] == steps else [*curve, (steps, val)]
+        rows += [row(probe, "val_loss_curve", s.loss, step=at) for at, s in points]
+        rows += [row(probe, "val_recall_accuracy_curve", s.recall, unit="fraction", step=at)
+                 for at, s in points if s.recall is not None]
+    solved = solve_step([(at, s.recall) for at, s in points])
+    if solved is not None:
+        rows.append(row(probe, "steps_to_solve", float(solved), unit="count"))
+    return rows
+
+
+def solve_step(points: list[tuple[int, float | None]]) -> int | None:
+    """The first step whose recall accuracy reaches ``SOLVED``; None when none does."""
+    return next((at for at, acc in points if acc is not None and acc >= SOLVED), None)
+
+
+def still_improving(losses: list[float]) -> bool:
+    """Whether a loss curve was still falling when it stopped.
+
+    Over its last fifth (at least ``MIN_TAIL`` steps; a shorter or non-finite curve: no),
+    the least-squares line through the losses falls by ``fall = -slope x (k - 1)``. The
+    noise is that of one step's loss, ``sigma`` (:func:`variantlab.probes.noise.step_noise`
+    over those steps: the spread of the step-to-step differences / sqrt 2, from their
+    interquartile range); the fall's standard error is ``sigma x (k - 1) / sqrt(sum (x -
+    mean x)^2)``. The curve is still improving when ``fall`` exceeds ``IMPROVING_SIGMAS``
+    standard errors: a flat noisy tail passes about 2% of the time.
+    """
+    k = max(MIN_TAIL, len(losses) // 5)
+    if len(losses) < k or not all(math.isfinite(v) for v in losses[-k:]):
+        return False
+    tail = losses[-k:]
+    mean_x, mean_y = (k - 1) / 2, sum(tail) / k
+    sxx = sum((x - mean_x) ** 2 for x in range(k))
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in enumerate(tail)) / sxx
+    fall = -slope * (k - 1)
+    error = step_noise(tail) * (k - 1) / math.sqrt(sxx)
+    return fall > IMPROVING_SIGMAS * error
+
+
+__all__ = ["SOLVED", "Curve", "HeldOut", "Scores", "evaluate", "final_rows",
+           "scores_held_out", "solve_step", "still_improving"]
