@@ -266,8 +266,9 @@ def test_declare_role_returns_the_linear_and_knows_the_gate_role():
 def test_docs_say_which_split_each_recall_metric_is_scored_on():
     docs = Path(__file__).resolve().parent.parent / "docs"
     text = (docs / "experiments.md").read_text(encoding="utf-8")
-    assert "`val_recall_accuracy` on the validation batches" in text
-    assert "`recall_accuracy` on the\ntest batches" in text
+    assert "reports `val_recall_accuracy` and `test_recall_accuracy`" in text
+    assert "on the fixed validation and test sets" in text
+    assert "`chance_recall_accuracy` and `recall_noise`" in text
     mixers = (docs / "mixers.md").read_text(encoding="utf-8")
     assert "zeroes the padded inputs *before* the shift or convolution" in mixers
 
