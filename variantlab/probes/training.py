@@ -208,8 +208,8 @@ def run(
         with compile_errors(settings.compile):
             val, test = (held.score(split, compiled, loss, dev) for split in ("val", "test"))
         rows += final_rows("training", val, test, curve.points, len(losses))
-    test = held.batches("test") if scores_held_out(settings) and math.isfinite(final) else None
-    rows += start_rows("training", spec, data, losses, step_noise(finite), test)
+    test_set = held.batches("test") if scores_held_out(settings) and math.isfinite(final) else None
+    rows += start_rows("training", spec, data, losses, step_noise(finite), test_set)
     return rows
 
 
