@@ -38,6 +38,7 @@ class UnitEvent:
     total: int
     duration_s: float | None = None
     error: str | None = None
+    shared_with: str | None = None  # skipped: the variant whose unit of this key ran just now
 
 
 @dataclass
@@ -47,6 +48,7 @@ class RunSummary:
     total: int  # units considered (after --only)
     done: int = 0  # computed ok in this run
     skipped: int = 0  # already stored ok
+    shared: int = 0  # of those, computed in this run for another variant (the same key)
     failed: list[tuple[Unit, str]] = field(default_factory=list)
     interrupted: bool = False
     write_error: str | None = None  # the store refused a write (disk full): the run stopped
@@ -85,13 +87,18 @@ class ResultSink:
         self.store, self.summary, self.notify = store, summary, notify
         self.statuses = store.statuses()
         self.rerun = set(rerun)  # keys to compute again although stored ok
+        self.computed: dict[str, str] = {}  # key -> the variant that computed it in this run
 
     def stored_ok(self, unit: Unit) -> bool:
         return unit.key not in self.rerun and self.statuses.get(unit.key) == "ok"
 
     def skip(self, index: int, unit: Unit) -> None:
+        """A unit stored ok already: by an earlier run, or in this one for another variant
+        with the same key (a setting axis the probe does not read shares its params unit)."""
         self.summary.skipped += 1
-        self.notify(UnitEvent("skipped", unit, index, self.summary.total))
+        shared = self.computed.get(unit.key)
+        self.summary.shared += shared is not None
+        self.notify(UnitEvent("skipped", unit, index, self.summary.total, shared_with=shared))
 
     def start(self, index: int, unit: Unit) -> None:
         self.notify(UnitEvent("start", unit, index, self.summary.total))
@@ -105,6 +112,7 @@ class ResultSink:
         self.statuses[unit.key] = record.status
         total = self.summary.total
         if record.status == "ok":
+            self.computed.setdefault(unit.key, unit.variant.name)
             self.summary.done += 1
             self.notify(UnitEvent("ok", unit, index, total, record.duration_s))
             return True

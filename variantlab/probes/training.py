@@ -29,6 +29,9 @@ schedule, optimizer, weight-decay groups and a token budget in place of ``steps`
   every loss row above stay the task's loss alone, and the routing rows of
   :mod:`variantlab.probes.routing` come besides (``aux_loss``, ``z_loss``,
   ``load_imbalance``, ``router_entropy`` per step; ``expert_load`` per layer);
+- ``init_loss``, ``loss_noise``, ``chance_loss`` / ``chance_recall_accuracy`` and
+  ``recall_noise``: the run's starting point and noise (:mod:`variantlab.probes.start`), which
+  the report's "learned nothing" is judged against;
 - ``compiled``: 1 when the run was compiled (``compile: true``: the model runs under
   ``torch.compile``, :mod:`variantlab.probes.compiled`), else 0.
 """
@@ -61,6 +64,7 @@ from .noise import step_noise
 from .params import non_embedding_params
 from .recipe import RECIPE_OPTIONS, RecipeSettings, lr_at, make_optimizer, planned_steps
 from .routing import Record, routed_layers, snapshot, training_rows
+from .start import start_rows
 
 
 class TrainRunSettings(RecipeSettings):
@@ -206,6 +210,8 @@ def run(
         with compile_errors(settings.compile):
             val, test = (held.score(split, compiled, loss, dev) for split in ("val", "test"))
         rows += final_rows("training", val, test, curve.points, len(losses))
+    test_set = held.batches("test") if scores_held_out(settings) and math.isfinite(final) else None
+    rows += start_rows("training", spec, data, losses, step_noise(finite), test_set)
     return rows
 
 

@@ -10,6 +10,8 @@ from ..plugin.registry import Registry
 from .effects import Effects
 from .frame import ReportData, split_seeds
 from .grid import grid_reading, problems
+from .headline import is_tuning, reading_leads
+from .learned import learned_lines
 from .parts import pieces
 from .tables import PASS_NAMES, fmt
 
@@ -149,13 +151,18 @@ def reading(data: ReportData, summary: pd.DataFrame, effects: Effects | None = N
     what each axis does (see :mod:`.grid`), and for a grid of at most SMALL_GRID variants
     the per-variant comparison where it fits; else the per-variant comparison (every
     registered probe's ``reading`` piece, then its ``aside``). Problems are grouped by
-    message either way, so the reading stays short at any size."""
+    message either way, so the reading stays short at any size. Which variants learned
+    nothing (:mod:`.learned`) comes first."""
     trouble = problems(data, summary)
+    first = learned_lines(data)  # "nothing was learned" before anything is compared
     lines = [line for piece in pieces(registry, "reading") for line in piece(data, summary)]
     if effects is not None:  # a small grid keeps its per-variant sentences where they fit
         small = len(data.order) <= SMALL_GRID
-        return grid_reading(data, summary, effects, trouble,
-                            [line for line in lines if line] if small else [])
+        heads = ([] if is_tuning(data) else
+                 reading_leads(data, list(effects.grid.cells["variant"]), registry))
+        return first + grid_reading(data, summary, effects, trouble,
+                                    [line for line in lines if line] if small else [], heads)
+    heads = [] if is_tuning(data) else reading_leads(data, registry=registry)
     aside = [line for piece in pieces(registry, "aside") for line in piece(data, summary)]
-    out = [line for line in lines + aside if line] + trouble
+    out = first + heads + [line for line in lines + aside if line] + trouble
     return out or ["No probe produced comparable numbers; see the tables below."]
