@@ -188,11 +188,12 @@ def write_exp(tmp_path: Path, grid: str, seeds: str = "[0]", measure: str = FAST
 
 def stored(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Units and rows, sorted, without what differs between two runs (times, timings, the
-    invocation id)."""
+    invocation id, the machine's load and threads)."""
     with closing(sqlite3.connect(run_dir / "results.sqlite")) as conn:
         units = pd.read_sql_query("SELECT * FROM units ORDER BY key", conn)
         rows = pd.read_sql_query("SELECT * FROM rows", conn)
-    units = units.drop(columns=["started_at", "finished_at", "duration_s", "invocation"])
+    units = units.drop(columns=["started_at", "finished_at", "duration_s", "invocation",
+                                "cpu_s", "load_start", "load_end", "torch_threads", "cores"])
     rows.loc[rows.probe == "timing", "value"] = None
     cols = ["unit_key", "probe", "metric", "scope", "name", "layer", "step", "unit"]
     return units, rows.sort_values(cols, na_position="first").reset_index(drop=True)

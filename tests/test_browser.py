@@ -129,3 +129,44 @@ def test_sweep_report_sorts_and_filters_in_chromium(tmp_path):
     assert requests == [url], f"only the page itself may be requested, got {requests}"
     assert errors == [] and dialogs == []
     assert injected == 1, "only the page's own script element"
+
+
+def test_dict_valued_axes_wrap_and_keep_the_number_columns_in_view_at_1280px(tmp_path):
+    """Issue 28.5: long labels (dict-valued axes) wrap; the effect, interval and n columns of
+    the effects, interactions and tuned tables stay within a 1,280 px window; no raw JSON."""
+    from playwright import sync_api
+
+    from variantlab.testing.sample import sample_grid
+
+    ff = [{"kind": "glu", "hidden_mult": 2.6666666666666665, "bias": False},
+          {"kind": "moe", "n_experts": 8, "top_k": 2, "aux_loss_coef": 0.01,
+           "expert": {"hidden_mult": 1.3333333333333333, "activation": "silu"}},
+          {"kind": "moe", "n_experts": 16, "top_k": 4, "aux_loss_coef": 0.001,
+           "expert": {"hidden_mult": 0.6666666666666666, "activation": "gelu"}}]
+    norms = [{"kind": "layer", "eps": 1e-5}, {"kind": "rms", "eps": 1e-6, "elementwise": True}]
+    run = sample_grid({"feedforward": ff, "norm": norms, "measure.training.lr": [1e-3, 3e-3]},
+                      {("measure.training.lr", 3e-3): -0.05},
+                      seeds=(0, 1, 2), probes=("params", "training"))
+    files = write_report([run], tmp_path, registry=REG)
+    html = files.html.read_text(encoding="utf-8")
+    assert "{&#34;" not in html and '{"' not in html
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(files.html.resolve().as_uri(), wait_until="load")
+            right = page.eval_on_selector_all(
+                "table.effects, table.interactions, table.fair",
+                "ts => ts.map(t => [t.className, t.rows[0].cells.length, "
+                "Math.max(...Array.from(t.rows[0].cells).map(c => c.getBoundingClientRect().right))])")
+            wrapped = page.eval_on_selector_all(
+                "table.effects tbody tr td:nth-child(3)",
+                "tds => Math.max(...tds.map(td => (td.clientHeight - parseFloat("
+                "getComputedStyle(td).paddingTop) - parseFloat(getComputedStyle(td)"
+                ".paddingBottom)) / parseFloat(getComputedStyle(td).lineHeight)))")
+        finally:
+            browser.close()
+    assert {cls for cls, _, _ in right} >= {"effects", "interactions", "fair"}
+    for cls, cells, edge in right:
+        assert edge <= 1280, f"table.{cls}: its last of {cells} columns ends at {edge:.0f} px"
+    assert wrapped >= 2  # the longest value label wraps onto more than one line

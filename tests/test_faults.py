@@ -179,5 +179,7 @@ def test_every_row_of_the_fault_matrix_names_a_test_that_exists():
         source = (root / path).read_text()
         assert re.search(rf"^def {name}\(", source, re.M), f"{path}::{name} does not exist"
     for fault in ("SIGKILL", "SIGINT", "SIGTERM", "disk full", "corrupt store", "concurrent run",
-                  "worker death under Ray", "code edit mid-run"):
+                  "worker death under Ray", "code edit mid-run", "memory exhaustion in a unit",
+                  "damaged token cache", "killed long unit", "unreachable tracking server",
+                  "busy machine"):
         assert f"| {fault} |" in text, fault

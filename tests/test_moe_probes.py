@@ -100,14 +100,16 @@ def test_objective_adds_the_weighted_terms_and_leaves_dense_models_alone(tiny):
     spec = parse_model_spec(moe_spec(aux_loss_coef=0.1, z_loss_coef=0.01), REG)
     settings = TrainingSettings(**TRAIN)
     _, model, _, batches, objective = setup(spec, settings, 0, None, ".", "cpu", REG)
-    loss = objective(model(**batches[0].inputs), batches[0])
+    batch = batches.next()
+    loss = objective(model(**batch.inputs), batch)
     moes = [m for m in model.modules() if isinstance(m, MoE)]
     want = loss + sum(0.1 * m.aux_terms()["aux_loss"] + 0.01 * m.aux_terms()["z_loss"]
                       for m in moes) / 2
     torch.testing.assert_close(objective.total(loss, model), want)
     dense = parse_model_spec(tiny, REG)
     _, model, _, batches, objective = setup(dense, settings, 0, None, ".", "cpu", REG)
-    loss = objective(model(**batches[0].inputs), batches[0])
+    batch = batches.next()
+    loss = objective(model(**batch.inputs), batch)
     assert objective.total(loss, model) is loss
     assert task_for(dense, REG).aux_loss(dense, model) is None
 

@@ -55,16 +55,18 @@ def test_two_same_name_runs_stay_apart(two_runs, tmp_path):
     assert result.exit_code == 0, result.output
     summary = summary_of(out)
     variants = list(dict.fromkeys(summary["variant"]))
-    assert variants == ["A/same/base", "A/same/residual.kind=post_norm",
-                        "B/same/base", "B/same/residual.kind=post_norm"]
+    assert variants == ["A/same/residual=pre_norm", "A/same/residual=post_norm",
+                        "B/same/residual=pre_norm", "B/same/residual=post_norm"]
     totals = summary[summary["metric"] == "total"].set_index("variant")
-    assert totals["n"].to_dict() == {"A/same/base": 2, "A/same/residual.kind=post_norm": 2,
-                                     "B/same/base": 3, "B/same/residual.kind=post_norm": 3}
+    assert totals["n"].to_dict() == {"A/same/residual=pre_norm": 2,
+                                     "A/same/residual=post_norm": 2,
+                                     "B/same/residual=pre_norm": 3,
+                                     "B/same/residual=post_norm": 3}
     assert (totals["mean"] == 30_400).all()  # 2048 + 1024 + 2 x 12608 + 64 + 2048: the same in both runs
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "## Run: A/same" in md and "## Run: B/same" in md
     assert "| variant | run | residual.kind |" in md
-    assert "| A/same/base (baseline) | A/same | pre\\_norm |" in md
+    assert "| A/same/residual=pre\\_norm (baseline) | A/same | pre\\_norm |" in md
     assert "variantlab report: same (2 runs)" in md
     html = (out / "report.html").read_text(encoding="utf-8")
     assert html.count("<h2>Run: ") == 2
@@ -85,7 +87,7 @@ def test_one_run_given_in_several_spellings_counts_once(two_runs, tmp_path, monk
     only_a = invoke("report", "A/same", "./A/same/", "--out", tmp_path / "one")
     assert only_a.exit_code == 0, only_a.output
     summary = summary_of(tmp_path / "one")
-    assert list(dict.fromkeys(summary["variant"])) == ["base", "residual.kind=post_norm"]
+    assert list(dict.fromkeys(summary["variant"])) == ["residual=pre_norm", "residual=post_norm"]
     assert set(summary.loc[summary["metric"] == "total", "n"]) == {2}
 
 
@@ -98,8 +100,8 @@ def test_out_folder_takes_every_run_in_it(tmp_path):
     assert result.exit_code == 0, result.output
     summary = summary_of(runs / "report")  # the default: OUT/report
     n = summary[summary["metric"] == "total"].set_index("variant")["n"].to_dict()
-    assert n == {"first/base": 1, "first/residual.kind=post_norm": 1,
-                 "second/base": 2, "second/residual.kind=post_norm": 2}
+    assert n == {"first/residual=pre_norm": 1, "first/residual=post_norm": 1,
+                 "second/residual=pre_norm": 2, "second/residual=post_norm": 2}
     # the report folder written into runs/ is no run: a second report reads the same two
     assert invoke("report", runs).exit_code == 0
     assert summary_of(runs / "report").equals(summary)
@@ -118,6 +120,7 @@ def test_results_of_two_same_name_runs_carry_the_run(two_runs):
     frame = variantlab.results([two_runs / "A" / "same", two_runs / "B" / "same",
                                 two_runs / "A" / "same" / "results.sqlite"])
     seeds = frame[frame["metric"] == "total"].groupby(["run", "variant"])["seed"].nunique()
+    # results() keeps the stored names (reports label variants, :mod:`variantlab.report.labels`)
     assert seeds.to_dict() == {("A/same", "base"): 2, ("A/same", "residual.kind=post_norm"): 2,
                                ("B/same", "base"): 3, ("B/same", "residual.kind=post_norm"): 3}
 
@@ -149,10 +152,12 @@ def test_baseline_named_in_several_runs_asks_which(two_runs, tmp_path):
     result = invoke("report", two_runs / "A" / "same", two_runs / "B" / "same",
                     "--baseline", "base", "--out", tmp_path / "r")
     assert result.exit_code == 2
-    assert "'base' is in several runs; choose one of: A/same/base, B/same/base" in result.output
+    assert ("'base' is in several runs; choose one of: A/same/residual=pre_norm, "
+            "B/same/residual=pre_norm") in result.output
     result = invoke("report", two_runs / "A" / "same", two_runs / "B" / "same",
-                    "--baseline", "B/same/base", "--out", tmp_path / "r")
+                    "--baseline", "B/same/residual=pre_norm", "--out", tmp_path / "r")
     assert result.exit_code == 0, result.output
     summary = summary_of(tmp_path / "r")
-    ratio = summary[(summary["metric"] == "total") & (summary["variant"] == "A/same/base")]
+    ratio = summary[(summary["metric"] == "total")
+                    & (summary["variant"] == "A/same/residual=pre_norm")]
     assert ratio["baseline_mean"].tolist() == [30_400]

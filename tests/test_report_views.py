@@ -72,9 +72,16 @@ def test_a_builtin_probe_without_its_views_loses_its_parts(data):
     assert got["plots"] == ["gradients", "residual", "training", "params"]
     assert any(s.startswith("forward+backward:") for s in full["reading"])
     assert not any(s.startswith("forward+backward:") for s in got["reading"])
-    assert set(full["summary"]["section"]) - set(got["summary"]["section"]) == {"timing"}
+    # its summary lines are its rows as stored (seconds, no IQR), no longer its view's
+    # (milliseconds with the IQR); the other probes' lines are unchanged
+    mine = got["summary"][got["summary"]["section"] == "timing"]
+    theirs = full["summary"][full["summary"]["section"] == "timing"]
+    assert set(mine["unit"]) == {"s", "tokens/s", "bytes", "FLOP"} != set(theirs["unit"])
+    assert mine["iqr"].isna().all() and not theirs["iqr"].isna().all()
+    assert "forward_iqr_s" in set(mine["metric"])
     kept = full["summary"][full["summary"]["section"] != "timing"].reset_index(drop=True)
-    pd.testing.assert_frame_equal(got["summary"], kept)
+    pd.testing.assert_frame_equal(
+        got["summary"][got["summary"]["section"] != "timing"].reset_index(drop=True), kept)
     # training's warnings piece: the diverged seed is a warning only while it is registered
     assert ["batch", "training", "seed 1: training diverged"] in full["warnings"]
     quiet = registry_of({n: () if n == "training" else BUILTIN[n].views for n in CORE})
@@ -172,9 +179,9 @@ def test_the_fair_comparison_is_the_training_probes_piece():
 
     data = gather([tuning_run(GRID, val_of, held_out)])
     full = build_context(data, vl.get_registry())[0]
-    assert [t.title for t in full["fair"]] == ["Axes", "Tuned comparison"]  # Axes: every grid
-    assert list(full["fair_parts"].tuned["variant"]) == ["activation.kind=gelu",
-                                                         "activation.kind=relu"]
+    assert [t.title for t in full["fair"]] == ["Axes", "Tuned comparison"]
+    assert list(full["fair_parts"].tuned["variant"]) == ["activation=gelu",
+                                                         "activation=relu"]
     unfair = {n: tuple(replace(v, fair=None) if isinstance(v, ProbeView) else v
                        for v in BUILTIN[n].views) for n in CORE}
     bare = build_context(data, registry_of(unfair))[0]

@@ -138,22 +138,22 @@ def test_a_best_at_the_edge_is_extended_until_it_is_inside(tmp_path):
                         on_round=lambda n, added: seen.append((n, [(a.group, a.value)
                                                                    for a in added])))
     # gelu: 1e-2 is best -> 0.1 (best) -> 1.0 (worse): 0.1 is inside; relu's 1e-2 too
-    assert seen == [(1, [("activation.kind=gelu", 0.1), ("activation.kind=relu", 0.1)]),
-                    (2, [("activation.kind=gelu", 1.0)])]
+    assert seen == [(1, [("activation=gelu", 0.1), ("activation=relu", 0.1)]),
+                    (2, [("activation=gelu", 1.0)])]
     rows = vl.results(tmp_path / "runs" / "roles")
     lrs = rows[rows["activation.kind"] == "gelu"]["measure.training.lr"]
     assert sorted(set(lrs)) == [1e-3, 1e-2, 0.1, 1.0]
     files = write_report([tmp_path / "runs" / "roles"], tmp_path / "rep", registry=REG)
     tuned = pd.read_csv(files.tuned).set_index("variant")
-    gelu, relu = tuned.loc["activation.kind=gelu"], tuned.loc["activation.kind=relu"]
+    gelu, relu = tuned.loc["activation=gelu"], tuned.loc["activation=relu"]
     assert gelu["measure.training.lr"] == 0.1 and relu["measure.training.lr"] == 1e-2
     assert gelu["extended"] == "measure.training.lr: 0.1, 1.0"
     assert relu["extended"] == "measure.training.lr: 0.1"
     assert not gelu["unresolved"] and not relu["unresolved"]
     assert list(tuned["rank"]) == [1, 1]  # the same test loss at each one's best: a tie
     md = files.markdown.read_text()
-    assert "Edge extension ran values beyond the grid for activation.kind=gelu " \
-        "(measure.training.lr: 0.1, 1.0); activation.kind=relu (measure.training.lr: 0.1)" in md
+    assert "Edge extension ran values beyond the grid for activation=gelu " \
+        "(measure.training.lr: 0.1, 1.0); activation=relu (measure.training.lr: 0.1)" in md
     assert "| measure.training.lr | tuned | 0.001, 0.01 | 0.1, 1.0 |" in md  # Axes
     again = run_extended(e, lambda x: fake_run(x, tmp_path / "runs"), e.extensions())
     assert sum(s.done for s in again.summaries) == 0  # every extension is stored already
@@ -168,14 +168,14 @@ def test_a_best_still_at_the_edge_is_unresolved_and_never_ranked(tmp_path):
     assert [[a.value for a in r] for r in done.rounds] == [[0.1, 0.1]]
     files = write_report([tmp_path / "runs" / "roles"], tmp_path / "rep", registry=REG)
     tuned = pd.read_csv(files.tuned).set_index("variant")
-    gelu, relu = tuned.loc["activation.kind=gelu"], tuned.loc["activation.kind=relu"]
+    gelu, relu = tuned.loc["activation=gelu"], tuned.loc["activation=relu"]
     assert gelu["unresolved"] and gelu["edge_axes"] == "measure.training.lr"
     assert gelu["measure.training.lr"] == 0.1 and gelu["extended"] == "measure.training.lr: 0.1"
     assert not relu["unresolved"] and relu["measure.training.lr"] == 1e-2
     assert tuned["rank"].isna().all()  # gelu unresolved: no ranking in its condition
     md = files.markdown.read_text()
     assert "Unresolved: the best setting sits at the edge of the sweep for " \
-        "activation.kind=gelu (measure.training.lr)" in md
+        "activation=gelu (measure.training.lr)" in md
 
 
 def recall_report(tmp_path, lrs: str) -> tuple[pd.DataFrame, str]:
@@ -200,35 +200,36 @@ def test_compare_on_recall_accuracy_chooses_within_each_condition(tmp_path):
     assert set(tuned["reported_on"]) == {"test_recall_accuracy"}
     by = tuned.set_index(["variant", "data.n_pairs"])
     # higher is better: the lr with the highest mean val accuracy, per variant and n_pairs
-    assert by.loc[("activation.kind=gelu", 2), "measure.training.lr"] == 0.1
-    assert by.loc[("activation.kind=relu", 4), "measure.training.lr"] == 1e-2
+    assert by.loc[("activation=gelu", 2), "measure.training.lr"] == 0.1
+    assert by.loc[("activation=relu", 4), "measure.training.lr"] == 1e-2
     # test accuracy at the choice: mean over seeds 0, 1 of acc - 0.02 seed
-    assert by.loc[("activation.kind=gelu", 2), "test_recall_accuracy"] == pytest.approx(0.89)
-    assert by.loc[("activation.kind=relu", 2), "test_recall_accuracy"] == pytest.approx(0.99)
-    assert by.loc[("activation.kind=relu", 4), "test_recall_accuracy"] == pytest.approx(0.94)
+    assert by.loc[("activation=gelu", 2), "test_recall_accuracy"] == pytest.approx(0.89)
+    assert by.loc[("activation=relu", 2), "test_recall_accuracy"] == pytest.approx(0.99)
+    assert by.loc[("activation=relu", 4), "test_recall_accuracy"] == pytest.approx(0.94)
     # vs the baseline (gelu) of the same n_pairs, never across n_pairs
-    assert by.loc[("activation.kind=relu", 2), "vs_baseline"] == pytest.approx(0.1)
-    assert by.loc[("activation.kind=relu", 4), "vs_baseline"] == pytest.approx(0.94 - 0.99)
+    assert by.loc[("activation=relu", 2), "vs_baseline"] == pytest.approx(0.1)
+    assert by.loc[("activation=relu", 4), "vs_baseline"] == pytest.approx(0.94 - 0.99)
     # ranks within each n_pairs (relu's best lr, 1e-2, is inside the sweep; gelu's is not)
     assert by["unresolved"].tolist() == [True, True, False, False]
     assert by["rank"].isna().all()
     assert "recall\\_accuracy vs learning rate" in md and "Loss vs learning rate" not in md
-    assert "Best test\\_recall\\_accuracy per condition: data.n\\_pairs=2: unresolved; " \
-        "data.n\\_pairs=4: unresolved." in md
+    assert "Best test\\_recall\\_accuracy per condition: n\\_pairs=2: unresolved; " \
+        "n\\_pairs=4: unresolved." in md
 
 
 def test_a_verdict_per_condition_says_whether_it_holds_across_them(tmp_path):
     tuned, md = recall_report(tmp_path, "[1.0e-3, 1.0e-2, 1.0e-1, 1.0]")
     by = tuned.set_index(["variant", "data.n_pairs"])
     assert not by["unresolved"].any()
-    assert by["rank"].to_dict() == {("activation.kind=gelu", 2): 2, ("activation.kind=gelu", 4): 1,
-                                    ("activation.kind=relu", 2): 1, ("activation.kind=relu", 4): 2}
-    assert "data.n\\_pairs=2: activation.kind=relu (test\\_recall\\_accuracy 0.99); " \
-        "data.n\\_pairs=4: activation.kind=gelu (test\\_recall\\_accuracy 0.99)." in md
+    assert by["rank"].to_dict() == {("activation=gelu", 2): 2, ("activation=gelu", 4): 1,
+                                    ("activation=relu", 2): 1, ("activation=relu", 4): 2}
+    assert "n\\_pairs=2: activation=relu (test\\_recall\\_accuracy 0.99, ahead of " \
+        "activation=gelu 0.89); n\\_pairs=4: activation=gelu (test\\_recall\\_accuracy " \
+        "0.99, ahead of activation=relu 0.94)." in md
     assert "The best differs between conditions: the verdict does not hold across " \
         "data.n\\_pairs." in md
     by_cond = pd.read_csv(tmp_path / "rep" / "effects_by_condition.csv")
-    assert list(by_cond["condition"]) == ["data.n_pairs=2", "data.n_pairs=4"]
+    assert list(by_cond["condition"]) == ["n_pairs=2", "n_pairs=4"]
     assert list(by_cond["effect"]) == pytest.approx([0.99 - 0.89, 0.94 - 0.99])
     assert set(by_cond["across_conditions"]) == {"flips"}
     assert set(by_cond["metric"]) == {"test_recall_accuracy"}
@@ -283,7 +284,7 @@ def test_a_recall_grid_is_tuned_on_recall_accuracy_within_each_n_pairs(tmp_path)
     val, test = means("val_recall_accuracy"), means(reported)
     lrs = [1e-3, 1e-2]
     for rec in tuned.to_dict("records"):
-        kind = rec["variant"].removeprefix("norm.kind=") if rec["variant"] != "base" else "layer"
+        kind = rec["variant"].removeprefix("norm=")
         scores = [val[(kind, rec["data.n_pairs"], lr)] for lr in lrs]
         best = lrs[scores.index(max(scores))]  # higher is better; the first on a tie
         assert rec["measure.training.lr"] == best
@@ -296,7 +297,7 @@ def test_a_recall_grid_is_tuned_on_recall_accuracy_within_each_n_pairs(tmp_path)
     for line in md.splitlines():
         if "beats" in line:  # a ranking sentence names one n_pairs value
             assert len(set(re.findall(r"n\\_pairs=(\d+)", line))) <= 1, line
-    assert "per condition: data.n\\_pairs=2: " in md
+    assert "per condition: n\\_pairs=2: " in md
 
 
 def test_the_schema_takes_an_extended_axis_and_the_role_keys():
@@ -366,6 +367,6 @@ def test_a_compare_on_metric_the_run_did_not_record_falls_back_to_the_loss_and_s
     files = write_report([tmp_path / "runs" / "roles"], tmp_path / "rep", registry=REG)
     tuned = pd.read_csv(files.tuned).set_index("variant")
     assert set(tuned["chosen_on"]) == {"val_loss"} and "val_loss" in tuned.columns
-    assert tuned.loc["activation.kind=relu", "measure.training.lr"] == 1e-2
+    assert tuned.loc["activation=relu", "measure.training.lr"] == 1e-2
     assert "compare\\_on: recall\\_accuracy was not recorded by this run, so the comparison is " \
         "on the loss instead" in files.markdown.read_text()

@@ -4,6 +4,7 @@ n_layers, refused before anything is allocated; and the pre-compute checks' CLI 
 from __future__ import annotations
 
 import re
+import resource
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from variantlab.probes.timing import TimingSettings
 from variantlab.probes.training import TrainingSettings
 from variantlab.sweep import metarun, sizeguard
 from variantlab.sweep.sizeguard import (
+    ROW_BYTES,
     _meta_cost,
     available_bytes,
     footprint,
@@ -76,10 +78,16 @@ def test_each_probe_counts_what_it_keeps():
     assert params.total == p.param_bytes + p.buffer_bytes and params.activation_bytes == 0
     train = footprint(spec, registry, "training", TrainingSettings(batch_size=2, seq_len=8), "cpu")
     act = model_cost(spec, registry, (2, 8)).activation_bytes
-    assert train.total == 2 * p.param_bytes + 8 * p.params + p.buffer_bytes + act
+    batch = 2 * 8 * 8 * 2  # int64 inputs and targets, (2, 8) each
+    # the step's batch, 200 steps' rows, and the validation and test scoring sets: 65,536
+    # targets each (HELD_TOKENS), in batches like the step's (16 targets)
+    held = batch + 200 * 2 * ROW_BYTES + 2 * batch * 65_536 // 16
+    assert train.eval_bytes == 2 * batch * 65_536 // 16
+    assert train.total == 2 * p.param_bytes + 8 * p.params + p.buffer_bytes + act + held
     grads = footprint(spec, registry, "gradients", GradientsSettings(batch_size=2, seq_len=8),
                       "cpu")
-    assert grads.total == 2 * p.param_bytes + p.buffer_bytes + act
+    n = GradientsSettings().batches
+    assert grads.total == 2 * p.param_bytes + p.buffer_bytes + act + n * batch
     fwd = footprint(spec, registry, "timing",
                     TimingSettings(batch_size=2, seq_len=8, passes=["forward"]), "cpu")
     assert fwd.grad_bytes == fwd.optimizer_bytes == 0
@@ -153,7 +161,8 @@ def test_available_bytes_reads_memavailable(tmp_path):
     info = tmp_path / "meminfo"
     info.write_text("MemTotal:  2048 kB\nMemFree:  100 kB\nMemAvailable:  1500 kB\n")
     assert available_bytes("cpu", info) == 1500 * 1024
-    assert available_bytes("cpu", tmp_path / "missing") is None
+    assert available_bytes("cpu", tmp_path / "missing", cgroup=tmp_path / "none") is None \
+        or resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
     assert available_bytes("mps") is None
 
 

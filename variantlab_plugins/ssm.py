@@ -38,10 +38,15 @@ class ConvSpecMixin(MixerSpec):
     chunk_size: PositiveInt = Field(64, description="positions per chunk of the chunked form")
 
     def errors(self, model) -> list[tuple[str, str]]:
+        found = []
         if self.conv_width > model.context_length:
-            return [("conv_width", f"conv_width={self.conv_width} exceeds context_length="
-                     f"{model.context_length}; choose at most the context")]
-        return []
+            found.append(("conv_width", f"conv_width={self.conv_width} exceeds context_length="
+                          f"{model.context_length}; choose at most the context"))
+        low, high = getattr(self, "dt_min", None), getattr(self, "dt_max", None)
+        if low is not None and high is not None and low > high:
+            found.append(("dt_max", f"dt_max={high} is below dt_min={low}: the step's init "
+                          "range [dt_min, dt_max] is empty; swap them or raise dt_max"))
+        return found
 
 
 def causal_conv(u: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:

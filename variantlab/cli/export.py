@@ -22,9 +22,11 @@ from .fmt import consoles
               help="Folder for the save_pretrained output (config.json, model.safetensors).")
 @click.option("--seed", type=int, default=None, metavar="S",
               help="Initialise with this seed (default: the run's first seed).")
+@click.option("--overwrite", is_flag=True,
+              help="Replace the files of a DIR that already holds some (else refused).")
 @plugin_option
 @bad_input_exits
-def export_cmd(run: str, variant: str, to: str, seed: int | None,
+def export_cmd(run: str, variant: str, to: str, seed: int | None, overwrite: bool,
                plugins: Sequence[str]) -> None:
     """Export variant NAME of RUN as a Hugging Face transformers model in DIR.
 
@@ -33,11 +35,22 @@ def export_cmd(run: str, variant: str, to: str, seed: int | None,
     initialisation with seed S (torch.manual_seed(S), then build_model, as every probe
     builds it), so training the variant at scale starts where the run started. The class
     (GPT-2, GPT-NeoX, Llama, Qwen3, OLMo 2, Gemma 2/3) follows from the variant's
-    components; one transformers has no equivalent for is named, exit 2.
+    components; one transformers has no equivalent for is named, exit 2. A DIR that
+    already holds files is refused unless --overwrite is given.
     """
+    from ..config.checks import SEED_MAX, SEED_MIN
+    from ..errors import SpecError
     from ..export.variant import export_variant
     from ..plugin.registry import build_registry
 
+    if seed is not None and not SEED_MIN <= seed <= SEED_MAX:
+        raise SpecError.at(("--seed",), f"{seed} is outside the seeds a run takes ({SEED_MIN} "
+                                        f".. {SEED_MAX}); use a smaller one")
+    held = sorted(p.name for p in Path(to).iterdir()) if Path(to).is_dir() else []
+    if held and not overwrite:
+        shown = ", ".join(held[:4]) + (f" and {len(held) - 4} more" if len(held) > 4 else "")
+        raise SpecError.at(("--to",), f"{to} already holds files ({shown}); choose an empty or "
+                                      "new folder, or pass --overwrite to replace them")
     stdout, err = consoles()
     registry = build_registry(extra=plugins, base_dir=Path.cwd())
     with warnings.catch_warnings(record=True) as caught:

@@ -69,7 +69,10 @@ class ProgressReporter:
         if event.kind == "start":
             return
         where = f"[{event.index + 1}/{event.total}]"
-        if event.kind == "skipped":
+        if event.kind == "skipped" and event.shared_with is not None:
+            self.console.print(f"{where} {title}: shared with variant "
+                               f"{escape(event.shared_with)} (same unit key)")
+        elif event.kind == "skipped":
             self.console.print(f"{where} {title}: stored already")
         elif event.kind == "ok":
             self.console.print(f"{where} {title}: ok ({event.duration_s:.2f}s)")
@@ -79,8 +82,10 @@ class ProgressReporter:
 
 
 def print_summary(stdout: Console, err: Console, summary: Any) -> None:
-    parts = [f"{summary.done} computed", f"{summary.skipped} stored already",
-             f"{len(summary.failed)} failed"]
+    shared = getattr(summary, "shared", 0)
+    parts = [f"{summary.done} computed"] + (
+        [f"{shared} shared with another variant"] if shared else []) + [
+        f"{summary.skipped - shared} stored already", f"{len(summary.failed)} failed"]
     if summary.not_run:
         parts.append(f"{summary.not_run} not run")
     stdout.print(f"{summary.total} unit(s): " + ", ".join(parts))

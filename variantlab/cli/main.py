@@ -75,6 +75,11 @@ def main() -> None:
               help="--executor ray: the most it may ship to the workers (plugin files and the "
                    "data files data.path matches), in MB (10^6 bytes; default 100); a larger "
                    "payload is refused before Ray starts.")
+@click.option("--checkpoint-dir", "checkpoint_dir", default=None, metavar="DIR",
+              help="--executor ray: a folder every worker can write (shared storage) for "
+                   "mid-training checkpoints; without it Ray units are not checkpointed and "
+                   "a unit whose worker died starts again. Other executors write them in the "
+                   "run folder.")
 @click.option("--executor-option", "executor_options", multiple=True, metavar="KEY=VALUE",
               help="Another option of the executor (a plugin's), VALUE read as YAML; repeatable.")
 @click.option("--extend-edges", is_flag=True,
@@ -90,8 +95,9 @@ def main() -> None:
 @bad_input_exits
 def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail_fast: bool,
         no_report: bool, workers: int | None, executor: str | None, address: str | None,
-        retries: int | None, max_upload: float | None, executor_options: Sequence[str],
-        rerun: str | None, extend_edges: bool, max_variants: int, plugins: Sequence[str]) -> None:
+        retries: int | None, max_upload: float | None, checkpoint_dir: str | None,
+        executor_options: Sequence[str], rerun: str | None, extend_edges: bool,
+        max_variants: int, plugins: Sequence[str]) -> None:
     """Run every unit of EXPERIMENT not stored yet; write the report.
 
     Only this process writes the store, one transaction per unit, whatever computes the
@@ -107,7 +113,8 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
         raise SpecError.at(("--workers",), f"{workers} is not a number of processes; use 1 "
                                            "(everything in this process, the default) or more")
     options = command_line_options(workers=workers, address=address, retries=retries,
-                                   max_upload=max_upload, pairs=executor_options)
+                                   max_upload=max_upload, checkpoint_dir=checkpoint_dir,
+                                   pairs=executor_options)
     exp = load_experiment(experiment, extra_plugins=plugins, max_variants=max_variants)
     runner_ = make_executor(exp.registry, executor, options)  # before any check that computes
     _check_device_option(device, runner_.runs_here)

@@ -78,7 +78,7 @@ def value_issues(probe: str, raw: Mapping[str, Any] | None, changes: Mapping[str
     except SpecError:
         return []
     try:
-        cls.model_validate({**dict(raw or {}), **changes})
+        cls.model_validate(with_changes(cls, dict(raw or {}), changes))
     except ValidationError as exc:
         out = []
         for issue in pydantic_issues(exc, (), list(cls.model_fields)):
@@ -97,9 +97,29 @@ def effective(base: Mapping[str, Strict], changes: Mapping[str, Mapping[str, Any
     for probe, change in changes.items():
         if probe in out and change:
             settings = out[probe]
-            out[probe] = type(settings).model_validate(
-                {**settings.model_dump(), **dict(change)})
+            from ..probes.recipe import BUDGET_KEYS
+
+            data = settings.model_dump()
+            unset = set(type(settings).model_fields) - settings.model_fields_set
+            for key in BUDGET_KEYS if BUDGET_KEYS[0] in data else ():
+                if key in unset:  # a default, refilled by validation
+                    data.pop(key, None)
+            out[probe] = type(settings).model_validate(with_changes(type(settings), data, change))
     return out
+
+
+def with_changes(cls: type, data: Mapping[str, Any], change: Mapping[str, Any]) -> dict:
+    """Settings ``data`` of class ``cls`` with a variant's ``change`` applied. A training
+    budget in the change (one of ``steps``, ``tokens``, ``tokens_per_param``) replaces the
+    base's budget rather than adding a second one."""
+    from ..probes.recipe import BUDGET_KEYS
+
+    out = dict(data)
+    fields = getattr(cls, "model_fields", {})
+    if all(k in fields for k in BUDGET_KEYS) and any(k in change for k in BUDGET_KEYS):
+        for key in BUDGET_KEYS:
+            out.pop(key, None)
+    return {**out, **dict(change)}
 
 
 def base_settings_of(measure: Mapping[str, Any], registry: Registry) -> dict[str, Any]:

@@ -23,8 +23,10 @@ from .axes import base_settings_of, effective, seq_len_problems, setting_problem
 from .axes import split as split_axes
 from .checks import MAX_VARIANTS, grid_cap_message, grid_size, nonfinite, seed_problems
 from .dataover import data_fit, split_data, variant_data
+from .hints import plugin_hint
 from .measure import MeasureSpec, ProbeResources
 from .metrics import DEFAULT_COMPARE_ON, compare_on_checks
+from .named import key_of, named_axes, value_names
 from .overrides import apply_overrides, component_of, expansions, lookup, override_source, show
 from .roles import MAX_EXTENSIONS, Role, axis_mappings, axis_roles, extensions, role_checks, spec_axes
 from .yamlio import YamlDoc, YamlError, load_yaml, read_text
@@ -83,8 +85,9 @@ class ExperimentSpec(BaseModel):
     @classmethod
     def _axis_mappings(cls, data: Any) -> Any:
         """A grid axis written ``{values: [...], extend: true | N}``: its values, and its
-        extensions under ``extend`` (:func:`variantlab.config.roles.axis_mappings`)."""
-        return axis_mappings(data)
+        extensions under ``extend`` (:func:`variantlab.config.roles.axis_mappings`); a grid
+        axis written ``{name: value, ...}``: its values (:mod:`variantlab.config.named`)."""
+        return axis_mappings(named_axes(data))
 
     @field_validator("name")
     @classmethod
@@ -257,8 +260,13 @@ def _registry(spec: ExperimentSpec, base_dir: Path, extra: Sequence[str], out: _
 
 
 def _variants(
-    spec: ExperimentSpec, registry: Registry, out: _Collector, root: tuple
+    spec: ExperimentSpec, registry: Registry, out: _Collector, root: tuple,
+    value_name: Mapping[str, Mapping[str, str]] | None = None,
 ) -> tuple[list[Variant], dict[str, int]]:
+    """The variants, and each name's context length; ``value_name``: the names of named
+    axis values (:func:`variantlab.config.named.value_names`), which label a grid variant
+    in place of the value."""
+    value_name = value_name or {}
     base = spec.model
     try:
         base_data = parse_model_spec(base, registry).to_data()
@@ -284,7 +292,8 @@ def _variants(
         if bad:  # validate the rest of the variant all the same
             good = {p: v for p, v in model_over.items() if p not in bad}
             model, _ = apply_overrides(base, good, registry)
-        differing = [f"{p}={show(v)}" for p, v in overrides.items()
+        differing = [f"{p}={value_name.get(p, {}).get(key_of(v)) or show(v)}"
+                     for p, v in overrides.items()
                      if lookup({**base_data, "measure": base_settings}, p) != v]
         base_plain = spec.data.model_dump(mode="json")
         differing += [f"{p}={show(v)}" for p, v in data_over.items()
@@ -404,7 +413,8 @@ def experiment_from_text(
     if max_variants is not None and grid_size(spec.grid, n_named) > max_variants:
         raise InputError(out.messages + [grid_cap_message(doc, spec.grid, n_named, max_variants)])
     registry = _registry(spec, base, extra_plugins, out, plugin_paths)
-    variants, contexts = _variants(spec, registry, out, ("model",)) if registry else ([], {})
+    variants, contexts = (_variants(spec, registry, out, ("model",), value_names(doc.data))
+                          if registry else ([], {}))
     measure = _measure(spec, registry, out)
     _cross_checks(spec, measure, contexts, doc, out)
     for loc, msg, at in [*compare_on_checks(spec, measure, registry, variants),
@@ -412,8 +422,9 @@ def experiment_from_text(
         out.add(loc, msg, at)
     for loc, msg in seq_len_problems(spec, variants):  # seq_len axes vs context_length
         out.add(loc, msg)
-    if out.messages:
-        raise InputError(out.messages)
+    if out.messages:  # an unknown kind says how to load the plugin that has it
+        raise InputError([plugin_hint(m, base, [*spec.plugins, *extra_plugins], registry)
+                          for m in out.messages])
     assert registry is not None  # else _registry added a message and InputError was raised
     return Experiment(spec, real, base, text, registry, variants, doc, measure)
 

@@ -51,6 +51,7 @@ def apply_overrides(
     Setting ``slot.kind`` to a new kind replaces the component with ``{kind: NEW}`` plus the
     variant's other ``slot.*`` overrides (the old kind's parameters do not carry over).
     """
+    bad: dict[str, str] = unknown_kinds(base, overrides)
     model = copy.deepcopy(dict(base))
     for path, value in overrides.items():  # whole-field overrides first: family, sizes
         if "." not in path:
@@ -67,12 +68,11 @@ def apply_overrides(
             comp = {"kind": sub["kind"]}
         comp.update(copy.deepcopy(sub))
         model[slot] = comp
-    bad: dict[str, str] = {}
     paths = valid_paths(model, registry)
     if paths is not None:
         paths += [f"layout.{key}" for key in LAYOUT_KEYS]
         for path in overrides:
-            if path.split(".")[:2] in [["layout", key] for key in LAYOUT_KEYS]:
+            if path in bad or path.split(".")[:2] in [["layout", key] for key in LAYOUT_KEYS]:
                 continue  # deeper layout paths: the spec's validation names what is wrong
             if path not in paths:
                 close = difflib.get_close_matches(path, paths, n=1, cutoff=0.6)
@@ -87,6 +87,29 @@ def apply_overrides(
 
 
 LAYOUT_KEYS = ("kinds", "pattern", "layers")
+
+
+def unknown_kinds(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, str]:
+    """A message for each ``layout.kinds.NAME.SLOT...`` path whose NAME is no layer kind of
+    the model (a misspelt kind would otherwise add an unused kind: a variant equal to the
+    base) and that no other path of the variant defines."""
+    layout = base.get("layout")
+    kinds = layout.get("kinds") if isinstance(layout, Mapping) else None
+    known = list(kinds) if isinstance(kinds, Mapping) else []
+    out = {}
+    for path in overrides:
+        parts = path.split(".")
+        if parts[:2] != ["layout", "kinds"] or len(parts) < 4 or parts[2] in known:
+            continue
+        if "layout" in overrides or "layout.kinds" in overrides \
+                or f"layout.kinds.{parts[2]}" in overrides:
+            continue
+        close = difflib.get_close_matches(parts[2], known, n=1, cutoff=0.5)
+        hint = f"did you mean {'.'.join(parts[:2] + close + parts[3:])!r}? " if close else ""
+        where = (f"kinds: {', '.join(known)}" if known
+                 else "the model has no layout.kinds; define the kind under model.layout")
+        out[path] = f"{path!r} names no layer kind: {parts[2]!r} is not one; {hint}{where}"
+    return out
 
 
 def set_path(model: dict[str, Any], path: str, value: Any) -> None:
@@ -138,7 +161,9 @@ def expansions(
 
 
 def override_source(loc: tuple, where: Mapping[str, tuple]) -> tuple | None:
-    """The YAML key path of the override that an issue at model ``loc`` comes from."""
+    """The YAML key path of the override that an issue at model ``loc`` comes from (a layer
+    index in ``loc`` matches its digits in the path: ``layout.layers.5``)."""
+    loc = tuple(str(part) for part in loc)
     for path, yaml_loc in where.items():
         parts = tuple(path.split("."))
         if loc[: len(parts)] == parts:

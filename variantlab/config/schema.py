@@ -312,20 +312,28 @@ OPEN_PATHS = {
 
 
 def _axis(values: dict[str, Any], description: str) -> dict[str, Any]:
-    """A grid axis: a list of values, or ``{values: [...], extend: true | N}`` (a tuned
-    axis extended beyond an edge where a best sits; docs/fair-comparisons.md). One node
-    of both types: ``items`` applies to the list, ``properties`` to the mapping."""
+    """A grid axis: a list of values, ``{values: [...], extend: true | N}`` (a tuned axis
+    extended beyond an edge where a best sits; docs/fair-comparisons.md), or named values
+    ``{name: value, ...}`` (:mod:`variantlab.config.named`). One node of both types:
+    ``items`` applies to the list, the ``anyOf`` to the mapping."""
     extend = {"anyOf": [{"type": "boolean"}, {"type": "integer", "minimum": 1, "maximum": 20}],
               "description": "extensions per edge (true: 3)"}
-    return {**values, "type": ["array", "object"], "required": ["values"],
-            "properties": {"values": dict(values), "extend": extend},
-            "additionalProperties": False, "description": description}
+    item = values.get("items", {})
+    return {**values, "type": ["array", "object"],
+            "anyOf": [{"type": "array"},
+                      {"type": "object", "required": ["values"],
+                       "properties": {"values": dict(values), "extend": extend},
+                       "additionalProperties": False},
+                      {"type": "object", "minProperties": 1, "additionalProperties": item,
+                       "not": {"anyOf": [{"required": ["values"]}, {"required": ["extend"]}]}}],
+            "description": description}
 
 
 def _grid_schema(description: str, paths: dict[str, dict]) -> dict[str, Any]:
     props = {p: _axis({"type": "array", "minItems": 1,
                        "items": {k: v for k, v in s.items() if k != "description"}},
-                      "a list of values; " + s["description"]) for p, s in paths.items()}
+                      "a list of values, or a mapping from a name to each value; "
+                      + s["description"]) for p, s in paths.items()}
     open_paths = {pattern: _axis({"type": "array", "minItems": 1}, "a list of values; " + text)
                   for pattern, text in OPEN_PATHS.items()}
     return {"type": "object", "description": description, "properties": props,

@@ -8,11 +8,16 @@ sha256 over the corpus's content hash, the tokenizer and the cache format, so a 
 or another tokenizer is a new entry and a stale one is never read. Later runs (and every
 worker process) open the files with ``np.load(mmap_mode="r")``: nothing is tokenised again.
 
+A cache cannot lie: ``<key>.sha256`` holds the sha256 of the ids and offsets (and the ids'
+type), written last; :func:`load` checks it (once per entry and process) and an entry whose
+files do not match it (a damaged or edited file, a disk error) is reported with a
+:class:`CacheWarning` naming the file, and tokenised and written again.
+
 Where: ``$VARIANTLAB_CACHE/tokens`` when that variable is set, else
 ``$XDG_CACHE_HOME/variantlab/tokens`` (``~/.cache/variantlab/tokens``). Entries can be
 deleted at any time. Writers never clash: each writes a temporary file in the folder and
-renames it into place (atomic on one file system); the offsets go first and the tokens last,
-and a reader takes an entry only when its tokens file exists.
+renames it into place (atomic on one file system); the offsets go first, then the tokens,
+then the digest, and a reader takes an entry only when its digest file exists.
 """
 
 from __future__ import annotations
@@ -20,16 +25,22 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .tokenizer import encode_documents, n_vocab
 
 #: bump when the layout of the files changes: old entries are then ignored
-CACHE_FORMAT = "tokens-v1"
+CACHE_FORMAT = "tokens-v2"
+
+
+class CacheWarning(UserWarning):
+    """A token cache entry was damaged and is being rebuilt."""
 
 
 @dataclass(frozen=True)
@@ -87,30 +98,68 @@ def id_dtype(tokenizer: str) -> type[np.unsignedinteger]:
 
 
 def _write_atomic(path: Path, array: np.ndarray) -> None:
+    _replace(path, lambda f: np.save(f, array, allow_pickle=False))
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    _replace(path, lambda f: f.write(text.encode("ascii")))
+
+
+def _replace(path: Path, write: Callable[[Any], object]) -> None:
+    """Write a temporary file in ``path``'s folder with ``write(file)``, then rename it."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            np.save(f, array, allow_pickle=False)
+            write(f)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def digest(ids: np.ndarray, offsets: np.ndarray) -> str:
+    """sha256 of an entry: the ids' type and length, their bytes, then the offsets' bytes."""
+    h = hashlib.sha256(f"{ids.dtype.str}:{len(ids)}:{len(offsets)}\n".encode())
+    h.update(np.ascontiguousarray(ids).data.cast("B"))
+    h.update(np.ascontiguousarray(offsets, dtype=np.int64).data.cast("B"))
+    return h.hexdigest()
+
+
+#: (digest file, mtime and size of the ids and offsets files) -> the digest checked
+_CHECKED: dict[tuple, str] = {}
+
+
 def load(key: str, folder: Path | None = None) -> Tokens | None:
-    """The cached entry ``key``, or None when it is not (completely) there."""
+    """The cached entry ``key``, or None when it is not (completely) there or is damaged
+    (then with a :class:`CacheWarning` naming the file)."""
     folder = folder or cache_dir()
     ids_path, off_path = folder / f"{key}.tokens.npy", folder / f"{key}.offsets.npy"
-    if not (ids_path.is_file() and off_path.is_file()):
+    sum_path = folder / f"{key}.sha256"
+    if not (ids_path.is_file() and off_path.is_file() and sum_path.is_file()):
         return None
     try:
         ids = np.load(ids_path, mmap_mode="r", allow_pickle=False)  # (N,) memmap
         offsets = np.load(off_path, allow_pickle=False)  # (D + 1,)
-    except (OSError, ValueError):  # unreadable: tokenise again and replace it
+        want = sum_path.read_text(encoding="ascii").strip()
+        stats = (ids_path.stat(), off_path.stat())
+    except (OSError, ValueError) as exc:  # unreadable: tokenise again and replace it
+        _damaged(ids_path, f"it cannot be read ({type(exc).__name__}: {exc})")
         return None
     if offsets.ndim != 1 or len(offsets) < 1 or int(offsets[-1]) != len(ids):
+        _damaged(off_path, "its offsets do not match its tokens")
         return None
+    seen = (str(sum_path), *(n for st in stats for n in (st.st_mtime_ns, st.st_size)))
+    if _CHECKED.get(seen) != want:
+        if digest(ids, offsets) != want:
+            _damaged(ids_path, f"its contents do not match the sha256 in {sum_path.name}")
+            return None
+        _CHECKED[seen] = want
     return Tokens(ids, offsets, key)
+
+
+def _damaged(path: Path, why: str) -> None:
+    warnings.warn(f"token cache entry {path} is damaged ({why}); the corpus is tokenised "
+                  "again and the entry rewritten", CacheWarning, stacklevel=3)
 
 
 def corpus_tokens(content_hash: str, tokenizer: str, documents: Callable[[], list[str]],
@@ -131,4 +180,5 @@ def corpus_tokens(content_hash: str, tokenizer: str, documents: Callable[[], lis
     folder.mkdir(parents=True, exist_ok=True)
     _write_atomic(folder / f"{key}.offsets.npy", offsets)
     _write_atomic(folder / f"{key}.tokens.npy", ids)
+    _write_text_atomic(folder / f"{key}.sha256", digest(ids, offsets) + "\n")
     return load(key, folder) or Tokens(ids, offsets, key)

@@ -19,8 +19,9 @@ import functools
 import glob
 import os
 import sysconfig
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
@@ -105,7 +106,7 @@ class HFDiskData(CorpusData):
 AnyData = SyntheticData | TextData | StdlibData | HFDiskData
 DataSpec = Annotated[AnyData, Field(discriminator="source")]
 
-__all__ = ["DataError", "batches", "corpus_splits", "recall_pairs", "recall_tokens",
+__all__ = ["BatchStream", "DataError", "batches", "corpus_splits", "recall_pairs", "recall_tokens",
            "stdlib_files", "text_files", "token_stream", "with_recall_mask"]
 
 
@@ -122,29 +123,81 @@ def batches(
     split: Split = "train",
 ) -> list[Batch]:
     """``n`` batches of ``batch_size`` rows of ``seq_len`` positions for ``spec``'s family,
-    made by the family's task in ``registry``. A corpus gives windows of its ``split`` only
+    made by the family's task in ``registry``, all at once (:class:`BatchStream` draws the
+    same batches one at a time). A corpus gives windows of its ``split`` only
     (:mod:`variantlab.data.splits`); synthetic data has no splits (the held-out batches of a
     probe come from generators with other seeds)."""
-    data = data if data is not None else SyntheticData()
-    gen = torch.Generator().manual_seed(int(seed))
+    return list(BatchStream(data, spec, batch_size, seq_len, n, seed=seed, registry=registry,
+                            base_dir=base_dir, split=split))
+
+
+class BatchStream:
+    """The ``n`` batches of :func:`batches`, drawn one at a time when asked for (iteration or
+    :meth:`next`), from one ``torch.Generator`` seeded with ``seed``: the same batches in the
+    same order, but only one is held at a time, so memory does not grow with ``n`` (a
+    training run's steps). :meth:`state` / :meth:`load_state` save and restore the position
+    and the generator, so a resumed run draws the batches it would have drawn. Bad data
+    (too few tokens, a vocabulary too small for ``bytes``) raises :class:`DataError` here,
+    before any batch is drawn."""
+
+    def __init__(self, data: AnyData | None, spec: ModelSpec, batch_size: int, seq_len: int,
+                 n: int, *, seed: int, registry: Registry, base_dir: Path | str = ".",
+                 split: Split = "train") -> None:
+        self.n = n
+        self.drawn = 0  # batches drawn so far
+        self.tokens = 0  # their ``n_tokens``, summed
+        self.generator = torch.Generator().manual_seed(int(seed))
+        self._draw = _drawer(data if data is not None else SyntheticData(), spec, batch_size,
+                             seq_len, self.generator, registry, base_dir, split)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[Batch]:
+        while self.drawn < self.n:
+            yield self.next()
+
+    def next(self) -> Batch:
+        """The next batch (at most ``n`` in all: then ``IndexError``)."""
+        if self.drawn >= self.n:
+            raise IndexError(f"all {self.n} batches of the stream were drawn")
+        batch = self._draw()
+        self.drawn += 1
+        self.tokens += batch.n_tokens
+        return batch
+
+    def state(self) -> dict[str, Any]:
+        """Where the stream is: batches and tokens drawn and the generator's state."""
+        return {"drawn": self.drawn, "tokens": self.tokens,
+                "generator": self.generator.get_state()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Continue from a :meth:`state` of a stream made with the same arguments."""
+        self.drawn, self.tokens = int(state["drawn"]), int(state["tokens"])
+        self.generator.set_state(state["generator"])
+
+
+def _drawer(data: AnyData, spec: ModelSpec, batch_size: int, seq_len: int,
+            gen: torch.Generator, registry: Registry, base_dir: Path | str,
+            split: Split) -> Callable[[], Batch]:
+    """A function drawing one batch from ``gen`` (checks the data first)."""
     task = task_for(spec, registry)
     if task.inputs == "floats":
-        return [task.batch(spec, batch_size, seq_len, generator=gen) for _ in range(n)]
+        return lambda: task.batch(spec, batch_size, seq_len, generator=gen)
     vocab = spec.vocab_size
-    out = []
     if isinstance(data, SyntheticData):
-        seq_len = data.seq_len or seq_len
-        for _ in range(n):
+        length = data.seq_len or seq_len
+
+        def synthetic() -> Batch:
             if data.task == "recall":
-                tokens = recall_tokens(batch_size, seq_len + 1, vocab, generator=gen,
+                tokens = recall_tokens(batch_size, length + 1, vocab, generator=gen,
                                        n_pairs=data.n_pairs)
-                out.append(with_recall_mask(
-                    task.batch(spec, batch_size, seq_len, tokens=tokens, generator=gen),
-                    tokens, vocab, data.n_pairs, answers_only=data.loss_on == "answers"))
-                continue
-            tokens = torch.randint(0, vocab, (batch_size, seq_len + 1), generator=gen)
-            out.append(task.batch(spec, batch_size, seq_len, tokens=tokens, generator=gen))
-        return out
+                return with_recall_mask(
+                    task.batch(spec, batch_size, length, tokens=tokens, generator=gen),
+                    tokens, vocab, data.n_pairs, answers_only=data.loss_on == "answers")
+            tokens = torch.randint(0, vocab, (batch_size, length + 1), generator=gen)
+            return task.batch(spec, batch_size, length, tokens=tokens, generator=gen)
+        return synthetic
     if data.tokenizer == "bytes" and vocab < 256:
         raise DataError(f"tokenizer bytes gives ids 0-255 and is never folded: it needs "
                         f"vocab_size >= 256, got {vocab}; raise vocab_size or use gpt2")
@@ -156,12 +209,13 @@ def batches(
             f"seq_len + 2 = {seq_len + 2}; use more text, a shorter seq_len or other "
             "val_fraction / test_fraction"
         )
-    for _ in range(n):
+
+    def corpus() -> Batch:
         tokens = windows(stream, batch_size, seq_len + 1, gen)  # (B, seq_len + 1)
         if data.tokenizer == "gpt2":
             tokens = tokens % vocab  # fold ids above the model's vocabulary
-        out.append(task.batch(spec, batch_size, seq_len, tokens=tokens, generator=gen))
-    return out
+        return task.batch(spec, batch_size, seq_len, tokens=tokens, generator=gen)
+    return corpus
 
 
 def corpus_splits(data: TextData | StdlibData | HFDiskData,

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 #: option fields that have a flag of their own on ``variantlab run``
 FLAGS = {"workers": "--workers", "address": "--address", "retries": "--retries",
-         "max_upload": "--ray-max-upload"}
+         "max_upload": "--ray-max-upload", "checkpoint_dir": "--checkpoint-dir"}
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,11 @@ class Executor(ABC):
     def close(self) -> None:
         """Release what ``prepare`` took (connections, processes)."""
         return None
+
+    def checkpoint_dir(self, run_dir: Path) -> Path | None:
+        """Where units write mid-training checkpoints (:mod:`variantlab.probes.checkpoint`):
+        the run folder's ``checkpoints``; None: units are not checkpointed."""
+        return run_dir / "checkpoints"
 
 
 def option_flag(name: str) -> str:

@@ -62,11 +62,11 @@ if TYPE_CHECKING:
 
 
 def cpu_count() -> int:
-    """CPUs this process may run on (the affinity mask where the OS has one)."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    """CPUs this process may run on (the affinity mask where the OS has one, capped by a
+    cgroup CPU quota: :func:`variantlab.probes.machine.cores`)."""
+    from ..probes.machine import cores
+
+    return cores()
 
 
 def threads_per_worker(workers: int) -> int:

@@ -38,6 +38,7 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from ..errors import SpecError
 from ..plugin.settings import Strict
+from ..probes import checkpoint
 from ..store.store import UnitRecord
 from ..sweep.units import Unit
 from . import ray_env, ray_payload
@@ -50,19 +51,23 @@ if TYPE_CHECKING:
 
 
 class RayOptions(Strict):
-    """``--address``, ``--workers`` (a local instance's CPUs), ``--retries`` and
-    ``--ray-max-upload``."""
+    """``--address``, ``--workers`` (a local instance's CPUs), ``--retries``,
+    ``--ray-max-upload`` and ``--checkpoint-dir``."""
 
     address: str | None = Field(default=None, description="a running cluster; none: a local instance")
     workers: PositiveInt | None = Field(default=None, description="CPUs of the local instance")
     retries: NonNegativeInt = Field(default=2, description="retries of a task whose worker died")
     max_upload: PositiveFloat = Field(default=ray_payload.DEFAULT_MAX_MB,
                                       description="MB the run may ship to the workers")
+    checkpoint_dir: str | None = Field(
+        default=None, description="a folder every worker can write (shared storage) for "
+        "mid-training checkpoints; none: units are not checkpointed and restart")
 
 
 def _task(source: ExperimentSource, key: str, device: str | None,
           probe_fn: Callable[..., list], threads: int,
-          shipped: ray_payload.Shipped | None) -> tuple[dict[str, Any], list]:
+          shipped: ray_payload.Shipped | None,
+          checkpoints: str | None = None) -> tuple[dict[str, Any], list]:
     """One unit in a Ray worker: ``(record as a dict, rows)``."""
     import torch
 
@@ -72,7 +77,8 @@ def _task(source: ExperimentSource, key: str, device: str | None,
     torch.set_num_threads(threads)
     if shipped is not None:
         source = replace(source, plugin_paths=tuple(shipped.paths().items()))
-    record, rows = compute(source, key, probe_fn, device)
+    with checkpoint.directory(Path(checkpoints) if checkpoints else None):
+        record, rows = compute(source, key, probe_fn, device)
     return asdict(record), rows
 
 
@@ -102,6 +108,11 @@ class RayExecutor(Executor):
         if self.options.address:
             return f"Ray cluster at {self.options.address}"
         return f"local Ray instance, {self.options.workers or cpu_count()} CPUs"
+
+    def checkpoint_dir(self, run_dir: Path) -> Path | None:
+        """``--checkpoint-dir`` (the workers may not see the driver's run folder)."""
+        folder = self.options.checkpoint_dir
+        return Path(folder).expanduser() if folder else None
 
     # -- before the run ------------------------------------------------------------------
     def prepare(self, experiment: Experiment, units: Sequence[tuple[int, Unit]],
@@ -169,7 +180,8 @@ class RayExecutor(Executor):
             source = replace(source, base_dir=self.base_dir)  # the workers' copy of the folder
         ray = self.ray
         args = (ray.put(source), ray.put(context.probe_fn))
-        submit = _Submitter(ray, experiment, args, self.shipped, self.options.retries)
+        submit = _Submitter(ray, experiment, args, self.shipped, self.options.retries,
+                            self.options.checkpoint_dir)
         if not self._drain(sink, deque(work.leaders), work.twins, submit, context, False):
             return False
         return self._drain(sink, deque(work.serial), {}, submit, context, True)
@@ -239,9 +251,11 @@ class _Submitter:
     """Makes one Ray task of a unit with its resources and the retry policy."""
 
     def __init__(self, ray: Any, experiment: Experiment, args: tuple[Any, Any],
-                 shipped: ray_payload.Shipped | None, retries: int) -> None:
+                 shipped: ray_payload.Shipped | None, retries: int,
+                 checkpoints: str | None = None) -> None:
         self.remote = ray.remote(_task)
         self.experiment, self.args, self.shipped, self.retries = experiment, args, shipped, retries
+        self.checkpoints = checkpoints
 
     def __call__(self, unit: Unit) -> tuple[Any, tuple[float, float]]:
         cpus, gpus = ray_env.unit_resources(self.experiment, unit)
@@ -249,5 +263,5 @@ class _Submitter:
             num_cpus=cpus, num_gpus=gpus, max_retries=self.retries, retry_exceptions=False,
             name=f"variantlab {unit.title}",
         ).remote(self.args[0], unit.key, unit.device, self.args[1], max(1, int(cpus)),
-                 self.shipped)
+                 self.shipped, self.checkpoints)
         return ref, (cpus, gpus)

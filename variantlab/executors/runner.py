@@ -11,14 +11,15 @@ unit with :func:`variantlab.executors.unit.run_unit` and the probe runner
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..probes import run_probe
+from ..probes import checkpoint, machine, run_probe
 from ..store.contract import RunMeta
 from ..store.store import STORE_FILE, StoreWriteError
 from ..sweep.runfolder import open_run
@@ -142,7 +143,9 @@ def run_experiment(
             )
             sink = ResultSink(store, summary, progress or (lambda event: None), again)
             try:
-                executor.run(sink, todo, experiment, context)
+                with checkpoint.directory(executor.checkpoint_dir(run_dir),
+                                          keep={u.key for _, u in todo}), capped_threads():
+                    executor.run(sink, todo, experiment, context)
             except KeyboardInterrupt:
                 summary.interrupted = True
     except StoreWriteError as exc:  # a full disk: every unit stored so far is intact
@@ -150,6 +153,19 @@ def run_experiment(
     finally:
         executor.close()
     return summary
+
+
+@contextlib.contextmanager
+def capped_threads() -> Iterator[None]:
+    """Torch's threads in this process at most the cores the run may use
+    (:func:`variantlab.probes.machine.cores`; torch's default counts the machine's cores,
+    not the affinity mask or a cgroup quota) while the run computes here."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, min(before, machine.cores())))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def check_rerun(experiment: Experiment, rerun: str | None) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..probes import checkpoint, machine
 from ..store.store import Store, UnitRecord
 from ..sweep.units import Unit, canonical_json, plain
 from ..version import __version__
@@ -37,6 +38,7 @@ class UnitEvent:
     total: int
     duration_s: float | None = None
     error: str | None = None
+    shared_with: str | None = None  # skipped: the variant whose unit of this key ran just now
 
 
 @dataclass
@@ -46,6 +48,7 @@ class RunSummary:
     total: int  # units considered (after --only)
     done: int = 0  # computed ok in this run
     skipped: int = 0  # already stored ok
+    shared: int = 0  # of those, computed in this run for another variant (the same key)
     failed: list[tuple[Unit, str]] = field(default_factory=list)
     interrupted: bool = False
     write_error: str | None = None  # the store refused a write (disk full): the run stopped
@@ -84,13 +87,18 @@ class ResultSink:
         self.store, self.summary, self.notify = store, summary, notify
         self.statuses = store.statuses()
         self.rerun = set(rerun)  # keys to compute again although stored ok
+        self.computed: dict[str, str] = {}  # key -> the variant that computed it in this run
 
     def stored_ok(self, unit: Unit) -> bool:
         return unit.key not in self.rerun and self.statuses.get(unit.key) == "ok"
 
     def skip(self, index: int, unit: Unit) -> None:
+        """A unit stored ok already: by an earlier run, or in this one for another variant
+        with the same key (a setting axis the probe does not read shares its params unit)."""
         self.summary.skipped += 1
-        self.notify(UnitEvent("skipped", unit, index, self.summary.total))
+        shared = self.computed.get(unit.key)
+        self.summary.shared += shared is not None
+        self.notify(UnitEvent("skipped", unit, index, self.summary.total, shared_with=shared))
 
     def start(self, index: int, unit: Unit) -> None:
         self.notify(UnitEvent("start", unit, index, self.summary.total))
@@ -98,10 +106,13 @@ class ResultSink:
     def save(self, index: int, unit: Unit, record: UnitRecord, rows: Sequence[Any]) -> bool:
         """Store one unit and report it; ``True`` when it is ``ok``."""
         self.store.save_unit(record, rows)  # one transaction: rolled back if interrupted
+        if record.status == "ok":  # done: its mid-training checkpoint goes (a failed unit,
+            checkpoint.remove(unit.key)  # a lost worker's among them, resumes from it)
         self.rerun.discard(unit.key)  # computed now: a variant with the same spec reuses it
         self.statuses[unit.key] = record.status
         total = self.summary.total
         if record.status == "ok":
+            self.computed.setdefault(unit.key, unit.variant.name)
             self.summary.done += 1
             self.notify(UnitEvent("ok", unit, index, total, record.duration_s))
             return True
@@ -114,33 +125,62 @@ def run_unit(unit: Unit, experiment: Experiment, probe_fn: Callable[..., list]) 
     """Run one probe; an exception, SystemExit included, becomes a failed record
     (KeyboardInterrupt propagates)."""
     started = now_iso()
-    t0 = time.perf_counter()
+    t0, cpu0, load0 = time.perf_counter(), time.process_time(), machine.load()
     rows: list = []
     error = tb = None
     try:
-        rows = list(probe_fn(
-            unit.probe, unit.variant.spec, unit.settings, seed=unit.seed,
-            data=getattr(unit.variant, "data", None) or experiment.data,
-            base_dir=Path(experiment.base_dir), device=unit.device, registry=experiment.registry,
-        ))
+        with checkpoint.for_unit(unit.key):  # a training unit resumes from its checkpoint
+            rows = list(probe_fn(
+                unit.probe, unit.variant.spec, unit.settings, seed=unit.seed,
+                data=getattr(unit.variant, "data", None) or experiment.data,
+                base_dir=Path(experiment.base_dir), device=unit.device,
+                registry=experiment.registry,
+            ))
         _check_rows(rows, unit.probe)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: stop the run (the unit is not stored)
         raise
     except BaseException as exc:  # any failure of a component, a probe or the device, and
         # SystemExit or another BaseException from plugin code: that unit fails, no more
-        error = error_text(exc)
-        tb = traceback.format_exc()
         rows = []
+        error = error_text(exc)
+        if out_of_memory(exc):  # free what filled memory before formatting anything
+            traceback.clear_frames(exc.__traceback__)
+            _free_memory()
+        tb = traceback_text(exc)
         _free_memory()
-    return unit_record(unit, started, time.perf_counter() - t0, error, tb), rows
+    usage = {"cpu_s": time.process_time() - cpu0, "load_start": load0,
+             "load_end": machine.load(), "torch_threads": torch.get_num_threads(),
+             "cores": machine.cores()}
+    return unit_record(unit, started, time.perf_counter() - t0, error, tb, usage), rows
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """A ``MemoryError`` (host), torch's ``OutOfMemoryError`` (a device) or torch's CPU
+    allocator failing ("can't allocate memory")."""
+    return (isinstance(exc, (MemoryError, getattr(torch, "OutOfMemoryError", MemoryError)))
+            or (isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)))
 
 
 def error_text(exc: BaseException) -> str:
-    """``Type: message``; a SystemExit says that code called ``sys.exit`` and with what."""
+    """``Type: message``; a SystemExit says that code called ``sys.exit`` and with what; an
+    out-of-memory error says what to change."""
     if isinstance(exc, SystemExit):
         return (f"SystemExit: code called sys.exit({exc.code!r}) (or raised SystemExit) "
                 "while the unit ran; a component must raise an exception instead")
+    if out_of_memory(exc):
+        text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        return (f"{type(exc).__name__}: the unit ran out of memory{': ' + text if text else ''}"
+                "; use a smaller batch_size, model or budget (the other units go on)")
     return f"{type(exc).__name__}: {exc}"
+
+
+def traceback_text(exc: BaseException) -> str:
+    """The formatted traceback of ``exc``; a short note when formatting it runs out of
+    memory itself."""
+    try:
+        return "".join(traceback.format_exception(exc))
+    except MemoryError:
+        return f"{type(exc).__name__} (the traceback could not be formatted: out of memory)\n"
 
 
 def now_iso() -> str:
@@ -149,14 +189,15 @@ def now_iso() -> str:
 
 
 def unit_record(unit: Unit, started: str, duration_s: float, error: str | None = None,
-                tb: str | None = None) -> UnitRecord:
-    """The stored record of a unit that finished now: ``ok`` unless ``error`` is given."""
+                tb: str | None = None, usage: dict[str, Any] | None = None) -> UnitRecord:
+    """The stored record of a unit that finished now: ``ok`` unless ``error`` is given;
+    ``usage``: its CPU time, load averages, torch threads and cores (:func:`run_unit`)."""
     return UnitRecord(
         key=unit.key, variant=unit.variant.name, seed=unit.seed, probe=unit.probe,
         settings_json=canonical_json(plain(unit.settings)),
         status="failed" if error else "ok", error=error, traceback=tb,
         started_at=started, finished_at=now_iso(), duration_s=duration_s,
-        version=__version__, device=unit.device,
+        version=__version__, device=unit.device, **(usage or {}),
     )
 
 

@@ -21,11 +21,13 @@ two runs for one variant x seed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -180,12 +182,55 @@ def export_mlflow(runs: str | Path | Iterable[str | Path], tracking_uri: str,
     ``report``, the report as artifacts of a parent run per variantlab run."""
     mlflow = _mlflow()
     refs = find_runs(runs)  # every path checked before MLflow is touched
+    remote = tracking_uri.lower().startswith(("http://", "https://"))
     try:
-        return _export(mlflow, refs, tracking_uri, experiment, registry, report)
+        with bounded_http() if remote else contextlib.nullcontext():
+            return _export(mlflow, refs, tracking_uri, experiment, registry, report)
     except mlflow.exceptions.MlflowException as exc:  # e.g. a store it cannot open
         message = " ".join(str(exc.message).split())
+        if remote and _unreachable(message):
+            raise SpecError.at(["--tracking-uri"], _no_answer(tracking_uri, message)) from None
         raise SpecError.at(["--tracking-uri"], f"{tracking_uri}: MLflow says: {message}"
                            ) from None
+    except OSError as exc:  # the HTTP library's connection errors
+        raise SpecError.at(["--tracking-uri"], _no_answer(tracking_uri, str(exc))) from None
+
+
+#: MLflow's HTTP settings while exporting to a tracking server, unless already set in the
+#: environment: a few quick retries, so an unreachable server fails in seconds (MLflow's own
+#: defaults, 7 retries with backoff and a 120 s timeout, wait minutes)
+HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+               "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+
+
+@contextlib.contextmanager
+def bounded_http() -> Iterator[None]:
+    """:data:`HTTP_LIMITS` in ``os.environ`` for the block (variables already set win)."""
+    added = {k: v for k, v in HTTP_LIMITS.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
+def _unreachable(message: str) -> bool:
+    return any(s in message for s in ("Max retries exceeded", "Connection refused",
+                                      "Failed to establish", "timed out", "Name or service",
+                                      "ConnectionError", "ConnectTimeout"))
+
+
+def _no_answer(uri: str, message: str) -> str:
+    retries = os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+                             HTTP_LIMITS["MLFLOW_HTTP_REQUEST_MAX_RETRIES"])
+    timeout = os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT",
+                             HTTP_LIMITS["MLFLOW_HTTP_REQUEST_TIMEOUT"])
+    reason = next((r for r in ("Connection refused", "timed out", "Name or service not known")
+                   if r in message), message[:200])
+    return (f"{uri}: the tracking server does not answer ({reason}; tried {int(retries) + 1} "
+            f"time(s), {timeout} s timeout each; MLFLOW_HTTP_REQUEST_MAX_RETRIES and "
+            "MLFLOW_HTTP_REQUEST_TIMEOUT change that); check the URI and that the server runs")
 
 
 def _export(mlflow: Any, refs: list[RunRef], tracking_uri: str, experiment: str | None,

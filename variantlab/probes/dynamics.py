@@ -21,7 +21,8 @@ It also records ``loss`` at each recorded step, and ``eval_loss`` after training
 ``eval_batches`` > 0: the loss over the first ``eval_batches`` batches of the fixed
 validation set the training probe scores (:mod:`variantlab.data.heldout`), capped by
 ``eval_tokens``. Rows have scope ``layer``, ``layer`` and
-``step`` set and ``name`` the layer's stack (``""`` in a one-stack model).
+``step`` set and ``name`` the layer's stack (``""`` in a one-stack model). A killed unit
+resumes from its last checkpoint (:mod:`variantlab.probes.checkpoint`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ..model.sparse import after_step
 from ..model.specs import ModelSpec
 from ..plugin.registry import Registry
 from ..plugin.rows import Row, row
+from . import checkpoint
 from .common import autocast, first_tensor, layer_stacks, param_index
 from .heldout import HeldOut, scores_held_out
 from .recipe import lr_at
@@ -117,11 +119,14 @@ def run(
     layers, attn = layer_params(model), attention_modules(model)
     routed = routed_layers(model)
     rows: list[Row] = []
-    for step, batch in enumerate(batches):
-        batch = batch.to(dev)
-        watch = step % settings.every == 0 or step == len(batches) - 1
+    total = len(batches)
+    saver = checkpoint.current()
+    start = checkpoint.resume_unit(saver, model, opt, batches, dev, {"rows": rows})
+    for step in range(start, total):
+        batch = batches.next().to(dev)
+        watch = step % settings.every == 0 or step == total - 1
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, settings, len(batches))
+            group["lr"] = lr_at(step, settings, total)
         opt.zero_grad(set_to_none=True)
         record: dict[str, dict[Layer, float]] = {m: {} for m in METRICS}
         hooks = _recorder(model, record) if watch else []
@@ -157,6 +162,8 @@ def run(
             rows.append(row("dynamics", "loss", value, step=step))
             rows += _rows(record, step)
             rows += layer_rows("dynamics", routing, step)
+        if saver is not None and step + 1 < total and saver.due(step + 1):
+            checkpoint.save_unit(saver, step + 1, model, opt, batches, dev, {"rows": rows})
     _attention(attn, False)
     diverged = any(r["metric"] == "loss" and not math.isfinite(r["value"]) for r in rows)
     if scores_held_out(settings) and not diverged:

@@ -115,12 +115,19 @@ class Curve:
                  dev: torch.device, every: int | None) -> None:
         self.held, self.model, self.loss_fn, self.dev = held, model, loss_fn, dev
         self.every = every
-        self.points: list[tuple[int, Scores]] = []  # (steps done, validation scores)
+        # (steps done, loss, tokens, recall) per evaluation: plain values, so that a
+        # checkpoint holds them (a resumed run keeps the points scored before it)
+        self.raw: list[tuple[int, float, int, float | None]] = []
+
+    @property
+    def points(self) -> list[tuple[int, Scores]]:
+        """(steps done, validation scores) per evaluation so far."""
+        return [(at, Scores(loss, tokens, recall)) for at, loss, tokens, recall in self.raw]
 
     def after_step(self, step: int) -> None:
         if self.every and (step + 1) % self.every == 0:
-            self.points.append((step + 1, self.held.score("val", self.model, self.loss_fn,
-                                                          self.dev)))
+            got = self.held.score("val", self.model, self.loss_fn, self.dev)
+            self.raw.append((step + 1, got.loss, got.tokens, got.recall))
             self.model.train()
 
 

@@ -18,6 +18,12 @@ as modded-nanogpt does). ``no_decay`` lists parameter kinds that get no weight d
 ``norms`` (parameters of norm modules), ``biases`` (other parameters named ``*bias``, and
 ``b_*``: the stacked per-expert biases of the ``moe`` feed-forward),
 ``embeddings`` (the embedding and positional slots).
+
+A run takes at most ``MAX_STEPS`` optimizer steps: a budget (``steps``, or ``tokens`` /
+``tokens_per_param`` over the tokens of one step) that works out to more is refused before
+anything runs (``validate`` and ``run``), naming the steps it works out to. Batches are drawn
+one per step as the step needs them, but each step leaves rows (its loss and learning rate),
+so a run's memory still grows with its steps; the bound keeps that under about 1 GiB.
 """
 
 from __future__ import annotations
@@ -41,6 +47,10 @@ DEFAULT_MOMENTUM = {"sgd": 0.9, "muon": 0.95}
 #: set up before they existed keep their unit keys
 RECIPE_OPTIONS = ("schedule", "decay_fraction", "min_lr_ratio", "optimizer", "betas",
                   "momentum", "no_decay", "tokens", "tokens_per_param")
+#: the most optimizer steps a training run may take (see the module docstring)
+MAX_STEPS = 1_000_000
+#: the settings that give a run's length: one of them
+BUDGET_KEYS = ("steps", "tokens", "tokens_per_param")
 
 
 class RecipeSettings(Strict):
@@ -109,15 +119,41 @@ def lr_at(step: int, settings: RecipeSettings, total: int | None = None) -> floa
     return lr - (lr - floor) * p  # linear
 
 
-def planned_steps(settings: RecipeSettings, tokens_per_step: int, non_embedding: int) -> int:
-    """Steps of the run: ``steps``, or the token budget over the tokens of one step (rounded
-    up)."""
+def worked_out_steps(settings: RecipeSettings, tokens_per_step: int, non_embedding: int) -> int:
+    """Steps of the run, unbounded: ``steps``, or the token budget over the tokens of one
+    step (rounded up)."""
     budget = settings.tokens
     if settings.tokens_per_param is not None:
         budget = math.ceil(settings.tokens_per_param * non_embedding)
     if budget is None:
         return settings.steps
     return max(1, math.ceil(budget / tokens_per_step))
+
+
+def steps_problem(settings: RecipeSettings, tokens_per_step: int,
+                  non_embedding: int) -> tuple[str, str] | None:
+    """(budget setting, message) when the run works out to more than ``MAX_STEPS`` steps;
+    None when it is within the bound."""
+    n = worked_out_steps(settings, tokens_per_step, non_embedding)
+    if n <= MAX_STEPS:
+        return None
+    key = next((k for k in ("tokens_per_param", "tokens") if getattr(settings, k) is not None),
+               "steps")
+    how = "" if key == "steps" else (
+        f" ({key}={getattr(settings, key):,} over {tokens_per_step:,} tokens per step, "
+        f"batch_size x seq_len" + (f", with {non_embedding:,} non-embedding parameters)"
+                                   if key == "tokens_per_param" else ")"))
+    return key, (f"the budget works out to {n:,} steps{how}, more than the bound of "
+                 f"{MAX_STEPS:,} steps a run may take (variantlab.probes.recipe.MAX_STEPS); "
+                 f"use a smaller {key}" + ("" if key == "steps" else " or a larger batch"))
+
+
+def planned_steps(settings: RecipeSettings, tokens_per_step: int, non_embedding: int) -> int:
+    """Steps of the run (:func:`worked_out_steps`); ``ValueError`` above ``MAX_STEPS``."""
+    problem = steps_problem(settings, tokens_per_step, non_embedding)
+    if problem is not None:
+        raise ValueError(f"{problem[0]}: {problem[1]}")
+    return worked_out_steps(settings, tokens_per_step, non_embedding)
 
 
 def _kind(info: Any) -> str | None:

@@ -17,6 +17,12 @@ pass's first call, which traces and compiles its graph, is timed on its own
 (``{pass}_compile_s``: compile plus one call) and is not a warm-up call; the ``warmup``
 calls and the timed blocks come after it. ``compiled`` is 1 in every timing run's rows
 that was compiled, else 0. The SDPA backend is read from an eager forward.
+
+Busy machine: ``load_start`` / ``load_end`` are the 1-minute load average before the first
+and after the last timed call, ``cores`` the CPUs the run may use, and ``busy`` is 1 when
+either load is above ``cores`` + 0.5 (:mod:`variantlab.probes.machine`): other work shared
+the cores, so the times read slow by an unknown factor; the report says so beside the speed
+verdicts it affects.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from ..plugin.registry import Registry
 from ..plugin.rows import Row, row
 from ..plugin.settings import Device, DType, Strict
 from . import flops as flopslib
+from . import machine
 from .common import autocast, resolve_device
 from .compiled import compile_errors, compile_model
 
@@ -259,6 +266,7 @@ def run(
         peak = flopslib.peak_flops(name, settings.dtype)
 
     rows: list[Row] = []
+    load_start = machine.load()
     if settings.compile:  # each pass's compile, timed apart before the measured passes
         for pass_name, fn in fns.items():
             rows.append(row("timing", f"{pass_name}_compile_s", compile_time(fn, dev), unit="s"))
@@ -278,6 +286,11 @@ def run(
                 if peak:
                     rows.append(row("timing", f"{pass_name}_mfu", achieved / peak, unit="ratio"))
     rows.append(row("timing", "peak_memory_bytes", mem.bytes, unit="bytes"))
+    load_end, n_cores = machine.load(), machine.cores()
+    rows += [row("timing", "load_start", load_start, unit="load"),
+             row("timing", "load_end", load_end, unit="load"),
+             row("timing", "cores", float(n_cores), unit="count"),
+             row("timing", "busy", float(machine.busy(load_start, load_end, n_cores)))]
     rows.append(row("timing", "compiled", float(settings.compile)))
     rows.append(row("timing", "flops_per_token", train_flops, unit="FLOP"))
     if peak:

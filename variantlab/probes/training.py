@@ -29,6 +29,9 @@ schedule, optimizer, weight-decay groups and a token budget in place of ``steps`
   every loss row above stay the task's loss alone, and the routing rows of
   :mod:`variantlab.probes.routing` come besides (``aux_loss``, ``z_loss``,
   ``load_imbalance``, ``router_entropy`` per step; ``expert_load`` per layer);
+- ``init_loss``, ``loss_noise``, ``chance_loss`` / ``chance_recall_accuracy`` and
+  ``recall_noise``: the run's starting point and noise (:mod:`variantlab.probes.start`), which
+  the report's "learned nothing" is judged against;
 - ``compiled``: 1 when the run was compiled (``compile: true``: the model runs under
   ``torch.compile``, :mod:`variantlab.probes.compiled`), else 0.
 """
@@ -52,6 +55,7 @@ from ..model.tasks import Batch, Task, task_for
 from ..plugin.registry import Registry
 from ..plugin.rows import Row, row
 from ..plugin.settings import Device, DType
+from . import checkpoint
 from .common import autocast, resolve_device
 from .compiled import compile_errors, compile_model
 from .flops import model_flops_per_token
@@ -60,6 +64,7 @@ from .noise import step_noise
 from .params import non_embedding_params
 from .recipe import RECIPE_OPTIONS, RecipeSettings, lr_at, make_optimizer, planned_steps
 from .routing import Record, routed_layers, snapshot, training_rows
+from .start import start_rows
 
 
 class TrainRunSettings(RecipeSettings):
@@ -152,19 +157,20 @@ def diverged(losses: list[float]) -> bool:
 
 def setup(spec: ModelSpec, settings: TrainRunSettings, seed: int, data: Any,
           base_dir: Path | str, device: str | None, registry: Registry,
-          ) -> tuple[torch.device, torch.nn.Module, Any, list[Batch], Objective]:
+          ) -> tuple[torch.device, torch.nn.Module, Any, datalib.BatchStream, Objective]:
     """``(device, model in train mode, optimizer, batches, loss)`` of a training run (training
-    and dynamics probes alike): one batch per step (``steps``, or the token budget);
-    ``loss(output, batch)`` is the family task's, ``loss.total(value, model)`` adds the
-    auxiliary loss."""
+    and dynamics probes alike): one batch per step (``steps``, or the token budget), drawn
+    when the step needs it (:class:`variantlab.data.sources.BatchStream`, so memory does not
+    grow with the steps); ``loss(output, batch)`` is the family task's,
+    ``loss.total(value, model)`` adds the auxiliary loss."""
     dev = resolve_device(device or settings.device)
     model = make_model(spec, seed, registry, dev)
     model.train()
     opt = make_optimizer(model, settings)
     n = planned_steps(settings, settings.batch_size * settings.seq_len,
                       non_embedding_params(model))
-    batches = datalib.batches(data, spec, settings.batch_size, settings.seq_len, n,
-                              seed=seed, registry=registry, base_dir=base_dir)
+    batches = datalib.BatchStream(data, spec, settings.batch_size, settings.seq_len, n,
+                                  seed=seed, registry=registry, base_dir=base_dir)
     return dev, model, opt, batches, Objective(task_for(spec, registry), spec)
 
 
@@ -180,7 +186,7 @@ def run(
                   else None)
     with compile_errors(settings.compile):
         losses = train(model, compiled, opt, loss, batches, dev, settings, log,
-                       on_step=curve.after_step)
+                       on_step=curve.after_step, kept={"curve": curve.raw})
 
     rows = [row("training", "loss", v, step=i) for i, v in enumerate(losses)]
     rows += [row("training", "lr", lr_at(i, settings, len(batches)), step=i)
@@ -188,7 +194,7 @@ def run(
     finite = [v for v in losses if math.isfinite(v)]
     tail = losses[-tail_size(len(losses)):]
     final = sum(tail) / len(tail)
-    tokens = sum(b.n_tokens for b in batches[:len(losses)])
+    tokens = batches.tokens  # of the batches drawn: one per step taken
     rows += [
         row("training", "final_loss", final),
         row("training", "best_loss", min(finite) if finite else math.nan),
@@ -204,24 +210,35 @@ def run(
         with compile_errors(settings.compile):
             val, test = (held.score(split, compiled, loss, dev) for split in ("val", "test"))
         rows += final_rows("training", val, test, curve.points, len(losses))
+    test_set = held.batches("test") if scores_held_out(settings) and math.isfinite(final) else None
+    rows += start_rows("training", spec, data, losses, step_noise(finite), test_set)
     return rows
 
 
 def train(model: torch.nn.Module, compiled: torch.nn.Module, opt: Any,
-          loss_fn: Objective, batches: list, dev: torch.device,
+          loss_fn: Objective, batches: datalib.BatchStream | list[Batch], dev: torch.device,
           settings: TrainingSettings, log: list[Record] | None = None,
-          on_step: Callable[[int], None] | None = None) -> list[float]:
+          on_step: Callable[[int], None] | None = None,
+          kept: dict[str, list] | None = None) -> list[float]:
     """The training loop: the task's loss per step, stopping at the first non-finite one.
     ``compiled`` runs the forward (``model`` itself, or it under torch.compile); ``model``
     owns the parameters that are clipped. The step minimises ``loss_fn.total`` (the task's
     loss plus any auxiliary loss); ``log`` receives each step's routing snapshot (routed
-    models only); ``on_step(step)`` runs after each optimizer step (held-out curves)."""
+    models only); ``on_step(step)`` runs after each optimizer step (held-out curves). A unit
+    with checkpoints (:mod:`variantlab.probes.checkpoint`) resumes from its last one and
+    writes them as it goes, with the lists of ``kept`` (what ``on_step`` has recorded)."""
     losses: list[float] = []
     routed = routed_layers(model)
-    for step, batch in enumerate(batches):
-        batch = batch.to(dev)
+    total = len(batches)
+    stream = batches if isinstance(batches, datalib.BatchStream) else None
+    saver = checkpoint.current() if stream is not None else None
+    records: dict[str, list | None] = {"losses": losses, "log": log, **(kept or {})}
+    start = checkpoint.resume_unit(saver, model, opt, stream, dev, records)
+    for step in range(start, total):
+        batch = (batches.next() if isinstance(batches, datalib.BatchStream)
+                 else batches[step]).to(dev)
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, settings, len(batches))
+            group["lr"] = lr_at(step, settings, total)
         opt.zero_grad(set_to_none=True)
         with autocast(settings.dtype, dev):
             loss = loss_fn(compiled(**batch.inputs), batch)
@@ -239,4 +256,6 @@ def train(model: torch.nn.Module, compiled: torch.nn.Module, opt: Any,
         after_step(model)
         if on_step is not None:
             on_step(step)
+        if saver is not None and step + 1 < total and saver.due(step + 1):
+            checkpoint.save_unit(saver, step + 1, model, opt, stream, dev, records)
     return losses

@@ -92,7 +92,7 @@ def _notice(title: str) -> Any:
 def _context(data: ReportData, registry: Registry) -> tuple[dict[str, Any], list[Plot]]:
     per_seed = run_part("summary metrics", seed_metrics, data, registry,
                         default=lambda f: MetricRows().frame())
-    summary = run_part("summary", summarize, data, per_seed,
+    summary = run_part("summary", summarize, data, per_seed, registry,
                        default=lambda f: pd.DataFrame(columns=list(SUMMARY_COLUMNS)))
     effects = run_part("effects", compute_effects, data, per_seed, default=_none)
     extra_tables, extra_plots = run_part("probe views", probe_views, data, registry,

@@ -19,20 +19,17 @@ off its baseline value, with the same interval.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Any
 
 import pandas as pd
-import yaml
 
 from ..config.metrics import headline_of
 from ..config.roles import stored_roles
-from ..store.contract import RunMeta
 from .frame import ReportData
+from .labels import GridLabels, run_grid
 
 #: metric in seed_metrics -> how the report names it, and whether lower is better
 HEADLINE: tuple[tuple[str, str, bool | None], ...] = (
@@ -93,30 +90,6 @@ class Grid:
     roles: dict[str, str] = field(default_factory=dict)  # axis -> compared, tuned or condition
 
 
-def value_text(value: Any) -> str:
-    """An axis value as the report shows it (``true``, ``0.1``, ``sdpa``)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, dict)):
-        return json.dumps(value)
-    return "null" if value is None else str(value)
-
-
-def run_grid(meta: RunMeta) -> dict[str, list[Any]]:
-    """A stored run's ``grid:``: from its meta (``grid``), else (a store older than the grid
-    in the meta) from its stored YAML."""
-    grid: Any = meta.grid
-    if grid is None:
-        try:
-            doc = yaml.safe_load(meta.yaml or "") or {}
-        except yaml.YAMLError:
-            doc = {}
-        grid = doc.get("grid") if isinstance(doc, Mapping) else None
-    if not isinstance(grid, Mapping):
-        return {}
-    return {str(k): list(v) for k, v in grid.items() if isinstance(v, list) and v}
-
-
 def find_grid(data: ReportData) -> Grid | None:
     """The grid of the report's first run that has one (None without): only its variants
     whose overrides are one combination of it belong to it. Effects come from one run, so
@@ -126,13 +99,14 @@ def find_grid(data: ReportData) -> Grid | None:
     if found is None:
         return None
     run, first = found
-    axes = {a: list(dict.fromkeys(map(value_text, vals))) for a, vals in first.items()}
+    labels = GridLabels.of(next(m for m in data.runs if m.run == run))
+    axes = {a: list(dict.fromkeys(labels.value(a, v) for v in vals)) for a, vals in first.items()}
     records = []
     for rec in data.variants[data.variants["run"] == run].itertuples():
         over = rec.overrides
         if not isinstance(over, Mapping) or set(over) != set(axes):
             continue
-        texts = {a: value_text(over[a]) for a in axes}
+        texts = {a: labels.value(a, over[a]) for a in axes}
         if all(texts[a] in axes[a] for a in axes):
             records.append({"variant": rec.variant, "run": run, **texts})
     if not records:

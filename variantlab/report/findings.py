@@ -10,6 +10,8 @@ from ..plugin.registry import Registry
 from .effects import Effects
 from .frame import ReportData, split_seeds
 from .grid import grid_reading, problems
+from .headline import is_tuning, reading_leads
+from .learned import learned_lines
 from .parts import pieces
 from .tables import PASS_NAMES, fmt
 
@@ -52,7 +54,8 @@ def timing_speed(data: ReportData, summary: pd.DataFrame) -> str | None:
         for variant in dict.fromkeys([others.idxmin(), others.idxmax()]):
             ratio = base / others[variant]
             if math.isclose(ratio, 1.0, rel_tol=0.02):
-                parts.append(f"{variant} is as fast as {data.baseline} (within 2%)")
+                parts.append(f"{variant} is as fast as {data.baseline} (within 2%)"
+                             + busy_note(data.rows, probe, [data.baseline, variant]))
                 continue
             speed = f"{ratio:.2f}x faster" if ratio > 1 else f"{1 / ratio:.2f}x slower"
             seeds = per_seed.get(variant, [])
@@ -64,9 +67,23 @@ def timing_speed(data: ReportData, summary: pd.DataFrame) -> str | None:
                        if abs(base - others[variant]) <= iqr else
                        " (one timing unit each; more seeds would show the run-to-run spread)")
             parts.append(f"{variant} is {speed} than {data.baseline}{how}"
-                         + _apart(data, probe, metric, variant))
+                         + _apart(data, probe, metric, variant)
+                         + busy_note(data.rows, probe, [data.baseline, variant]))
         return f"{PASS_NAMES[key]}: " + "; ".join(parts) + "."
     return None
+
+
+def busy_note(rows: pd.DataFrame, probe: str, variants: list[str]) -> str:
+    """Says so when a timing of ``variants`` was measured while the machine was busy (the
+    timing probe's ``busy`` row, :mod:`variantlab.probes.machine`)."""
+    mine = rows[(rows["probe"] == probe) & (rows["metric"] == "busy")
+                & rows["variant"].isin(variants) & (rows["value"] == 1)]
+    if mine.empty:
+        return ""
+    which = ", ".join(str(v) for v in dict.fromkeys(mine["variant"]))
+    return (f" (but {which} was timed while the machine was busy: its load average was above "
+            "the cores the run could use, so the times read slow by an unknown factor; "
+            "rerun on an idle machine)")
 
 
 def _apart(data: ReportData, probe: str, metric: str, variant: str) -> str:
@@ -134,13 +151,18 @@ def reading(data: ReportData, summary: pd.DataFrame, effects: Effects | None = N
     what each axis does (see :mod:`.grid`), and for a grid of at most SMALL_GRID variants
     the per-variant comparison where it fits; else the per-variant comparison (every
     registered probe's ``reading`` piece, then its ``aside``). Problems are grouped by
-    message either way, so the reading stays short at any size."""
+    message either way, so the reading stays short at any size. Which variants learned
+    nothing (:mod:`.learned`) comes first."""
     trouble = problems(data, summary)
+    first = learned_lines(data)  # "nothing was learned" before anything is compared
     lines = [line for piece in pieces(registry, "reading") for line in piece(data, summary)]
     if effects is not None:  # a small grid keeps its per-variant sentences where they fit
         small = len(data.order) <= SMALL_GRID
-        return grid_reading(data, summary, effects, trouble,
-                            [line for line in lines if line] if small else [])
+        heads = ([] if is_tuning(data) else
+                 reading_leads(data, list(effects.grid.cells["variant"]), registry))
+        return first + grid_reading(data, summary, effects, trouble,
+                                    [line for line in lines if line] if small else [], heads)
+    heads = [] if is_tuning(data) else reading_leads(data, registry=registry)
     aside = [line for piece in pieces(registry, "aside") for line in piece(data, summary)]
-    out = [line for line in lines + aside if line] + trouble
+    out = first + heads + [line for line in lines + aside if line] + trouble
     return out or ["No probe produced comparable numbers; see the tables below."]

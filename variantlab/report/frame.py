@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from ..store.contract import RESULTS, UNITS, VARIANTS, RunData, RunMeta, conform
+from .labels import display_names
 
 
 @dataclass
@@ -93,8 +94,9 @@ def _variants_frame(variants: pd.DataFrame, experiment: str, label: str) -> pd.D
 
 
 def gather(runs: Sequence[Any], baseline: str | None = None) -> ReportData:
-    """Load every run and give each variant a display name (``run/name`` when variants of
-    several runs share a name, so that nothing is pooled across runs)."""
+    """Load every run and give each variant a display name: a grid variant's label naming
+    every axis's value (:mod:`.labels`), else its stored name; ``run/name`` when variants
+    of several runs share a name, so that nothing is pooled across runs."""
     if not runs:
         raise ValueError("no runs given: pass at least one results store or its folder")
     metas, frames, unit_frames, row_frames = [], [], [], []
@@ -102,7 +104,10 @@ def gather(runs: Sequence[Any], baseline: str | None = None) -> ReportData:
         run = checked(given, label)
         experiment = run.meta.experiment or f"run{i + 1}"
         metas.append(replace(run.meta, experiment=experiment, run=label))
-        frames.append(_variants_frame(run.variants, experiment, label))
+        frame = _variants_frame(run.variants, experiment, label)
+        frame["display"] = display_names(run.meta, frame["stored_name"].tolist(),
+                                         frame["overrides"].tolist())
+        frames.append(frame)
         units = run.units[run.units["current"]]  # units of an older YAML version stay out
         units = units.assign(experiment=experiment, run=label)
         rows = run.rows.assign(experiment=experiment, run=label)
@@ -110,11 +115,12 @@ def gather(runs: Sequence[Any], baseline: str | None = None) -> ReportData:
         unit_frames.append(units)
         row_frames.append(rows)
     variants = pd.concat(frames, ignore_index=True)
-    clash = variants["stored_name"].duplicated(keep=False)
+    clash = variants["display"].duplicated(keep=False)
     variants["variant"] = [
         f"{r}/{n}" if c else n
-        for r, n, c in zip(variants["run"], variants["stored_name"], clash)
+        for r, n, c in zip(variants["run"], variants["display"], clash)
     ]
+    variants = variants.drop(columns="display")
     names = {(r, n): d for r, n, d in zip(variants["run"], variants["stored_name"],
                                           variants["variant"])}
 

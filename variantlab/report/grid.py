@@ -11,8 +11,10 @@ import pandas as pd
 
 from .effects import HEADLINE, Effects, cell_means, clear, label_of
 from .frame import ReportData, differing_axes, variant_flat
+from .learned import nothing_learned
 from .plots import Plot, heatmap
 from .tables import Table, cell_text, fmt
+from .verdict import lead, lead_sentence
 
 MAX_NAMES = 3  # names listed in one sentence of the reading before "and N more"
 MAX_READING = 10
@@ -100,22 +102,30 @@ def axis_sentence(effects: Effects, metric: str) -> str | None:
     return f"{label_of(metric).capitalize()}: " + "; ".join(parts) + "."
 
 
-def best_sentence(data: ReportData, summary: pd.DataFrame) -> str | None:
-    """The best variant on each headline metric where lower is better."""
+def best_sentence(data: ReportData, effects: Effects, losses: bool = True) -> str | None:
+    """On each headline metric with a direction, the best grid variant when its lead over
+    the next is clear over seeds, else that the first two are not clearly different
+    (:mod:`.verdict`); None when nothing was learned (:mod:`.learned`). ``losses`` False:
+    the losses are left to the experiment's headline metric (:mod:`.headline`)."""
+    if nothing_learned(data):
+        return None
     parts = []
     for metric, label, lower in HEADLINE:
-        part = summary[(summary["metric"] == metric) & summary["mean"].notna()]
-        if lower is None or part["variant"].nunique() < 2:
+        if not losses and metric.endswith("_loss"):
             continue
-        best = part.loc[part["mean"].idxmin() if lower else part["mean"].idxmax()]
-        parts.append(f"{label}: {best['variant']} ({fmt(best['mean'])})")
-    return ("Best variant by " + "; ".join(parts) + ".") if parts else None
+        part = effects.values[effects.values["metric"] == metric]
+        found = lead(part[["variant", "seed", "value"]], lower) if lower is not None else None
+        if found is not None:
+            parts.append(lead_sentence(label, found))
+    return "; ".join(parts) + "." if parts else None
 
 
 def grid_reading(data: ReportData, summary: pd.DataFrame, effects: Effects,
-                 problems: list[str], extra: Sequence[str] = ()) -> list[str]:
+                 problems: list[str], extra: Sequence[str] = (),
+                 heads: Sequence[str] = ()) -> list[str]:
     """At most MAX_READING sentences: the grid, what matters per metric, ``extra`` (the
-    per-variant sentences of a small grid), the best variants, the problems."""
+    per-variant sentences of a small grid), the headline metric's leader and the metrics
+    that disagree (``heads``, :mod:`.headline`), the best variants, the problems."""
     g = effects.grid
     seeds = len(data.seeds)
     axes = f"{len(g.axes)} ax{'is' if len(g.axes) == 1 else 'es'}"
@@ -127,9 +137,9 @@ def grid_reading(data: ReportData, summary: pd.DataFrame, effects: Effects,
     lines += list(extra)
     if flat:
         lines.append("No axis changes " + cut(flat, 4) + ".")
-    best = best_sentence(data, summary)
-    room = MAX_READING - len(problems) - (1 if best else 0)
-    lines = lines[:max(room, 2)] + ([best] if best else [])
+    best = best_sentence(data, effects, losses=not heads)
+    room = MAX_READING - len(problems) - (1 if best else 0) - len(heads)
+    lines = lines[:max(room, 2)] + list(heads) + ([best] if best else [])
     return lines + problems
 
 

@@ -103,7 +103,18 @@ def _env(autoescape: bool) -> jinja2.Environment:
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
     env.filters["md"] = md_escape
     env.filters["md_table"] = md_table
+    env.tests["number"] = is_number
     return env
+
+
+#: a cell that reads as a number: ``3.4``, ``-0.01``, ``1,024``, ``2.9 ± 0.1 (×1.02)``,
+#: ``[0.1, 0.3]``, ``2/3``, ``NaN``, ``—``, and the yes/no of a "clear" column
+NUMBER_CELL = re.compile(r"^(\[?[-+]?\.?\d|NaN\b|-?inf\b|—|yes$|no$)", re.IGNORECASE)
+
+
+def is_number(cell: object) -> bool:
+    """Whether a table cell reads as a number (kept on one line, right-aligned in HTML)."""
+    return bool(NUMBER_CELL.match(str(cell)))
 
 
 def render_markdown(context: dict[str, Any]) -> str:

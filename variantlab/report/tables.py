@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..config.metrics import direction
 from ..plugin.registry import Registry
 from .frame import ReportData, differing_axes, variant_flat
 from .parts import pieces
@@ -18,8 +19,8 @@ from .parts import pieces
 PASS_NAMES = {"forward": "forward", "backward": "forward+backward", "step": "train step"}
 SLOT_ORDER = ("embedding", "positional", "attention", "feedforward", "norm", "residual",
               "activation", "head")
-SUMMARY_COLUMNS = ("variant", "section", "metric", "label", "unit", "mean", "spread", "min",
-                   "max", "n", "nan", "iqr", "baseline_mean", "ratio")
+SUMMARY_COLUMNS = ("variant", "section", "metric", "label", "unit", "better", "mean", "spread",
+                   "min", "max", "n", "nan", "iqr", "baseline_mean", "ratio")
 
 
 @dataclass
@@ -39,7 +40,12 @@ def select(rows: pd.DataFrame, probe: str, metric: str, scope: str = "model") ->
 
 
 PER_SEED_COLUMNS = ["variant", "seed", "value", "iqr", "section", "metric", "label", "unit",
-                    "ratio"]
+                    "ratio", "sources"]
+#: stored row metrics that are another's older name (``eval_loss`` is ``val_loss``): a
+#: summary that shows one has shown the other
+ALIASES = {"val_loss": "eval_loss", "recall_accuracy": "test_recall_accuracy"}
+#: flags the probes' views show only once they are set (``compiled``: once any run was)
+QUIET = ("compiled",)
 
 
 class MetricRows:
@@ -64,6 +70,7 @@ class MetricRows:
             part["iqr"] = [spread.get((v, s), np.nan) for v, s in zip(part["variant"], part["seed"])]
         part[["section", "metric", "label", "unit"]] = [section, metric, label, unit]
         part["ratio"] = ratio
+        part["sources"] = " ".join(_sources(frame) + (_sources(iqr) if iqr is not None else []))
         self.parts.append(part)
 
     def frame(self) -> pd.DataFrame:
@@ -73,14 +80,53 @@ class MetricRows:
         return pd.concat(self.parts, ignore_index=True)
 
 
+def _sources(frame: pd.DataFrame) -> list[str]:
+    """``probe/metric`` of the stored rows a metric was made of (none for derived values)."""
+    if not len(frame) or not {"probe", "metric"} <= set(frame.columns):
+        return []
+    return list(dict.fromkeys(f"{p}/{m}" for p, m in zip(frame["probe"], frame["metric"])))
+
+
 def seed_metrics(data: ReportData, registry: Registry | None = None) -> pd.DataFrame:
     """One value per (variant, seed, metric): the numbers the summary aggregates, from every
-    registered probe's ``metrics`` piece (``registry``: default :func:`variantlab.get_registry`)."""
+    registered probe's ``metrics`` piece (``registry``: default :func:`variantlab.get_registry`),
+    then every other scalar a probe recorded (:func:`other_scalars`), so that no recorded
+    number is missing from the summary."""
     out = MetricRows()
     for piece in pieces(registry, "metrics"):
         part = piece(data)
         if part is not None and len(part):
             out.parts.append(part)
+    extra = other_scalars(data, out.frame())
+    if len(extra):  # an empty frame would make every column an object column
+        out.parts.append(extra)
+    return out.frame()
+
+
+def other_scalars(data: ReportData, shown: pd.DataFrame) -> pd.DataFrame:
+    """Per-seed values of every model-scope scalar (a row without a step) that no probe's
+    ``metrics`` piece summarised: a held-out metric, a count, any plugin probe's result. Each
+    goes in its probe's section under its stored name (``probe.metric`` where that name is
+    taken), labelled with its words, in its stored unit."""
+    covered = {s for text in shown.get("sources", pd.Series(dtype=str)).dropna()
+               for s in str(text).split()}
+    covered |= {f"{p}/{m}" for p, m in zip(shown.get("section", []), shown.get("metric", []))}
+    taken = set(shown.get("metric", []))
+    rows = data.rows
+    scalars = rows[(rows["scope"] == "model") & rows["step"].isna()]
+    out = MetricRows()
+    for (probe, metric), part in scalars.groupby(["probe", "metric"], sort=False):
+        probe, metric = str(probe), str(metric)
+        alias = ALIASES.get(metric)
+        if f"{probe}/{metric}" in covered or (alias and f"{probe}/{alias}" in covered) \
+                or metric in QUIET:
+            continue
+        units = part["unit"].dropna() if "unit" in part else pd.Series(dtype=str)
+        unit = str(units.iloc[0]) if len(units) else ""
+        name = metric if metric not in taken else f"{probe}.{metric}"
+        taken.add(name)
+        out.add(part, probe, name, metric.replace("_", " "), unit,
+                ratio=unit not in ("fraction", "flag"))
     return out.frame()
 
 
@@ -139,9 +185,13 @@ def depth_ratios(rows: pd.DataFrame, metric: str = "grad_norm",
     return out[cols].reset_index(drop=True)
 
 
-def summarize(data: ReportData, per_seed: pd.DataFrame | None = None) -> pd.DataFrame:
+def summarize(data: ReportData, per_seed: pd.DataFrame | None = None,
+              registry: Registry | None = None) -> pd.DataFrame:
     """Mean, spread (sample std), min, max and n over seeds; ratio of means to the baseline
-    (``per_seed``: :func:`seed_metrics` of ``data`` when already computed)."""
+    (``per_seed``: :func:`seed_metrics` of ``data`` when already computed); ``better``: which
+    way the metric is better, ``lower`` or ``higher`` ('' for a count or a gradient norm;
+    :func:`variantlab.config.metrics.direction`, plugin probes' declared metrics from
+    ``registry``)."""
     per_seed = seed_metrics(data) if per_seed is None else per_seed
     if not len(per_seed):
         return pd.DataFrame(columns=list(SUMMARY_COLUMNS))
@@ -151,6 +201,8 @@ def summarize(data: ReportData, per_seed: pd.DataFrame | None = None) -> pd.Data
                                    n="count", rows="size").reset_index()
     summary["iqr"] = grouped["iqr"].mean().to_numpy()
     summary["nan"] = (summary.pop("rows") - summary["n"]).astype(int)  # NaN values per group
+    ways = {m: direction(str(m), registry) or "" for m in summary["metric"].unique()}
+    summary["better"] = summary["metric"].map(ways)
     base = summary[summary["variant"] == data.baseline].set_index("metric")["mean"]
     summary["baseline_mean"] = summary["metric"].map(base)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -178,6 +230,19 @@ def fmt(value: float, unit: str = "") -> str:
     if abs(value) < 1e-3:
         return f"{value:.3e}"
     return f"{value:.4g}"
+
+
+def apart(a: float, b: float, unit: str = "") -> tuple[str, str]:
+    """``a`` and ``b`` as :func:`fmt` writes them, with more significant digits (up to 8)
+    while two different numbers would print the same."""
+    x, y = fmt(a, unit), fmt(b, unit)
+    if x != y or a == b or not (math.isfinite(a) and math.isfinite(b)):
+        return x, y
+    for digits in range(5, 9):
+        x, y = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if x != y:
+            break
+    return x, y
 
 
 def cell(rec: Mapping[str, Any]) -> str:

@@ -82,6 +82,12 @@ UNITS: tuple[Column, ...] = (
     Column("version", "text", "the variantlab version that computed it"),
     Column("device", "text", "the device it ran on"),
     Column("invocation", "text", "which `variantlab run` stored it (missing in older stores)"),
+    Column("cpu_s", "float", "CPU seconds of the process that computed it, all threads "
+                             "(missing in older stores)"),
+    Column("load_start", "float", "the machine's 1-minute load average when it started"),
+    Column("load_end", "float", "the machine's 1-minute load average when it ended"),
+    Column("torch_threads", "int", "torch's threads while it ran"),
+    Column("cores", "int", "the CPUs the computing process could use"),
     Column("current", "bool", "whether the experiment as last run plans it"),
 )
 

@@ -15,7 +15,8 @@ CREATE TABLE IF NOT EXISTS units (
     key TEXT PRIMARY KEY, variant TEXT, seed INTEGER, probe TEXT, settings_json TEXT,
     status TEXT CHECK (status IN ('ok', 'failed')), error TEXT, traceback TEXT,
     started_at TEXT, finished_at TEXT, duration_s REAL, version TEXT, device TEXT,
-    invocation TEXT);
+    invocation TEXT, cpu_s REAL, load_start REAL, load_end REAL, torch_threads INTEGER,
+    cores INTEGER);
 CREATE TABLE IF NOT EXISTS rows (
     unit_key TEXT NOT NULL REFERENCES units(key), probe TEXT, metric TEXT, scope TEXT,
     name TEXT, layer INTEGER, step INTEGER, value REAL, unit TEXT);
@@ -28,7 +29,8 @@ CREATE INDEX IF NOT EXISTS plan_by_key ON plan(key);
 
 #: units columns added after the first stores were written: name -> SQL type. An older store
 #: opened to write gets them added; one read only has them read as missing.
-ADDED_UNIT_COLUMNS = {"invocation": "TEXT"}
+ADDED_UNIT_COLUMNS = {"invocation": "TEXT", "cpu_s": "REAL", "load_start": "REAL",
+                      "load_end": "REAL", "torch_threads": "INTEGER", "cores": "INTEGER"}
 
 
 def add_missing_columns(conn: sqlite3.Connection) -> None:

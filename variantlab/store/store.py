@@ -72,6 +72,11 @@ class UnitRecord:
     version: str | None = None
     device: str | None = None
     invocation: str | None = None  # which opening of the store wrote it (Store.invocation)
+    cpu_s: float | None = None  # the computing process's CPU time (all its threads)
+    load_start: float | None = None  # 1-minute load average when the unit started ...
+    load_end: float | None = None  # ... and when it ended
+    torch_threads: int | None = None  # torch's intra-op threads while it ran
+    cores: int | None = None  # the CPUs the computing process may use
 
 
 _OPENED = itertools.count(1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,8 +80,24 @@ def recall_fit_problems(exp: Any, doc: YamlDoc, readers: dict, variants: list) -
     return out
 
 
+def bytes_problems(exp: Experiment, doc: YamlDoc, variants: list) -> list[str]:
+    """The ``bytes`` tokenizer (ids 0-255, never folded) for a variant whose vocab_size is
+    below 256, whether ``data:`` or a variant's data axis (``data.tokenizer``) asks for it."""
+    grid = getattr(exp.spec, "grid", {}) or {}
+    small = [v.name for v in variants if v.spec.vocab_size < 256
+             and getattr(v.data_or(exp.data), "tokenizer", None) == "bytes"]
+    if not small:
+        return []
+    axis = grid.get("data.tokenizer") or []
+    loc = (("grid", "data.tokenizer", axis.index("bytes")) if "bytes" in axis
+           else ("data", "tokenizer"))
+    return [doc.message(loc, "bytes gives ids 0-255 and is never folded: vocab_size must be "
+                             f">= 256; too small in {small}; raise vocab_size or use gpt2")]
+
+
 def data_problems(exp: Experiment, doc: YamlDoc) -> tuple[list[str], list[str]]:
     """(errors, warnings) about ``data:`` for the probes that read it."""
+    from ..data.cache import CacheWarning
     from ..data.sources import SPLIT_NAMES, DataError, SyntheticData, TextData, corpus_splits, text_files
     from ..data.splits import SPLITS, shortfalls
     from ..model.tasks import task_for
@@ -96,18 +113,13 @@ def data_problems(exp: Experiment, doc: YamlDoc) -> tuple[list[str], list[str]]:
     if not readers or not token_variants:
         return errors, warns
     errors += recall_fit_problems(exp, doc, readers, token_variants)
+    errors += bytes_problems(exp, doc, token_variants)
     if isinstance(data, SyntheticData):
         small = [v.name for v in token_variants if v.spec.vocab_size < 4]
         if data.task == "recall" and small:
             errors.append(doc.message(("data", "task"), "the recall task needs vocab_size >= 4 "
                                       f"(key and value halves); too small in {small}"))
         return errors, warns
-    if data.tokenizer == "bytes":
-        small = [v.name for v in token_variants if v.spec.vocab_size < 256]
-        if small:
-            errors.append(doc.message(("data", "tokenizer"), "bytes gives ids 0-255 and is "
-                                      f"never folded: vocab_size must be >= 256; too small in "
-                                      f"{small}; raise vocab_size or use gpt2"))
     if isinstance(data, TextData):
         full = Path(os.path.expanduser(data.path))
         full = full if full.is_absolute() else exp.base_dir / full
@@ -123,7 +135,14 @@ def data_problems(exp: Experiment, doc: YamlDoc) -> tuple[list[str], list[str]]:
                                          str(exc).removeprefix("data.path "))], warns
         warns += [w for w in map(_file_warning, files) if w]
     try:
-        parts, where = corpus_splits(data, exp.base_dir)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", CacheWarning)
+            parts, where = corpus_splits(data, exp.base_dir)
+        for w in caught:
+            if issubclass(w.category, CacheWarning):
+                warns.append(str(w.message))
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     except DataError as exc:
         key = "path" if hasattr(data, "path") else "source"
         return errors + [doc.message(("data", key), str(exc).removeprefix("data.path "))], warns
@@ -173,6 +192,46 @@ def size_problems(exp: Experiment, doc: YamlDoc, device: str | None,
     return out
 
 
+def budget_problems(exp: Experiment, doc: YamlDoc, only: set[str] | None = None) -> list[str]:
+    """Training budgets (``steps``, ``tokens``, ``tokens_per_param``) that work out to more
+    than :data:`variantlab.probes.recipe.MAX_STEPS` steps, or to fewer than ``warmup_steps``,
+    once per variant and probe."""
+    from ..config.axes import setting_loc
+    from ..probes.recipe import BUDGET_KEYS, RecipeSettings, steps_problem, worked_out_steps
+    from .sizeguard import EstimateError, model_cost, settings_tokens
+
+    out = []
+    for probe, base in exp.measure.probes().items():
+        for v in exp.variants:
+            settings = exp.probes_of(v)[probe] if v.settings else base
+            if (only is not None and v.name not in only) or not isinstance(settings,
+                                                                           RecipeSettings):
+                continue
+            non_embedding = 0
+            if settings.tokens_per_param is not None:
+                try:
+                    non_embedding = model_cost(v.spec, exp.registry).non_embedding
+                except EstimateError:
+                    continue
+            per_step = settings_tokens(settings)
+            found = steps_problem(settings, per_step, non_embedding)
+            steps = worked_out_steps(settings, per_step, non_embedding)
+            if found is None and settings.warmup_steps > steps:
+                found = ("warmup_steps", f"warmup_steps={settings.warmup_steps} is above the "
+                         f"{steps:,} steps of the run: the learning rate would never reach lr; "
+                         "use warmup_steps <= steps or a longer budget")
+            if found is None:
+                continue
+            key, message = found
+            change = v.settings.get(probe, {})
+            if key == "warmup_steps" and key not in change:  # the variant's budget is short
+                key = next((k for k in BUDGET_KEYS if k in change), key)
+            loc: tuple = (setting_loc(exp.spec, v.name, f"measure.{probe}.{key}", change[key])
+                          if key in change else ("measure", probe, key))
+            out.append(doc.message(loc, f"variant {v.name!r}: {message}"))
+    return out
+
+
 def override_loc(exp: Experiment, variant: Variant, field: str) -> tuple:
     """Where ``field`` of ``variant`` is written: its grid value, its named ``set:`` entry,
     else ``model.FIELD`` (or ``model``)."""
@@ -183,7 +242,13 @@ def override_loc(exp: Experiment, variant: Variant, field: str) -> tuple:
         for i, named in enumerate(spec.variants):
             if named.name == variant.name:
                 return ("variants", i, "set", field)
-    return ("model", field) if field in spec.model else ("model",)
+    parts = tuple(field.split("."))  # a component's field: feedforward.n_experts
+    node: Any = spec.model
+    for depth, part in enumerate(parts):
+        if not isinstance(node, dict) or part not in node:
+            return ("model", *parts[:depth]) if depth else ("model",)
+        node = node[part]
+    return ("model", *parts)
 
 
 def preflight(exp: Experiment, doc: YamlDoc, device: str | None = None,
@@ -206,7 +271,8 @@ def preflight(exp: Experiment, doc: YamlDoc, device: str | None = None,
     if errors:
         raise InputError(errors)
     data_errors, warns = data_problems(exp, doc)
-    errors = data_errors + size_problems(exp, doc, device, available, only)
+    errors = data_errors + budget_problems(exp, doc, only)
+    errors += size_problems(exp, doc, device, available, only)
     if errors:
         raise InputError(errors)
     return warns

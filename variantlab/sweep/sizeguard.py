@@ -12,6 +12,10 @@ linear in ``n_layers``, so the model as written is extrapolated from those two b
   two moments for ``step``;
 - ``training``: parameters, gradients, AdamW's two moments (float32) and activations.
 
+Every probe with a batch also holds that batch and, when it scores held-out data, its
+validation and test sets (:func:`eval_set_bytes`); a training run also the rows each step
+leaves (:func:`held_bytes`).
+
 The activation count is an estimate (saved tensors plus the output and its gradient, at
 float32); allocator overhead and backward's temporaries are not in it, so it reads low: for
 GPT models training on CPU the measured peak RSS was 1.4-1.6x the estimate. The guard thus
@@ -31,11 +35,21 @@ from typing import Any
 
 import torch
 
+from ..data.splits import HELD_TOKENS
 from ..model.build import build_model
 from ..model.specs import ModelSpec
 from ..model.tasks import Task, task_for
 from ..plugin.registry import Registry
+from ..probes.common import EMBEDDING_SLOTS, param_index
+from ..probes.heldout import scores_held_out
+from ..probes.machine import memory_limits
+from ..probes.recipe import MAX_STEPS, RecipeSettings, worked_out_steps
 from .metarun import meta_run
+
+#: rows a training step leaves in memory until the unit is stored (its loss and lr) and the
+#: bytes each takes (a row dict, its floats, its tuple for the store: measured 336 B + slack)
+ROWS_PER_STEP = 2
+ROW_BYTES = 512
 
 
 class EstimateError(RuntimeError):
@@ -45,19 +59,19 @@ class EstimateError(RuntimeError):
 
 @dataclass(frozen=True)
 class Cost:
-    """Counts of one model build: parameters, and bytes of parameters, buffers, activations."""
+    """Counts of one model build: parameters (all, and those outside the embedding slots),
+    and bytes of parameters, buffers, activations and one batch."""
 
     params: int
     param_bytes: int
     buffer_bytes: int
     activation_bytes: int
+    non_embedding: int = 0
+    batch_bytes: int = 0
 
     def line(self, other: Cost, n: int) -> Cost:
         """The cost at ``n`` layers, given ``self`` at 1 layer and ``other`` at 2."""
-        return Cost(*(a + (n - 1) * (b - a) for a, b in zip(
-            (self.params, self.param_bytes, self.buffer_bytes, self.activation_bytes),
-            (other.params, other.param_bytes, other.buffer_bytes, other.activation_bytes))))
-
+        return Cost(*(a + (n - 1) * (b - a) for a, b in zip(self.values(), other.values())))
 
     def plus(self, other: Cost, times: int = 1) -> Cost:
         return Cost(*(a + times * b for a, b in zip(self.values(), other.values())))
@@ -65,8 +79,9 @@ class Cost:
     def minus(self, other: Cost) -> Cost:
         return self.plus(other, -1)
 
-    def values(self) -> tuple[int, int, int, int]:
-        return (self.params, self.param_bytes, self.buffer_bytes, self.activation_bytes)
+    def values(self) -> tuple[int, ...]:
+        return (self.params, self.param_bytes, self.buffer_bytes, self.activation_bytes,
+                self.non_embedding, self.batch_bytes)
 
 
 @dataclass(frozen=True)
@@ -83,11 +98,18 @@ class Footprint:
     grad_bytes: int
     optimizer_bytes: int
     activation_bytes: int
+    data_bytes: int = 0  # the batches the unit holds (linear in batch_size)
+    rows_bytes: int = 0  # the rows its steps leave until it is stored
+    eval_bytes: int = 0  # its held-out scoring sets (fixed targets: not in batch_size)
+
+    @property
+    def held_bytes(self) -> int:
+        return self.data_bytes + self.rows_bytes + self.eval_bytes
 
     @property
     def total(self) -> int:
         return (self.param_bytes + self.buffer_bytes + self.grad_bytes + self.optimizer_bytes
-                + self.activation_bytes)
+                + self.activation_bytes + self.held_bytes)
 
     def describe(self) -> str:
         parts = [f"parameters {human(self.param_bytes)}"]
@@ -98,6 +120,13 @@ class Footprint:
         if self.activation_bytes:
             parts.append(f"activations {human(self.activation_bytes)} at batch_size "
                          f"{self.batch_size}, seq_len {self.seq_len}")
+        if self.data_bytes:
+            parts.append(f"batches {human(self.data_bytes)}")
+        if self.eval_bytes:
+            parts.append(f"held-out scoring sets {human(self.eval_bytes)}")
+        if self.rows_bytes:
+            steps = self.rows_bytes // (ROWS_PER_STEP * ROW_BYTES)
+            parts.append(f"per-step rows {human(self.rows_bytes)} over {steps:,} steps")
         return f"about {human(self.total)} ({', '.join(parts)})"
 
 
@@ -131,10 +160,14 @@ def _meta_cost_unguarded(spec: ModelSpec, registry: Registry,
             params = list(model.parameters())
             counted = {id(p) for p in params}
             buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
-            act = _activation_bytes(model, spec, task_for(spec, registry), counted, *batch) \
-                if batch else 0
+            task = task_for(spec, registry)
+            act = _activation_bytes(model, spec, task, counted, *batch) if batch else 0
+            batch_bytes = _batch_bytes(spec, task, *batch) if batch else 0
+            non_embedding = sum(i.param.numel() for i in param_index(model)
+                                if i.slot not in EMBEDDING_SLOTS)
         return Cost(sum(p.numel() for p in params),
-                    sum(p.numel() * p.element_size() for p in params), buffer_bytes, act)
+                    sum(p.numel() * p.element_size() for p in params), buffer_bytes, act,
+                    non_embedding, batch_bytes)
 
     return meta_run(count)  # without importing torch._dynamo (metarun.py)
 
@@ -161,6 +194,12 @@ def _activation_bytes(model: torch.nn.Module, spec: ModelSpec, task: Task, param
         task.loss(spec, out, batch)
     out_t = out if isinstance(out, torch.Tensor) else None
     return total + (2 * out_t.numel() * out_t.element_size() if out_t is not None else 0)
+
+
+def _batch_bytes(spec: ModelSpec, task: Task, batch_size: int, seq_len: int) -> int:
+    """Bytes of one batch of the family's task: its inputs and target (on meta)."""
+    batch = task.batch(spec, batch_size, seq_len)
+    return sum(t.numel() * t.element_size() for t in (*batch.inputs.values(), batch.target))
 
 
 _CACHE: dict[tuple, tuple[Cost, Cost]] = {}  # spec without n_layers, registry, batch
@@ -216,41 +255,72 @@ def footprint(spec: ModelSpec, registry: Registry, probe: str, settings: Any,
     grads = cost.param_bytes if backward else 0
     optim = 2 * cost.params * 4 if step else 0  # exp_avg and exp_avg_sq, float32
     return Footprint(probe, device, batch_size, seq_len, cost.params, cost.param_bytes,
-                     cost.buffer_bytes, grads, optim, cost.activation_bytes)
+                     cost.buffer_bytes, grads, optim, cost.activation_bytes,
+                     *held_bytes(cost, settings))
+
+
+def held_bytes(cost: Cost, settings: Any) -> tuple[int, int, int]:
+    """(data, rows, eval): what a unit keeps besides the model: the batch of the step
+    (``batches`` of them for a probe that reads several at once), for a training run the
+    rows each step leaves (``ROWS_PER_STEP`` of ``ROW_BYTES``; the batches themselves are
+    drawn one at a time, :class:`variantlab.data.sources.BatchStream`), and the held-out
+    scoring sets (validation and test, :func:`eval_set_bytes`)."""
+    drawn = int(getattr(settings, "batches", 1) or 1)  # a probe that reads several at once
+    data = cost.batch_bytes * drawn
+    rows = 0
+    if isinstance(settings, RecipeSettings) and cost.batch_bytes:
+        steps = worked_out_steps(settings, settings_tokens(settings), cost.non_embedding)
+        rows = min(steps, MAX_STEPS + 1) * ROWS_PER_STEP * ROW_BYTES
+    return data, rows, 2 * eval_set_bytes(cost, settings)
+
+
+def eval_set_bytes(cost: Cost, settings: Any) -> int:
+    """Bytes of one held-out scoring set (:mod:`variantlab.data.heldout`): up to
+    ``eval_tokens`` targets (unset: ``HELD_TOKENS``, the most a corpus split gives; a
+    synthetic set holds fewer), or ``eval_batches`` batches where that is smaller; none when
+    the probe scores no held-out data."""
+    if not hasattr(settings, "eval_batches") or not scores_held_out(settings):
+        return 0
+    step_tokens = settings_tokens(settings)
+    targets = int(getattr(settings, "eval_tokens", None) or HELD_TOKENS)
+    if settings.eval_batches:
+        targets = min(targets, int(settings.eval_batches) * step_tokens)
+    return math.ceil(cost.batch_bytes * targets / max(1, step_tokens))
+
+
+def settings_tokens(settings: Any) -> int:
+    """Tokens of one step of a training run: ``batch_size`` x ``seq_len``."""
+    return int(getattr(settings, "batch_size", 1)) * int(getattr(settings, "seq_len", 1))
 
 
 # -- what the machine has ---------------------------------------------------------------------
-def available_bytes(device: str, meminfo: str | Path = "/proc/meminfo") -> int | None:
-    """Memory free for a probe on ``device``: CUDA's ``mem_get_info``, the CPU's
-    ``MemAvailable``; None when unknown (mps, no /proc)."""
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            return None
-        free, _total = torch.cuda.mem_get_info(torch.device(device))
-        return int(free)
-    if device != "cpu":
-        return None
-    try:
-        for line in Path(meminfo).read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+def available_bytes(device: str, meminfo: str | Path = "/proc/meminfo",
+                    cgroup: str | Path = "/sys/fs/cgroup",
+                    status: str | Path = "/proc/self/status") -> int | None:
+    """Memory free for a probe on ``device``: CUDA's ``mem_get_info``; on the CPU the
+    smallest of ``MemAvailable``, what the process's address-space limit (``RLIMIT_AS``,
+    ``ulimit -v``) leaves above its current size and what its cgroup's memory limit leaves
+    (v2 ``memory.max``, v1 ``memory.limit_in_bytes``); None when unknown (mps, no /proc)."""
+    found = memory_limits(device, meminfo, cgroup, status)
+    return min(found)[0] if found else None
 
 
 # -- what fits --------------------------------------------------------------------------------
 def largest_fit(spec: ModelSpec, registry: Registry, fp: Footprint, available: int,
                 settings: Any) -> tuple[str, int] | None:
-    """(field, value): the largest ``batch_size``, else ``n_layers``, else ``vocab_size``
-    with which this probe fits in ``available`` bytes, the rest as written; None if none."""
-    fixed = fp.total - fp.activation_bytes
+    """(field, value): the largest ``batch_size``, else (a mixture of experts) the largest
+    ``feedforward.n_experts``, else ``n_layers``, else ``vocab_size`` with which this probe
+    fits in ``available`` bytes, the rest as written; None if none."""
+    fixed = fp.total - fp.activation_bytes - fp.data_bytes
     if fp.activation_bytes and fp.batch_size and fixed < available:
-        per_row = fp.activation_bytes / fp.batch_size
+        per_row = (fp.activation_bytes + fp.data_bytes) / fp.batch_size
         best = math.floor((available - fixed) / per_row)
         if best >= 1:
             return "batch_size", best
     at = lambda s: footprint(s, registry, fp.probe, settings, fp.device).total  # noqa: E731
+    experts = expert_fit(spec, at, available)
+    if experts is not None:
+        return experts
     t1 = at(spec.model_copy(update={"n_layers": 1}))
     t2 = at(spec.model_copy(update={"n_layers": 2}))
     if t1 <= available and t2 > t1 and spec.n_layers > 1:
@@ -264,6 +334,22 @@ def largest_fit(spec: ModelSpec, registry: Registry, fp: Footprint, available: i
             if 4 <= best < spec.vocab_size:
                 return "vocab_size", best
     return None
+
+
+def expert_fit(spec: ModelSpec, at: Callable[[ModelSpec], int],
+               available: int) -> tuple[str, int] | None:
+    """("feedforward.n_experts", the most routed experts that fit, at least ``top_k``) for a
+    model whose feed-forward has ``n_experts`` (its memory is linear in them); else None."""
+    ff = getattr(spec, "feedforward", None)
+    n, k = getattr(ff, "n_experts", None), getattr(ff, "top_k", 1)
+    if ff is None or not isinstance(n, int) or not isinstance(k, int) or n <= k:
+        return None
+    with_n = lambda m: spec.model_copy(  # noqa: E731
+        update={"feedforward": ff.model_copy(update={"n_experts": m})})
+    low, high = at(with_n(k)), at(with_n(k + 1))
+    if low > available or high <= low:
+        return None
+    return "feedforward.n_experts", min(n - 1, k + math.floor((available - low) / (high - low)))
 
 
 def refusal(spec: ModelSpec, registry: Registry, probe: str, settings: Any, device: str,
@@ -280,7 +366,9 @@ def refusal(spec: ModelSpec, registry: Registry, probe: str, settings: Any, devi
         fit = largest_fit(spec, registry, fp, free, settings)
     except EstimateError:
         return None
-    msg = (f"{probe} needs {fp.describe()} but {device} has {human(free)} available; ")
+    limits = memory_limits(device) if available is available_bytes else []
+    what = f" {min(limits)[1]}" if limits else ""
+    msg = (f"{probe} needs {fp.describe()} but {device} has {human(free)} available{what}; ")
     if fit is None:
         return "n_layers", msg + "it does not fit even with 1 layer; make the model smaller"
     field, value = fit

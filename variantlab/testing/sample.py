@@ -156,7 +156,8 @@ def sample_grid(
                 for i, c in enumerate(combos)]
     run = sample_run(variants, seeds, experiment=experiment, fail=None, diverge=None)
     run.meta = replace(run.meta, grid={k: list(v) for k, v in grid.items()})
-    shift = {name: sum(shifts.get((k, v), 0.0) for k, v in c.items())
+    shift = {name: sum(shifts.get((k, v), 0.0) for k, v in c.items()
+                       if not isinstance(v, (dict, list)))  # unhashable values: no shift
              for (name, c, _) in variants}
     rows = run.rows
     moved = rows["metric"].isin(["eval_loss", "final_loss"])

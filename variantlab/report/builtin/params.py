@@ -27,6 +27,11 @@ def metrics(data: ReportData) -> pd.DataFrame:
                           ("active", "active per token"),  # mixtures of experts only
                           ("active_non_embedding", "active non-embedding")):
         out.add(select(rows, PROBE, metric), PROBE, metric, label, "count")
+    # what a causal decoder keeps per sequence at its context length (KV cache or fixed
+    # state), and its growth per token (causal decoders only)
+    for metric, label in (("state_bytes", "state size"),
+                          ("state_bytes_per_token", "state per token")):
+        out.add(select(rows, PROBE, metric), PROBE, metric, label, "bytes")
     slots = rows[(rows["probe"] == PROBE) & (rows["scope"] == "slot")]
     present = list(dict.fromkeys(slots["name"]))
     for slot in sorted(present, key=_slot_rank):

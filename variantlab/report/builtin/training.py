@@ -19,8 +19,14 @@ from ..plots import Plot, legend, mean_by, new_axes, styles
 from ..tables import MetricRows, Table, fmt, select, summary_section
 
 PROBE = "training"
-NOTE = ("final training loss (mean of the last tenth of the steps), best step loss, and eval "
-        "loss (eval mode, the fixed validation windows), mean ± std over seeds")
+NOTE = ("final training loss (mean of the last tenth of the steps), best step loss, eval "
+        "loss (eval mode, the fixed validation windows) and test loss; recall accuracy (recall "
+        "task) on the validation and the test split; mean ± std over seeds")
+#: recall accuracy on the validation and the test split (``recall_accuracy`` is the test
+#: split's, under the name it had before the validation split was scored)
+RECALL = (("val_recall_accuracy", "val recall accuracy"),
+          ("test_recall_accuracy", "test recall accuracy"),
+          ("recall_accuracy", "test recall accuracy"))
 LM_FAMILIES = {"gpt", "decoder", "encoder_decoder", "encoder"}
 
 
@@ -32,8 +38,13 @@ def metrics(data: ReportData) -> pd.DataFrame:
         out.add(compiled, PROBE, f"{PROBE}.compiled", "compiled (torch.compile)", "",
                 ratio=False)
     for metric, label in (("final_loss", "final loss"), ("best_loss", "best loss"),
-                          ("eval_loss", "eval loss")):
+                          ("eval_loss", "eval loss"), ("test_loss", "test loss")):
         out.add(select(rows, PROBE, metric), PROBE, metric, label, "")
+    newer = len(select(rows, PROBE, "test_recall_accuracy"))
+    for metric, label in RECALL:  # the recall task only
+        if metric == "recall_accuracy" and newer:  # the same number under its older name
+            continue
+        out.add(select(rows, PROBE, metric), PROBE, metric, label, "fraction", ratio=False)
     out.add(select(rows, PROBE, "diverged"), PROBE, "diverged", "diverged", "", ratio=False)
     for metric, label in (("final_load_imbalance", "final load imbalance"),  # mixtures of
                           ("final_aux_loss", "final load-balancing loss"),  # experts only

@@ -15,11 +15,15 @@ from typing import Any
 import pandas as pd
 
 from ...plugin.registry import Registry
-from ..effects import value_text
+from ..effects import clear
 from ..frame import ReportData
+from ..headline import tuned_leads
+from ..labels import value_text
+from ..learned import nothing_learned
 from ..parts import pieces
 from ..plots import Plot, legend, log_scale, new_axes, styles
-from ..tables import Table, fmt
+from ..tables import Table, apart, fmt
+from ..verdict import margin
 from .conditions import axes_table, condition_table, effects_by_condition
 from .scaling import scaling_parts
 from .tuned import Sweep, added, choose, find_sweep, group_name, lr_curves, tuned_frame
@@ -51,7 +55,14 @@ def fair_parts(data: ReportData, probe: str, size_probe: str,
         frame = tuned_frame(sweep)
         parts.tuned = frame
         parts.tables.append(tuned_table(sweep, frame))
-        parts.lines += tuned_lines(sweep, frame)
+        learned = not nothing_learned(data)
+        parts.lines += tuned_lines(sweep, frame, learned)
+        if not sweep.condition_axes:  # the headline's leader, and metrics that disagree
+            picks = {a: choose(sweep, a) for a in sweep.archs}
+            parts.lines += tuned_leads(data, {a: str(c["variant"]) for a, c in picks.items()
+                                              if c is not None},
+                                       data.rows[data.rows["run"] == sweep.run],
+                                       getattr(data, "registry", None))
         if sweep.lr_axis is not None:
             parts.plots.append(lr_plot(sweep, frame))
         parts.by_condition = effects_by_condition(sweep)
@@ -134,11 +145,11 @@ def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def tuned_lines(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
+def tuned_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True) -> list[str]:
     """The reading's sentences: the choice per compared variant, what is optimistic, what
     edge extension added, which results sit at an edge (unresolved), the verdict in each
     condition and whether it holds across them, and where a ranking depends on the
-    learning rate."""
+    learning rate; no verdict when no variant learned anything (``learned`` False)."""
     axes = ", ".join(sweep.setting_axes)
     within = (f" within each condition of {', '.join(sweep.condition_axes)}"
               if sweep.condition_axes else "")
@@ -168,14 +179,40 @@ def tuned_lines(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
                      "best may lie outside it.")
     if frame["n"].max() == 1:
         lines.append("One seed: the tuned numbers have no interval; run more seeds.")
-    lines += verdict_lines(sweep, frame)
-    lines += ranking_flips(sweep, frame)
+    if learned:
+        lines += verdict_lines(sweep, frame)
+        lines += ranking_flips(sweep, frame)
     return lines
 
 
+def group_values(sweep: Sweep, group: str, column: str = "test", lr: float | None = None
+                 ) -> pd.DataFrame:
+    """``variant`` (= ``group``), ``seed``, ``value``: ``column`` (``test``: the reported
+    metric, ``val``: the choice metric) per seed at the group's chosen setting, or at
+    learning rate ``lr`` with its other settings as chosen."""
+    chosen = choose(sweep, group)
+    mine = sweep.per_seed[sweep.per_seed["arch"] == group]
+    if chosen is None:
+        mine = mine.iloc[0:0]
+    elif lr is None:
+        mine = mine[mine["variant"] == chosen["variant"]]
+    else:
+        for axis in sweep.setting_axes:
+            mine = mine[mine[axis] == (lr if axis == sweep.lr_axis else chosen[axis])]
+    return pd.DataFrame({"variant": group, "seed": mine["seed"], "value": mine[column]})
+
+
+def _lead(sweep: Sweep, a: str, b: str, column: str = "test", lr: float | None = None
+          ) -> tuple[float, float, float, int]:
+    """How far group ``a`` is ahead of group ``b`` seed by seed (:func:`.verdict.margin`)."""
+    values = pd.concat([group_values(sweep, a, column, lr), group_values(sweep, b, column, lr)])
+    return margin(values, a, b, sweep.head.lower_is_better)
+
+
 def verdict_lines(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
-    """Per condition, the best compared variant on the reported metric (or why there is
-    none), then whether the best is the same in every condition."""
+    """Per condition, the best compared variant on the reported metric when its lead over
+    the next is clear over seeds (else that the two are not clearly different, or why there
+    is none), then whether the best is the same in every condition."""
     if not sweep.condition_axes or len(set(sweep.compared.values())) < 2:
         return []
     test = sweep.metric_columns[1]
@@ -184,8 +221,26 @@ def verdict_lines(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
         mine = frame[[sweep.sizes.get(g, "") == cond for g in sweep.archs]]
         top = mine[mine["rank"] == 1]
         best[cond] = str(top["variant"].iloc[0]) if len(top) else None
-    said = [f"{cond}: {b} ({sweep.reported_on} {_num(_value(frame, sweep, b, cond, test))})"
-            if b else f"{cond}: unresolved" for cond, b in best.items()]
+    said = []
+    for cond, b in best.items():
+        if not b:
+            said.append(f"{cond}: unresolved")
+            continue
+        second = frame[[sweep.sizes.get(g, "") == cond for g in sweep.archs]]
+        second = second[second["rank"] > 1].sort_values("rank")
+        if not len(second):
+            said.append(f"{cond}: {b} ({sweep.reported_on} "
+                        f"{_num(_value(frame, sweep, b, cond, test))})")
+            continue
+        runner = str(second["variant"].iloc[0])
+        x, y = apart(_value(frame, sweep, b, cond, test), _value(frame, sweep, runner, cond, test))
+        _, low, high, n = _lead(sweep, group_name(b, cond), group_name(runner, cond))
+        if clear(low, high):
+            said.append(f"{cond}: {b} ({sweep.reported_on} {x}, ahead of {runner} {y})")
+        else:
+            why = "one seed: no verdict" if n < 2 else "paired 95% interval includes 0"
+            said.append(f"{cond}: {b} and {runner} not clearly different ({x} vs {y}; {why})")
+            best[cond] = None
     out = [f"Best {sweep.reported_on} per condition: " + "; ".join(said[:6]) + "."]
     named = {b for b in best.values() if b}
     if len(best) > 1:
@@ -210,7 +265,9 @@ def ranking_flips(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
     """When two compared variants of the same condition rank one way at some learning rate
     and the other way at their own best settings ("relu beats gelu at lr 0.001, loses at
     each one's best"), both judged on the choice metric (the test metric at the best is
-    added); never for a group whose best sits at an edge (unresolved)."""
+    added); never for a group whose best sits at an edge (unresolved). Said only when both
+    orders are clear over seeds (:mod:`..verdict`); a flip whose orders are not clear says
+    the two are not clearly different at their best."""
     if sweep.lr_axis is None:
         return []
     val_col, test_col = sweep.metric_columns
@@ -233,13 +290,25 @@ def ranking_flips(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
                 x, y = ca.loc[lr, "mean"], cb.loc[lr, "mean"]
                 if key(y) < key(x):
                     flips.append((key(x) - key(y), lr, x, y))
-            if flips:
-                _, lr, x, y = max(flips, key=lambda f: f[0] if math.isfinite(f[0]) else 1e300)
+            if not flips:
+                continue
+            _, lr, x, y = max(flips, key=lambda f: f[0] if math.isfinite(f[0]) else 1e300)
+            best = _lead(sweep, win, lose, "val")
+            at_lr = _lead(sweep, lose, win, "val", lr)
+            vl, vw = apart(chosen[lose], chosen[win])
+            tl, tw = apart(tested[lose], tested[win])
+            if clear(*best[1:3]) and clear(*at_lr[1:3]):
+                yl, xw = apart(y, x)
                 out.append(f"The ranking depends on the learning rate: {lose} beats {win} at "
-                           f"lr {fmt(lr)} ({name} {_num(y)} vs {_num(x)}), loses at "
-                           f"each one's best lr ({name} {_num(chosen[lose])} vs "
-                           f"{_num(chosen[win])}; {sweep.reported_on} {_num(tested[lose])} vs "
-                           f"{_num(tested[win])}).")
+                           f"lr {fmt(lr)} ({name} {yl} vs {xw}), loses at each one's best lr "
+                           f"({name} {vl} vs {vw}; {sweep.reported_on} {tl} vs {tw}); both "
+                           f"orders hold over {best[3]} seeds.")
+            else:
+                why = ("one seed: no interval, so no verdict" if best[3] < 2 else
+                       f"paired 95% intervals over {best[3]} seeds include 0")
+                out.append(f"At each one's best lr, {lose} and {win} are not clearly "
+                           f"different ({name} {vl} vs {vw}; {sweep.reported_on} {tl} vs "
+                           f"{tw}; {why}), though their order changes at lr {fmt(lr)}.")
     return out[:MAX_FLIPS]
 
 

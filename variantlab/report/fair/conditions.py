@@ -18,8 +18,8 @@ from collections.abc import Mapping
 import pandas as pd
 
 from ...config.roles import stored_roles
-from ..effects import value_text
 from ..frame import ReportData
+from ..labels import value_text
 from ..tables import Table
 from .scaling import by_size_table, effects_by_size
 from .tuned import Sweep, at_edge, choose

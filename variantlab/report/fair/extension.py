@@ -27,8 +27,8 @@ import yaml
 from ...config.experiment import Experiment, experiment_from_text
 from ...config.roles import next_value, numeric
 from ...errors import InputError
-from ..effects import value_text
 from ..frame import gather
+from ..labels import value_text
 from .tuned import Sweep, at_edge, choose, find_sweep, tried
 
 TRAINING = "training"

@@ -23,8 +23,9 @@ import numpy as np
 import pandas as pd
 
 from ...config.roles import COMPARED, CONDITION, stored_roles
-from ..effects import interval, value_text
+from ..effects import interval
 from ..frame import ReportData
+from ..labels import GridLabels
 from ..plots import Plot, legend, log_scale, new_axes, styles
 from ..tables import Table, fmt
 from .tuned import REPORT, SETTING, SIZE_AXES, Sweep, arch_name, choose
@@ -77,6 +78,7 @@ def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: s
         if metric is None:
             return None
         chosen = _chosen_variants(sweep, meta.run)
+        labels = GridLabels.of(meta)
         records, seeds = [], []
         for variant, over, spec in zip(mine["variant"], mine["overrides"], mine["spec"]):
             over = dict(over) if isinstance(over, Mapping) else {}
@@ -89,19 +91,19 @@ def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: s
             if not len(params) and count is not None:  # the size probe did not run
                 params = pd.Series([_counted(count, spec)])
             flops = _flops(rows, variant, params, meta.measure, over, probe)
-            line = arch_name({k: v for k, v in over.items() if k not in sizes}) \
+            line = arch_name({k: v for k, v in over.items() if k not in sizes}, labels=labels) \
                 if arch else "all"
-            size = ",".join(f"{a}={value_text(over[a])}" for a in sizes)
+            size = ",".join(f"{a}={labels.value(a, over[a])}" for a in sizes)
             records.append({"line": line, "size": size, "params": params.mean(),
                             "flops": flops, "loss": loss.mean()})
             for seed, value in loss.items():
                 seeds.append({"seed": seed, "size": size, "value": value,
-                              **{a: value_text(over[a]) for a in arch}})
+                              **{a: labels.value(a, over[a]) for a in arch}})
         if not records:
             return None
         base = mine[mine["variant"] == data.baseline]["overrides"]
         base_over = dict(base.iloc[0]) if len(base) and isinstance(base.iloc[0], Mapping) else {}
-        baseline = {a: value_text(base_over[a]) if a in base_over else value_text(grid[a][0])
+        baseline = {a: labels.value(a, base_over[a] if a in base_over else grid[a][0])
                     for a in arch}
         frame = pd.DataFrame(records).sort_values(["line", "params"], kind="stable")
         return frame, pd.DataFrame(seeds), arch, baseline, metric

@@ -49,8 +49,9 @@ import pandas as pd
 from ...config.metrics import Headline, headline, headline_of
 from ...config.roles import COMPARED, CONDITION, SIZE_KEYS, TUNED, numeric, stored_roles
 from ...store.store import axis_default
-from ..effects import interval, value_text
+from ..effects import interval
 from ..frame import ReportData
+from ..labels import GridLabels, value_text
 
 SETTING = "measure."
 CHOOSE = headline().choose  # loss: the first present chooses
@@ -107,12 +108,19 @@ class Sweep:
         return [g for g in self.archs if self.sizes.get(g, "") == condition]
 
 
-def arch_name(overrides: Mapping[str, Any], axes: list[str] | None = None) -> str:
+def arch_name(overrides: Mapping[str, Any], axes: list[str] | None = None,
+              labels: GridLabels | None = None) -> str:
     """A compared variant's name: its overrides of ``axes`` (default: every non-``measure.``
-    path), ``base`` without any."""
+    path), ``base`` without any; with the run's grid ``labels``, each grid axis of several
+    values by its short name and its value's label (``attention=mha, n_pairs=4``;
+    :mod:`variantlab.report.labels`)."""
     keep = (lambda p: p in axes) if axes is not None else (lambda p: not p.startswith(SETTING))
-    parts = [f"{p}={value_text(v)}" for p, v in overrides.items() if keep(p)]
-    return ",".join(parts) or "base"
+    if labels is None:
+        parts = [f"{p}={value_text(v)}" for p, v in overrides.items() if keep(p)]
+        return ",".join(parts) or "base"
+    parts = [f"{labels.short.get(p, p)}={labels.value(p, v)}" for p, v in overrides.items()
+             if keep(p) and len(labels.axes.get(p, [0, 1])) > 1]
+    return ", ".join(parts) or "base"
 
 
 def group_name(compared: str, condition: str) -> str:
@@ -136,11 +144,13 @@ def find_sweep(data: ReportData, probe: str) -> Sweep | None:
         sizes: dict[str, str] = {}
         names: dict[str, str] = {}
         cond_values: dict[str, dict[str, Any]] = {}
+        labels = GridLabels.of(meta)
         for variant, over, spec in zip(mine["variant"], overs, mine["spec"]):
             value = {a: over[a] if a in over else axis_default(a, meta, spec)
                      for a in [*tuned, *conds, *compared]}
-            cond = ",".join(f"{a}={value_text(value[a])}" for a in conds)
-            name = arch_name(over, compared)
+            cond = ", ".join(f"{labels.short.get(a, a)}={labels.value(a, value[a])}"
+                             for a in conds)
+            name = arch_name(over, compared, labels)
             group = group_name(name, cond)
             sizes[group], names[group] = cond, name
             cond_values.setdefault(cond, {a: value[a] for a in conds})

@@ -1,0 +1,125 @@
+"""The reading leads with the experiment's headline metric and says where others disagree.
+
+An experiment compares on its headline metric (``compare_on``, default loss;
+:mod:`variantlab.config.metrics`), read on its test column (``test_loss``,
+``test_recall_accuracy``; older stores: the first fallback present). The reading names the
+leader on it under the verdict rule (:mod:`.verdict`), then, for each other headline-able
+metric the run recorded (loss, recall accuracy, a plugin probe's declared metrics), the
+variant that leads on it instead, when that lead is clear ("by test loss, B leads
+instead"). Nothing is named when no variant learned anything (:mod:`.learned`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from ..config.metrics import Headline, compare_choices, headline, headline_of
+from .frame import ReportData
+from .learned import nothing_learned
+from .tables import apart, fmt
+from .verdict import Lead, lead, lead_sentence
+
+
+def column_label(column: str) -> str:
+    """How the reading names a held-out column (``test recall accuracy``)."""
+    if column == "recall_accuracy":  # the test split's, under its older name
+        return "test recall accuracy"
+    if column == "eval_loss":
+        return "validation loss"
+    if column == "final_loss":
+        return "final training loss"
+    return column.replace("val_", "validation ", 1).replace("_", " ")
+
+
+def seed_values(rows: pd.DataFrame, probe: str, column: str,
+                variants: Sequence[str] | None = None) -> pd.DataFrame:
+    """``variant, seed, value`` of ``probe``'s model-scope ``column`` (``variants``: only
+    those)."""
+    part = rows[(rows["probe"] == probe) & (rows["metric"] == column)
+                & (rows["scope"] == "model") & rows["step"].isna()]
+    if variants is not None:
+        part = part[part["variant"].isin(list(variants))]
+    return part[["variant", "seed", "value"]]
+
+
+def headlines(data: ReportData, registry: Any = None) -> list[tuple[Headline, str]]:
+    """The run's headline metric and its test column, then every other headline-able
+    metric the rows have, each with its column (the first of its report columns present)."""
+    main = headline_of(data.runs[0], registry) if data.runs else headline(None, registry)
+    out: list[tuple[Headline, str]] = []
+    present = set(data.rows["metric"]) if len(data.rows) else set()
+    for name in dict.fromkeys([main.name, *compare_choices(registry)]):
+        try:
+            head = headline(name, registry)
+        except ValueError:
+            continue
+        column = next((c for c in head.report if c in present), None)
+        if column is not None:
+            out.append((head, column))
+    return out
+
+
+def leads(data: ReportData, values_of: Any, registry: Any = None) -> list[str]:
+    """The headline sentence and the disagreements (module docstring); ``values_of(head,
+    column)`` gives the per-seed values compared."""
+    if nothing_learned(data):
+        return []
+    found = headlines(data, registry)
+    if not found:
+        return []
+    (head, column), others = found[0], found[1:]
+    top = lead(values_of(head, column), head.lower_is_better)
+    if top is None:
+        return []
+    lines = [lead_sentence(f"{column_label(column)} (the headline metric)", top) + "."]
+    for other, col in others:
+        theirs = lead(values_of(other, col), other.lower_is_better)
+        if theirs is not None and theirs.clear and (theirs.first != top.first or not top.clear):
+            lines.append(disagreement(column, top, col, theirs))
+    return lines
+
+
+def disagreement(column: str, top: Lead, other: str, theirs: Lead) -> str:
+    """``By test loss, B leads ...``: another metric's clear leader, where the headline
+    metric has another leader or none."""
+    a, b = apart(theirs.first_mean, theirs.second_mean)
+    where = (f"where by {column_label(column)} {top.first} leads" if top.clear else
+             f"where by {column_label(column)} no variant clearly leads")
+    return (f"By {column_label(other)}, {theirs.first} leads ({a} vs {b} for "
+            f"{theirs.second}, ahead by {fmt(theirs.margin)} [{fmt(theirs.low)}, "
+            f"{fmt(theirs.high)}] over {theirs.n} seeds), {where}.")
+
+
+def reading_leads(data: ReportData, variants: Sequence[str] | None = None,
+                  registry: Any = None) -> list[str]:
+    """:func:`leads` over the variants as they ran (``variants``: only those)."""
+    return leads(data, lambda head, col: seed_values(data.rows, head.probe, col, variants),
+                 registry)
+
+
+def is_tuning(data: ReportData) -> bool:
+    """Whether a run sweeps probe settings (its variants are then compared at their own
+    best setting, :mod:`.tuned`, and not as they ran)."""
+    return any(isinstance(o, dict) and any(str(k).startswith("measure.") for k in o)
+               for o in data.variants["overrides"])
+
+
+def tuned_leads(data: ReportData, chosen: dict[str, str], probe_rows: pd.DataFrame | None = None,
+                registry: Any = None) -> list[str]:
+    """:func:`leads` over architectures at their chosen settings (``chosen``: architecture
+    -> its chosen variant), each named by its architecture."""
+    rows = data.rows if probe_rows is None else probe_rows
+    names = {v: a for a, v in chosen.items()}
+
+    def values_of(head: Headline, column: str) -> pd.DataFrame:
+        part = seed_values(rows, head.probe, column, list(names))
+        return part.assign(variant=part["variant"].map(names))
+
+    return leads(data, values_of, registry)
+
+
+__all__ = ["column_label", "disagreement", "headlines", "is_tuning", "leads", "reading_leads",
+           "seed_values", "tuned_leads"]

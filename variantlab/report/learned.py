@@ -1,0 +1,156 @@
+"""Which variants learned nothing: their held-out number stayed at their starting point.
+
+Every training unit records where it started (:mod:`variantlab.probes.start`). A variant
+is judged on the number its task is about, over the seeds that have it:
+
+- the recall task (the run records a recall accuracy): its test recall accuracy against
+  chance (``chance_recall_accuracy``), higher is better; the noise is a chance-level
+  accuracy's binomial standard deviation over the scored queries (``recall_noise``);
+- otherwise its held-out loss (``test_loss``, else ``val_loss`` / ``eval_loss``, else
+  ``final_loss``) against the lower of the loss at initialisation (``init_loss``) and the
+  chance loss of random tokens (``chance_loss``, ln vocab_size); the noise is one training
+  step's loss noise (``loss_noise``).
+
+Per seed the *gain* is how far the number moved from the starting point in the better
+direction. A variant **learned nothing** when its mean gain over seeds is at most
+``SIGMAS`` times its noise: the larger of the units' own noise (mean over seeds) and the
+standard error of the mean gain over seeds (its standard deviation over sqrt(seeds)). A
+variant whose units recorded no starting point (a store from before these rows) is not
+judged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from .frame import ReportData
+from .tables import fmt
+
+PROBE = "training"
+SIGMAS = 3.0
+MAX_SHOWN = 4  # variants named with their numbers in one sentence
+
+
+@dataclass(frozen=True)
+class Measure:
+    """What a task is judged on: the first held-out column present, its starting point
+    (the lowest of ``start`` for a loss, the only one for an accuracy) and its noise."""
+
+    label: str
+    columns: tuple[str, ...]
+    start: tuple[str, ...]
+    noise: str
+    higher: bool
+    start_label: str  # how the reading names the starting point
+
+
+RECALL = Measure("recall accuracy", ("test_recall_accuracy", "recall_accuracy",
+                                     "val_recall_accuracy"),
+                 ("chance_recall_accuracy",), "recall_noise", True, "chance")
+LOSS = Measure("loss", ("test_loss", "val_loss", "eval_loss", "final_loss"),
+               ("init_loss", "chance_loss"), "loss_noise", False, "its starting point")
+LEARNED_COLUMNS = ("variant", "metric", "value", "start", "gain", "noise", "n", "learned")
+
+
+def _table(rows: pd.DataFrame, metrics: tuple[str, ...]) -> pd.DataFrame:
+    """(variant, seed) down, ``metrics`` across (mean of duplicates)."""
+    part = rows[rows["metric"].isin(metrics) & (rows["scope"] == "model") & rows["step"].isna()]
+    if not len(part):
+        return pd.DataFrame(columns=list(metrics))
+    table = part.pivot_table(index=["variant", "seed"], columns="metric", values="value",
+                             aggfunc="mean")
+    return table.reindex(columns=list(metrics))
+
+
+def measure_of(rows: pd.DataFrame) -> tuple[Measure, str] | None:
+    """The measure the training rows are judged on and its column (None: no held-out
+    number or no starting point recorded)."""
+    present = set(rows["metric"])
+    for measure in (RECALL, LOSS):
+        column = next((c for c in measure.columns if c in present), None)
+        if column is not None and present & set(measure.start):
+            return measure, column
+    return None
+
+
+def learned_frame(data: ReportData) -> pd.DataFrame:
+    """One line per judged variant (:data:`LEARNED_COLUMNS`): the measure's column, its mean
+    over seeds, the mean starting point, the mean gain, the noise, the seeds, and whether
+    the variant learned anything (module docstring)."""
+    rows = data.rows[data.rows["probe"] == PROBE]
+    found = measure_of(rows) if len(rows) else None
+    if found is None:
+        return pd.DataFrame(columns=list(LEARNED_COLUMNS))
+    measure, column = found
+    table = _table(rows, (column, *measure.start, measure.noise))
+    start = table[list(measure.start)].min(axis=1, skipna=True)
+    value = table[column]
+    gain = (value - start) if measure.higher else (start - value)
+    frame = pd.DataFrame({"value": value, "start": start, "gain": gain,
+                          "noise": table[measure.noise]}).dropna(subset=["gain"])
+    records = []
+    for variant in data.order:
+        if variant not in frame.index.get_level_values(0):
+            continue
+        mine = frame.loc[variant]
+        n = len(mine)
+        spread = float(mine["gain"].std(ddof=1)) / math.sqrt(n) if n > 1 else 0.0
+        own = float(mine["noise"].mean()) if mine["noise"].notna().any() else 0.0
+        noise = max(own, spread if math.isfinite(spread) else 0.0)
+        mean_gain = float(mine["gain"].mean())
+        records.append((variant, column, float(mine["value"].mean()),
+                        float(mine["start"].mean()), mean_gain, noise, n,
+                        mean_gain > SIGMAS * noise))
+    return pd.DataFrame(records, columns=list(LEARNED_COLUMNS))
+
+
+def learned_of(data: ReportData) -> pd.DataFrame:
+    """:func:`learned_frame` of ``data``, computed once per report data."""
+    cached = data.__dict__.get("_learned")
+    if cached is None:
+        cached = data.__dict__["_learned"] = learned_frame(data)
+    return cached
+
+
+def nothing_learned(data: ReportData) -> bool:
+    """Whether every judged variant learned nothing (False when none is judged)."""
+    frame = learned_of(data)
+    return bool(len(frame)) and not frame["learned"].any()
+
+
+def _measure_name(column: str) -> str:
+    measure = RECALL if column in RECALL.columns else LOSS
+    split = ("test " if column.startswith("test_") or column == "recall_accuracy" else
+             "validation " if column.startswith(("val_", "eval_")) else "final training ")
+    return split + measure.label
+
+
+def learned_lines(data: ReportData) -> list[str]:
+    """The reading's sentences on learning: when no variant learned anything, one that says
+    so (it comes first, and the report then names no best variant); else one naming the
+    variants that learned nothing, when some did not."""
+    frame = learned_of(data)
+    if not len(frame):
+        return []
+    column = str(frame["metric"].iloc[0])
+    measure = RECALL if column in RECALL.columns else LOSS
+    what = _measure_name(column)
+    stuck = frame[~frame["learned"]]
+    shown = "; ".join(f"{r.variant} {fmt(r.value)} vs {fmt(r.start)}"
+                      for r in stuck.head(MAX_SHOWN).itertuples())
+    more = f"; and {len(stuck) - MAX_SHOWN} more" if len(stuck) > MAX_SHOWN else ""
+    why = (f"{what} within {SIGMAS:g}x its noise of {measure.start_label} "
+           f"({shown}{more})")
+    if not frame["learned"].any():
+        return [f"Nothing was learned: every variant's {why}; no variant is named best. "
+                "Train longer, at other learning rates or on an easier setting."]
+    if len(stuck):
+        names = ", ".join(stuck["variant"].head(MAX_SHOWN)) + more
+        return [f"Learned nothing: {names} (each one's {why})."]
+    return []
+
+
+__all__ = ["LEARNED_COLUMNS", "learned_frame", "learned_lines", "learned_of", "nothing_learned"]
