@@ -25,7 +25,7 @@ from variantlab.report.builtin.dynamics_findings import (
     dynamics_reading,
     last_layer_at,
 )
-from variantlab.report.fair.tuned import arch_name
+from variantlab.report.fair.tuned import find_sweep
 from variantlab.report.frame import ReportData, gather
 
 SMALL_MODEL = {k: TINY[k] for k in ("context_length", "emb_dim", "n_layers")}
@@ -54,6 +54,9 @@ def run_small(tmp_path: Path, name: str, model: dict[str, Any],
         doc["seeds"] = seeds
     for probe, settings in measure.items():
         doc["measure"][probe].update(settings)
+        steps, warmup = doc["measure"][probe].get("steps"), doc["measure"][probe].get("warmup_steps")
+        if isinstance(steps, int) and isinstance(warmup, int) and warmup > steps:
+            doc["measure"][probe]["warmup_steps"] = steps // 5  # a short run keeps its shape
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     args = ["run", str(path), "--out", str(tmp_path / "runs")] + ([] if report else ["--no-report"])
@@ -119,21 +122,26 @@ def test_llama_block_at_equal_parameters_against_gpt2(tmp_path):
 
 def tuned_of(tmp_path: Path, name: str, df: pd.DataFrame) -> pd.DataFrame:
     """The run's tuned.csv, each choice checked against the documented rule recomputed from
-    ``results()``: the lowest mean val_loss over seeds, reported on test_loss."""
-    tuned = pd.read_csv(tmp_path / "runs" / name / "report" / "tuned.csv").set_index("variant")
+    ``results()``: within each condition, the lowest mean val_loss over seeds, reported on
+    test_loss. Indexed by the compared variant's label (repeated across conditions)."""
+    tuned = pd.read_csv(tmp_path / "runs" / name / "report" / "tuned.csv")
     rows = df[(df.probe == "training") & (df.scope == "model")]
     val = rows[rows.metric == "val_loss"].copy()
-    # a variant's architecture: its model overrides (the stored grid), as tuned.csv names it
-    variants = gather([tmp_path / "runs" / name]).variants
-    arch = {v: arch_name(o) for v, o in zip(variants["variant"], variants["overrides"])}
-    val["arch"] = val.variant.map(arch)
-    for variant, row in tuned.iterrows():
-        mine = val[val.arch == variant]
-        assert len(mine), (variant, arch)
+    # which compared variant each stored variant is, as tuned.csv labels it
+    data = gather([tmp_path / "runs" / name])
+    sweep = find_sweep(data, "training")
+    assert sweep is not None
+    shown = dict(zip(data.variants["stored_name"], data.variants["variant"]))  # report labels
+    val["compared"] = val.variant.map(shown).map(sweep.cells.set_index("variant")["compared"])
+    for _, row in tuned.iterrows():
+        mine = val[val.compared == row["variant"]]
+        for axis in sweep.condition_axes:  # the same condition only
+            mine = mine[mine[axis] == row[axis]]
+        assert len(mine), (row["variant"], sweep.cells)
         best = mine.groupby("measure.training.lr")["value"].mean().idxmin()
-        assert math.isclose(row["measure.training.lr"], best), (variant, mine)
+        assert math.isclose(row["measure.training.lr"], best), (row["variant"], mine)
         assert row["chosen_on"] == "val_loss" and row["reported_on"] == "test_loss"
-    return tuned
+    return tuned.set_index("variant")
 
 
 @pytest.mark.slow
@@ -144,7 +152,7 @@ def test_smoke_dyt_and_layernorm_each_at_their_own_best_rate(tmp_path):
                     "gradients": {"batch_size": 4, "seq_len": 32}},
                    report=True, grid=grid, seeds=[0, 1, 2])
     tuned = tuned_of(tmp_path, "dyt-vs-layernorm", df)
-    assert list(tuned.index) == ["norm.kind=layer", "norm.kind=dyt"]
+    assert list(tuned.index) == ["norm=layer", "norm=dyt"]  # labels: the shortest unambiguous form
     assert (tuned["n"] == 3).all()
     first = df[(df.metric == "loss") & (df.step == 0)]["value"].mean()
     assert (tuned["test_loss"] < first - 1.0).all(), tuned  # both learn at their best rate
@@ -241,7 +249,8 @@ def test_hybrid_ratio_small_run_state_grows_with_attention_layers(tmp_path):
     state = df[(df.probe == "params") & (df.metric == "state_bytes") & (df.scope == "model")]
     kv = state.groupby("variant")["value"].first()
     variants = gather([tmp_path / "runs" / "hybrid-ratio"]).variants
-    pattern = {v: o["layout.pattern"] for v, o in zip(variants["variant"], variants["overrides"])}
+    pattern = {v: o["layout.pattern"]
+               for v, o in zip(variants["stored_name"], variants["overrides"])}
     share = {v: pattern[v].count("attn") / len(pattern[v]) for v in kv.index}
     order = sorted(kv.index, key=lambda v: share[v])
     assert [share[v] for v in order] == [0, 1 / 8, 1 / 4, 1 / 2, 1]

@@ -40,9 +40,11 @@ def test_effects_rank_the_axis_that_matters_over_the_one_that_does_not(tmp_path)
     files = write_report([run_dir], tmp_path / "report", registry=REG)
     eff = _effects(files.effects)
     loss = eff[eff["metric"] == "eval_loss"].reset_index(drop=True)
-    assert list(loss["axis"]) == ["residual.shortcut", "attention.impl",
-                                  "residual.shortcut × attention.impl"]
-    assert loss["effect"].iloc[2] == 0  # sdpa changes nothing, with or without shortcut
+    assert list(loss["axis"]) == ["residual.shortcut", "attention.impl"], eff.to_string()
+    # the interaction is given on the headline metric (test loss), where it is exactly 0:
+    # sdpa changes nothing, with or without the shortcut
+    inter = eff[eff["axis"] == "residual.shortcut × attention.impl"]
+    assert list(inter["metric"]) == ["test_loss"] and (inter["effect"] == 0).all()
     top, none = loss.iloc[0], loss.iloc[1]
     assert top["value"] == "false" and top["n"] == 3  # 3 seeds (each averages 2 impls)
     assert top["effect"] > 0.05 and top["low"] > 0  # without the shortcut: worse, surely

@@ -297,7 +297,11 @@ def test_a_recall_grid_is_tuned_on_recall_accuracy_within_each_n_pairs(tmp_path)
     for line in md.splitlines():
         if "beats" in line:  # a ranking sentence names one n_pairs value
             assert len(set(re.findall(r"n\\_pairs=(\d+)", line))) <= 1, line
-    assert "per condition: n\\_pairs=2: " in md
+    # this tiny run learns no recall (test recall 0 everywhere, chance 1/32): the reading
+    # says so first and names no best variant, in any condition (issue 31.2); the
+    # per-condition sentences themselves are checked on exact numbers above
+    assert "Nothing was learned" in md and "no variant is named best" in md, md[:3000]
+    assert "per condition: n\\_pairs=" not in md
 
 
 def test_the_schema_takes_an_extended_axis_and_the_role_keys():

@@ -143,10 +143,10 @@ def test_a_tuning_sweep_runs_end_to_end_and_resumes(tmp_path):
     tuned = pd.read_csv(out / "demo" / "report" / "tuned.csv").set_index("variant")
     for act in ("gelu", "relu"):
         best = means[act].idxmin()
-        assert tuned.loc[f"activation.kind={act}", "measure.training.lr"] == best
-        assert tuned.loc[f"activation.kind={act}", "val_loss"] == pytest.approx(
+        assert tuned.loc[f"activation={act}", "measure.training.lr"] == best
+        assert tuned.loc[f"activation={act}", "val_loss"] == pytest.approx(
             means[act].min(), rel=1e-5)
-        assert tuned.loc[f"activation.kind={act}", "n"] == 3
+        assert tuned.loc[f"activation={act}", "n"] == 3
     effects = pd.read_csv(out / "demo" / "report" / "effects.csv")
     assert set(effects["n"]) == {3}
 
