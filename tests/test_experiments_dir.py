@@ -162,7 +162,7 @@ def test_zoology_mqar_sweeps_mixers_widths_and_pairs():
     mixers = {tuple(row["attention"] for row in layer_rows(v.spec)) for v in exp.variants}
     assert mixers == {("mha",) * 2, ("linear_attention",) * 2, ("mamba2",) * 2,
                       ("gated_deltanet",) * 2}
-    assert {v.spec.emb_dim for v in exp.variants} == {32, 64}
+    assert {v.spec.emb_dim for v in exp.variants} == {64, 128}
     assert {v.data.n_pairs for v in exp.variants} == {4, 8}
     assert exp.data.task == "recall" and exp.data.loss_on == "answers"
     assert len(exp.seeds) == 3 and exp.spec.compare_on == "recall_accuracy"
