@@ -257,3 +257,31 @@ def test_speed_up_is_judged_seed_by_seed():
     # a slow-down is said as one: baseline/variant ratios 0.5 and 0.8 are 2x and 1.25x slower
     assert _speed_sureness([0.5, 0.8], faster=False) == (
         " on every seed (n=2, per-seed 1.25x to 2.00x)")
+
+
+def test_a_speed_verdict_needs_a_paired_interval_that_excludes_no_change():
+    """Issue 31.3: "faster"/"slower" only when the 95% t-interval over seeds of the log
+    speed-ups excludes 0; every seed agreeing in sign is not enough with n=2 or 3."""
+    from variantlab.report.findings import speed_is_clear, speed_span
+
+    assert speed_is_clear([2.0, 2.0, 2.0]) and speed_is_clear([1.9, 2.0, 2.1])
+    assert not speed_is_clear([0.5, 0.8])  # both slower, but t(1) = 12.7 makes it wide
+    assert not speed_is_clear([1.04, 1.19, 0.98])
+    logs = [math.log(r) for r in (1.04, 1.19, 0.98)]
+    mean = sum(logs) / 3
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 2)
+    half = 4.302653 * sd / math.sqrt(3)  # t(2) at 97.5%
+    low, high = math.exp(mean - half), math.exp(mean + half)
+    assert speed_span([1.04, 1.19, 0.98]) == (
+        f"n=3, per-seed 0.98x to 1.19x, 95% interval {low:.2f}x to {high:.2f}x faster: includes 1")
+    # in the reading: a noisy slow-down is "not clearly different in speed", no verdict word
+    noisy = sample_run((("naive", {}, 1.0), ("sdpa", {"norm.kind": "rms"}, 1.0)),
+                       fail=None, diverge=None)
+    timed = noisy.rows["metric"].str.endswith("_median_s")
+    for seed, factor in ((0, 1.3), (1, 0.8)):
+        noisy.rows.loc[(noisy.rows["variant"] == "sdpa") & timed
+                       & (noisy.rows["seed"] == seed), "value"] *= factor
+    context, _ = build_context(gather([noisy]), registry=REG)
+    lines = [line for line in context["reading"] if "forward" in line and "sdpa" in line]
+    assert lines and all("not clearly different in speed" in line for line in lines), lines
+    assert not any("faster than" in line or "slower than" in line for line in lines)

@@ -333,29 +333,39 @@ def init(self):
     real_init(self)
     answered.append(self)
 metarun._StandIn.__init__ = init
+asked = []
+real_asked = metarun._StandInAsked.__init__
+def ask(self, *args):
+    real_asked(self, *args)
+    asked.append(str(self))
+metarun._StandInAsked.__init__ = ask
 out = {}
 for name, extra in json.loads(sys.argv[1]).items():
     spec = parse_model_spec({**TINY, "n_layers": 1, "drop_rate": 0.1, **extra}, get_registry())
     c = sizeguard._meta_cost(spec, get_registry(), (2, 8))
     out[name] = [c.params, c.buffer_bytes, c.activation_bytes]
 kernels = [fn for s in answered for fn in s.answered]
-print(json.dumps({"costs": out, "dynamo": "torch._dynamo" in sys.modules,
+print(json.dumps({"costs": out, "dynamo": "torch._dynamo" in sys.modules, "asked": asked,
+                  "sympy": [m for m in ("sympy", "torch.fx.experimental.symbolic_shapes")
+                            if m in sys.modules],
                   "torch_attr": "_dynamo" in torch.__dict__, "kernels": len(kernels),
                   "left": sum("__dynamo_disable" in fn.__dict__ for fn in kernels)}))
 """
 
 
 def test_meta_run_without_dynamo_counts_the_same_and_leaves_no_trace():
-    """In a fresh process the stand-in torch._dynamo answers the reference kernels; the
-    counts equal PyTorch's own, and afterwards neither the module nor the kernels' cached
-    answers are left (a later torch.compile imports the real one)."""
+    """In a fresh process the stand-ins (torch._dynamo, symbolic_shapes, sympy) answer the
+    reference kernels for every built-in component, none is asked for more; the counts equal
+    PyTorch's own, and afterwards neither the modules nor the kernels' cached answers are
+    left (a later torch.compile imports the real ones)."""
     import json
     import os
     import subprocess
     import sys
 
-    specs = {"gpt": {}, "mamba2": {"attention": {"kind": "mamba2"}},
-             "llama": {"norm": {"kind": "rms"}, "positional": "rotary", "feedforward": "glu"}}
+    specs = {"gpt": {}, "llama": {"norm": {"kind": "rms"}, "positional": "rotary",
+                                  "feedforward": "glu"}}
+    specs.update({f"{slot}={kind}": {slot: {"kind": kind}} for slot, kind in _every_builtin_kind()})
     root = Path(__file__).resolve().parent
     env = {**os.environ, "PYTHONPATH": str(root.parent)}
     proc = subprocess.run([sys.executable, "-c", STAND_IN_RUN, json.dumps(specs), str(root)],
@@ -363,6 +373,7 @@ def test_meta_run_without_dynamo_counts_the_same_and_leaves_no_trace():
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (got["dynamo"], got["torch_attr"], got["left"]) == (False, False, 0)
+    assert (got["sympy"], got["asked"]) == ([], [])
     assert got["kernels"] > 10  # the stand-in was used
     for name, extra in specs.items():
         spec = spec_of(n_layers=1, drop_rate=0.1, **extra)
@@ -399,3 +410,37 @@ def test_passes_outside_forward_backward_step_are_refused():
 
     with pytest.raises(PluginLoadError, match="passes must be among backward, forward, step"):
         build_registry(entry_points=False).load_module(Bad(), "odd_plugin", "module")
+
+
+LATE_IMPORT = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from variantlab.sweep import metarun
+def run():
+    import late_import_probe  # first imported during the run: binds the stand-ins
+    return late_import_probe.sympy.Basic, late_import_probe.guard_or_false(True)
+basic, answer = metarun.meta_run(run)
+assert answer is True and basic is metarun._NoSympyExpression, "no stand-ins in place"
+import late_import_probe as m
+import sympy
+from torch.fx.experimental import symbolic_shapes
+print(m.sympy is sympy, m.guard_or_false is symbolic_shapes.guard_or_false)
+"""
+
+
+def test_a_module_imported_during_a_meta_run_keeps_no_stand_in(tmp_path):
+    """A module first imported inside a meta run that binds sympy and a symbolic_shapes
+    helper at its top gets the real ones when the run ends (a later symbolic trace in the
+    same process must not meet the stand-in)."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "late_import_probe.py").write_text(
+        "import sympy\nfrom torch.fx.experimental.symbolic_shapes import guard_or_false\n")
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.run([sys.executable, "-c", LATE_IMPORT, str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "True"]

@@ -15,7 +15,8 @@ from pathlib import Path
 from conftest import ROOT
 
 HEAVY = ("matplotlib", "transformers", "mlflow", "ray", "pandas", "torch._dynamo",
-         "variantlab.report", "setuptools")
+         "variantlab.report", "setuptools", "sympy",
+         "torch.fx.experimental.symbolic_shapes")
 
 # runs `variantlab ARGS...` for each argument list in one fresh process (as the console
 # script does), then prints which HEAVY modules it imported and each exit code

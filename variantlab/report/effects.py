@@ -178,9 +178,12 @@ def main_effects(grid: Grid, values: pd.DataFrame) -> pd.DataFrame:
     for metric, _, _ in grid.metrics:
         mine = values[values["metric"] == metric]
         tol = rounding(mine["value"])
+        # the cell means once per metric; each axis's table (its values across) is an
+        # unstack of it: what _pivot(mine, others, [axis]) gives, without its own groupby
+        cube = mine.groupby(["run", "seed", *grid.axes], sort=True, dropna=False)["value"] \
+            .mean()
         for axis, vals in grid.axes.items():
-            others = ["run", "seed"] + [a for a in grid.axes if a != axis]
-            table = _pivot(mine, others, [axis])
+            table = cube.unstack(axis)
             base = grid.baseline[axis]
             for value in vals:
                 if value == base or value not in table or base not in table:

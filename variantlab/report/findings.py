@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from ..plugin.registry import Registry
-from .effects import Effects
+from .effects import Effects, clear, interval
 from .frame import ReportData, split_seeds
 from .grid import grid_reading, problems
 from .headline import is_tuning, reading_leads
@@ -59,6 +59,12 @@ def timing_speed(data: ReportData, summary: pd.DataFrame) -> str | None:
                 continue
             speed = f"{ratio:.2f}x faster" if ratio > 1 else f"{1 / ratio:.2f}x slower"
             seeds = per_seed.get(variant, [])
+            if len(seeds) >= 2 and not speed_is_clear(seeds):
+                parts.append(f"{variant} and {data.baseline} are not clearly different in speed "
+                             f"({speed_span(seeds)})"
+                             + _apart(data, probe, metric, variant)
+                             + busy_note(data.rows, probe, [data.baseline, variant]))
+                continue
             if len(seeds) >= 2:
                 how = _speed_sureness(seeds, ratio > 1)
             else:
@@ -109,6 +115,22 @@ def _by_seed(rows: pd.DataFrame, probe: str, metric: str, baseline: str) -> pd.D
                 & (rows["scope"] == "model") & rows["value"].notna()]
     table = part.pivot_table(index="seed", columns="variant", values="value", aggfunc="mean")
     return table if baseline in table else pd.DataFrame({baseline: []})
+
+
+def speed_is_clear(ratios: list[float]) -> bool:
+    """Whether per-seed speed-ups are clearly not 1: the 95% t-interval over seeds of their
+    logarithms excludes 0 (the same rule as every other verdict of the report)."""
+    logs = pd.Series([math.log(r) for r in ratios if r > 0])
+    _, low, high, _ = interval(logs)
+    return clear(low, high)
+
+
+def speed_span(ratios: list[float]) -> str:
+    """``n=3, per-seed 0.91x to 1.19x, 95% interval 0.85x to 1.30x``: speed-ups over seeds."""
+    logs = pd.Series([math.log(r) for r in ratios if r > 0])
+    _, low, high, n = interval(logs)
+    return (f"n={n}, per-seed {min(ratios):.2f}x to {max(ratios):.2f}x, 95% interval "
+            f"{math.exp(low):.2f}x to {math.exp(high):.2f}x faster: includes 1")
 
 
 def _speed_sureness(ratios: list[float], faster: bool) -> str:

@@ -89,7 +89,7 @@ def legend(fig: Figure, ax, n: int) -> None:
     if not handles:
         return
     ncol = max(1, math.ceil(n / 14))
-    fig.legend(handles, labels, loc="outside right center", ncol=ncol,
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), ncol=ncol,
                fontsize=8 if n <= 10 else 7, frameon=False, title="variant")
 
 
@@ -119,7 +119,9 @@ def subplots(rows: int, cols: int, figsize: tuple[float, float],
 
 
 def new_axes(rows: int = 1, cols: int = 1, height: float = 3.6, width: float = 6.4):
-    fig, axes = subplots(rows, cols, (width, height), layout="constrained")
+    """A figure of ``rows`` x ``cols`` panels and no layout engine: :func:`to_svg` lays it
+    out once (constrained layout would run at each of the saving's two draws, twice each)."""
+    fig, axes = subplots(rows, cols, (width, height))
     return fig, list(axes.flat)
 
 
@@ -208,9 +210,15 @@ def heatmap(table: pd.DataFrame, key: str, title: str, caption: str, what: str) 
 
 
 def to_svg(fig: Figure) -> str:
-    """Deterministic SVG text: fixed hash salt, no date in the metadata."""
+    """Deterministic SVG text: fixed hash salt, no date in the metadata. A figure of several
+    panels or with a figure legend (:func:`legend`, right of the figure) and no layout
+    engine gets one tight-layout pass (no panel's labels over its neighbour's, the panels
+    up to the legend); the saved area is the drawing's tight bounding box."""
     buf = io.StringIO()
     with matplotlib.rc_context(RC):
+        panels = [ax for ax in fig.axes if ax.get_subplotspec() is not None]  # not colorbars
+        if (len(panels) > 1 or fig.legends) and fig.get_layout_engine() is None:
+            fig.tight_layout()
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     return buf.getvalue()
 
