@@ -155,10 +155,25 @@ def test_hybrid_ratio_puts_attention_every_kth_layer():
 
 
 def test_zoology_mqar_sweeps_mixers_widths_and_pairs():
+    """Issue 28.8: the redesign that can answer Zoology's question. Four mixers compared
+    within each width x pairs condition, each at its own rate chosen on validation recall
+    accuracy (an extendable log grid), at the pilot's budget (1,500 steps on the answers)."""
     exp = load_experiment(EXPERIMENTS / "zoology-mqar.yaml")
     mixers = {tuple(row["attention"] for row in layer_rows(v.spec)) for v in exp.variants}
-    assert mixers == {("mha",) * 4, ("linear_attention",) * 4, ("mamba2",) * 4,
-                      ("gated_deltanet",) * 4, ("gated_deltanet",) * 3 + ("mha",)}
-    assert {v.spec.emb_dim for v in exp.variants} == {32, 64}
+    assert mixers == {("mha",) * 2, ("linear_attention",) * 2, ("mamba2",) * 2,
+                      ("gated_deltanet",) * 2}
+    assert {v.spec.emb_dim for v in exp.variants} == {64, 128}
     assert {v.data.n_pairs for v in exp.variants} == {4, 8}
-    assert exp.data.task == "recall" and len(exp.seeds) >= 2
+    assert exp.data.task == "recall" and exp.data.loss_on == "answers"
+    assert len(exp.seeds) == 3 and exp.spec.compare_on == "recall_accuracy"
+    assert dict(exp.roles) == {
+        "layout.pattern": "compared", "emb_dim": "condition", "data.n_pairs": "condition",
+        "measure.training.lr": "tuned"}
+    assert exp.spec.grid["measure.training.lr"] == [1.0e-3, 3.0e-3]
+    assert exp.extensions() == {"measure.training.lr": 1}
+    training = exp.spec.measure["training"]
+    assert training is not None
+    assert (training["steps"], training["batch_size"], training["schedule"],
+            training["eval_every"]) == (1500, 32, "cosine", 250)
+    # 4 mixers x 2 widths x 2 pair counts x 2 rates x 3 seeds training units before extension
+    assert len(exp.variants) * len(exp.seeds) == 96

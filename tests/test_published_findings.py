@@ -264,10 +264,13 @@ def test_smoke_zoology_small_run_reports_recall_per_mixer(tmp_path):
     doc = yaml.safe_load((ROOT / "experiments" / "zoology-mqar.yaml").read_text())
     grid = {"layout.pattern": doc["grid"]["layout.pattern"], "measure.training.lr": [1.0e-2]}
     df = run_small(tmp_path, "zoology-mqar", {"emb_dim": 32},
-                   {"training": {"steps": 10, "batch_size": 8, "seq_len": 32, "eval_batches": 2}},
+                   {"training": {"steps": 10, "batch_size": 8, "seq_len": 32, "eval_batches": 2,
+                                 "warmup_steps": 2, "eval_every": 5}},
                    report=True, grid=grid, seeds=[0], max_files=0)
     recall = df[(df.probe == "training") & (df.metric == "recall_accuracy")]
-    assert recall.variant.nunique() == 5 and recall["value"].notna().all()
+    assert recall.variant.nunique() == 4 and recall["value"].notna().all()
+    curve = df[(df.probe == "training") & (df.metric == "val_recall_accuracy_curve")]
+    assert curve.groupby("variant")["step"].apply(sorted).tolist() == [[5, 10]] * 4
 
 
 def layer_rows(variant: str, seed: int, metric: str, values: dict[tuple[int, int], float]):
