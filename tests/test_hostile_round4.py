@@ -296,3 +296,16 @@ def test_layout_layers_errors_point_at_the_grid_value(tmp_path):
     assert lines == [f"{exp}:5:26: grid.layout.layers.5[0]: layer 5 is outside the stack "
                      "(0 .. 1)",
                      f"{exp}:5:48: grid.layout.layers.1[0]: 'b' is not a layer kind; kinds: a"]
+
+
+# -- --checkpoint-dir (issue 27.3): a bad folder is refused before Ray starts ------------------
+def test_a_checkpoint_dir_that_is_a_file_is_refused_before_ray_starts(tmp_path):
+    exp = experiment(tmp_path, measure="  params: {}\n")
+    (tmp_path / "ckpt").write_text("not a folder")
+    code, lines = cli("run", exp, "--out", tmp_path / "runs", "--executor", "ray",
+                      "--checkpoint-dir", tmp_path / "ckpt")
+    assert code == 2, lines
+    assert lines[-1] == (f"--checkpoint-dir: {tmp_path / 'ckpt'} is a file, not a folder: name "
+                         "a folder every worker can write (shared storage), or leave the flag "
+                         "out"), lines
+    assert not (tmp_path / "runs" / "demo" / "results.sqlite").exists()  # nothing computed

@@ -25,6 +25,7 @@ tasks in flight (``ray.cancel(force=True)``); finished units stay stored.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 import warnings
@@ -121,6 +122,8 @@ class RayExecutor(Executor):
         if opts.address and opts.workers:
             raise SpecError.at(("--workers",), "sizes a local Ray instance; a cluster at "
                                "--address has its own size: drop one of them")
+        if opts.checkpoint_dir:
+            check_checkpoint_dir(Path(opts.checkpoint_dir).expanduser())
         try:
             import ray
         except ImportError:
@@ -265,3 +268,19 @@ class _Submitter:
         ).remote(self.args[0], unit.key, unit.device, self.args[1], max(1, int(cpus)),
                  self.shipped, self.checkpoints)
         return ref, (cpus, gpus)
+
+
+def check_checkpoint_dir(folder: Path) -> None:
+    """``--checkpoint-dir`` must be a folder this process can write (made if missing), checked
+    before Ray starts; each worker writes there too, so it belongs on shared storage."""
+    if folder.exists() and not folder.is_dir():
+        raise SpecError.at(("--checkpoint-dir",), f"{folder} is a file, not a folder: name a "
+                           "folder every worker can write (shared storage), or leave the flag out")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError.at(("--checkpoint-dir",), f"cannot make {folder}: {exc.strerror}; name a "
+                           "folder every worker can write, or leave the flag out") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SpecError.at(("--checkpoint-dir",), f"{folder} is not writable: name a folder "
+                           "every worker can write, or leave the flag out")
