@@ -270,3 +270,15 @@ def assert_imports_equal(hf, registry, impl: str = "naive", padded: bool = True)
     if padded:
         assert left_padded_diff(hf, model) < 1e-4
     return spec, model
+
+
+@pytest.fixture
+def own_token_cache(tmp_path, monkeypatch):
+    """A token cache of the test's own (``VARIANTLAB_CACHE``) and no splits remembered from
+    another test, before and after."""
+    from variantlab.data import sources
+
+    monkeypatch.setenv("VARIANTLAB_CACHE", str(tmp_path / "cache"))
+    sources._SPLITS.clear()
+    yield tmp_path / "cache"
+    sources._SPLITS.clear()

@@ -25,11 +25,8 @@ N_DOCS = 40
 
 
 @pytest.fixture(autouse=True)
-def _own_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("VARIANTLAB_CACHE", str(tmp_path / "cache"))
-    datalib._SPLITS.clear()
-    yield
-    datalib._SPLITS.clear()
+def _own_cache(own_token_cache):
+    """Each test tokenises into its own cache (conftest.own_token_cache)."""
 
 
 @pytest.fixture
