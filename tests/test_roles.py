@@ -178,6 +178,31 @@ def test_a_best_still_at_the_edge_is_unresolved_and_never_ranked(tmp_path):
         "activation=gelu (measure.training.lr)" in md
 
 
+def saturated_training(name, spec, settings, *, seed, data=None, **_):
+    """Recall accuracy 1.00 at every rate from 1e-2 up (a tie on the headline); the
+    validation loss is lowest at 1e-1, which sits inside the grid [1e-3, 1e-2, 1e-1, 1]."""
+    lr = settings.lr
+    acc = 1.0 if lr >= 1e-2 else 0.5
+    loss = 1.0 + abs(math.log10(lr) + 1.0) + 0.01 * seed
+    return [row(name, "loss", 4.0, step=0), row(name, "diverged", 0.0),
+            row(name, "val_loss", loss), row(name, "test_loss", loss + 0.1),
+            row(name, "val_recall_accuracy", acc), row(name, "test_recall_accuracy", acc)]
+
+
+def test_a_tie_on_the_headline_goes_to_the_lower_validation_loss(tmp_path):
+    e = fake_experiment(tmp_path, "  activation.kind: [gelu, relu]\n"
+                                  "  measure.training.lr: [1.0e-3, 1.0e-2, 1.0e-1, 1.0]\n",
+                        "compare_on: recall_accuracy\n"
+                        "data: {source: synthetic, task: recall}\n")
+    run_experiment(e, tmp_path / "runs", probe_fn=saturated_training)
+    files = write_report([tmp_path / "runs" / "roles"], tmp_path / "rep", registry=REG)
+    tuned = pd.read_csv(files.tuned).set_index("variant")
+    # 1e-2, 1e-1 and 1.0 tie at recall 1.00; the first (1e-2) would have won before, and
+    # 1.0 would sit at the edge; the validation loss picks 1e-1, inside the sweep
+    assert list(tuned["measure.training.lr"]) == [0.1, 0.1]
+    assert not tuned["unresolved"].any() and not tuned["at_edge"].any()
+
+
 def recall_report(tmp_path, lrs: str) -> tuple[pd.DataFrame, str]:
     """tuned.csv and report.md of activation x data.n_pairs x lr with compare_on:
     recall_accuracy (the fake training probe)."""

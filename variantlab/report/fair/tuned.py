@@ -15,8 +15,9 @@ find them"). The rule (docs/fair-comparisons.md), for the run's headline metric 
 2. for each tuned combination, the *choice score* is the mean over seeds of ``val_M``; a
    seed with no finite value (diverged, failed, missing) makes it the worst score, so a
    setting where any seed diverged is never chosen over one where all finished;
-3. the chosen setting has the best score in ``M``'s direction (ties: the first in sweep
-   order);
+3. the chosen setting has the best score in ``M``'s direction; ties (a recall accuracy of
+   1.00 at several rates, say) go to the lower mean validation loss when ``M`` is not the
+   loss and the runs recorded one, then to the first in sweep order;
 4. it is reported on ``test_M`` (never the metric that chose it): the mean over seeds and
    a 95% t-interval over seeds, ``n`` = seeds with a finite value, and the paired
    difference to the baseline compared variant of the same condition at *its* best
@@ -174,7 +175,9 @@ def find_sweep(data: ReportData, probe: str) -> Sweep | None:
         per_seed = pd.DataFrame(index=grid).reset_index().merge(cells, on="variant")
         trained = rows[(rows["probe"] == probe) & (rows["scope"] == "model")]
         scored = held[held["scope"] == "model"]
+        tie_col = "val_loss" if head.name != "loss" else ""
         for col, part in (("val", scored[scored["metric"] == choose_col]),
+                          ("tie", scored[scored["metric"] == tie_col]),
                           ("test", scored[scored["metric"] == report_col]),
                           ("diverged", trained[trained["metric"] == "diverged"]),
                           ("init", trained[(trained["metric"] == "loss")
@@ -204,25 +207,31 @@ def _finite(x: Any) -> bool:
 
 def scores(sweep: Sweep, arch: str) -> pd.DataFrame:
     """Each tuned combination of group ``arch``: its variant, the choice score (mean over
-    seeds of the choice metric; NaN when a seed has no finite value) and ``key`` (smaller
-    is better; +inf for a NaN score)."""
+    seeds of the choice metric; NaN when a seed has no finite value), ``key`` (smaller
+    is better; +inf for a NaN score) and ``tie`` (the mean validation loss that breaks a
+    tie on ``key`` when the headline is another metric; +inf when absent)."""
     mine = sweep.per_seed[sweep.per_seed["arch"] == arch]
     out = []
     for variant, part in mine.groupby("variant", sort=False):
         vals = part["val"].tolist()
         score = sum(vals) / len(vals) if vals and all(map(_finite, vals)) else math.nan
+        ties = part["tie"].tolist() if "tie" in part else []
+        tie = sum(ties) / len(ties) if ties and all(map(_finite, ties)) else math.inf
         out.append({"variant": variant, "score": score, "key": sweep.head.key(score),
+                    "tie": tie,
                     **{a: part[a].iloc[0] for a in sweep.setting_axes}})
     return pd.DataFrame(out)
 
 
 def choose(sweep: Sweep, arch: str) -> pd.Series | None:
-    """The chosen combination of group ``arch`` (the best score, the first on ties); None
-    when every combination has a seed without a finite choice metric."""
+    """The chosen combination of group ``arch`` (the best score; on ties the lower ``tie``,
+    then the first in sweep order); None when every combination has a seed without a
+    finite choice metric."""
     table = scores(sweep, arch)
     if not len(table) or not math.isfinite(table["key"].min()):
         return None
-    return table.loc[table["key"].idxmin()]
+    best = table[table["key"] == table["key"].min()]
+    return best.loc[best["tie"].idxmin()] if math.isfinite(best["tie"].min()) else best.iloc[0]
 
 
 def tried(sweep: Sweep, arch: str, axis: str) -> list[Any]:
