@@ -12,12 +12,16 @@ Import (:func:`from_transformers`): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
 variantlab cannot express raise :class:`ConversionError` naming them.
 
 Export (:func:`to_transformers`): the transformers class is chosen from the spec's
-components (learned positions: GPT-2; rotary with a parallel residual or LayerNorm: GPT-NeoX;
-rotary with RMSNorm: Llama, Mistral (a sliding window), Qwen3 (per-head QK-norm), OLMo 2
-(post-sublayer norms) or Gemma 2/3 (sandwich norms)); its config is built from the spec and
-its weights from the model's. A component or option no supported class has raises
-:class:`ConversionError` naming its spec path; one the class has in another form (a bias the
-variant lacks, exported as zeros) gives an :class:`ExportWarning`.
+components (multi-head latent attention: DeepSeek-V3 with sigmoid routing, else V2; a parallel
+hybrid: Falcon-H1; gated short convolutions: LFM2; attention sinks: gpt-oss; chunked attention,
+an L2 QK-norm or input-scaled experts: Llama 4; NoPE layers: SmolLM3; learned positions:
+GPT-2; rotary with a parallel residual or LayerNorm: GPT-NeoX; rotary with RMSNorm: Llama,
+Mistral (a sliding window), Qwen3 (per-head QK-norm), OLMo 2 (post-sublayer norms) or Gemma
+2/3 (sandwich norms)); its config is built from the spec and its weights from the model's
+(the 2025 families through the same weight table as their import, :data:`TABLED`). A
+component or option no supported class has raises :class:`ConversionError` naming its spec
+path; one the class has in another form (a bias the variant lacks, exported as zeros) gives
+an :class:`ExportWarning`.
 """
 
 from __future__ import annotations
@@ -203,6 +207,8 @@ def choose_class(spec: Spec) -> str:
 
 def hf_config(spec: Spec, cls: str) -> Any:
     """The transformers config of ``spec`` for class ``cls`` (refusing what it lacks)."""
+    if cls in TABLED:
+        return TABLED[cls][0](spec, cls)
     if cls == "GPT2LMHeadModel":
         return gpt2_config(spec)
     if cls == "GPTNeoXForCausalLM":
@@ -213,6 +219,8 @@ def hf_config(spec: Spec, cls: str) -> Any:
 
 
 def hf_state(spec: Spec, cls: str, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The HF state dict of an older family's class from ours (the :data:`TABLED` classes
+    read their table in :func:`to_transformers`)."""
     if cls == "GPT2LMHeadModel":
         return gpt2_hf_state(spec, sd)
     if cls == "GPTNeoXForCausalLM":
@@ -234,16 +242,13 @@ def to_transformers(spec: ModelSpec | Mapping[str, Any], model: torch.nn.Module,
     cls = choose_class(spec)
     sd = {k.removeprefix("_orig_mod."): v.detach().clone()
           for k, v in model.state_dict().items()}
+    config = hf_config(spec, cls)
+    hf = getattr(transformers, cls)(config)
     if cls in TABLED:  # the family's table, read from the exported config
-        make_config, table = TABLED[cls]
-        config = make_config(spec, cls)
-        hf = getattr(transformers, cls)(config)
         sizes = {k: v.shape for k, v in hf.state_dict().items()}
-        state = save_state(table(config), tied(sd), cls, sizes)
+        state = save_state(TABLED[cls][1](config), tied(sd), cls, sizes)
     else:
-        config = hf_config(spec, cls)
         state = hf_state(spec, cls, sd)
-        hf = getattr(transformers, cls)(config)
     missing, unexpected = hf.load_state_dict(state, strict=False)
     left = [k for k in missing if not (spec.tie_weights and k == "lm_head.weight")]
     if left or unexpected:
