@@ -220,6 +220,12 @@ REFUSED = {
     "dense after experts": (_with("deepseek-v3", layout={"kinds": {"dense": DENSE},
                                                          "layers": {1: "dense"}}),
                             "layout.feedforward", "first_k_dense_replace"),
+    "mla in one layer only": (_with("smollm3", layout={"kinds": {"mla": {"attention": {
+        "kind": "mla"}}}, "layers": {1: "mla"}}), "layout.attention", "differ only in feedforward"),
+    "falcon with a plain attention layer": (
+        _with("falcon-h1", layout={"kinds": {"plain": {"attention": "mha"}},
+                                   "layers": {0: "plain"}}),
+        "layout.attention", "are all alike"),
     "gpt-oss capacity": (_with("gpt-oss", feedforward__capacity_factor=1.0),
                          "feedforward.capacity_factor", "GptOssForCausalLM"),
     "llama4 qk norm on a NoPE layer": (

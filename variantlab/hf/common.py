@@ -303,8 +303,9 @@ def layers(spec: Spec, cls: str, slots: tuple[str, ...]) -> list[Spec]:
         layer = spec.layer_spec(i)
         for slot, comp in layer.components().items():
             if slot not in slots and comp != getattr(spec, slot):
+                alike = (f"differ only in {', '.join(slots)}" if slots else "are all alike")
                 refuse(f"layout.{slot}", cls, f"layer {i}'s {slot} differs from the model's; "
-                       f"the layers of this class differ only in {', '.join(slots)}")
+                       f"the layers of this class {alike}")
         out.append(layer)
     return out
 

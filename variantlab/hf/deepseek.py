@@ -241,6 +241,7 @@ def deepseek_config(spec: Spec, cls: str) -> Any:
     """The ``DeepseekV2Config`` / ``DeepseekV3Config`` of an ``mla`` spec."""
     import transformers
 
+    first, width, moe = _feedforwards(spec, cls)  # refuses layers that differ otherwise
     need(spec, cls, "positional.kind", spec.positional.kind == "rotary",
          f"positional {spec.positional.kind!r}: DeepSeek rotates the qk_rope_head_dim part")
     check_common(spec.model_copy(update={"layout": None}), cls, norm="rms", rotary=True)
@@ -253,7 +254,6 @@ def deepseek_config(spec: Spec, cls: str) -> Any:
     need(spec, cls, "n_heads", spec.emb_dim % spec.n_heads == 0,
          f"emb_dim {spec.emb_dim} is not a multiple of n_heads {spec.n_heads}, which "
          "transformers' DeepSeek config requires")
-    first, width, moe = _feedforwards(spec, cls)
     sizes = att.sizes(spec.emb_dim, spec.n_heads)
     config = getattr(transformers, cls.replace("ForCausalLM", "Config"))
     kwargs = dict(
