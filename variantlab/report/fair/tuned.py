@@ -24,7 +24,10 @@ find them"). The rule (docs/fair-comparisons.md), for the run's headline metric 
    setting, per seed, with a t-interval over seeds;
 5. ``at_edge``: the choice is the smallest or largest value the group tried on some tuned
    axis (the best may lie outside the sweep); the group's result is then *unresolved*,
-   and its condition gets no ranking (``rank`` is empty for every group of it);
+   and its condition gets no ranking (``rank`` is empty for every group of it). A choice
+   that scores the best value the metric can take (recall accuracy 1.00 on every seed) is
+   never at an edge: no value beyond it can do better, so it is neither extended nor
+   unresolved;
 6. ``lr_sensitivity`` (Wortsman et al. 2023, "Small-scale proxies for large-scale
    Transformer training instabilities"): per seed, the mean over the swept learning
    rates of ``min(loss(lr), loss at init)`` minus the lowest loss over them (the other
@@ -249,7 +252,10 @@ def tried(sweep: Sweep, arch: str, axis: str) -> list[Any]:
 def at_edge(sweep: Sweep, chosen: pd.Series) -> list[str]:
     """Tuned axes (with more than one value tried by the chosen variant's group) whose
     chosen value is the smallest or the largest tried (the first or last listed, for
-    values that do not compare)."""
+    values that do not compare). None when the choice scores the best value the metric
+    can take (recall accuracy 1.00 on every seed): nothing beyond the edge can beat it."""
+    if sweep.head.at_best_possible(chosen["score"]):
+        return []
     arch = sweep.cells.loc[sweep.cells["variant"] == chosen["variant"], "arch"].iloc[0]
     out = []
     for axis in sweep.setting_axes:
