@@ -10,7 +10,7 @@ from ..plugin.registry import Registry
 from .effects import Effects, clear, interval
 from .frame import ReportData, split_seeds
 from .grid import grid_reading, problems
-from .headline import is_tuning, reading_leads
+from .headline import has_conditions, is_tuning, reading_leads
 from .learned import learned_lines
 from .parts import pieces
 from .tables import PASS_NAMES, fmt
@@ -178,13 +178,18 @@ def reading(data: ReportData, summary: pd.DataFrame, effects: Effects | None = N
     trouble = problems(data, summary)
     first = learned_lines(data)  # "nothing was learned" before anything is compared
     lines = [line for piece in pieces(registry, "reading") for line in piece(data, summary)]
+    # tuned or condition runs: the fair comparison (:mod:`.fair`) names the leaders, within
+    # each condition; nothing ranks all variants together
+    within = has_conditions(data)
+    apart = is_tuning(data) or within
     if effects is not None:  # a small grid keeps its per-variant sentences where they fit
         small = len(data.order) <= SMALL_GRID
-        heads = ([] if is_tuning(data) else
+        heads = ([] if apart else
                  reading_leads(data, list(effects.grid.cells["variant"]), registry))
         return first + grid_reading(data, summary, effects, trouble,
-                                    [line for line in lines if line] if small else [], heads)
-    heads = [] if is_tuning(data) else reading_leads(data, registry=registry)
+                                    [line for line in lines if line] if small else [], heads,
+                                    best=not within)
+    heads = [] if apart else reading_leads(data, registry=registry)
     aside = [line for piece in pieces(registry, "aside") for line in piece(data, summary)]
     out = first + heads + [line for line in lines + aside if line] + trouble
     return out or ["No probe produced comparable numbers; see the tables below."]

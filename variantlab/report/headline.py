@@ -11,12 +11,13 @@ instead"). Nothing is named when no variant learned anything (:mod:`.learned`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
 from ..config.metrics import Headline, compare_choices, headline, headline_of
+from ..config.roles import CONDITION, stored_roles
 from .frame import ReportData
 from .learned import nothing_learned
 from .tables import apart, fmt
@@ -107,6 +108,17 @@ def is_tuning(data: ReportData) -> bool:
                for o in data.variants["overrides"])
 
 
+def has_conditions(data: ReportData) -> bool:
+    """Whether a run has condition axes (:mod:`variantlab.config.roles`): its variants are
+    then compared only within one condition (:mod:`.fair`), never ranked all together."""
+    for meta in data.runs:
+        mine = data.variants[data.variants["run"] == meta.run]
+        overs = [o for o in mine["overrides"] if isinstance(o, Mapping)]
+        if CONDITION in stored_roles(meta, overs).values():
+            return True
+    return False
+
+
 def tuned_leads(data: ReportData, chosen: dict[str, str], probe_rows: pd.DataFrame | None = None,
                 registry: Any = None) -> list[str]:
     """:func:`leads` over architectures at their chosen settings (``chosen``: architecture
@@ -121,5 +133,5 @@ def tuned_leads(data: ReportData, chosen: dict[str, str], probe_rows: pd.DataFra
     return leads(data, values_of, registry)
 
 
-__all__ = ["column_label", "disagreement", "headlines", "is_tuning", "leads", "reading_leads",
-           "seed_values", "tuned_leads"]
+__all__ = ["column_label", "disagreement", "has_conditions", "headlines", "is_tuning", "leads",
+           "reading_leads", "seed_values", "tuned_leads"]

@@ -23,8 +23,8 @@ from ..learned import nothing_learned
 from ..parts import pieces
 from ..plots import Plot, legend, log_scale, new_axes, styles
 from ..tables import Table, apart, fmt
-from ..verdict import margin
-from .conditions import axes_table, condition_table, effects_by_condition
+from ..verdict import Lead, across_conditions, condition_part, margin
+from .conditions import axes_table, condition_table, condition_values, effects_by_condition
 from .scaling import scaling_parts
 from .tuned import Sweep, added, choose, find_sweep, group_name, lr_curves, tuned_frame
 
@@ -65,9 +65,10 @@ def fair_parts(data: ReportData, probe: str, size_probe: str,
                                        getattr(data, "registry", None))
         if sweep.lr_axis is not None:
             parts.plots.append(lr_plot(sweep, frame))
-        parts.by_condition = effects_by_condition(sweep)
-        if parts.by_condition is not None and len(parts.by_condition):
-            parts.tables.append(condition_table(parts.by_condition))
+        _by_condition(parts, sweep)
+    elif (plain := find_sweep(data, probe, untuned=True)) is not None:
+        parts.lines += condition_lines(plain, tuned_frame(plain), not nothing_learned(data))
+        _by_condition(parts, plain)
     scaled = scaling_parts(data, sweep, probe, size_probe, count)
     if scaled is not None:
         plots, lines, tables, parts.by_size = scaled
@@ -75,6 +76,13 @@ def fair_parts(data: ReportData, probe: str, size_probe: str,
         parts.lines += lines
         parts.tables += tables
     return parts
+
+
+def _by_condition(parts: FairParts, sweep: Sweep) -> None:
+    """effects_by_condition.csv and its table, when the sweep has conditions."""
+    parts.by_condition = effects_by_condition(sweep)
+    if parts.by_condition is not None and len(parts.by_condition):
+        parts.tables.append(condition_table(parts.by_condition))
 
 
 def fair_piece(probe: str, size_probe: str, count: Callable[[Any], float] | None = None
@@ -179,10 +187,25 @@ def tuned_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True) -> list
                      "best may lie outside it.")
     if frame["n"].max() == 1:
         lines.append("One seed: the tuned numbers have no interval; run more seeds.")
+    lines += condition_values(sweep, frame)
     if learned:
         lines += verdict_lines(sweep, frame)
         lines += ranking_flips(sweep, frame)
     return lines
+
+
+def condition_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True) -> list[str]:
+    """The reading of a run with condition axes and no tuned axis: each compared variant
+    as it ran, compared only with the others of its condition (:func:`verdict_lines`), or,
+    when nothing is compared, the headline metric per condition; no verdict when no
+    variant learned anything (``learned`` False)."""
+    n = len(set(sweep.compared.values()))
+    if n < 2:
+        return condition_values(sweep, frame)
+    lines = [f"Compared only within each condition of {', '.join(sweep.condition_axes)}, "
+             f"never across: {n} compared variants on {sweep.reported_on}; see Effects by "
+             "condition and effects_by_condition.csv."]
+    return lines + (verdict_lines(sweep, frame) if learned else [])
 
 
 def group_values(sweep: Sweep, group: str, column: str = "test", lr: float | None = None
@@ -211,48 +234,34 @@ def _lead(sweep: Sweep, a: str, b: str, column: str = "test", lr: float | None =
 
 def verdict_lines(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
     """Per condition, the best compared variant on the reported metric when its lead over
-    the next is clear over seeds (else that the two are not clearly different, or why there
-    is none), then whether the best is the same in every condition."""
+    the next is clear over seeds (else that the two are not clearly different, their
+    numbers alone with one seed, or that the condition is unresolved), then whether the
+    best is the same in every condition (:mod:`..verdict`)."""
     if not sweep.condition_axes or len(set(sweep.compared.values())) < 2:
         return []
     test = sweep.metric_columns[1]
-    best: dict[str, str | None] = {}
+    said, best, unresolved = [], {}, False
     for cond in dict.fromkeys(sweep.sizes.get(g, "") for g in sweep.archs):
         mine = frame[[sweep.sizes.get(g, "") == cond for g in sweep.archs]]
-        top = mine[mine["rank"] == 1]
-        best[cond] = str(top["variant"].iloc[0]) if len(top) else None
-    said = []
-    for cond, b in best.items():
-        if not b:
+        ranked = mine[mine["rank"].notna()].sort_values("rank", kind="stable")
+        if not len(ranked):
             said.append(f"{cond}: unresolved")
+            best[cond], unresolved = None, True
             continue
-        second = frame[[sweep.sizes.get(g, "") == cond for g in sweep.archs]]
-        second = second[second["rank"] > 1].sort_values("rank")
-        if not len(second):
+        b = str(ranked["variant"].iloc[0])
+        if len(ranked) < 2:
             said.append(f"{cond}: {b} ({sweep.reported_on} "
                         f"{_num(_value(frame, sweep, b, cond, test))})")
+            best[cond] = b
             continue
-        runner = str(second["variant"].iloc[0])
-        x, y = apart(_value(frame, sweep, b, cond, test), _value(frame, sweep, runner, cond, test))
-        _, low, high, n = _lead(sweep, group_name(b, cond), group_name(runner, cond))
-        if clear(low, high):
-            said.append(f"{cond}: {b} ({sweep.reported_on} {x}, ahead of {runner} {y})")
-        else:
-            why = "one seed: no verdict" if n < 2 else "paired 95% interval includes 0"
-            said.append(f"{cond}: {b} and {runner} not clearly different ({x} vs {y}; {why})")
-            best[cond] = None
-    out = [f"Best {sweep.reported_on} per condition: " + "; ".join(said[:6]) + "."]
-    named = {b for b in best.values() if b}
-    if len(best) > 1:
-        if None in best.values():
-            out.append("Whether the best holds across conditions is unresolved (some "
-                       "conditions have no ranking).")
-        elif len(named) == 1:
-            out.append(f"The best is {next(iter(named))} in every condition.")
-        else:
-            out.append("The best differs between conditions: the verdict does not hold across "
-                       f"{', '.join(sweep.condition_axes)}.")
-    return out
+        runner = str(ranked["variant"].iloc[1])
+        mean, low, high, n = _lead(sweep, group_name(b, cond), group_name(runner, cond))
+        found = Lead(b, runner, _value(frame, sweep, b, cond, test),
+                     _value(frame, sweep, runner, cond, test), mean, low, high, n)
+        part, best[cond] = condition_part(cond, found, sweep.reported_on)
+        said.append(part)
+    return ([f"Best {sweep.reported_on} per condition: " + "; ".join(said[:6]) + "."]
+            + across_conditions(best, sweep.condition_axes, unresolved))
 
 
 def _value(frame: pd.DataFrame, sweep: Sweep, variant: str, cond: str, col: str) -> float:
