@@ -13,7 +13,7 @@ from .grid import grid_reading, problems
 from .headline import has_conditions, is_tuning, reading_leads
 from .learned import learned_lines
 from .parts import pieces
-from .tables import PASS_NAMES, fmt
+from .tables import PASS_NAMES
 
 MAX_LISTED = 4  # with many variants, name the extremes only
 SMALL_GRID = 8  # a grid of this many variants or fewer also gets the per-variant reading
@@ -145,22 +145,6 @@ def _verdict(agree: int, n: int, span: str) -> str:
     if agree == n:
         return f" on every seed (n={n}, {span})"
     return f" on {agree} of {n} seeds ({span}): not a clear difference"
-
-
-def paired_gaps(rows: pd.DataFrame, probe: str, metric: str, baseline: str) -> dict[str, list]:
-    """Per variant: value minus the baseline's value, seed by seed (seeds both have)."""
-    table = _by_seed(rows, probe, metric, baseline)
-    diffs = table.sub(table[baseline], axis=0).drop(columns=baseline)
-    return {v: diffs[v].dropna().tolist() for v in diffs}
-
-
-def sureness(gaps: list[float]) -> str:
-    """``(every seed, n=3)``, ``(2 of 3 seeds)`` or nothing for one seed."""
-    if len(gaps) < 2:
-        return ""
-    sign = 1 if sum(gaps) > 0 else -1
-    agree = sum(1 for g in gaps if g * sign > 0)
-    return _verdict(agree, len(gaps), f"per-seed gap {fmt(min(gaps))} to {fmt(max(gaps))}")
 
 
 def _nan0(x: float) -> float:

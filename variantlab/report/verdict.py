@@ -110,9 +110,9 @@ def across_conditions(best: Mapping[str, str | None], axes: Sequence[str],
         return ["Whether the best holds across conditions is unresolved (some conditions "
                 "have no ranking)."]
     if None in best.values():
-        return ["Whether the best holds across conditions is unclear: in "
-                + ("no condition" if not named else "some conditions")
-                + " does a variant clearly lead."]
+        where = ("in no condition does a variant clearly lead" if not named else
+                 "in some conditions no variant clearly leads")
+        return [f"Whether the best holds across conditions is unclear: {where}."]
     if len(named) == 1:
         return [f"The best is {next(iter(named))} in every condition."]
     return ["The best differs between conditions: the verdict does not hold across "

@@ -25,8 +25,18 @@ from ..plots import Plot, legend, log_scale, new_axes, styles
 from ..tables import Table, apart, fmt
 from ..verdict import Lead, across_conditions, condition_part, margin
 from .conditions import axes_table, condition_table, condition_values, effects_by_condition
+from .gaps import condition_gaps
 from .scaling import scaling_parts
-from .tuned import Sweep, added, choose, find_sweep, group_name, lr_curves, tuned_frame
+from .tuned import (
+    Sweep,
+    added,
+    choose,
+    find_sweep,
+    group_name,
+    group_values,
+    lr_curves,
+    tuned_frame,
+)
 
 MAX_FLIPS = 4  # ranking sentences at most
 
@@ -205,24 +215,10 @@ def condition_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True) -> 
     lines = [f"Compared only within each condition of {', '.join(sweep.condition_axes)}, "
              f"never across: {n} compared variants on {sweep.reported_on}; see Effects by "
              "condition and effects_by_condition.csv."]
-    return lines + (verdict_lines(sweep, frame) if learned else [])
-
-
-def group_values(sweep: Sweep, group: str, column: str = "test", lr: float | None = None
-                 ) -> pd.DataFrame:
-    """``variant`` (= ``group``), ``seed``, ``value``: ``column`` (``test``: the reported
-    metric, ``val``: the choice metric) per seed at the group's chosen setting, or at
-    learning rate ``lr`` with its other settings as chosen."""
-    chosen = choose(sweep, group)
-    mine = sweep.per_seed[sweep.per_seed["arch"] == group]
-    if chosen is None:
-        mine = mine.iloc[0:0]
-    elif lr is None:
-        mine = mine[mine["variant"] == chosen["variant"]]
-    else:
-        for axis in sweep.setting_axes:
-            mine = mine[mine[axis] == (lr if axis == sweep.lr_axis else chosen[axis])]
-    return pd.DataFrame({"variant": group, "seed": mine["seed"], "value": mine[column]})
+    if not learned:
+        return lines
+    gaps = condition_gaps(sweep)
+    return lines + verdict_lines(sweep, frame) + ([gaps] if gaps else [])
 
 
 def _lead(sweep: Sweep, a: str, b: str, column: str = "test", lr: float | None = None

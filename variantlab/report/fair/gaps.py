@@ -18,12 +18,11 @@ from typing import Any
 import pandas as pd
 
 from ..frame import ReportData
-from ..headline import column_label, headlines, seed_values
+from ..headline import column_label, has_conditions, headlines, is_tuning, seed_values
 from ..learned import nothing_learned
 from ..tables import apart, fmt
 from ..verdict import margin
-from .compare import group_values
-from .tuned import find_sweep
+from .tuned import Sweep, group_values
 
 MIN_COMPARED = 3  # compared variants in a condition before this sentence adds anything
 
@@ -42,38 +41,47 @@ def gap_parts(values: pd.DataFrame, base: str, lower: bool) -> list[str]:
         x, y = apart(float(means[variant]), float(means[base]))
         if n < 2:
             out.append(f"{variant} {x} vs {y} (one seed: no verdict)")
-        elif low > 0 or high < 0:
-            word = "better" if ahead > 0 else "worse"
-            out.append(f"{variant} is {word} ({x} vs {y}; ahead by {fmt(ahead)} "
+        elif low > 0:
+            out.append(f"{variant} is better ({x} vs {y}; ahead by {fmt(ahead)} "
                        f"[{fmt(low)}, {fmt(high)}] over {n} seeds)")
-        else:
-            out.append(f"{variant} is not clearly different ({x} vs {y}; ahead by "
-                       f"{fmt(ahead)}, 95% interval [{fmt(low)}, {fmt(high)}] over {n} seeds "
+        elif high < 0:
+            out.append(f"{variant} is worse ({x} vs {y}; behind by {fmt(-ahead)} "
+                       f"[{fmt(-high)}, {fmt(-low)}] over {n} seeds)")
+        else:  # the difference as measured, the variant's value minus the baseline's
+            diff, lo, hi = (-ahead, -high, -low) if lower else (ahead, low, high)
+            out.append(f"{variant} is not clearly different ({x} vs {y}; paired difference "
+                       f"{fmt(diff)}, 95% interval [{fmt(lo)}, {fmt(hi)}] over {n} seeds "
                        "includes 0)")
     return out
 
 
-def baseline_gaps(data: ReportData, probe: str, registry: Any = None) -> str | None:
-    """The per-variant sentence (module docstring); None where it would add nothing."""
-    if nothing_learned(data) or find_sweep(data, probe) is not None:
+def condition_gaps(sweep: Sweep) -> str | None:
+    """The sentence for a run with conditions and no tuned axis (module docstring): per
+    condition of three or more compared variants, the best and the worst against that
+    condition's baseline; None where no condition has three."""
+    said = []
+    for cond in dict.fromkeys(sweep.sizes.get(g, "") for g in sweep.archs):
+        groups = sweep.groups_of(cond)
+        if len(groups) < MIN_COMPARED:
+            continue
+        values = pd.concat([group_values(sweep, g) for g in groups])
+        names = {g: sweep.compared.get(g, g) for g in groups}
+        parts = gap_parts(values.assign(variant=values["variant"].map(names)),
+                          sweep.baseline, sweep.head.lower_is_better)
+        if parts:
+            said.append(f"{cond}: " + "; ".join(parts))
+    if not said:
         return None
-    sweep = find_sweep(data, probe, untuned=True)
-    if sweep is not None:
-        said = []
-        for cond in dict.fromkeys(sweep.sizes.get(g, "") for g in sweep.archs):
-            groups = sweep.groups_of(cond)
-            if len(groups) < MIN_COMPARED:
-                continue
-            values = pd.concat([group_values(sweep, g) for g in groups])
-            names = {g: sweep.compared.get(g, g) for g in groups}
-            values = values.assign(variant=values["variant"].map(names))
-            parts = gap_parts(values, sweep.baseline, sweep.head.lower_is_better)
-            if parts:
-                said.append(f"{cond}: " + "; ".join(parts))
-        if not said:
-            return None
-        return (f"By {column_label(sweep.reported_on)}, against the baseline "
-                f"{sweep.baseline} of each condition: " + "; ".join(said) + ".")
+    return (f"By {column_label(sweep.reported_on)}, against the baseline {sweep.baseline} of "
+            "each condition: " + "; ".join(said) + ".")
+
+
+def baseline_gaps(data: ReportData, probe: str, registry: Any = None) -> str | None:
+    """The sentence for a run without tuned or condition axes (module docstring): the best
+    and the worst variant against the baseline; None where it would add nothing (a run
+    with tuned or condition axes says it in its fair comparison, :mod:`.compare`)."""
+    if nothing_learned(data) or is_tuning(data) or has_conditions(data):
+        return None
     found = headlines(data, registry if registry is not None else data.registry)
     if not found:
         return None
@@ -88,4 +96,4 @@ def baseline_gaps(data: ReportData, probe: str, registry: Any = None) -> str | N
             + "; ".join(parts) + ".")
 
 
-__all__ = ["baseline_gaps", "gap_parts"]
+__all__ = ["baseline_gaps", "condition_gaps", "gap_parts"]
