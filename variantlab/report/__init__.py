@@ -57,7 +57,7 @@ class ReportFiles:
     effects: Path | None = None
     tuned: Path | None = None  # a run with setting axes: report/tuned.csv
     by_size: Path | None = None  # a grid over size: report/effects_by_size.csv
-    by_condition: Path | None = None  # a tuned grid with conditions: effects_by_condition.csv
+    by_condition: Path | None = None  # a run with conditions: effects_by_condition.csv
     failed: tuple[Failure, ...] = ()  # parts that raised, each a notice in the report
 
 
