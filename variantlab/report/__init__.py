@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from ..plugin.registry import Registry
+from .converged import judge_on_headline
 from .effects import compute_effects, effects_csv
 from .fair.compare import FairParts, fair_of
 from .findings import reading
@@ -90,6 +91,7 @@ def _notice(title: str) -> Any:
 
 
 def _context(data: ReportData, registry: Registry) -> tuple[dict[str, Any], list[Plot]]:
+    run_part("convergence", judge_on_headline, data, registry, default=_none)
     per_seed = run_part("summary metrics", seed_metrics, data, registry,
                         default=lambda f: MetricRows().frame())
     summary = run_part("summary", summarize, data, per_seed, registry,
