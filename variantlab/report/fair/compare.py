@@ -236,7 +236,9 @@ def verdict_lines(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
     if not sweep.condition_axes or len(set(sweep.compared.values())) < 2:
         return []
     test = sweep.metric_columns[1]
-    said, best, unresolved = [], {}, False
+    said: list[str] = []
+    best: dict[str, str | None] = {}
+    unresolved = False
     for cond in dict.fromkeys(sweep.sizes.get(g, "") for g in sweep.archs):
         mine = frame[[sweep.sizes.get(g, "") == cond for g in sweep.archs]]
         ranked = mine[mine["rank"].notna()].sort_values("rank", kind="stable")
