@@ -10,7 +10,7 @@ from ..plugin.registry import Registry
 from .effects import Effects, clear, interval
 from .frame import ReportData, split_seeds
 from .grid import grid_reading, problems
-from .headline import has_conditions, is_tuning, reading_leads
+from .headline import conditions_of, has_conditions, is_tuning, reading_leads
 from .learned import learned_lines
 from .parts import pieces
 from .tables import PASS_NAMES
@@ -35,15 +35,21 @@ def listing(pairs: list[tuple[str, str]]) -> str:
 def timing_speed(data: ReportData, summary: pd.DataFrame) -> str | None:
     """The fastest and slowest variant against the baseline on the slowest-measured pass
     (the summary's ``{pass}_median_s`` metrics, judged on the rows of the probe whose
-    section holds them).
+    section holds them), among the variants of the baseline's condition when the run has
+    condition axes (a wider model is not "slower" than a narrower one: it is another size).
 
     With several seeds each timing unit is an independent measurement (its own process
     state, minutes apart), so the speed-up is judged seed by seed; with one, only against
     the timing IQR, which misses the machine's drift between units, and the text says so.
     """
+    conds = conditions_of(data)  # variants are compared only within one condition
+    where = (f" (within the baseline's condition, {conds[data.baseline]})"
+             if conds.get(data.baseline) else "")
     for key in ("backward", "step", "forward"):
         metric = f"{key}_median_s"
         table = means(summary, metric)
+        if conds:
+            table = table[[conds.get(str(v)) == conds.get(data.baseline) for v in table.index]]
         if len(table) < 2 or data.baseline not in table.index:
             continue
         base = table.loc[data.baseline, "mean"]
@@ -75,7 +81,7 @@ def timing_speed(data: ReportData, summary: pd.DataFrame) -> str | None:
             parts.append(f"{variant} is {speed} than {data.baseline}{how}"
                          + _apart(data, probe, metric, variant)
                          + busy_note(data.rows, probe, [data.baseline, variant]))
-        return f"{PASS_NAMES[key]}: " + "; ".join(parts) + "."
+        return f"{PASS_NAMES[key]}{where}: " + "; ".join(parts) + "."
     return None
 
 

@@ -18,7 +18,9 @@ import pandas as pd
 
 from ..config.metrics import Headline, compare_choices, headline, headline_of
 from ..config.roles import CONDITION, stored_roles
+from ..store.store import axis_default
 from .frame import ReportData
+from .labels import GridLabels
 from .learned import nothing_learned
 from .tables import apart, fmt
 from .verdict import Lead, lead, lead_sentence
@@ -111,12 +113,26 @@ def is_tuning(data: ReportData) -> bool:
 def has_conditions(data: ReportData) -> bool:
     """Whether a run has condition axes (:mod:`variantlab.config.roles`): its variants are
     then compared only within one condition (:mod:`.fair`), never ranked all together."""
+    return bool(conditions_of(data))
+
+
+def conditions_of(data: ReportData) -> dict[str, str]:
+    """Variant -> its condition (``n_pairs=2, emb_dim=32``: the value of each condition
+    axis of its run, defaults included), for the variants of runs with condition axes."""
+    out: dict[str, str] = {}
     for meta in data.runs:
         mine = data.variants[data.variants["run"] == meta.run]
-        overs = [o for o in mine["overrides"] if isinstance(o, Mapping)]
-        if CONDITION in stored_roles(meta, overs).values():
-            return True
-    return False
+        overs = [dict(o) if isinstance(o, Mapping) else {} for o in mine["overrides"]]
+        conds = [a for a, r in stored_roles(meta, overs).items() if r == CONDITION]
+        if not conds:
+            continue
+        labels = GridLabels.of(meta)
+        for variant, over, spec in zip(mine["variant"], overs, mine["spec"]):
+            out[str(variant)] = ", ".join(
+                f"{labels.short.get(a, a)}="
+                f"{labels.value(a, over[a] if a in over else axis_default(a, meta, spec))}"
+                for a in conds)
+    return out
 
 
 def tuned_leads(data: ReportData, chosen: dict[str, str], probe_rows: pd.DataFrame | None = None,
@@ -133,5 +149,5 @@ def tuned_leads(data: ReportData, chosen: dict[str, str], probe_rows: pd.DataFra
     return leads(data, values_of, registry)
 
 
-__all__ = ["column_label", "disagreement", "has_conditions", "headlines", "is_tuning", "leads",
-           "reading_leads", "seed_values", "tuned_leads"]
+__all__ = ["column_label", "conditions_of", "disagreement", "has_conditions", "headlines",
+           "is_tuning", "leads", "reading_leads", "seed_values", "tuned_leads"]
