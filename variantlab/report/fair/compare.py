@@ -67,17 +67,13 @@ def fair_parts(data: ReportData, probe: str, size_probe: str,
         parts.tables.append(tuned_table(sweep, frame))
         learned = not nothing_learned(data)
         parts.lines += tuned_lines(sweep, frame, learned)
-        if not sweep.condition_axes:  # the headline's leader, and metrics that disagree
-            picks = {a: choose(sweep, a) for a in sweep.archs}
-            parts.lines += tuned_leads(data, {a: str(c["variant"]) for a, c in picks.items()
-                                              if c is not None},
-                                       data.rows[data.rows["run"] == sweep.run],
-                                       getattr(data, "registry", None))
+        parts.lines += leads_within(data, sweep)
         if sweep.lr_axis is not None:
             parts.plots.append(lr_plot(sweep, frame))
         _by_condition(parts, sweep)
     elif (plain := find_sweep(data, probe, untuned=True)) is not None:
         parts.lines += condition_lines(plain, tuned_frame(plain), not nothing_learned(data))
+        parts.lines += leads_within(data, plain)
         _by_condition(parts, plain)
     scaled = scaling_parts(data, sweep, probe, size_probe, count)
     if scaled is not None:
@@ -86,6 +82,22 @@ def fair_parts(data: ReportData, probe: str, size_probe: str,
         parts.lines += lines
         parts.tables += tables
     return parts
+
+
+def leads_within(data: ReportData, sweep: Sweep) -> list[str]:
+    """The headline's leader and the metrics whose clear leader differs
+    (:func:`..headline.tuned_leads`), over the compared variants at their chosen settings;
+    with condition axes, only the disagreements, per condition (:func:`verdict_lines` names
+    each condition's leader)."""
+    rows = data.rows[data.rows["run"] == sweep.run]
+    out: list[str] = []
+    for cond in dict.fromkeys(sweep.sizes.get(g, "") for g in sweep.archs):
+        picks = {sweep.compared.get(g, g): str(c["variant"]) for g in sweep.groups_of(cond)
+                 if (c := choose(sweep, g)) is not None}
+        found = tuned_leads(data, picks, rows, getattr(data, "registry", None))
+        out += found if not cond else [f"{cond}: {line[:1].lower()}{line[1:]}"
+                                       for line in found[1:]]
+    return out[:MAX_FLIPS]
 
 
 def _by_condition(parts: FairParts, sweep: Sweep) -> None:
