@@ -36,7 +36,8 @@ def _rows(name, acc, test_loss=None):
     loss = 1.0 - acc
     return [row(name, "loss", 4.0, step=0), row(name, "diverged", 0.0),
             row(name, "val_loss", loss), row(name, "eval_loss", loss),
-            row(name, "test_loss", loss + 0.1 if test_loss is None else test_loss), row(name, "val_recall_accuracy", acc),
+            row(name, "test_loss", loss + 0.1 if test_loss is None else test_loss),
+            row(name, "val_recall_accuracy", acc),
             row(name, "test_recall_accuracy", acc), row(name, "init_loss", 4.0),
             row(name, "loss_noise", 0.01), row(name, "chance_recall_accuracy", 1 / 32),
             row(name, "recall_noise", 0.005)]
