@@ -25,7 +25,7 @@ from ..plots import Plot, legend, log_scale, new_axes, styles
 from ..tables import Table, apart, fmt
 from ..verdict import Lead, across_conditions, condition_part, margin
 from .conditions import axes_table, condition_table, condition_values, effects_by_condition
-from .gaps import condition_gaps
+from .gaps import condition_gaps, group_values
 from .scaling import scaling_parts
 from .tuned import (
     Sweep,
@@ -33,7 +33,6 @@ from .tuned import (
     choose,
     find_sweep,
     group_name,
-    group_values,
     lr_curves,
     tuned_frame,
 )

@@ -22,9 +22,26 @@ from ..headline import column_label, has_conditions, headlines, is_tuning, seed_
 from ..learned import nothing_learned
 from ..tables import apart, fmt
 from ..verdict import margin
-from .tuned import Sweep, group_values
+from .tuned import Sweep, choose
 
 MIN_COMPARED = 3  # compared variants in a condition before this sentence adds anything
+
+
+def group_values(sweep: Sweep, group: str, column: str = "test", lr: float | None = None
+                 ) -> pd.DataFrame:
+    """``variant`` (= ``group``), ``seed``, ``value``: ``column`` (``test``: the reported
+    metric, ``val``: the choice metric) per seed at the group's chosen setting, or at
+    learning rate ``lr`` with its other settings as chosen."""
+    chosen = choose(sweep, group)
+    mine = sweep.per_seed[sweep.per_seed["arch"] == group]
+    if chosen is None:
+        mine = mine.iloc[0:0]
+    elif lr is None:
+        mine = mine[mine["variant"] == chosen["variant"]]
+    else:
+        for axis in sweep.setting_axes:
+            mine = mine[mine[axis] == (lr if axis == sweep.lr_axis else chosen[axis])]
+    return pd.DataFrame({"variant": group, "seed": mine["seed"], "value": mine[column]})
 
 
 def gap_parts(values: pd.DataFrame, base: str, lower: bool) -> list[str]:
@@ -96,4 +113,4 @@ def baseline_gaps(data: ReportData, probe: str, registry: Any = None) -> str | N
             + "; ".join(parts) + ".")
 
 
-__all__ = ["baseline_gaps", "condition_gaps", "gap_parts"]
+__all__ = ["baseline_gaps", "condition_gaps", "gap_parts", "group_values"]

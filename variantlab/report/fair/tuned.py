@@ -370,23 +370,6 @@ def tuned_frame(sweep: Sweep) -> pd.DataFrame:
     return pd.DataFrame(records, columns=columns)
 
 
-def group_values(sweep: Sweep, group: str, column: str = "test", lr: float | None = None
-                 ) -> pd.DataFrame:
-    """``variant`` (= ``group``), ``seed``, ``value``: ``column`` (``test``: the reported
-    metric, ``val``: the choice metric) per seed at the group's chosen setting, or at
-    learning rate ``lr`` with its other settings as chosen."""
-    chosen = choose(sweep, group)
-    mine = sweep.per_seed[sweep.per_seed["arch"] == group]
-    if chosen is None:
-        mine = mine.iloc[0:0]
-    elif lr is None:
-        mine = mine[mine["variant"] == chosen["variant"]]
-    else:
-        for axis in sweep.setting_axes:
-            mine = mine[mine[axis] == (lr if axis == sweep.lr_axis else chosen[axis])]
-    return pd.DataFrame({"variant": group, "seed": mine["seed"], "value": mine[column]})
-
-
 def lr_curves(sweep: Sweep, arch: str, chosen: pd.Series | None) -> pd.DataFrame:
     """``lr, mean, low, high, diverged`` of group ``arch``'s choice metric at each swept
     lr (other tuned axes at its chosen values; seed spread = min and max over seeds)."""
