@@ -131,19 +131,20 @@ def group_name(compared: str, condition: str) -> str:
     return f"{compared} ({condition})" if condition else compared
 
 
-def find_sweep(data: ReportData, probe: str) -> Sweep | None:
+def find_sweep(data: ReportData, probe: str, untuned: bool = False) -> Sweep | None:
     """The first run whose variants have tuned axes, with the headline metric's values
     per variant and seed (the training ``probe``'s loss at init and divergence; None: no
-    run has tuned axes, or none recorded the headline)."""
+    run has tuned axes, or none recorded the headline). ``untuned``: instead the first run
+    with condition axes and no tuned axis (each group is then one variant as it ran)."""
     for meta in data.runs:
         mine = data.variants[data.variants["run"] == meta.run]
         overs = [dict(o) if isinstance(o, Mapping) else {} for o in mine["overrides"]]
         roles = stored_roles(meta, overs)
         tuned = [a for a, r in roles.items() if r == TUNED]
-        if not tuned:
-            continue
         compared = [a for a, r in roles.items() if r == COMPARED]
         conds = [a for a, r in roles.items() if r == CONDITION]
+        if (bool(tuned) or not conds) if untuned else not tuned:
+            continue
         records: list[dict[str, Any]] = []
         sizes: dict[str, str] = {}
         names: dict[str, str] = {}
@@ -235,8 +236,11 @@ def scores(sweep: Sweep, arch: str) -> pd.DataFrame:
 def choose(sweep: Sweep, arch: str) -> pd.Series | None:
     """The chosen combination of group ``arch`` (the best score; on ties the lower ``tie``,
     then the first in sweep order); None when every combination has a seed without a
-    finite choice metric."""
+    finite choice metric. Without tuned axes, the group's variant as it ran (its seeds
+    without a finite value drop out of its mean, as in any untuned comparison)."""
     table = scores(sweep, arch)
+    if len(table) and not sweep.setting_axes and not math.isfinite(table["key"].min()):
+        return table.iloc[0]
     if not len(table) or not math.isfinite(table["key"].min()):
         return None
     best = table[table["key"] == table["key"].min()]
