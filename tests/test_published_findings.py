@@ -27,6 +27,7 @@ from variantlab.report.builtin.dynamics_findings import (
 )
 from variantlab.report.fair.tuned import find_sweep
 from variantlab.report.frame import ReportData, gather
+from variantlab.store.contract import RunMeta
 
 SMALL_MODEL = {k: TINY[k] for k in ("context_length", "emb_dim", "n_layers")}
 
@@ -285,21 +286,53 @@ def report_data(rows: list[dict], baseline: str = "a") -> ReportData:
                       baseline=baseline, order=["a", "b"])
 
 
-def test_reading_judges_the_logit_seed_by_seed():
+# the 97.5% points of Student's t for 1, 2 and 3 degrees of freedom as a t table prints them,
+# written out so that the expected intervals below do not come from the code they check
+T975 = {1: 12.706, 2: 4.303, 3: 3.182}
+
+
+def logit_rows(seeds: dict[int, float]) -> list[dict]:
+    """a's largest logit at step 10 per seed as given (2 at step 0); b's 4 -> 5 on each."""
     rows = []
-    for seed, grow in ((0, 100.0), (1, 50.0)):
+    for seed, end in seeds.items():
         rows += layer_rows("a", seed, "max_attn_logit",
-                           {(0, 0): 2.0, (0, 1): 1.0, (10, 0): 2.0 * grow, (10, 1): 3.0})
+                           {(0, 0): 2.0, (0, 1): 1.0, (10, 0): end, (10, 1): end / 2})
         rows += layer_rows("b", seed, "max_attn_logit",
-                           {(0, 0): 2.0, (0, 1): 4.0, (10, 0): 5.0, (10, 1): 6.0})
+                           {(0, 0): 2.0, (0, 1): 4.0, (10, 0): 5.0, (10, 1): 3.0})
+    return rows
+
+
+def test_reading_judges_the_logit_by_the_interval_of_its_log_ratio():
+    rows = logit_rows({0: 250.0, 1: 125.0, 2: 62.5})
     text = dynamics_reading(report_data(rows))[0]
-    # a: max over layers 2 -> 200 and 100 (mean 150), growth 100x and 50x; b: 4 -> 6, 1.5x
-    assert "a 2 → 150 (50 to 100x per seed); b 4 → 6 (1.5x per seed)" in text
-    assert "b's step-10 max attention logit is lower than a's on every seed (n=2" in text
-    rows += layer_rows("b", 2, "max_attn_logit", {(0, 0): 1.0, (10, 0): 1.0})
-    rows += layer_rows("a", 2, "max_attn_logit", {(0, 0): 1.0, (10, 0): 0.5})
-    text = dynamics_reading(report_data(rows))[0]
-    assert "lower than a's on 2 of 3 seeds" in text and "not a clear difference" in text
+    # a: max over layers 2 -> 250, 125, 62.5 (mean 145.8), growth 125x, 62.5x, 31.25x;
+    # b: 4 -> 5, 1.25x on each seed
+    assert "step 10: a 2 → 145.8 (31.25 to 125x per seed); b 4 → 5 (1.25x per seed)." in text
+    # b / a per seed 0.02, 0.04, 0.08: logs log 0.04 + (-log 2, 0, log 2), sd log 2; the
+    # interval of the geometric mean 0.04 * exp(+-t(2) log 2 / sqrt 3) excludes 1: lower
+    half = math.exp(T975[2] * math.log(2) / math.sqrt(3))
+    assert f"{0.04 / half:.4g}, {0.04 * half:.4g}" == "0.007148, 0.2238"
+    assert text.endswith("b's step-10 max attention logit is lower than a's (5 vs 145.8; "
+                         "per-seed ratio 0.02 to 0.08, geometric mean 0.04, 95% interval "
+                         "[0.007148, 0.2238] over 3 seeds).")
+    # a fourth seed where a's logit ends at 0.5 (ratio 10): every seed but one agrees in
+    # sign, and the interval includes 1
+    logs = [math.log(r) for r in (0.02, 0.04, 0.08, 10.0)]
+    mean = sum(logs) / 4
+    half = T975[3] * math.sqrt(sum((x - mean) ** 2 for x in logs) / 3) / 2
+    assert [f"{math.exp(x):.4g}" for x in (mean, mean - half, mean + half)] == \
+        ["0.1591", "0.001796", "14.09"]
+    text = dynamics_reading(report_data(logit_rows({0: 250.0, 1: 125.0, 2: 62.5, 3: 0.5})))[0]
+    assert "a 2 → 109.5 (0.25 to 125x per seed)" in text
+    assert text.endswith("b's step-10 max attention logit is not clearly different from a's "
+                         "(5 vs 109.5; per-seed ratio 0.02 to 10, geometric mean 0.1591, 95% "
+                         "interval [0.001796, 14.09] over 4 seeds includes 1).")
+    # one seed: the numbers, no verdict word
+    text = dynamics_reading(report_data(logit_rows({0: 250.0})))[0]
+    assert text.endswith("step 10: a 2 → 250 (125x per seed); b 4 → 5 (1.25x per seed). "
+                         "b's step-10 max attention logit 5 vs a's 250 (ratio 0.02; one seed: "
+                         "no verdict).")
+    assert "lower" not in text and "higher" not in text
 
 
 def test_reading_residual_depth_ratio_at_the_last_step():
@@ -314,8 +347,57 @@ def test_reading_residual_depth_ratio_at_the_last_step():
     text = dynamics_reading(report_data(rows))[0]
     # after the last layer: a 1 -> 4, b 9 -> 2 and 3 (mean 2.5); b lower than a on each seed
     assert "from the first recorded step to step 5: a 1 → 4; b 9 → 2.5." in text
-    assert "b's step-5 last-layer RMS is lower than a's on every seed (n=2" in text
+    # b / a per seed 0.5 and 0.75: both below 1, but two seeds' interval (t = 12.7) is wide
+    logs = [math.log(0.5), math.log(0.75)]
+    half = T975[1] * abs(logs[0] - logs[1]) / math.sqrt(2) / math.sqrt(2)
+    mean = sum(logs) / 2
+    assert [f"{math.exp(x):.4g}" for x in (mean, mean - half, mean + half)] == \
+        ["0.6124", "0.04659", "8.049"]
+    assert ("b's step-5 last-layer RMS is not clearly different from a's (2.5 vs 4; per-seed "
+            "ratio 0.5 to 0.75, geometric mean 0.6124, 95% interval [0.04659, 8.049] over 2 "
+            "seeds includes 1).") in text
     assert "over that after the first: a 4x (4 per seed); b 1.25x (1 to 1.5 per seed)." in text
+
+
+def condition_data(losses: dict[tuple[str, int], list[float]]) -> ReportData:
+    """A run over emb_dim (a condition) x norm.kind (compared) x measure.training.lr (the
+    training probe's setting: the dynamics run is the same at both rates), with the
+    dynamics eval loss per seed of each (norm, emb_dim) as given, at both rates."""
+    meta = RunMeta(experiment="e", seeds=[0, 1, 2], run="e", measure={"dynamics": {"lr": 0.03}},
+                   grid={"emb_dim": [32, 64], "norm.kind": ["layer", "rms"],
+                         "measure.training.lr": [0.001, 0.01]})
+    variants, rows = [], []
+    for (norm, width), values in losses.items():
+        for lr in (0.001, 0.01):
+            name = f"{norm}{width}-{lr}"
+            over = {"emb_dim": width, "norm.kind": norm, "measure.training.lr": lr}
+            variants.append({"run": "e", "variant": name, "overrides": over, "spec": {}})
+            rows += [{"variant": name, "seed": seed, "probe": "dynamics", "metric": "eval_loss",
+                      "scope": "model", "name": "", "layer": None, "step": None, "value": v}
+                     for seed, v in enumerate(values)]
+    order = [v["variant"] for v in variants]
+    return ReportData(runs=[meta], variants=pd.DataFrame(variants), units=pd.DataFrame(),
+                      rows=pd.DataFrame(rows), baseline="layer32-0.001", order=order)
+
+
+def test_reading_compares_the_dynamics_loss_within_each_condition():
+    data = condition_data({("layer", 32): [3.0, 3.0, 3.0], ("rms", 32): [2.9, 2.85, 2.8],
+                           ("layer", 64): [2.0, 2.0, 2.0], ("rms", 64): [2.1, 2.15, 2.2]})
+    text = dynamics_reading(data)[0]
+    # rms - layer per seed: -0.1, -0.15, -0.2 at width 32 and the opposite at 64; mean 0.15,
+    # sd 0.05, half-width t(2) 0.05 / sqrt 3 = 0.1242
+    half = T975[2] * 0.05 / math.sqrt(3)
+    assert [f"{x:.4g}" for x in (0.15 - half, 0.15 + half)] == ["0.02578", "0.2742"]
+    # one dynamics run per (norm, width): the training rate does not set it, so each is
+    # said once; each rms against the layer of its own width, never across widths
+    assert text == (
+        "Eval loss after the dynamics run at lr 0.03 (mean over seeds): emb_dim=32: "
+        "layer32-0.001 3; rms32-0.001 2.85; emb_dim=64: layer64-0.001 2; rms64-0.001 2.15. "
+        "emb_dim=32: rms32-0.001's dynamics eval loss is lower than layer32-0.001's (2.85 vs 3; "
+        "per-seed difference -0.2 to -0.1, mean -0.15, 95% interval [-0.2742, -0.02578] over "
+        "3 seeds); emb_dim=64: rms64-0.001's dynamics eval loss is higher than "
+        "layer64-0.001's (2.15 vs 2; per-seed difference 0.1 to 0.2, mean 0.15, 95% interval "
+        "[0.02578, 0.2742] over 3 seeds).")
 
 
 def test_reading_has_no_dynamics_sentences_without_its_rows():

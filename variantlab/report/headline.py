@@ -11,7 +11,7 @@ instead"). Nothing is named when no variant learned anything (:mod:`.learned`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -116,14 +116,17 @@ def has_conditions(data: ReportData) -> bool:
     return bool(conditions_of(data))
 
 
-def conditions_of(data: ReportData) -> dict[str, str]:
+def conditions_of(data: ReportData, keep: Callable[[str, str], bool] | None = None
+                  ) -> dict[str, str]:
     """Variant -> its condition (``n_pairs=2, emb_dim=32``: the value of each condition
-    axis of its run, defaults included), for the variants of runs with condition axes."""
+    axis of its run, defaults included), for the variants of runs with condition axes.
+    ``keep(axis, role)``: the axes named instead (default: those whose role is condition)."""
+    keep = keep or (lambda axis, role: role == CONDITION)
     out: dict[str, str] = {}
     for meta in data.runs:
         mine = data.variants[data.variants["run"] == meta.run]
         overs = [dict(o) if isinstance(o, Mapping) else {} for o in mine["overrides"]]
-        conds = [a for a, r in stored_roles(meta, overs).items() if r == CONDITION]
+        conds = [a for a, r in stored_roles(meta, overs).items() if keep(a, r)]
         if not conds:
             continue
         labels = GridLabels.of(meta)

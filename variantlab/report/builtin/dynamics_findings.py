@@ -1,15 +1,32 @@
-"""Reading sentences from the dynamics probe's rows, judged seed by seed against the baseline:
-how the largest attention logit grows over training, how the residual-stream RMS grows with
-depth, and the eval loss after the dynamics run."""
+"""Reading sentences from the dynamics probe's rows: how the largest attention logit grows
+over training, how the residual-stream RMS grows with depth, and the eval loss after the
+dynamics run.
+
+Each number is described per variant (mean over seeds, with its per-seed range), and each
+variant is compared only with the baseline *of its own condition*
+(:mod:`variantlab.config.roles`: ``data.*``, ``emb_dim``, ``n_layers`` and ``conditions:``
+keys; a tuned axis that the dynamics probe runs with, ``measure.dynamics.*`` or a model key
+under ``tune:``, separates comparisons too, while another probe's setting such as
+``measure.training.lr`` leaves the dynamics run alone). The comparison follows the
+report's verdict rule (:mod:`..verdict`): "higher" or "lower" only when the paired 95%
+t-interval over seeds excludes 0, on the log of the per-seed ratio for the logit and the
+RMS (quantities that grow manyfold) and on the per-seed difference for the loss; else "not
+clearly different" with that interval; one seed gives the numbers and no verdict.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
+import numpy as np
 import pandas as pd
 
+from ...config.roles import COMPARED, CONDITION, TUNED
 from ..frame import ReportData
-from ..tables import fmt
+from ..headline import conditions_of
+from ..tables import apart, fmt
+from ..verdict import margin
 
 PROBE = "dynamics"
 
@@ -66,47 +83,102 @@ def _span(values: pd.Series) -> str:
     return fmt(lo) if math.isclose(lo, hi) else f"{fmt(lo)} to {fmt(hi)}"
 
 
-def _versus(table: pd.DataFrame, baseline: str, what: str, ratio: bool = True) -> str:
-    """Each variant against the baseline seed by seed: lower or higher on every seed (with the
-    per-seed ratio, or difference when ``ratio`` is false), or not a clear difference."""
-    if baseline not in table or table.shape[1] < 2:
+def _dynamic(axis: str, role: str) -> bool:
+    """Whether ``axis`` sets how the dynamics run goes: a condition, or a tuned axis that is
+    not another probe's setting."""
+    other = axis.startswith("measure.") and not axis.startswith(f"measure.{PROBE}.")
+    return role == CONDITION or (role == TUNED and not other)
+
+
+def cells(data: ReportData, variants: list[str]) -> dict[str, list[str]]:
+    """The variants compared together (module docstring): condition (and dynamics setting)
+    -> its variants in the order given; of those that differ only in another probe's
+    setting (one dynamics run), the first alone."""
+    where = conditions_of(data, _dynamic)
+    what = _compared(data)
+    out: dict[str, list[str]] = {}
+    for variant in variants:
+        mine = out.setdefault(where.get(variant, ""), [])
+        if all(what.get(v, v) != what.get(variant, variant) for v in mine):
+            mine.append(variant)
+    return out
+
+
+def _compared(data: ReportData) -> dict[str, str]:
+    """Variant -> its compared axes' values (runs without compared axes: none)."""
+    return conditions_of(data, lambda axis, role: role == COMPARED)
+
+
+def _pairs(data: ReportData, table: pd.DataFrame) -> Iterator[tuple[str, str, str]]:
+    """``(cell, variant, its cell's baseline)`` for each variant of ``table`` (seeds down,
+    variants across) in a cell that has the baseline's counterpart: the variant with the
+    baseline's compared values."""
+    what = _compared(data)
+    base = what.get(data.baseline, data.baseline)
+    for cell, mine in cells(data, [v for v in data.order if v in table]).items():
+        ref = next((v for v in mine if what.get(v, v) == base), None)
+        yield from ((cell, v, ref) for v in mine if ref is not None and v != ref)
+
+
+def versus(table: pd.DataFrame, variant: str, base: str, what: str, ratio: bool = True) -> str:
+    """``variant``'s ``what`` against ``base``'s over their paired seeds (module docstring):
+    the per-seed ratio (``ratio``) or difference, with the verdict the interval allows."""
+    pair = table[[base, variant]].dropna()
+    if not len(pair):
         return ""
-    out = []
-    for variant in table.columns.drop(baseline):
-        pair = table[[baseline, variant]].dropna()
-        if not len(pair):
-            continue
-        lower = int((pair[variant] < pair[baseline]).sum())
-        higher = int((pair[variant] > pair[baseline]).sum())
-        n = len(pair)
-        change = (pair[variant] / pair[baseline] if ratio else pair[variant] - pair[baseline])
-        span = f"per-seed {'ratio' if ratio else 'difference'} {_span(change)}"
-        if lower == n or higher == n:
-            side = "lower" if lower == n else "higher"
-            seeds = "on every seed" if n > 1 else "on its one seed"
-            out.append(f"{variant}'s {what} is {side} than {baseline}'s {seeds} (n={n}, {span})")
-        else:
-            out.append(f"{variant}'s {what} is lower than {baseline}'s on {lower} of {n} seeds "
-                       f"({span}): not a clear difference")
+    ratio = ratio and bool((pair > 0).all().all())  # a ratio of positive numbers only
+    judged = np.log(pair) if ratio else pair
+    long = judged.rename_axis(columns="variant").stack().rename("value").reset_index()
+    mean, low, high, n = margin(long, base, variant, lower=True)  # variant minus base
+    x, y = apart(float(pair[variant].mean()), float(pair[base].mean()))
+    change = pair[variant] / pair[base] if ratio else pair[variant] - pair[base]
+    shown = (lambda d: fmt(math.exp(d))) if ratio else fmt
+    if n < 2:
+        how = "ratio" if ratio else "difference"
+        return f"{variant}'s {what} {x} vs {base}'s {y} ({how} {shown(mean)}; one seed: no verdict)"
+    spread = (f"per-seed {'ratio' if ratio else 'difference'} {_span(change)}, "
+              f"{'geometric mean' if ratio else 'mean'} {shown(mean)}, 95% interval "
+              f"[{shown(low)}, {shown(high)}] over {n} seeds")
+    if low > 0 or high < 0:
+        side = "higher" if mean > 0 else "lower"
+        return f"{variant}'s {what} is {side} than {base}'s ({x} vs {y}; {spread})"
+    return (f"{variant}'s {what} is not clearly different from {base}'s ({x} vs {y}; {spread} "
+            f"includes {1 if ratio else 0})")
+
+
+def _versus(data: ReportData, table: pd.DataFrame, what: str, ratio: bool = True) -> str:
+    """Each variant against the baseline of its cell (:func:`cells`, :func:`versus`),
+    prefixed by its cell where there are several."""
+    several = len(cells(data, [v for v in data.order if v in table])) > 1
+    out = [(f"{cell}: " if several and cell else "") + said
+           for cell, variant, base in _pairs(data, table)
+           if (said := versus(table, variant, base, what, ratio))]
     return " " + "; ".join(out) + "." if out else ""
+
+
+def _by_cell(data: ReportData, parts: dict[str, str]) -> str:
+    """``parts`` (variant -> its description) in report order, one variant per dynamics
+    run (:func:`cells`), each cell named before its variants where there are several."""
+    groups = cells(data, [v for v in data.order if v in parts])
+    several = len(groups) > 1
+    return "; ".join((f"{cell}: " if several and cell else "") + "; ".join(parts[v] for v in mine)
+                     for cell, mine in groups.items())
 
 
 def attention_logit_growth(data: ReportData) -> str | None:
     """The largest attention logit (over layers) at the first and last recorded step, per
-    variant, and its growth; each variant's last value against the baseline's, per seed."""
+    variant, and its growth per seed; each variant's last value against its cell's
+    baseline's (module docstring)."""
     start = at_step_max(data.rows, "max_attn_logit", last=False)
     end = at_step_max(data.rows, "max_attn_logit", last=True)
     if end.empty:
         return None
-    parts = []
-    for variant in [v for v in data.order if v in end]:
-        growth = (end[variant] / start[variant]).dropna()
-        parts.append(f"{variant} {fmt(start[variant].mean())} → {fmt(end[variant].mean())} "
-                     f"({_span(growth)}x per seed)")
+    parts = {v: f"{v} {fmt(start[v].mean())} → {fmt(end[v].mean())} "
+                f"({_span((end[v] / start[v]).dropna())}x per seed)" for v in end}
     step = _last_step(data.rows, "max_attn_logit")
     text = (f"Max attention logit (largest over layers, mean over seeds) from the first "
-            f"recorded step to step {step}: " + "; ".join(parts) + ".")
-    return text + _versus(end, data.baseline, f"step-{step} max attention logit")
+            f"recorded step to step {step}: " + _by_cell(data, parts) + ".")
+    return text + _versus(data, end, f"step-{step} max attention logit")
 
 
 def last_layer_at(rows: pd.DataFrame, metric: str, last: bool) -> pd.DataFrame:
@@ -124,37 +196,37 @@ def last_layer_at(rows: pd.DataFrame, metric: str, last: bool) -> pd.DataFrame:
 def residual_depth_growth(data: ReportData) -> str | None:
     """Residual-stream RMS after the last layer at the first and last recorded step, and at
     the last step the RMS after the last layer over that after the first, per variant; each
-    variant's last-layer RMS against the baseline's, per seed."""
+    variant's last-layer RMS against its cell's baseline's (module docstring)."""
     ratio = depth_ratio(data.rows, "residual_rms")
     if ratio.empty:
         return None
     start = last_layer_at(data.rows, "residual_rms", last=False)
     end = last_layer_at(data.rows, "residual_rms", last=True)
     step = _last_step(data.rows, "residual_rms")
-    size = [f"{v} {fmt(start[v].mean())} → {fmt(end[v].mean())}" for v in data.order if v in end]
-    depth = [f"{v} {fmt(ratio[v].mean())}x ({_span(ratio[v].dropna())} per seed)"
-             for v in data.order if v in ratio]
+    size = {v: f"{v} {fmt(start[v].mean())} → {fmt(end[v].mean())}" for v in end}
+    depth = {v: f"{v} {fmt(ratio[v].mean())}x ({_span(ratio[v].dropna())} per seed)"
+             for v in ratio}
     return (f"Residual-stream RMS after the last layer (mean over seeds) from the first recorded "
-            f"step to step {step}: " + "; ".join(size) + "."
-            + _versus(end, data.baseline, f"step-{step} last-layer RMS")
+            f"step to step {step}: " + _by_cell(data, size) + "."
+            + _versus(data, end, f"step-{step} last-layer RMS")
             + f" At step {step}, the RMS after the last layer over that after the first: "
-            + "; ".join(depth) + ".")
+            + _by_cell(data, depth) + ".")
 
 
 def dynamics_loss(data: ReportData) -> str | None:
-    """The eval loss after the dynamics run, per variant; each against the baseline's per seed
-    (the training probe's loss sentence covers the training probe only)."""
+    """The eval loss after the dynamics run, per variant; each against its cell's baseline's
+    (module docstring; the training probe's loss sentence covers the training probe only)."""
     rows = data.rows
     part = rows[(rows["probe"] == PROBE) & (rows["metric"] == "eval_loss")
                 & (rows["scope"] == "model") & rows["value"].notna()]
     if not len(part):
         return None
     table = part.pivot_table(index="seed", columns="variant", values="value")
-    parts = [f"{v} {fmt(table[v].mean())}" for v in data.order if v in table]
+    parts = {v: f"{v} {fmt(table[v].mean())}" for v in table}
     rates = {run.measure.get(PROBE, {}).get("lr") for run in data.runs}
     at = f" at lr {fmt(rates.pop())}" if len(rates) == 1 and None not in rates else ""
-    return (f"Eval loss after the dynamics run{at} (mean over seeds): " + "; ".join(parts) + "."
-            + _versus(table, data.baseline, "dynamics eval loss", ratio=False))
+    return (f"Eval loss after the dynamics run{at} (mean over seeds): " + _by_cell(data, parts)
+            + "." + _versus(data, table, "dynamics eval loss", ratio=False))
 
 
-__all__ = ["at_step_max", "depth_ratio", "dynamics_reading", "last_layer_at"]
+__all__ = ["at_step_max", "cells", "depth_ratio", "dynamics_reading", "last_layer_at", "versus"]
