@@ -339,8 +339,9 @@ def report(runs: Sequence[str], out: str | None, baseline: str | None,
     stdout, err = consoles()
     from ..plugin.registry import build_registry
 
-    # the built-in probes' and --plugin probes' report views (other probes: a generic table)
-    registry = build_registry(extra=plugins, base_dir=Path.cwd())
+    # the built-in probes' and --plugin probes' report views (other probes: a generic
+    # table); deferred: the components (and torch) load only if a part asks for them
+    registry = build_registry(extra=plugins, base_dir=Path.cwd(), defer=True)
     refs = find_runs(runs)  # every path checked before anything is written
     first = Path(runs[0])
     out_dir = Path(out) if out else (first.parent if first.is_file() else first) / "report"

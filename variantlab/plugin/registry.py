@@ -30,6 +30,8 @@ from .probe import Probe, make_probe
 
 SLOTS = ("norm", "activation", "feedforward", "attention", "residual", "positional", "init")
 ALL_SLOTS = SLOTS + ("family",)
+#: what ``variantlab plugins`` lists: every slot, then probes and executors
+LISTED = (*ALL_SLOTS, "probe", "executor")
 HOOKS = {**{slot: f"register_{slot}s" for slot in SLOTS}, "family": "register_families"}
 BUILTIN_MODULES = (
     "norms", "activations", "feedforwards", "moe", "attentions", "mixers", "ssm", "deltanet", "mla", "hybrid",
@@ -84,21 +86,42 @@ class Registry:
     def __init__(self) -> None:
         self.pm = make_plugin_manager()
         self._components: dict[str, dict[str, Component]] = {s: {} for s in ALL_SLOTS}
-        self.plugins: list[tuple[str, str]] = []  # (name, source) in load order
+        self._plugins: list[tuple[str, str]] = []  # (name, source) in load order
         self.failures: list[PluginFailure] = []
         self._probes: dict[str, Probe] = {}
         self._executors: dict[str, ExecutorEntry] = {}
+        self._deferred: list[str] = []  # built-in modules loaded when first needed
+
+    @property
+    def plugins(self) -> list[tuple[str, str]]:
+        """``(name, source)`` of every loaded plugin, in load order."""
+        self._complete()
+        return self._plugins
+
+    def _complete(self) -> None:
+        """Load the built-in modules :func:`build_registry` deferred (``defer=True``), in
+        their order, the probes' module already among them."""
+        if not self._deferred:
+            return
+        deferred, self._deferred = self._deferred, []
+        for name in deferred:
+            self.load_guarded(name, "builtin", functools.partial(self.load, name, "builtin"), True)
+        order = {f"variantlab_plugins.{mod}": i for i, mod in enumerate(BUILTIN_MODULES)}
+        self._plugins.sort(key=lambda p: order.get(p[0], len(order)))  # only built-ins here
 
     # -- lookups ---------------------------------------------------------------------
     def kinds(self, slot: str) -> list[str]:
+        self._complete()
         return sorted(self._components[slot])
 
     def components(self, slot: str | None = None) -> list[Component]:
+        self._complete()
         slots = [slot] if slot else list(ALL_SLOTS)
         return [c for s in slots for _, c in sorted(self._components[s].items())]
 
     def get(self, slot: str, kind: str, loc: Sequence[object] = ("kind",)) -> Component:
         """The component for ``kind`` or a :class:`SpecError` that lists the choices."""
+        self._complete()
         try:
             return self._components[slot][kind]
         except (KeyError, TypeError):
@@ -121,10 +144,12 @@ class Registry:
                 from None
 
     def executor_names(self) -> list[str]:
+        self._complete()
         return sorted(self._executors)
 
     def executor(self, name: str, loc: Sequence[object] = ("--executor",)) -> ExecutorEntry:
         """The executor ``name`` or a :class:`SpecError` that lists the registered ones."""
+        self._complete()
         try:
             return self._executors[name]
         except (KeyError, TypeError):
@@ -134,6 +159,8 @@ class Registry:
     # -- loading ---------------------------------------------------------------------
     def load_module(self, plugin: object, name: str, source: str) -> None:
         """Register one plugin object (usually a module); all or nothing."""
+        if name not in self._deferred:  # the built-ins first
+            self._complete()
         if self.pm.has_plugin(name):
             return
         self.pm.register(plugin, name=name)
@@ -151,7 +178,7 @@ class Registry:
         except BaseException:
             self.pm.unregister(name=name)
             raise
-        self.plugins.append((name, source))
+        self._plugins.append((name, source))
 
     def _collect(self, name: str) -> list[Component]:
         staged: list[Component] = []
@@ -316,20 +343,34 @@ def build_registry(
     base_dir: Path | None = None,
     entry_points: bool = True,
     strict: bool | None = None,
+    defer: bool = False,
 ) -> Registry:
     """A fresh registry: built-ins, entry points (unless disabled), then ``extra`` modules.
 
     Built-ins and ``extra`` modules that fail raise :class:`PluginLoadError`; entry points
     that fail are recorded and skipped unless ``strict`` (default: the environment's
     ``VARIANTLAB_STRICT_PLUGINS``).
+
+    ``defer``: when nothing but the built-ins would load (no ``extra``, no installed entry
+    point), load only their probes now (whose code, views and settings are themselves
+    imported when first asked) and the component and executor modules, which import
+    torch, at the first question about a component, an executor or the plugins: the
+    report's registry (:mod:`variantlab.cli.main`), which needs only the probes' views and
+    metrics. Otherwise, or once completed, the registry is the one ``defer=False`` builds.
     """
     strict = strict_from_env() if strict is None else strict
     reg = Registry()
+    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if entry_points else ()
+    if defer and not extra and not found:
+        name = "variantlab_plugins.probes"
+        reg.load_guarded(name, "builtin", functools.partial(reg.load, name, "builtin"), True)
+        reg._deferred = [f"variantlab_plugins.{mod}" for mod in BUILTIN_MODULES if mod != "probes"]
+        return reg
     for mod in BUILTIN_MODULES:
         name = f"variantlab_plugins.{mod}"
         reg.load_guarded(name, "builtin", functools.partial(reg.load, name, "builtin"), True)
     if entry_points:
-        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        for ep in found:
             dist = getattr(ep.dist, "name", None)
             name = f"{dist}:{ep.name}" if dist else ep.name
 

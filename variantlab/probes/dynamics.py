@@ -43,6 +43,7 @@ from ..plugin.rows import Row, row
 from . import checkpoint
 from .common import autocast, first_tensor, layer_stacks, param_index
 from .heldout import HeldOut, scores_held_out
+from .metricnames import DYNAMICS_METRICS
 from .recipe import lr_at
 from .routing import layer_rows, routed_layers, snapshot
 from .training import TrainRunSettings, setup
@@ -57,7 +58,7 @@ class DynamicsSettings(TrainRunSettings):
                              "training (0: none; unset: eval_tokens)")
 
 Layer = tuple[str, int]  # (stack, layer index)
-METRICS = ("grad_norm", "update_ratio", "residual_rms", "max_attn_logit", "attn_entropy")
+METRICS = DYNAMICS_METRICS
 
 
 def layer_params(model: nn.Module) -> dict[Layer, list[nn.Parameter]]:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...plugin.probe import ProbeView
-from ...probes.dynamics import METRICS
+from ...probes.metricnames import DYNAMICS_METRICS as METRICS
 
 LABELS = {"grad_norm": "gradient norm", "update_ratio": "update / weight (||ΔW||/||W||)",
           "residual_rms": "residual-stream RMS", "max_attn_logit": "max attention logit",
