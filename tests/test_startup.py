@@ -130,7 +130,8 @@ def test_report_imports_no_torch(tmp_path):
 
 def test_deferred_registry_completes_to_the_full_one():
     """``build_registry(defer=True)`` holds the same probes at once, and once a component
-    is asked for, the same components, executors and plugins in the same order."""
+    is asked for, the same components (then executors and plugins) in the same order; a
+    module loaded after it comes after every built-in, as without deferring."""
     import sys
 
     from variantlab.plugin.registry import build_registry
@@ -141,14 +142,20 @@ def test_deferred_registry_completes_to_the_full_one():
     assert [p.views_given for p in lazy.probes()] == [p.views_given for p in full.probes()]
     assert lazy._deferred  # nothing asked yet
     assert lazy.get("norm", "rms").spec_cls is full.get("norm", "rms").spec_cls
-    assert not lazy._deferred
+    assert lazy._deferred == ["variantlab_plugins.executors"]  # a component asks no executor
     assert lazy.plugins == full.plugins
+    assert not lazy._deferred
     assert [(c.slot, c.kind, c.plugin) for c in lazy.components()] == \
         [(c.slot, c.kind, c.plugin) for c in full.components()]
     assert lazy.executor_names() == full.executor_names()
     assert "variantlab_plugins.norms" in sys.modules
     listed = build_registry(entry_points=False, defer=True)
     assert listed.plugins == full.plugins and not listed._deferred  # asking completes too
+    later, eager = (build_registry(entry_points=False, defer=d) for d in (True, False))
+    for reg in (later, eager):
+        reg.load("variantlab.probes.metricnames", "module")  # a plugin module of no hooks
+    assert later.plugins == eager.plugins == [*full.plugins, ("variantlab.probes.metricnames",
+                                                              "module")]
 
 
 def test_probe_code_given_as_references_is_checked_when_resolved():

@@ -236,7 +236,7 @@ def _registry(spec: ExperimentSpec, base_dir: Path, extra: Sequence[str], out: _
               paths: Mapping[str, str] | None = None) -> Registry | None:
     """The registry with the experiment's plugins and ``extra``; ``paths``: plugin target ->
     the file to import it from instead (a worker's shipped copy)."""
-    registry = build_registry(base_dir=base_dir)
+    registry = build_registry(base_dir=base_dir, defer=True)  # validate needs no executor
     paths = paths or {}
     ok = True
     wanted: list[tuple[tuple[str, int] | None, str, Path]] = [

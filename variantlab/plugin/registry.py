@@ -38,6 +38,7 @@ BUILTIN_MODULES = (
     "residuals", "positionals",
     "inits", "families", "probes", "executors",
 )
+PROBES_MODULE, EXECUTORS_MODULE = "variantlab_plugins.probes", "variantlab_plugins.executors"
 PROBE_HOOK = "register_probes"
 EXECUTOR_HOOK = "register_executors"
 ENTRY_POINT_GROUP = "variantlab"
@@ -98,12 +99,14 @@ class Registry:
         self._complete()
         return self._plugins
 
-    def _complete(self) -> None:
+    def _complete(self, executors: bool = True) -> None:
         """Load the built-in modules :func:`build_registry` deferred (``defer=True``), in
-        their order, the probes' module already among them."""
-        if not self._deferred:
+        their order, the probes' module already among them; ``executors`` False: all but
+        the executors' (a component lookup)."""
+        deferred = [m for m in self._deferred if executors or m != EXECUTORS_MODULE]
+        if not deferred:
             return
-        deferred, self._deferred = self._deferred, []
+        self._deferred = [m for m in self._deferred if m not in deferred]
         for name in deferred:
             self.load_guarded(name, "builtin", functools.partial(self.load, name, "builtin"), True)
         order = {f"variantlab_plugins.{mod}": i for i, mod in enumerate(BUILTIN_MODULES)}
@@ -111,17 +114,17 @@ class Registry:
 
     # -- lookups ---------------------------------------------------------------------
     def kinds(self, slot: str) -> list[str]:
-        self._complete()
+        self._complete(executors=False)
         return sorted(self._components[slot])
 
     def components(self, slot: str | None = None) -> list[Component]:
-        self._complete()
+        self._complete(executors=False)
         slots = [slot] if slot else list(ALL_SLOTS)
         return [c for s in slots for _, c in sorted(self._components[s].items())]
 
     def get(self, slot: str, kind: str, loc: Sequence[object] = ("kind",)) -> Component:
         """The component for ``kind`` or a :class:`SpecError` that lists the choices."""
-        self._complete()
+        self._complete(executors=False)
         try:
             return self._components[slot][kind]
         except (KeyError, TypeError):
@@ -159,7 +162,7 @@ class Registry:
     # -- loading ---------------------------------------------------------------------
     def load_module(self, plugin: object, name: str, source: str) -> None:
         """Register one plugin object (usually a module); all or nothing."""
-        if name not in self._deferred:  # the built-ins first
+        if source != "builtin":  # the built-ins first
             self._complete()
         if self.pm.has_plugin(name):
             return
@@ -353,18 +356,21 @@ def build_registry(
 
     ``defer``: when nothing but the built-ins would load (no ``extra``, no installed entry
     point), load only their probes now (whose code, views and settings are themselves
-    imported when first asked) and the component and executor modules, which import
-    torch, at the first question about a component, an executor or the plugins: the
-    report's registry (:mod:`variantlab.cli.main`), which needs only the probes' views and
-    metrics. Otherwise, or once completed, the registry is the one ``defer=False`` builds.
+    imported when first asked), the component modules, which import torch, at the first
+    question about a component, and the executors' at the first about an executor or the
+    plugins: the report's registry needs only the probes' views and metrics
+    (:mod:`variantlab.cli.main`), ``validate`` no executor (:mod:`variantlab.config.experiment`).
+    Otherwise, or once completed, the registry is the one ``defer=False`` builds (a module
+    loaded later, ``--plugin``, completes it first).
     """
     strict = strict_from_env() if strict is None else strict
     reg = Registry()
     found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if entry_points else ()
     if defer and not extra and not found:
-        name = "variantlab_plugins.probes"
-        reg.load_guarded(name, "builtin", functools.partial(reg.load, name, "builtin"), True)
-        reg._deferred = [f"variantlab_plugins.{mod}" for mod in BUILTIN_MODULES if mod != "probes"]
+        load = functools.partial(reg.load, PROBES_MODULE, "builtin")
+        reg.load_guarded(PROBES_MODULE, "builtin", load, True)
+        reg._deferred = [m for m in (f"variantlab_plugins.{mod}" for mod in BUILTIN_MODULES)
+                         if m != PROBES_MODULE]
         return reg
     for mod in BUILTIN_MODULES:
         name = f"variantlab_plugins.{mod}"
