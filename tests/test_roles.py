@@ -74,7 +74,7 @@ def test_extend_on_an_axis_is_read_and_checked():
     for axis, why in (("activation.kind: {values: [gelu, relu], extend: true}",
                        "'activation.kind' is a compared axis; only a tuned axis is extended"),
                       ("measure.training.lr: {values: [1.0e-3, 2.0e-3, 1.0e-2], extend: true}",
-                       "on neither a log grid (equal ratios) nor a linear one"),
+                       "on neither a log grid (equal ratios), the half-decade ladder"),
                       ("measure.training.lr: {values: [1.0e-3, 1.0e-2], extend: 'yes'}",
                        "extend is true, false or a whole number of extensions per edge (1 to "
                        "20), got 'yes'")):
@@ -88,6 +88,15 @@ def test_the_next_value_keeps_the_grids_spacing():
     assert spacing([1e-3, 3e-3, 9e-3]) == ("log", pytest.approx(3.0))
     assert spacing([0.5, 1.0, 1.5]) == ("linear", pytest.approx(0.5))
     assert spacing([1e-3, 2e-3, 1e-2]) is None and spacing(["a", "b"]) is None
+    # the half-decade ladder 1, 3, 10, 30 (ratios 3 and 10/3), in any order
+    assert spacing([1e-2, 1e-3, 3e-3]) == ("half-decade", pytest.approx(math.sqrt(10)))
+    assert spacing([3e-3, 1e-2, 3e-2, 1e-1]) == ("half-decade", pytest.approx(math.sqrt(10)))
+    assert spacing([1e-3, 3e-3, 3e-2]) is None  # a rung skipped
+    assert spacing([1e-3, 3e-3, 1e-2, 3e-2]) is not None
+    assert next_value([3e-3, 1e-2, 3e-2], [3e-3, 1e-2, 3e-2], "high") == 0.1
+    assert next_value([3e-3, 1e-2, 3e-2, 0.1], [3e-3, 1e-2, 3e-2], "high") == 0.3
+    assert next_value([3e-3, 1e-2, 3e-2], [3e-3, 1e-2, 3e-2], "low") == 1e-3
+    assert next_value([1e-3, 3e-3, 1e-2], [1e-3, 3e-3, 1e-2], "low") == 3e-4
     assert next_value([1e-3, 1e-2], [1e-3, 1e-2], "high") == 0.1
     assert next_value([1e-3, 1e-2, 0.1], [1e-3, 1e-2], "high") == 1.0
     assert next_value([1e-3, 1e-2], [1e-3, 1e-2], "low") == 1e-4
@@ -399,3 +408,41 @@ def test_a_compare_on_metric_the_run_did_not_record_falls_back_to_the_loss_and_s
     assert tuned.loc["activation=relu", "measure.training.lr"] == 1e-2
     assert "compare\\_on: recall\\_accuracy was not recorded by this run, so the comparison is " \
         "on the loss instead" in files.markdown.read_text()
+
+
+def norm_training(name, spec, settings, *, seed, data=None, **_):
+    """Validation loss (log10 lr + 2)^2 + 2 for LayerNorm; for DyT also (alpha0 - 1)^2,
+    so DyT's best is alpha0 1.0, inside the grid [0.5, 1.0, 2.0]."""
+    gap = (math.log10(settings.lr) + 2) ** 2
+    if spec.norm.kind == "dyt":
+        gap += (spec.norm.alpha0 - 1.0) ** 2 + 0.1
+    loss = 2.0 + gap + 0.01 * seed
+    return [row(name, "loss", 4.0, step=0), row(name, "diverged", 0.0),
+            row(name, "val_loss", loss), row(name, "test_loss", loss + 0.1)]
+
+
+def test_a_tuned_axis_only_some_compared_variants_have_is_left_out_for_the_others(tmp_path):
+    grid = ("  norm.kind: [layer, dyt]\n  norm.alpha0: [0.5, 1.0, 2.0]\n"
+            "  measure.training.lr: [1.0e-3, 1.0e-2, 1.0e-1]\n")
+    e = fake_experiment(tmp_path, grid, "tune: [norm.alpha0]\n")
+    names = [v.name for v in e.variants]
+    # LayerNorm has no alpha0: it runs once per lr (3), DyT once per (alpha0, lr) (9)
+    assert len(names) == 12 and sum("dyt" not in n for n in names) == 3
+    assert not any("alpha0" in n for n in names if "dyt" not in n)
+    assert e.partial_axes == {"norm.alpha0": 9}  # 3 alpha0 x 3 lr, run as 3 variants
+    run_experiment(e, tmp_path / "runs", probe_fn=norm_training)
+    files = write_report([tmp_path / "runs" / "roles"], tmp_path / "rep", registry=REG)
+    tuned = pd.read_csv(files.tuned).set_index("variant")
+    layer, dyt = tuned.loc["norm=layer"], tuned.loc["norm=dyt"]
+    assert layer["measure.training.lr"] == 1e-2 and math.isnan(layer["norm.alpha0"])
+    assert dyt["measure.training.lr"] == 1e-2 and dyt["norm.alpha0"] == 1.0
+    assert not tuned["unresolved"].any()
+    assert dyt["vs_baseline"] == pytest.approx(0.1)
+    # LayerNorm's lr curve is its three runs (no alpha0 to hold fixed): (1 + 0 + 1) / 3
+    assert layer["lr_sensitivity"] == pytest.approx(2 / 3)
+    assert tuned["extended"].isna().all()  # nothing beyond the grid (no NaN "values")
+    # an axis no combination has is still an error (a typo), not silently dropped
+    with pytest.raises(InputError) as info:
+        fake_experiment(tmp_path, "  norm.kind: [layer, rms]\n  norm.alpha0: [0.5, 1.0]\n",
+                        "tune: [norm.alpha0]\n")
+    assert any("'norm.alpha0' names no field of the model" in m for m in info.value.messages)

@@ -321,7 +321,7 @@ def validate(experiment: str, device: str | None, max_variants: int,
         stdout.print("axis roles (compared: the variants the question is about; tuned: each "
                      "compared variant at its own best; condition: compared only within one):",
                      soft_wrap=True)
-        for line in role_lines(roles, exp.extensions()):
+        for line in role_lines(roles, exp.extensions(), exp.partial_axes):
             stdout.print(f"  {escape(line)}", soft_wrap=True)
         head = headline(exp.spec.compare_on, exp.registry)
         stdout.print(f"compare_on: {head.name} ({head.direction} is better; chosen on "

@@ -27,7 +27,15 @@ from .hints import plugin_hint
 from .measure import MeasureSpec, ProbeResources
 from .metrics import DEFAULT_COMPARE_ON, compare_on_checks
 from .named import key_of, named_axes, value_names
-from .overrides import apply_overrides, component_of, expansions, lookup, override_source, show
+from .overrides import (
+    apply_overrides,
+    component_of,
+    expansions,
+    fit_tuned,
+    lookup,
+    override_source,
+    show,
+)
 from .roles import MAX_EXTENSIONS, Role, axis_mappings, axis_roles, extensions, role_checks, spec_axes
 from .yamlio import YamlDoc, YamlError, load_yaml, read_text
 
@@ -160,6 +168,14 @@ class Experiment:
         axes = spec_axes(self.spec.grid, [v.set for v in self.spec.variants])
         return axis_roles(axes, self.spec.tune, self.spec.conditions)
 
+    @property
+    def partial_axes(self) -> dict[str, int]:
+        """Tuned model axis -> how many grid combinations left it out because their model has
+        no such field (:func:`~variantlab.config.overrides.fit_tuned`: DyT's alpha0 beside
+        LayerNorm)."""
+        combos = expansions(self.spec.grid, [v.set for v in self.spec.variants])
+        return fit_tuned(combos, self.spec.tune, self.spec.model, self.registry)[1]
+
     def extensions(self, edges: bool = False) -> dict[str, int]:
         """Tuned axis -> extensions per edge: ``extend:`` on the axes, and with ``edges``
         (``--extend-edges``) :data:`DEFAULT_EXTENSIONS` for every other tuned grid axis on a
@@ -276,7 +292,9 @@ def _variants(
     seen: dict[str, int] = {}  # name -> context_length
     model_issues: dict[tuple, list[str]] = {}  # (loc, message) -> variants where it arises
     base_settings = base_settings_of(spec.measure, registry)
-    for named, all_overrides, where in expansions(spec.grid, [v.set for v in spec.variants]):
+    combos, _ = fit_tuned(expansions(spec.grid, [v.set for v in spec.variants]), spec.tune,
+                          base, registry)
+    for named, all_overrides, where in combos:
         overrides, data_over = split_data(all_overrides)
         data = variant_data(spec.data, data_over, where, named is None,
                             lambda loc, msg, at: out.add(loc, msg, at=at)) if data_over else None

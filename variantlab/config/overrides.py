@@ -174,3 +174,48 @@ def override_source(loc: tuple, where: Mapping[str, tuple]) -> tuple | None:
             return yaml_loc
     return None
 
+
+
+#: the start of a message :func:`apply_overrides` gives for a path the model lacks
+NO_FIELD = "names no field of the model"
+
+
+def fit_tuned(combos: Sequence[tuple[int | None, dict[str, Any], dict[str, tuple]]],
+              tuned: Sequence[str], base: Mapping[str, Any], registry: Registry,
+              ) -> tuple[list[tuple[int | None, dict[str, Any], dict[str, tuple]]],
+                         dict[str, int]]:
+    """``combos`` (:func:`expansions`) with each tuned model axis (``tune:``) left out of the
+    grid combinations whose model has no such field, when some other combination has it:
+    DyT's ``norm.alpha0`` beside LayerNorm runs LayerNorm once, not once per alpha0.
+    Combinations that become equal are kept once. Also returns, per axis left out, how
+    many combinations lost it. An axis no combination has is kept (its error stands)."""
+    model_tuned = [p for p in tuned if not p.startswith(("measure.", "data."))]
+    if not model_tuned:
+        return list(combos), {}
+    lacking: list[set[str]] = []
+    for named, overrides, _ in combos:
+        mine = [p for p in model_tuned if p in overrides and named is None]
+        if not mine:
+            lacking.append(set())
+            continue
+        model = {p: v for p, v in overrides.items()
+                 if not p.startswith(("measure.", "data."))}
+        _, bad = apply_overrides(base, model, registry)
+        lacking.append({p for p in mine if NO_FIELD in bad.get(p, "")})
+    somewhere = {p for p in model_tuned
+                 if any(p in o and p not in miss and n is None
+                        for (n, o, _), miss in zip(combos, lacking))}
+    out, seen, dropped = [], set(), dict.fromkeys(model_tuned, 0)
+    for (named, overrides, where), miss in zip(combos, lacking):
+        drop = miss & somewhere
+        if drop:
+            overrides = {p: v for p, v in overrides.items() if p not in drop}
+            where = {p: w for p, w in where.items() if p not in drop}
+            for p in drop:
+                dropped[p] += 1
+            key = json.dumps(overrides, sort_keys=True, default=str)
+            if key in seen:
+                continue
+            seen.add(key)
+        out.append((named, overrides, where))
+    return out, {p: n for p, n in dropped.items() if n}

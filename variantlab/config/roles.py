@@ -106,8 +106,9 @@ def role_checks(spec: Any, doc: Any) -> list[tuple[tuple, str, str]]:
                    "(measure.* paths, or list it under tune:)")
         elif spacing(spec.grid[axis]) is None:
             msg = (f"{axis!r} has values {spec.grid[axis]}, on neither a log grid (equal "
-                   "ratios) nor a linear one (equal steps), so there is no spacing to extend "
-                   "it by; space the values evenly")
+                   "ratios), the half-decade ladder (1, 3, 10, 30, ...) nor a linear one "
+                   "(equal steps), so there is no spacing to extend it by; space the values "
+                   "evenly")
         else:
             continue
         out.append((loc, msg, "key"))
@@ -122,13 +123,33 @@ def numeric(values: Sequence[Any]) -> list[float] | None:
     return sorted(float(v) for v in values)
 
 
+def _mantissa(x: float) -> float:
+    return x / 10 ** math.floor(math.log10(x) + 1e-9)
+
+
+def _half_decades(vals: Sequence[float]) -> bool:
+    """Whether sorted positive ``vals`` are consecutive steps of the ladder 1, 3, 10, 30, ...
+    (times a power of ten): the usual learning-rate grid ``[1e-3, 3e-3, 1e-2, ...]``, whose
+    ratios alternate 3 and 10/3."""
+    if len(vals) < 3 or vals[0] <= 0:  # two values are a plain log grid
+        return False
+    marks = [_mantissa(v) for v in vals]
+    if not all(math.isclose(m, 1) or math.isclose(m, 3) for m in marks):
+        return False
+    return all(math.isclose(b / a, 3 if math.isclose(m, 1) else 10 / 3)
+               for a, b, m in zip(vals, vals[1:], marks))
+
+
 def spacing(values: Sequence[Any]) -> tuple[str, float] | None:
-    """``("log", ratio)`` when the sorted values are positive with equal ratios,
+    """``("half-decade", sqrt 10)`` when the sorted values step through 1, 3, 10, 30, ...
+    (times a power of ten), ``("log", ratio)`` when they are positive with equal ratios,
     ``("linear", step)`` when they have equal steps, None otherwise (or with fewer than
     two distinct values). Two positive values are a log grid."""
     vals = numeric(values)
     if vals is None or len(set(vals)) < 2 or len(set(vals)) != len(vals):
         return None
+    if _half_decades(vals):
+        return "half-decade", math.sqrt(10)
     if vals[0] > 0:
         ratios = [b / a for a, b in zip(vals, vals[1:])]
         if max(ratios) <= min(ratios) * (1 + SPACING_TOL):
@@ -150,7 +171,10 @@ def next_value(values: Sequence[Any], grid: Sequence[Any], side: str) -> Any:
         return None
     how, by = kind
     end = vals[0] if side == "low" else vals[-1]
-    if how == "log":
+    if how == "half-decade":  # the next rung: 3e-2 -> 1e-1, 1e-3 -> 3e-4
+        one = math.isclose(_mantissa(end), 1)
+        new = end * (3 if one else 10 / 3) if side == "high" else end / (10 / 3 if one else 3)
+    elif how == "log":
         new = end / by if side == "low" else end * by
     else:
         new = end - by if side == "low" else end + by
@@ -197,13 +221,16 @@ def extensions(extend: Mapping[str, int], roles: Mapping[str, str],
     return out
 
 
-def role_lines(roles: Mapping[str, str], extend: Mapping[str, int] | None = None
-               ) -> list[str]:
+def role_lines(roles: Mapping[str, str], extend: Mapping[str, int] | None = None,
+               partial: Mapping[str, int] | None = None) -> list[str]:
     """One line per axis, ``axis: role`` (``, extended up to N per edge`` for an axis
-    that is), for ``validate`` and the report."""
-    extend = extend or {}
+    that is; ``, left out of N grid combinations ...`` for a tuned axis that some compared
+    variants do not have), for ``validate`` and the report."""
+    extend, partial = extend or {}, partial or {}
     return [f"{axis}: {role}" + (f", extended up to {extend[axis]} per edge"
                                  if axis in extend else "")
+            + (f", left out of {partial[axis]} grid combinations whose model has no such "
+               "field (they run once)" if partial.get(axis) else "")
             for axis, role in roles.items()]
 
 

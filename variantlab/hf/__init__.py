@@ -12,12 +12,16 @@ Import (:func:`from_transformers`): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
 variantlab cannot express raise :class:`ConversionError` naming them.
 
 Export (:func:`to_transformers`): the transformers class is chosen from the spec's
-components (learned positions: GPT-2; rotary with a parallel residual or LayerNorm: GPT-NeoX;
-rotary with RMSNorm: Llama, Mistral (a sliding window), Qwen3 (per-head QK-norm), OLMo 2
-(post-sublayer norms) or Gemma 2/3 (sandwich norms)); its config is built from the spec and
-its weights from the model's. A component or option no supported class has raises
-:class:`ConversionError` naming its spec path; one the class has in another form (a bias the
-variant lacks, exported as zeros) gives an :class:`ExportWarning`.
+components (multi-head latent attention: DeepSeek-V3 with sigmoid routing, else V2; a parallel
+hybrid: Falcon-H1; gated short convolutions: LFM2; attention sinks: gpt-oss; chunked attention,
+an L2 QK-norm or input-scaled experts: Llama 4; NoPE layers: SmolLM3; learned positions:
+GPT-2; rotary with a parallel residual or LayerNorm: GPT-NeoX; rotary with RMSNorm: Llama,
+Mistral (a sliding window), Qwen3 (per-head QK-norm), OLMo 2 (post-sublayer norms) or Gemma
+2/3 (sandwich norms)); its config is built from the spec and its weights from the model's
+(the 2025 families through the same weight table as their import, :data:`TABLED`). A
+component or option no supported class has raises :class:`ConversionError` naming its spec
+path; one the class has in another form (a bias the variant lacks, exported as zeros) gives
+an :class:`ExportWarning`.
 """
 
 from __future__ import annotations
@@ -31,12 +35,19 @@ from ..model.build import build_model
 from ..model.specs import ModelSpec, parse_model_spec
 from ..plugin.registry import Registry, get_registry
 from .common import ConversionError, ExportWarning, Spec, refuse
-from .deepseek import deepseek_state, deepseek_v2_spec, deepseek_v3_spec
-from .falconh1 import falconh1_spec, falconh1_state
+from .deepseek import (
+    deepseek_class,
+    deepseek_config,
+    deepseek_state,
+    deepseek_table,
+    deepseek_v2_spec,
+    deepseek_v3_spec,
+)
+from .falconh1 import falconh1_config, falconh1_spec, falconh1_state, falconh1_table
 from .gemma import gemma_config, gemma_hf_state, gemma_spec, gemma_state
 from .gpt2 import gpt2_config, gpt2_hf_state, gpt2_spec, gpt2_state
-from .gptoss import gptoss_spec, gptoss_state
-from .lfm2 import lfm2_spec, lfm2_state
+from .gptoss import gptoss_config, gptoss_spec, gptoss_state, gptoss_table
+from .lfm2 import lfm2_config, lfm2_spec, lfm2_state, lfm2_table
 from .llama import CLASSES as LLAMA_LIKE
 from .llama import (
     llama_config,
@@ -49,12 +60,13 @@ from .llama import (
     qwen3_spec,
     qwen3_state,
 )
-from .llama4 import llama4_spec, llama4_state
+from .llama4 import llama4_config, llama4_spec, llama4_state, llama4_table
 from .mamba import jamba_spec, jamba_state, mamba2_spec, mamba2_state
 from .moe import mixtral_spec, mixtral_state, olmoe_spec, olmoe_state, qwen3moe_spec, qwen3moe_state
 from .neox import neox_config, neox_hf_state, neox_spec, neox_state
 from .qwen3next import qwen3next_spec, qwen3next_state
-from .smollm3 import smollm3_spec, smollm3_state
+from .smollm3 import smollm3_config, smollm3_spec, smollm3_state, smollm3_table
+from .table import Pair, save_state, tied
 
 __all__ = ["CONVERTERS", "ConversionError", "ExportWarning", "SUPPORTED", "choose_class",
            "from_transformers", "to_transformers"]
@@ -116,9 +128,49 @@ def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
     return spec, model
 
 
+Exporter = tuple[Callable[[Spec, str], Any], Callable[[Any], list[Pair]]]
+
+#: the 2025 classes: class -> (spec -> config, config -> the family's weight table)
+TABLED: dict[str, Exporter] = {
+    "DeepseekV2ForCausalLM": (deepseek_config, deepseek_table),
+    "DeepseekV3ForCausalLM": (deepseek_config, deepseek_table),
+    "GptOssForCausalLM": (gptoss_config, gptoss_table),
+    "Llama4ForCausalLM": (llama4_config, llama4_table),
+    "SmolLM3ForCausalLM": (smollm3_config, smollm3_table),
+    "FalconH1ForCausalLM": (falconh1_config, falconh1_table),
+    "Lfm2ForCausalLM": (lfm2_config, lfm2_table),
+}
+
 #: the classes a spec exports to (:func:`choose_class`)
 SUPPORTED = ("GPT2LMHeadModel", "GPTNeoXForCausalLM", *LLAMA_LIKE, "Gemma2ForCausalLM",
-             "Gemma3ForCausalLM")
+             "Gemma3ForCausalLM", *TABLED)
+
+
+def _frontier_class(spec: Spec) -> str | None:
+    """The 2025 class a spec's components name, if any: multi-head latent attention
+    (DeepSeek), attention sinks (gpt-oss), a parallel hybrid (Falcon-H1), gated short
+    convolutions (LFM2), chunked attention, an L2 QK-norm or input-scaled experts (Llama 4),
+    NoPE layers among rotary ones (SmolLM3)."""
+    specs = [spec.layer_spec(i) for i in range(spec.n_layers)]
+    atts = [layer.attention for layer in specs]
+    kinds = {att.kind for att in atts}
+    if "mla" in kinds:
+        return deepseek_class(spec)
+    if "parallel_hybrid" in kinds:
+        return "FalconH1ForCausalLM"
+    if "gated_short_conv" in kinds:
+        return "Lfm2ForCausalLM"
+    if any(getattr(att, "sinks", False) for att in atts):
+        return "GptOssForCausalLM"
+    ffs = [layer.feedforward for layer in specs]
+    qk_kinds = {att.qk_norm.kind for att in atts if getattr(att, "qk_norm", None) is not None}
+    if (any(getattr(att, "chunk", None) for att in atts) or "l2" in qk_kinds
+            or any(getattr(ff, "scale_input", False) for ff in ffs)):
+        return "Llama4ForCausalLM"
+    positions = {layer.positional.kind for layer in specs}
+    if "none" in positions and positions <= {"none", "rotary"} and kinds == {"mha"}:
+        return "SmolLM3ForCausalLM"
+    return None
 
 
 def choose_class(spec: Spec) -> str:
@@ -127,6 +179,9 @@ def choose_class(spec: Spec) -> str:
     if spec.family != "gpt":
         refuse("family", "transformers", f"family {spec.family!r}: only decoder-only 'gpt' "
                "models export to a transformers causal LM")
+    frontier = _frontier_class(spec)
+    if frontier is not None:
+        return frontier
     positional, residual = spec.positional.kind, spec.residual.kind
     if positional == "learned":
         return "GPT2LMHeadModel"
@@ -152,6 +207,8 @@ def choose_class(spec: Spec) -> str:
 
 def hf_config(spec: Spec, cls: str) -> Any:
     """The transformers config of ``spec`` for class ``cls`` (refusing what it lacks)."""
+    if cls in TABLED:
+        return TABLED[cls][0](spec, cls)
     if cls == "GPT2LMHeadModel":
         return gpt2_config(spec)
     if cls == "GPTNeoXForCausalLM":
@@ -162,6 +219,8 @@ def hf_config(spec: Spec, cls: str) -> Any:
 
 
 def hf_state(spec: Spec, cls: str, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The HF state dict of an older family's class from ours (the :data:`TABLED` classes
+    read their table in :func:`to_transformers`)."""
     if cls == "GPT2LMHeadModel":
         return gpt2_hf_state(spec, sd)
     if cls == "GPTNeoXForCausalLM":
@@ -181,11 +240,15 @@ def to_transformers(spec: ModelSpec | Mapping[str, Any], model: torch.nn.Module,
     if not isinstance(spec, ModelSpec):
         spec = parse_model_spec(spec, registry or get_registry())
     cls = choose_class(spec)
-    config = hf_config(spec, cls)
     sd = {k.removeprefix("_orig_mod."): v.detach().clone()
           for k, v in model.state_dict().items()}
-    state = hf_state(spec, cls, sd)
+    config = hf_config(spec, cls)
     hf = getattr(transformers, cls)(config)
+    if cls in TABLED:  # the family's table, read from the exported config
+        sizes = {k: v.shape for k, v in hf.state_dict().items()}
+        state = save_state(TABLED[cls][1](config), tied(sd), cls, sizes)
+    else:
+        state = hf_state(spec, cls, sd)
     missing, unexpected = hf.load_state_dict(state, strict=False)
     left = [k for k in missing if not (spec.tie_weights and k == "lm_head.weight")]
     if left or unexpected:

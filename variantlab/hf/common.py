@@ -163,14 +163,22 @@ def head_dim(spec: Spec) -> int:
 
 def check_attention(spec: Spec, cls: str, *, gqa: bool, head_dim_free: bool,
                     qk_norm: str | None = None, gemma: bool = False,
-                    window: bool = False) -> None:
+                    window: bool = False, sinks: bool = False, chunk: bool = False,
+                    qk_kind: str = "rms") -> None:
     """The attention is ``mha`` and uses only what ``cls`` has: grouped-query heads
     (``gqa``), its own head width (``head_dim_free``), QK-norm of ``qk_norm`` scope,
-    (``gemma``) a score scale, soft-cap and sliding window, and (``window``, Mistral) a
-    sliding window."""
+    (``gemma``) a score scale, soft-cap and sliding window, (``window``) a sliding window,
+    (``sinks``, gpt-oss) attention sinks, (``chunk``, Llama 4) chunked attention, and a
+    QK-norm of kind ``qk_kind``."""
     att = spec.attention
     need(spec, cls, "attention.kind", att.kind == "mha",
          f"attention {att.kind!r} has no transformers equivalent; use mha")
+    need(spec, cls, "attention.output_gate", getattr(att, "output_gate", "none") == "none",
+         "a gated attention output is in Qwen3-Next only (not exported)")
+    need(spec, cls, "attention.sinks", sinks or not getattr(att, "sinks", False),
+         "attention sinks are in gpt-oss only")
+    need(spec, cls, "attention.chunk", chunk or getattr(att, "chunk", None) is None,
+         "chunked attention is in Llama 4 only")
     kv = att.n_kv_heads or spec.n_heads
     need(spec, cls, "attention.n_kv_heads", gqa or kv == spec.n_heads,
          f"n_kv_heads={kv}: grouped-query heads are not in this class")
@@ -186,15 +194,15 @@ def check_attention(spec: Spec, cls: str, *, gqa: bool, head_dim_free: bool,
              "Gemma 3: per head; each with RMSNorm)")
         need(spec, cls, "attention.qk_norm_scope", att.qk_norm_scope == qk_norm,
              f"qk_norm_scope {att.qk_norm_scope!r}: this class normalises per {qk_norm}")
-        need(spec, cls, "attention.qk_norm.kind", att.qk_norm.kind == "rms",
-             f"QK-norm {att.qk_norm.kind!r}: this class uses RMSNorm")
+        need(spec, cls, "attention.qk_norm.kind", att.qk_norm.kind == qk_kind,
+             f"QK-norm {att.qk_norm.kind!r}: this class uses {qk_kind}")
         need(spec, cls, "attention.qk_norm.eps", att.qk_norm.eps == spec.norm.eps,
              f"QK-norm eps {att.qk_norm.eps} differs from the norm's {spec.norm.eps}; the "
              "class uses one rms_norm_eps for both")
     if not gemma:
         need(spec, cls, "attention.window", window or att.window is None,
-             "a sliding window is in Mistral (every layer, RMSNorm, glu, no biases) and "
-             "Gemma 2/3 only")
+             "a sliding window is in Mistral (every layer, RMSNorm, glu, no biases), Gemma "
+             "2/3, gpt-oss and SmolLM3 only")
         need(spec, cls, "attention.softcap", att.softcap is None,
              "score soft-capping is in Gemma 2 only")
         need(spec, cls, "attention.scale", att.scale is None or
@@ -285,3 +293,68 @@ def ends_state(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Token embedding, final norm and output head of a ``model.*`` / ``lm_head`` model."""
     return {"embed.tok_emb.weight": sd["model.embed_tokens.weight"],
             "final_norm.scale": sd["model.norm.weight"], "out_head.weight": sd["lm_head.weight"]}
+
+
+def layers(spec: Spec, cls: str, slots: tuple[str, ...]) -> list[Spec]:
+    """Each layer's spec, refusing a layer whose components differ from the model's in a
+    slot outside ``slots`` (the ones ``cls`` lets vary by layer)."""
+    out = []
+    for i in range(spec.n_layers):
+        layer = spec.layer_spec(i)
+        for slot, comp in layer.components().items():
+            if slot not in slots and comp != getattr(spec, slot):
+                alike = (f"differ only in {', '.join(slots)}" if slots else "are all alike")
+                refuse(f"layout.{slot}", cls, f"layer {i}'s {slot} differs from the model's; "
+                       f"the layers of this class {alike}")
+        out.append(layer)
+    return out
+
+
+def one(spec: Spec, cls: str, loc: str, values: list[Any], what: str) -> Any:
+    """The single value ``values`` hold (None when empty); refuses two or more at ``loc``."""
+    distinct: list[Any] = []
+    for value in values:
+        if value not in distinct:
+            distinct.append(value)
+    need(spec, cls, loc, len(distinct) <= 1,
+         f"{what} {distinct}: this class has one for every layer")
+    return distinct[0] if distinct else None
+
+
+#: the ``moe`` options and their plain values: an option a class lacks must keep it
+MOE_PLAIN: dict[str, Any] = {
+    "router": "softmax_topk", "renormalize": True, "n_shared_experts": 0, "shared_gate": False,
+    "z_loss_coef": 0.0, "bias_update_rate": 0.0, "capacity_factor": None, "n_group": None,
+    "group_score": "max", "routed_scaling_factor": 1.0, "scale_input": False,
+    "router_bias": False, "choice_bias": False}
+
+
+def check_moe(spec: Spec, cls: str, ff: Spec, loc: str, *, free: tuple[str, ...] = (),
+              **want: Any) -> None:
+    """A ``moe`` feed-forward ``ff`` (at spec path ``loc``) whose options are ``want`` or, for
+    those not named, plain (:data:`MOE_PLAIN`); options in ``free`` may take any value."""
+    need(spec, cls, f"{loc}.kind", ff.kind == "moe",
+         f"feedforward {ff.kind!r}: this class's sparse layers are a mixture of experts (moe)")
+    expert = want.pop("expert", "glu")
+    need(spec, cls, f"{loc}.expert.kind", ff.expert.kind == expert,
+         f"expert {ff.expert.kind!r}: this class's experts are {expert}")
+    for name, plain in {**MOE_PLAIN, **want}.items():
+        value = getattr(ff, name)
+        if name in free or name == "group_score" and ff.n_group is None:
+            continue
+        need(spec, cls, f"{loc}.{name}", value == plain,
+             f"{name}={value!r}: this class has {plain!r} only")
+
+
+def rotary_theta(spec: Spec, cls: str, specs: list[Spec]) -> float:
+    """The one rotary base of the rotary layers among ``specs`` (each rotary over every head
+    dim, or NoPE: ``positional: none``); the model's when none rotates."""
+    for layer in specs:
+        pos = layer.positional
+        need(spec, cls, "layout.positional", pos.kind in ("rotary", "none"),
+             f"positional {pos.kind!r}: this class's layers are rotary or NoPE (none)")
+        need(spec, cls, "layout.positional.fraction", pos.kind == "none" or pos.fraction == 1.0,
+             f"fraction={getattr(pos, 'fraction', None)}: this class rotates every head dim")
+    thetas = [float(layer.positional.theta) for layer in specs if layer.positional.kind == "rotary"]
+    theta = one(spec, cls, "layout.positional.theta", thetas, "rotary bases")
+    return theta if theta is not None else float(getattr(spec.positional, "theta", 10_000.0))

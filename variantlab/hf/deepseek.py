@@ -15,7 +15,13 @@ their two best experts, renormalises when ``norm_topk_prob``; both scale the wei
 
 DeepSeek's rotary dims are interleaved pairs (V2 always, V3 with ``rope_interleave``): the
 rows of the rotary parts of the query and key projections are reordered (even dims, then odd
-ones) on import, after which the rotate-half rotary gives the same scores.
+ones) on import, after which the rotate-half rotary gives the same scores; on export they go
+back through the inverse order (V3 is exported with ``rope_interleave``, its released form).
+:func:`deepseek_table` names every weight on both sides.
+
+Export (:func:`deepseek_config`): an ``mla`` spec goes to V3 when its experts are routed by
+``sigmoid_topk``, else to V2 (softmax routing, never renormalised; a model without experts
+too); the dense layers must be the first ``first_k_dense_replace``.
 """
 
 from __future__ import annotations
@@ -24,10 +30,37 @@ from typing import Any
 
 import torch
 
-from .common import ends_state, linear, reject, rms_decoder, rotary
-from .moe import fused_experts
+from .common import (
+    Spec,
+    check_common,
+    check_dropout,
+    check_moe,
+    hf_activation,
+    layers,
+    need,
+    one,
+    reject,
+    rms_decoder,
+    rope,
+    rotary,
+    token_ids,
+)
+from .gpt2 import hidden_of
+from .table import (
+    Pair,
+    ends,
+    fused_experts,
+    glu,
+    interleaved_rows,
+    linear,
+    load_state,
+    norms,
+    permuted,
+    same,
+)
 
-_GLU = {"W_gate": "gate_proj", "W_up": "up_proj", "W_down": "down_proj"}
+CLASSES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
+BIASES = "attention biases"
 
 
 def deepseek_spec(cfg: Any, v3: bool) -> dict[str, Any]:
@@ -90,61 +123,150 @@ def deepseek_v3_spec(cfg: Any) -> dict[str, Any]:
     return deepseek_spec(cfg, v3=True)
 
 
-def deinterleave(w: torch.Tensor, start: int, width: int, period: int) -> torch.Tensor:
-    """``w`` (rows, ...) with the rows ``start .. start + width`` of every block of
-    ``period`` rows reordered from interleaved pairs (x0, x1, x2, x3, ...) to halves
-    (x0, x2, ..., x1, x3, ...)."""
-    blocks = w.reshape(-1, period, *w.shape[1:]).clone()  # (blocks, period, ...)
-    part = blocks[:, start:start + width]
-    blocks[:, start:start + width] = torch.cat([part[:, 0::2], part[:, 1::2]], dim=1)
-    return blocks.reshape(w.shape)
+def _rows(cfg: Any) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The row orders of the query projection and of kv_a_proj_with_mqa that de-interleave
+    their rotary parts (None: plain rotary, V3 without ``rope_interleave``)."""
+    if not getattr(cfg, "rope_interleave", True):  # V2 has no option: always interleaved
+        return None, None
+    nope, rope, rank = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.kv_lora_rank
+    q = interleaved_rows(cfg.num_attention_heads * (nope + rope), nope, rope, nope + rope)
+    return q, interleaved_rows(rank + rope, rank, rope, rank + rope)
 
 
-def _attention(out: dict[str, torch.Tensor], ours: str, sd: dict[str, torch.Tensor],
-               theirs: str, cfg: Any, interleaved: bool) -> None:
+def deepseek_table(cfg: Any) -> list[Pair]:
+    """Every weight of a ``DeepseekV2ForCausalLM`` / ``DeepseekV3ForCausalLM`` of ``cfg``
+    and ours, both ways."""
     bias = bool(cfg.attention_bias)
-    nope, rope = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim
-    rank = cfg.kv_lora_rank
-    q_name = "q_proj" if cfg.q_lora_rank is None else "q_b_proj"
-    if cfg.q_lora_rank is not None:
-        linear(out, f"{ours}.q_a_proj", sd, f"{theirs}.q_a_proj", bias)
-        out[f"{ours}.q_a_norm.scale"] = sd[f"{theirs}.q_a_layernorm.weight"]
-    q = sd[f"{theirs}.{q_name}.weight"]  # (H * (nope + rope), in)
-    kv_a = sd[f"{theirs}.kv_a_proj_with_mqa.weight"]  # (rank + rope, D)
-    if interleaved:
-        q = deinterleave(q, nope, rope, nope + rope)
-        kv_a = deinterleave(kv_a, rank, rope, rank + rope)
-    out[f"{ours}.{q_name}.weight"] = q
-    out[f"{ours}.kv_a_proj.weight"] = kv_a
-    if bias:
-        kv_bias = sd[f"{theirs}.kv_a_proj_with_mqa.bias"]
-        out[f"{ours}.kv_a_proj.bias"] = (deinterleave(kv_bias, rank, rope, rank + rope)
-                                         if interleaved else kv_bias)
-    out[f"{ours}.kv_a_norm.scale"] = sd[f"{theirs}.kv_a_layernorm.weight"]
-    out[f"{ours}.kv_b_proj.weight"] = sd[f"{theirs}.kv_b_proj.weight"]
-    linear(out, f"{ours}.out_proj", sd, f"{theirs}.o_proj", bias)
+    q_rows, kv_rows = _rows(cfg)
+    pairs = ends()
+    for i in range(cfg.num_hidden_layers):
+        ours, theirs = f"trf_blocks.{i}", f"model.layers.{i}"
+        pairs += norms(i, "input_layernorm", "post_attention_layernorm")
+        att, hf_att = f"{ours}.att.sublayer", f"{theirs}.self_attn"
+        q_name = "q_proj" if cfg.q_lora_rank is None else "q_b_proj"
+        if cfg.q_lora_rank is not None:
+            pairs += linear(f"{att}.q_a_proj", f"{hf_att}.q_a_proj", bias, BIASES)
+            pairs.append(same(f"{att}.q_a_norm.scale", f"{hf_att}.q_a_layernorm.weight"))
+        pairs.append(permuted(f"{att}.{q_name}.weight", f"{hf_att}.{q_name}.weight", q_rows))
+        kv_a = f"{hf_att}.kv_a_proj_with_mqa"
+        pairs.append(permuted(f"{att}.kv_a_proj.weight", f"{kv_a}.weight", kv_rows))
+        if bias:
+            pairs.append(permuted(f"{att}.kv_a_proj.bias", f"{kv_a}.bias", kv_rows, BIASES))
+        pairs += [same(f"{att}.kv_a_norm.scale", f"{hf_att}.kv_a_layernorm.weight"),
+                  same(f"{att}.kv_b_proj.weight", f"{hf_att}.kv_b_proj.weight"),
+                  *linear(f"{att}.out_proj", f"{hf_att}.o_proj", bias, BIASES)]
+        ff, mlp = f"{ours}.ff.sublayer", f"{theirs}.mlp"
+        if i < (cfg.first_k_dense_replace or 0):
+            pairs += glu(ff, mlp)
+            continue
+        pairs.append(same(f"{ff}.gate.weight", f"{mlp}.gate.weight"))
+        if cfg.model_type == "deepseek_v3":  # a buffer: zeros where the variant has none
+            pairs.append(same(f"{ff}.expert_bias", f"{mlp}.gate.e_score_correction_bias",
+                              zeros="expert choice bias", quiet=True))
+        pairs += fused_experts(ff, f"{mlp}.experts")
+        if cfg.n_shared_experts:
+            pairs += glu(f"{ff}.shared_expert", f"{mlp}.shared_experts")
+    return pairs
 
 
 def deepseek_state(hf: Any) -> dict[str, torch.Tensor]:
     """Our state dict from a ``DeepseekV2ForCausalLM`` / ``DeepseekV3ForCausalLM``."""
-    sd, cfg = hf.state_dict(), hf.config
-    interleaved = bool(getattr(cfg, "rope_interleave", True))  # V2 has no option: always
-    out = ends_state(sd)
-    for i in range(cfg.num_hidden_layers):
-        ours, theirs = f"trf_blocks.{i}", f"model.layers.{i}"
-        out[f"{ours}.att.norm.scale"] = sd[f"{theirs}.input_layernorm.weight"]
-        out[f"{ours}.ff.norm.scale"] = sd[f"{theirs}.post_attention_layernorm.weight"]
-        _attention(out, f"{ours}.att.sublayer", sd, f"{theirs}.self_attn", cfg, interleaved)
-        ff, mlp = f"{ours}.ff.sublayer", f"{theirs}.mlp"
-        if f"{mlp}.gate.weight" not in sd:  # a dense layer
-            for mine, name in _GLU.items():
-                out[f"{ff}.{mine}.weight"] = sd[f"{mlp}.{name}.weight"]
-            continue
-        out[f"{ff}.gate.weight"] = sd[f"{mlp}.gate.weight"]
-        if f"{mlp}.gate.e_score_correction_bias" in sd:
-            out[f"{ff}.expert_bias"] = sd[f"{mlp}.gate.e_score_correction_bias"]
-        fused_experts(out, ff, sd, f"{mlp}.experts")
-        if cfg.n_shared_experts:
-            for mine, name in _GLU.items():
-                out[f"{ff}.shared_expert.{mine}.weight"] = sd[f"{mlp}.shared_experts.{name}.weight"]
-    return out
+    return load_state(deepseek_table(hf.config), hf.state_dict())
+
+
+# --- export ---------------------------------------------------------------------------
+
+def deepseek_class(spec: Spec) -> str:
+    """V3 when any layer's experts are routed by sigmoid scores, else V2."""
+    sigmoid = any(getattr(spec.layer_spec(i).feedforward, "router", None) == "sigmoid_topk"
+                  for i in range(spec.n_layers))
+    return CLASSES[1] if sigmoid else CLASSES[0]
+
+
+def _feedforwards(spec: Spec, cls: str) -> tuple[int, int | None, Spec | None]:
+    """The number of leading dense layers, their width, and the experts of the others
+    (None where there are none)."""
+    ffs = [layer.feedforward for layer in layers(spec, cls, ("feedforward",))]
+    first = next((i for i, ff in enumerate(ffs) if ff.kind == "moe"), len(ffs))
+    need(spec, cls, "layout.feedforward", all(ff.kind == "moe" for ff in ffs[first:]),
+         "DeepSeek's dense layers are the first first_k_dense_replace ones; a dense layer "
+         "after an expert layer is not in this class")
+    for ff in ffs[:first]:
+        need(spec, cls, "feedforward.kind", ff.kind == "glu",
+             f"feedforward {ff.kind!r}: DeepSeek's dense layers are a SwiGLU (glu)")
+        need(spec, cls, "feedforward.bias", not ff.bias, "DeepSeek's feed-forwards have no "
+             "biases")
+    width = one(spec, cls, "layout.feedforward.hidden_dim",
+                [hidden_of(spec.model_copy(update={"feedforward": ff})) for ff in ffs[:first]],
+                "dense widths")
+    moe = one(spec, cls, "layout.feedforward", ffs[first:], "expert feed-forwards")
+    return first, width, moe
+
+
+def _moe_kwargs(spec: Spec, cls: str, moe: Spec) -> dict[str, Any]:
+    """The config options of DeepSeek's experts, checked against ``cls``."""
+    v3 = cls == CLASSES[1]
+    loc = "feedforward"
+    free = ("routed_scaling_factor", "n_group", "group_score", "n_shared_experts") + (
+        ("renormalize", "choice_bias") if v3 else ())
+    check_moe(spec, cls, moe, loc, free=free, router="sigmoid_topk" if v3 else "softmax_topk",
+              renormalize=False)
+    if moe.n_group is not None:
+        score = "top2_sum" if v3 else "max"
+        need(spec, cls, f"{loc}.group_score", moe.group_score == score,
+             f"group_score {moe.group_score!r}: {cls[:-11]} scores a group by {score}")
+    hidden = moe.expert.hidden(spec.emb_dim)
+    need(spec, cls, f"{loc}.expert.bias", not moe.expert.bias, "DeepSeek's experts have no "
+         "biases")
+    need(spec, cls, f"{loc}.n_shared_experts", moe.n_shared_experts >= 1,
+         "DeepSeek's mixture always has shared experts (n_shared_experts >= 1)")
+    shared = moe.shared_hidden_dim or moe.n_shared_experts * hidden
+    need(spec, cls, f"{loc}.shared_hidden_dim", shared == moe.n_shared_experts * hidden,
+         f"shared width {shared}: DeepSeek's is n_shared_experts x the expert width "
+         f"({moe.n_shared_experts * hidden})")
+    need(spec, cls, f"{loc}.n_experts", not v3 or moe.n_group is not None or moe.n_experts >= 2,
+         "DeepSeek-V3 scores groups by their two best experts: at least 2 experts")
+    groups = {"n_group": moe.n_group or 1, "topk_group": moe.topk_group or 1} if v3 else {
+        "n_group": moe.n_group, "topk_group": moe.topk_group,
+        "topk_method": "greedy" if moe.n_group is None else "group_limited_greedy"}
+    return dict(
+        n_routed_experts=moe.n_experts, num_experts_per_tok=moe.top_k,
+        moe_intermediate_size=hidden, n_shared_experts=moe.n_shared_experts,
+        routed_scaling_factor=moe.routed_scaling_factor, norm_topk_prob=moe.renormalize,
+        output_router_logits=moe.aux_loss_coef > 0, **groups,
+        **({"router_aux_loss_coef": moe.aux_loss_coef} if moe.aux_loss_coef > 0 else {}))
+
+
+def deepseek_config(spec: Spec, cls: str) -> Any:
+    """The ``DeepseekV2Config`` / ``DeepseekV3Config`` of an ``mla`` spec."""
+    import transformers
+
+    first, width, moe = _feedforwards(spec, cls)  # refuses layers that differ otherwise
+    need(spec, cls, "positional.kind", spec.positional.kind == "rotary",
+         f"positional {spec.positional.kind!r}: DeepSeek rotates the qk_rope_head_dim part")
+    check_common(spec.model_copy(update={"layout": None}), cls, norm="rms", rotary=True)
+    need(spec, cls, "residual.kind", spec.residual.kind == "pre_norm",
+         f"residual {spec.residual.kind!r}: DeepSeek is pre_norm")
+    check_dropout(spec, cls, ("attn",))
+    att = spec.attention
+    need(spec, cls, "attention.latent_norm", att.latent_norm is None,
+         "DeepSeek's latent norms are RMSNorms with eps 1e-6 (latent_norm unset)")
+    need(spec, cls, "n_heads", spec.emb_dim % spec.n_heads == 0,
+         f"emb_dim {spec.emb_dim} is not a multiple of n_heads {spec.n_heads}, which "
+         "transformers' DeepSeek config requires")
+    sizes = att.sizes(spec.emb_dim, spec.n_heads)
+    config = getattr(transformers, cls.replace("ForCausalLM", "Config"))
+    kwargs = dict(
+        vocab_size=spec.vocab_size, max_position_embeddings=spec.context_length,
+        hidden_size=spec.emb_dim, num_hidden_layers=spec.n_layers,
+        num_attention_heads=spec.n_heads, num_key_value_heads=spec.n_heads,
+        intermediate_size=width or (moe.expert.hidden(spec.emb_dim) if moe else 1),
+        rms_norm_eps=spec.norm.eps, q_lora_rank=att.q_lora_rank,
+        attention_bias=spec.qkv_bias or spec.attn_out_bias,
+        attention_dropout=spec.drop("attn"), tie_word_embeddings=spec.tie_weights,
+        first_k_dense_replace=first, hidden_act=hf_activation(spec, cls),
+        rope_parameters=rope(spec.positional), **sizes,
+        **(_moe_kwargs(spec, cls, moe) if moe is not None else {}))
+    if cls == CLASSES[1]:
+        kwargs["rope_interleave"] = True
+    return config(**kwargs, **token_ids(spec, config))

@@ -1,5 +1,5 @@
-"""Llama 4 text: ``Llama4ForCausalLM`` with a ``Llama4TextConfig`` (Meta 2025, Llama 4 model
-card, "iRoPE").
+"""Llama 4 text, both ways: ``Llama4ForCausalLM`` with a ``Llama4TextConfig`` (Meta 2025,
+Llama 4 model card, "iRoPE").
 
 A Llama-like pre-norm decoder (RMSNorm, grouped-query attention, SwiGLU) with three per-layer
 choices, each a layer kind of a ``layout`` (the shortest repeating ``pattern``):
@@ -15,8 +15,9 @@ choices, each a layer kind of a ``layout`` (the shortest repeating ``pattern``):
 
 Llama 4's rotary pairs are interleaved (complex form): the query and key rows of each head
 are reordered on import (even dims, then odd ones), which leaves every score unchanged and
-makes the rotate-half rotary equal; the L2 norm has no parameters, so taking it before
-rotary (as variantlab does) equals Hugging Face's after.
+makes the rotate-half rotary equal, and put back on export; the L2 norm has no parameters,
+so taking it before rotary (as variantlab does) equals Hugging Face's after.
+:func:`llama4_table` names every weight on both sides.
 """
 
 from __future__ import annotations
@@ -25,11 +26,39 @@ from typing import Any
 
 import torch
 
-from .common import ends_state, linear, period, reject
-from .deepseek import deinterleave
+from .common import (
+    Spec,
+    check_attention,
+    check_common,
+    check_dropout,
+    check_moe,
+    hf_activation,
+    layers,
+    need,
+    one,
+    period,
+    reject,
+    rotary_theta,
+    token_ids,
+)
+from .gpt2 import hidden_of
 from .llama import llama_spec
+from .table import (
+    Pair,
+    ends,
+    glu,
+    halves,
+    interleaved_rows,
+    linear,
+    load_state,
+    norms,
+    permuted,
+    same,
+    transposed,
+)
 
-_GLU = {"W_gate": "gate_proj", "W_up": "up_proj", "W_down": "down_proj"}
+CLS = "Llama4ForCausalLM"
+BIASES = "attention biases"
 
 
 def llama4_spec(cfg: Any) -> dict[str, Any]:
@@ -75,32 +104,111 @@ def llama4_spec(cfg: Any) -> dict[str, Any]:
     return data
 
 
-def llama4_state(hf: Any) -> dict[str, torch.Tensor]:
-    """Our state dict from a ``Llama4ForCausalLM`` (text)."""
-    sd, cfg = hf.state_dict(), hf.config
+def llama4_table(cfg: Any) -> list[Pair]:
+    """Every weight of a ``Llama4ForCausalLM`` of ``cfg`` and ours, both ways."""
     bias, hd = bool(cfg.attention_bias), cfg.head_dim
-    out = ends_state(sd)
+    rows = {"W_query": interleaved_rows(cfg.num_attention_heads * hd, 0, hd, hd),
+            "W_key": interleaved_rows(cfg.num_key_value_heads * hd, 0, hd, hd)}
+    pairs = ends()
     for i in range(cfg.num_hidden_layers):
         ours, theirs = f"trf_blocks.{i}", f"model.layers.{i}"
-        out[f"{ours}.att.norm.scale"] = sd[f"{theirs}.input_layernorm.weight"]
-        out[f"{ours}.ff.norm.scale"] = sd[f"{theirs}.post_attention_layernorm.weight"]
+        pairs += norms(i, "input_layernorm", "post_attention_layernorm")
         att, hf_att = f"{ours}.att.sublayer", f"{theirs}.self_attn"
         for mine, name in (("W_query", "q_proj"), ("W_key", "k_proj")):
-            out[f"{att}.{mine}.weight"] = deinterleave(sd[f"{hf_att}.{name}.weight"], 0, hd, hd)
+            pairs.append(permuted(f"{att}.{mine}.weight", f"{hf_att}.{name}.weight", rows[mine]))
             if bias:
-                out[f"{att}.{mine}.bias"] = deinterleave(sd[f"{hf_att}.{name}.bias"], 0, hd, hd)
-        linear(out, f"{att}.W_value", sd, f"{hf_att}.v_proj", bias)
-        linear(out, f"{att}.out_proj", sd, f"{hf_att}.o_proj", bias)
+                pairs.append(permuted(f"{att}.{mine}.bias", f"{hf_att}.{name}.bias", rows[mine],
+                                      BIASES))
+        pairs += linear(f"{att}.W_value", f"{hf_att}.v_proj", bias, BIASES)
+        pairs += linear(f"{att}.out_proj", f"{hf_att}.o_proj", bias, BIASES)
         ff, hf_ff = f"{ours}.ff.sublayer", f"{theirs}.feed_forward"
-        if f"{hf_ff}.router.weight" not in sd:  # a dense layer
-            for mine, name in _GLU.items():
-                out[f"{ff}.{mine}.weight"] = sd[f"{hf_ff}.{name}.weight"]
+        if i not in set(cfg.moe_layers):
+            pairs += glu(ff, hf_ff)
             continue
-        out[f"{ff}.gate.weight"] = sd[f"{hf_ff}.router.weight"]
-        gate_up = sd[f"{hf_ff}.experts.gate_up_proj"].transpose(1, 2)  # (E, 2 hidden, D)
-        hidden = gate_up.shape[1] // 2
-        out[f"{ff}.W_gate"], out[f"{ff}.W_up"] = gate_up[:, :hidden], gate_up[:, hidden:]
-        out[f"{ff}.W_down"] = sd[f"{hf_ff}.experts.down_proj"].transpose(1, 2)  # (E, D, hidden)
-        for mine, name in _GLU.items():
-            out[f"{ff}.shared_expert.{mine}.weight"] = sd[f"{hf_ff}.shared_expert.{name}.weight"]
-    return {k: v.contiguous() for k, v in out.items()}
+        pairs += [same(f"{ff}.gate.weight", f"{hf_ff}.router.weight"),
+                  # (E, D, 2 hidden): transposed, the gate half first
+                  halves((f"{ff}.W_gate", f"{ff}.W_up"), f"{hf_ff}.experts.gate_up_proj", dim=1,
+                         transposed=True),
+                  transposed(f"{ff}.W_down", f"{hf_ff}.experts.down_proj"),  # (E, hidden, D)
+                  *glu(f"{ff}.shared_expert", f"{hf_ff}.shared_expert")]
+    return pairs
+
+
+def llama4_state(hf: Any) -> dict[str, torch.Tensor]:
+    """Our state dict from a ``Llama4ForCausalLM`` (text)."""
+    return load_state(llama4_table(hf.config), hf.state_dict())
+
+
+# --- export ---------------------------------------------------------------------------
+
+def _experts(spec: Spec, ffs: list[Spec]) -> tuple[list[int], Spec | None, int | None]:
+    """The expert layers, their experts, and the dense layers' width."""
+    sparse = [i for i, ff in enumerate(ffs) if ff.kind == "moe"]
+    moe = one(spec, CLS, "layout.feedforward", [ffs[i] for i in sparse], "expert feed-forwards")
+    if moe is not None:
+        check_moe(spec, CLS, moe, "feedforward", router="sigmoid_topk", renormalize=False,
+                  scale_input=True, n_shared_experts=1)
+        hidden = moe.expert.hidden(spec.emb_dim)
+        need(spec, CLS, "feedforward.expert.bias", not moe.expert.bias,
+             "Llama 4's experts have no biases")
+        need(spec, CLS, "feedforward.shared_hidden_dim", moe.shared_hidden_dim in (None, hidden),
+             f"shared width {moe.shared_hidden_dim}: Llama 4's shared expert is as wide as "
+             f"each expert ({hidden})")
+    widths = []
+    for ff in (ff for ff in ffs if ff.kind != "moe"):
+        need(spec, CLS, "layout.feedforward.kind", ff.kind == "glu",
+             f"feedforward {ff.kind!r}: Llama 4's dense layers are a SwiGLU (glu)")
+        need(spec, CLS, "feedforward.bias", not ff.bias, "Llama 4 has no feed-forward biases")
+        widths.append(hidden_of(spec.model_copy(update={"feedforward": ff})))
+    return sparse, moe, one(spec, CLS, "layout.feedforward.hidden_dim", widths, "dense widths")
+
+
+def llama4_config(spec: Spec, cls: str = CLS) -> Any:
+    """The ``Llama4TextConfig`` of a spec with chunked attention, L2 QK-norm, NoPE layers or
+    input-scaled experts."""
+    import transformers
+
+    specs = layers(spec, CLS, ("attention", "positional", "feedforward"))
+    theta = rotary_theta(spec, CLS, specs)
+    check_common(spec.model_copy(update={"layout": None, "positional": specs[0].positional
+                                         if specs[0].positional.kind == "rotary" else
+                                         spec.positional}), CLS, norm="rms", rotary=False)
+    need(spec, CLS, "residual.kind", spec.residual.kind == "pre_norm",
+         f"residual {spec.residual.kind!r}: Llama 4 is pre_norm")
+    check_dropout(spec, CLS, ("attn",))
+    rope = [layer.positional.kind == "rotary" for layer in specs]
+    for layer, rotates in zip(specs, rope):
+        qk = layer.attention.qk_norm
+        check_attention(layer, CLS, gqa=True, head_dim_free=True, chunk=True, qk_kind="l2",
+                        qk_norm="head" if qk is not None else None)
+        need(spec, CLS, "layout.attention.qk_norm", rotates or qk is None,
+             "Llama 4's NoPE layers have no QK norm")
+    base = one(spec, CLS, "layout.attention", [
+        layer.attention.model_copy(update={"chunk": None, "qk_norm": None, "impl": "naive"})
+        for layer in specs], "attentions (apart from chunk and QK norm)")
+    qk_norm = one(spec, CLS, "layout.attention.qk_norm", [
+        layer.attention.qk_norm is not None for layer, r in zip(specs, rope) if r],
+        "QK norm (on, off) on the rotary layers")
+    chunks = [layer.attention.chunk for layer in specs]
+    chunk = one(spec, CLS, "layout.attention.chunk", [c for c in chunks if c], "chunk sizes")
+    sparse, moe, width = _experts(spec, [layer.feedforward for layer in specs])
+    hidden: int = moe.expert.hidden(spec.emb_dim) if moe is not None else int(width or 1)
+    head_dim = base.head_dim or spec.emb_dim // spec.n_heads
+    config = transformers.Llama4TextConfig
+    return config(
+        vocab_size=spec.vocab_size, max_position_embeddings=spec.context_length,
+        hidden_size=spec.emb_dim, num_hidden_layers=spec.n_layers,
+        num_attention_heads=spec.n_heads, num_key_value_heads=base.n_kv_heads or spec.n_heads,
+        head_dim=head_dim, intermediate_size=hidden, intermediate_size_mlp=int(width or hidden),
+        rms_norm_eps=spec.norm.eps, attention_bias=spec.qkv_bias or spec.attn_out_bias,
+        attention_dropout=spec.drop("attn"), tie_word_embeddings=spec.tie_weights,
+        hidden_act=hf_activation(spec, CLS),
+        rope_parameters={"rope_type": "default", "rope_theta": theta},
+        num_local_experts=moe.n_experts if moe else 1,
+        num_experts_per_tok=moe.top_k if moe else 1, moe_layers=sparse,
+        output_router_logits=bool(moe and moe.aux_loss_coef > 0),
+        router_aux_loss_coef=moe.aux_loss_coef if moe and moe.aux_loss_coef > 0 else 0.001,
+        use_qk_norm=bool(qk_norm), no_rope_layers=[int(r) for r in rope],
+        attention_chunk_size=chunk, attn_temperature_tuning=False,
+        layer_types=["chunked_attention" if c else "full_attention" for c in chunks],
+        **token_ids(spec, config))

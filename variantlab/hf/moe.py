@@ -18,8 +18,10 @@ from typing import Any
 
 import torch
 
+from . import table
 from .common import period, reject
 from .llama import MLP, llama_spec, llama_state, mistral_spec, olmo2_spec, qk_norms
+from .table import load_state
 
 
 def moe_feedforward(cfg: Any, hidden: int, renormalize: bool,
@@ -99,13 +101,9 @@ def experts_state(out: dict[str, torch.Tensor], ours: str, sd: dict[str, torch.T
 
 def fused_experts(out: dict[str, torch.Tensor], ours: str, sd: dict[str, torch.Tensor],
                   theirs: str) -> None:
-    """Split transformers' fused experts at ``theirs`` (``gate_up_proj`` (E, 2 hidden, D),
-    gate rows first; ``down_proj`` (E, D, hidden)) into our ``W_gate``, ``W_up``, ``W_down``."""
-    gate_up = sd[f"{theirs}.gate_up_proj"]  # (E, 2 hidden, D): gate rows, then up
-    hidden = gate_up.shape[1] // 2
-    out[f"{ours}.W_gate"] = gate_up[:, :hidden]  # (E, hidden, D)
-    out[f"{ours}.W_up"] = gate_up[:, hidden:]  # (E, hidden, D)
-    out[f"{ours}.W_down"] = sd[f"{theirs}.down_proj"]  # (E, D, hidden)
+    """Split transformers' fused experts at ``theirs`` into our ``W_gate``, ``W_up``,
+    ``W_down`` (the table of :func:`variantlab.hf.table.fused_experts`)."""
+    out.update(load_state(table.fused_experts(ours, theirs), sd))
 
 
 def _moe_state(out: dict[str, torch.Tensor], hf: Any) -> dict[str, torch.Tensor]:

@@ -1,11 +1,14 @@
-"""SmolLM3: ``SmolLM3ForCausalLM`` (Hugging Face 2025, "SmolLM3: smol, multilingual,
-long-context reasoner"; NoPE layers after Yang et al. 2025, "Rope to Nope and back again").
+"""SmolLM3, both ways: ``SmolLM3ForCausalLM`` (Hugging Face 2025, "SmolLM3: smol,
+multilingual, long-context reasoner"; NoPE layers after Yang et al. 2025, "Rope to Nope and
+back again").
 
 A Llama decoder whose rotary is dropped in the layers ``no_rope_layers`` marks 0 (by default
 every ``no_rope_layer_interval``-th layer): a ``layout`` with the layer kinds ``rope`` (the
 model's own rotary) and ``nope`` (``positional: none``), and, with ``use_sliding_window``, a
 sliding window on the layers ``layer_types`` marks ``sliding_attention`` (kinds
-``rope_sliding`` / ``nope_sliding``), each with the shortest repeating ``pattern``.
+``rope_sliding`` / ``nope_sliding``), each with the shortest repeating ``pattern``. On export a
+spec whose layers differ only in NoPE and the window goes here. :func:`smollm3_table` names
+every weight on both sides.
 """
 
 from __future__ import annotations
@@ -14,8 +17,23 @@ from typing import Any
 
 import torch
 
-from .common import period, reject
-from .llama import llama_spec, llama_state
+from .common import (
+    Spec,
+    check_attention,
+    check_common,
+    hf_activation,
+    layers,
+    need,
+    one,
+    period,
+    reject,
+    rotary_theta,
+    token_ids,
+)
+from .llama import llama_kwargs, llama_spec
+from .table import GLU, Pair, attention, ends, linear, load_state, norms
+
+CLS = "SmolLM3ForCausalLM"
 
 
 def smollm3_spec(cfg: Any) -> dict[str, Any]:
@@ -42,6 +60,47 @@ def smollm3_spec(cfg: Any) -> dict[str, Any]:
     return data
 
 
+def smollm3_table(cfg: Any) -> list[Pair]:
+    """Every weight of a ``SmolLM3ForCausalLM`` of ``cfg`` and ours (Llama's names)."""
+    pairs = ends()
+    for i in range(cfg.num_hidden_layers):
+        ours, theirs = f"trf_blocks.{i}", f"model.layers.{i}"
+        pairs += norms(i, "input_layernorm", "post_attention_layernorm")
+        pairs += attention(f"{ours}.att.sublayer", f"{theirs}.self_attn", cfg.attention_bias)
+        for mine, name in GLU.items():
+            pairs += linear(f"{ours}.ff.sublayer.{mine}", f"{theirs}.mlp.{name}", cfg.mlp_bias)
+    return pairs
+
+
 def smollm3_state(hf: Any) -> dict[str, torch.Tensor]:
-    """Our state dict from a ``SmolLM3ForCausalLM`` (Llama's names)."""
-    return llama_state(hf)
+    """Our state dict from a ``SmolLM3ForCausalLM``."""
+    return load_state(smollm3_table(hf.config), hf.state_dict())
+
+
+# --- export ---------------------------------------------------------------------------
+
+def smollm3_config(spec: Spec, cls: str = CLS) -> Any:
+    """The ``SmolLM3Config`` of a Llama-like spec with NoPE layers (and sliding windows)."""
+    import transformers
+
+    specs = layers(spec, CLS, ("attention", "positional"))
+    theta = rotary_theta(spec, CLS, specs)
+    check_common(spec.model_copy(update={"layout": None}), CLS, norm="rms", rotary=False)
+    need(spec, CLS, "residual.kind", spec.residual.kind == "pre_norm",
+         f"residual {spec.residual.kind!r}: SmolLM3 is pre_norm")
+    for layer in specs:
+        check_attention(layer, CLS, gqa=True, head_dim_free=False, window=True)
+    one(spec, CLS, "layout.attention", [layer.attention.model_copy(update={"window": None})
+                                        for layer in specs], "attentions (apart from the window)")
+    windows = [layer.attention.window for layer in specs]
+    window = one(spec, CLS, "layout.attention.window", [w for w in windows if w], "windows")
+    kwargs = llama_kwargs(spec, CLS)
+    kwargs.pop("head_dim")
+    config = transformers.SmolLM3Config
+    return config(
+        **kwargs, **token_ids(spec, config), hidden_act=hf_activation(spec, CLS),
+        mlp_bias=spec.feedforward.bias,
+        rope_parameters={"rope_type": "default", "rope_theta": theta},
+        no_rope_layers=[int(layer.positional.kind == "rotary") for layer in specs],
+        use_sliding_window=window is not None, sliding_window=window,
+        layer_types=["sliding_attention" if w else "full_attention" for w in windows])

@@ -196,9 +196,15 @@ def find_sweep(data: ReportData, probe: str) -> Sweep | None:
     return None
 
 
+def _missing(v: Any) -> bool:
+    """A value a variant has not got (a tuned axis its model lacks: DyT's alpha0 beside
+    LayerNorm)."""
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
 def _ordered(grid_values: list[Any] | None, seen: pd.Series) -> list[Any]:
     out = list(grid_values or [])
-    return out + [v for v in dict.fromkeys(seen) if v not in out]
+    return out + [v for v in dict.fromkeys(seen) if v not in out and not _missing(v)]
 
 
 def _finite(x: Any) -> bool:
@@ -262,7 +268,8 @@ def added(sweep: Sweep, arch: str) -> dict[str, list[Any]]:
     out = {}
     for axis in sweep.setting_axes:
         grid = {value_text(v) for v in sweep.grid.get(axis, [])}
-        extra = [v for v in tried(sweep, arch, axis) if grid and value_text(v) not in grid]
+        extra = [v for v in tried(sweep, arch, axis)
+                 if grid and value_text(v) not in grid and not _missing(v)]
         if extra:
             out[axis] = extra
     return out
@@ -273,16 +280,24 @@ def _at(sweep: Sweep, chosen: pd.Series) -> pd.DataFrame:
     return mine.set_index("seed")
 
 
+def at_chosen(sweep: Sweep, arch: str, chosen: pd.Series | None, lr: str) -> pd.DataFrame:
+    """Group ``arch``'s runs per seed with every tuned axis but ``lr`` at its ``chosen``
+    value (an axis the group lacks, such as alpha0 beside LayerNorm, is not filtered)."""
+    mine = sweep.per_seed[sweep.per_seed["arch"] == arch]
+    if chosen is not None:
+        for axis in sweep.setting_axes:
+            if axis != lr and not _missing(chosen[axis]):
+                mine = mine[mine[axis] == chosen[axis]]
+    return mine
+
+
 def lr_sensitivity(sweep: Sweep, arch: str, chosen: pd.Series) -> float:
     """Wortsman et al. 2023's LR sensitivity of group ``arch`` (module docstring, rule 6);
     NaN without an lr axis of two or more values or (lower is better) the loss at init."""
     lr = sweep.lr_axis
     if lr is None or len(tried(sweep, arch, lr)) < 2:
         return math.nan
-    mine = sweep.per_seed[sweep.per_seed["arch"] == arch]
-    for axis in sweep.setting_axes:
-        if axis != lr:
-            mine = mine[mine[axis] == chosen[axis]]
+    mine = at_chosen(sweep, arch, chosen, lr)
     per_seed = []
     for _, part in mine.groupby("seed"):
         finite = [v for v in part["val"] if _finite(v)]
@@ -356,11 +371,7 @@ def lr_curves(sweep: Sweep, arch: str, chosen: pd.Series | None) -> pd.DataFrame
     lr (other tuned axes at its chosen values; seed spread = min and max over seeds)."""
     lr = sweep.lr_axis
     assert lr is not None
-    mine = sweep.per_seed[sweep.per_seed["arch"] == arch]
-    if chosen is not None:
-        for axis in sweep.setting_axes:
-            if axis != lr:
-                mine = mine[mine[axis] == chosen[axis]]
+    mine = at_chosen(sweep, arch, chosen, lr)
     out = []
     for value, part in mine.groupby(lr, sort=True):
         ok = part["val"][part["val"].map(_finite)]
