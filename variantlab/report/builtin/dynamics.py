@@ -7,11 +7,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...plugin.probe import ProbeView
-from ...probes.dynamics import METRICS
+from ...probes.dynamics import RECORDED
 
 LABELS = {"grad_norm": "gradient norm", "update_ratio": "update / weight (||ΔW||/||W||)",
           "residual_rms": "residual-stream RMS", "max_attn_logit": "max attention logit",
-          "attn_entropy": "attention entropy (nats)"}
+          "attn_entropy": "attention entropy (nats)",
+          "first_token_mass": "attention on the first token", "sink_mass": "attention on the sink"}
 
 
 def dynamics_views() -> tuple[Any, ...]:
@@ -46,7 +47,7 @@ def heatmaps(data: Any) -> Sequence[Any]:
     if not len(part):
         return [Plot("dynamics-heatmaps", title, caption, skipped="no dynamics rows")]
     variants = [v for v in data.order if v in set(part["variant"])]
-    metrics = [m for m in METRICS if m in set(part["metric"])]
+    metrics = [m for m in RECORDED if m in set(part["metric"])]
     with plt.rc_context(RC):
         fig, axes = plt.subplots(len(variants), len(metrics), squeeze=False,
                                  figsize=(2.6 * len(metrics), 1.9 * len(variants) + 0.6))
@@ -83,7 +84,7 @@ def lines(data: Any) -> Sequence[Any]:
     if not len(part):
         return [Plot("dynamics-lines", title, caption, skipped="no dynamics rows")]
     variants = [v for v in data.order if v in set(part["variant"])]
-    metrics = [m for m in METRICS if m in set(part["metric"])]
+    metrics = [m for m in RECORDED if m in set(part["metric"])]
     fig = step_lines(part, variants, metrics, LABELS)
     return [Plot("dynamics-lines", title, caption, fig)]
 
