@@ -84,3 +84,22 @@ def test_the_dynamics_probe_records_sink_mass_per_layer_for_both_impls(tiny):
     assert out["naive"].keys() == out["sdpa"].keys()
     for key, v in out["naive"].items():
         assert out["sdpa"][key] == pytest.approx(v, rel=1e-4, abs=1e-7), key
+
+
+def test_the_heatmaps_leave_a_blank_panel_where_a_variant_has_no_sink():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from variantlab.report.builtin.dynamics import heatmaps
+
+    rows = [{"probe": "dynamics", "scope": "layer", "name": "", "layer": layer, "step": step,
+             "variant": variant, "metric": metric, "value": 0.1 * layer + step}
+            for variant in ("plain", "sinks") for layer in (0, 1) for step in (0, 10)
+            for metric in ("first_token_mass", "sink_mass")
+            if metric != "sink_mass" or variant == "sinks"]
+    data = SimpleNamespace(rows=pd.DataFrame(rows), order=["plain", "sinks"])
+    (plot,) = heatmaps(data)
+    assert not plot.skipped and plot.figure is not None
+    texts = [t.get_text() for ax in plot.figure.axes for t in ax.texts]
+    assert texts == ["none"]  # plain's sink panel

@@ -55,6 +55,13 @@ def heatmaps(data: Any) -> Sequence[Any]:
             for c, metric in enumerate(metrics):
                 ax = axes[r][c]
                 mine = part[(part["variant"] == variant) & (part["metric"] == metric)]
+                if r == 0:
+                    ax.set_title(LABELS[metric], fontsize=8)
+                if not len(mine):  # a quantity this variant has not (sink_mass without sinks)
+                    ax.axis("off")
+                    ax.text(0.5, 0.5, "none", ha="center", va="center", fontsize=8,
+                            transform=ax.transAxes)
+                    continue
                 grid = mine.pivot_table(index=["name", "layer"], columns="step", values="value",
                                         aggfunc="mean")
                 im = ax.imshow(grid.to_numpy(), aspect="auto", origin="lower", cmap="viridis")
@@ -64,8 +71,6 @@ def heatmaps(data: Any) -> Sequence[Any]:
                 ax.set_xticks(ticks, [str(steps[t]) for t in ticks])
                 ax.set_yticks(range(len(grid.index)), [f"{n}/{int(i)}" if n else str(int(i))
                                                        for n, i in grid.index])
-                if r == 0:
-                    ax.set_title(LABELS[metric], fontsize=8)
                 if c == 0:
                     ax.set_ylabel(f"{shown(variant)}\nlayer", fontsize=8)
                 if r == len(variants) - 1:
