@@ -27,7 +27,7 @@ name: demo
 seeds: [0]
 model: {family: gpt, vocab_size: 64, context_length: 32, emb_dim: 32, n_heads: 4, n_layers: 2,
         drop_rate: 0.0}
-grid: {n_layers: [1, 2]}
+grid: {activation.kind: [gelu, relu]}  # a compared axis: the speed verdict is within one condition
 measure:
   training: {steps: 3, batch_size: 2, seq_len: 8, eval_batches: 0}
   timing: {batch_size: 2, seq_len: 8, passes: [forward], warmup: 1, repeats: 3}

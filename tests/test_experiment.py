@@ -9,11 +9,11 @@ from conftest import exp
 from variantlab.config.experiment import (
     Experiment,
     InputError,
-    apply_overrides,
     experiment_from_text,
     load_experiment,
     load_model_file,
 )
+from variantlab.config.overrides import apply_overrides
 from variantlab.plugin.registry import build_registry
 
 

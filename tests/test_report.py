@@ -84,7 +84,9 @@ def test_reading_is_computed_from_the_numbers():
     assert "post_norm: FFN gradient norm rises 4.0x from layer 0 to layer 2" in text
     assert "pre_norm: 1.1x" in text
     assert "post_norm is 1.50x slower than pre_norm on every seed (n=2" in text
-    assert "post_norm's eval loss is 0.09 above pre_norm's" in text
+    assert ("By validation loss, against pre_norm (the baseline): post_norm is worse (3.445 vs "
+            "3.355; behind by 0.09 [0.09, 0.09] over 2 seeds); batch 3.53 vs 3.355 (one seed: "
+            "no verdict).") in text
     assert "Training diverged for batch" in text
     # change the numbers, the reading changes with them
     faster = sample_run((("naive", {}, 1.0), ("sdpa", {"norm.kind": "rms"}, 1.0)),
@@ -220,24 +222,27 @@ def test_report_from_a_real_store_matches_the_in_memory_one(tmp_path):
     assert from_store.markdown.read_text() == direct.markdown.read_text()
 
 
-def test_loss_gap_is_judged_seed_by_seed():
+def test_loss_gap_is_judged_by_the_paired_interval_over_seeds():
     """Seeds share data, so a gap that holds on every seed is clear even when the seeds'
-    own spread is larger than the gap; a gap whose sign flips between seeds is not."""
+    own spread is larger than the gap (a zero-width paired interval); a gap whose sign
+    flips between seeds is not clearly different (its paired interval includes 0)."""
     import pandas as pd
 
-    from variantlab.report.findings import paired_gaps, sureness
+    from variantlab.report.fair.gaps import gap_parts
 
-    rows = pd.DataFrame([
-        {"probe": "training", "metric": "eval_loss", "scope": "model", "variant": v,
-         "seed": s, "value": base + gap}
+    values = pd.DataFrame([
+        {"variant": v, "seed": s, "value": base + gap}
         for s, base in ((0, 3.0), (1, 3.5), (2, 4.0))  # seed spread 0.5
         for v, gap in (("a", 0.0), ("b", 0.1), ("c", 0.1 if s else -0.1))
     ])
-    gaps = paired_gaps(rows, "training", "eval_loss", "a")
-    assert gaps["b"] == pytest.approx([0.1, 0.1, 0.1])
-    assert "on every seed (n=3" in sureness(gaps["b"])
-    assert "on 2 of 3 seeds" in sureness(gaps["c"]) and "not a clear" in sureness(gaps["c"])
-    assert sureness([0.2]) == ""
+    # c - a per seed: -0.1, 0.1, 0.1: mean 0.0333, sd 0.1155, t(2) 4.303: [-0.2535, 0.3202]
+    assert gap_parts(values, "a", lower=True) == [
+        "c is not clearly different (3.533 vs 3.5; paired difference 0.03333, 95% interval "
+        "[-0.2535, 0.3202] over 3 seeds includes 0)",
+        "b is worse (3.6 vs 3.5; behind by 0.1 [0.1, 0.1] over 3 seeds)"]
+    one = values[values["seed"] == 0]
+    assert gap_parts(one, "a", lower=True) == ["c 2.9 vs 3 (one seed: no verdict)",
+                                               "b 3.1 vs 3 (one seed: no verdict)"]
 
 
 def test_speed_up_is_judged_seed_by_seed():

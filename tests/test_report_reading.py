@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from statistics import stdev
 
 import pandas as pd
 import pytest
@@ -207,6 +208,20 @@ def test_variants_that_learned_nothing_are_named_beside_those_that_did():
                                "attention=mha (0.89), ahead of attention=linear_attention "
                                "(0.035) by 0.855 [") for line in reading)
     assert not any(line.startswith("By test loss") for line in reading)  # a tie: no leader
+
+
+def test_a_variant_that_solved_on_some_seeds_learned_though_its_seeds_disagree():
+    # recall 1.00, 1.00 and 0.10 over three seeds: a mean gain of 0.67 below 3 standard
+    # errors of the gain (3 x 0.31), yet two seeds are far beyond their own noise
+    grid = sample_grid({"attention.kind": ["mha", "linear_attention"]}, seeds=(0, 1, 2))
+    run = _with_rows(grid, _recall_rows(lambda v, s: (1.0 if s < 2 else 0.1) if "mha" in v
+                                        else 0.035))
+    frame = learned_frame(gather([run]))
+    assert frame["learned"].tolist() == [True, False]
+    gains = [1.0 - 1 / 32] * 2 + [0.1 - 1 / 32]
+    assert frame["gain"].iloc[0] == pytest.approx(sum(gains) / 3)
+    assert frame["noise"].iloc[0] == pytest.approx(stdev(gains) / math.sqrt(3))
+    assert frame["gain"].iloc[0] < 3 * frame["noise"].iloc[0]  # the mean alone would not
 
 
 def test_a_loss_that_moved_from_its_start_learned_and_one_at_chance_did_not():

@@ -118,7 +118,7 @@ def test_named_variants_keep_the_per_variant_reading(tmp_path):
     assert files.effects.read_text() == "axis,value,metric,effect,low,high,n,role\n"
     md = files.markdown.read_text()
     assert "## Effects of each axis" not in md
-    assert "eval loss is 0.09 above pre\\_norm's" in md
+    assert "post\\_norm is worse (3.445 vs 3.355; behind by 0.09" in md
 
 
 def test_reading_stays_short_on_a_large_grid():

@@ -212,6 +212,24 @@ def test_a_tie_on_the_headline_goes_to_the_lower_validation_loss(tmp_path):
     assert not tuned["unresolved"].any() and not tuned["at_edge"].any()
 
 
+def test_a_best_at_the_ceiling_of_its_metric_is_neither_extended_nor_unresolved(tmp_path):
+    e = fake_experiment(tmp_path, "  activation.kind: [gelu, relu]\n"
+                                  "  measure.training.lr: {values: [1.0e-2, 1.0e-1], "
+                                  "extend: 1}\n",
+                        "compare_on: recall_accuracy\n"
+                        "data: {source: synthetic, task: recall}\n")
+    # recall 1.00 at both rates, the lower validation loss at 1e-1: an edge, but nothing
+    # beyond it can beat 1.00, so no extension runs and the choice stands
+    done = run_extended(e, lambda x: run_experiment(x, tmp_path / "runs",
+                                                    probe_fn=saturated_training),
+                        e.extensions())
+    assert done.rounds == []
+    files = write_report([tmp_path / "runs" / "roles"], tmp_path / "rep", registry=REG)
+    tuned = pd.read_csv(files.tuned)
+    assert list(tuned["measure.training.lr"]) == [0.1, 0.1]
+    assert not tuned["unresolved"].any() and list(tuned["rank"]) == [1, 1]
+
+
 def recall_report(tmp_path, lrs: str) -> tuple[pd.DataFrame, str]:
     """tuned.csv and report.md of activation x data.n_pairs x lr with compare_on:
     recall_accuracy (the fake training probe)."""

@@ -9,32 +9,25 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..data.sources import DataSpec, SyntheticData
-from ..errors import InputError, PluginLoadError, SpecError, pydantic_issues
-from ..model.specs import ModelSpec, parse_model_spec
-from ..plugin.registry import SLOTS, Registry, build_registry
-from .axes import base_settings_of, effective, seq_len_problems, setting_problems
-from .axes import split as split_axes
+from ..errors import InputError, PluginLoadError, SpecError
+from ..plugin.registry import Registry, build_registry
+from .axes import effective, seq_len_problems
 from .checks import MAX_VARIANTS, grid_cap_message, grid_size, nonfinite, seed_problems
-from .dataover import data_fit, split_data, variant_data
+from .expand import Collector, Variant, expand_variants
 from .hints import plugin_hint
 from .measure import MeasureSpec, ProbeResources
 from .metrics import DEFAULT_COMPARE_ON, compare_on_checks
-from .named import key_of, named_axes, value_names
+from .named import named_axes, value_names
 from .overrides import (
-    apply_overrides,
-    component_of,
     expansions,
     fit_tuned,
-    lookup,
-    override_source,
-    show,
 )
 from .roles import MAX_EXTENSIONS, Role, axis_mappings, axis_roles, extensions, role_checks, spec_axes
 from .yamlio import YamlDoc, YamlError, load_yaml, read_text
@@ -109,24 +102,6 @@ class ExperimentSpec(BaseModel):
             raise ValueError(f"the name is {len(name)} characters long; results folders are "
                              f"named after it: use at most {MAX_NAME}")
         return name
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One fully validated model of the experiment."""
-
-    name: str
-    label: str
-    overrides: dict[str, Any]
-    spec: ModelSpec
-    warnings: list[str] = field(default_factory=list)
-    #: probe -> {setting: value}: the variant's setting axes (``measure.<probe>.<key>``)
-    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
-    data: Any = None  # its own data spec when the grid or its set: has data.* paths
-
-    def data_or(self, default: Any) -> Any:
-        """The variant's data spec, else the experiment's ``default``."""
-        return default if self.data is None else self.data
 
 
 @dataclass
@@ -209,23 +184,7 @@ class Experiment:
 
 
 # -- loading ----------------------------------------------------------------------------
-class _Collector:
-    """Messages gathered from every part of the file before one InputError is raised."""
-
-    def __init__(self, doc: YamlDoc):
-        self.doc = doc
-        self.messages: list[str] = []
-
-    def add(self, loc: Sequence[object], message: str, at: str = "auto") -> None:
-        self.messages.append(self.doc.message(tuple(loc), message, at))
-
-    def add_pydantic(self, exc: ValidationError, prefix: Sequence[object], known: Sequence[str]) -> None:
-        for issue in pydantic_issues(exc, prefix, known):
-            at = "key" if issue.message.startswith("unknown key") else "auto"
-            self.add(self.doc.clean(issue.loc), issue.message, at)
-
-
-def _parse_spec(doc: YamlDoc, out: _Collector) -> ExperimentSpec | None:
+def _parse_spec(doc: YamlDoc, out: Collector) -> ExperimentSpec | None:
     data = doc.data
     if not isinstance(data, Mapping):
         got = "an empty file" if data is None else f"a {type(data).__name__}"
@@ -248,7 +207,7 @@ def _parse_spec(doc: YamlDoc, out: _Collector) -> ExperimentSpec | None:
         return None
 
 
-def _registry(spec: ExperimentSpec, base_dir: Path, extra: Sequence[str], out: _Collector,
+def _registry(spec: ExperimentSpec, base_dir: Path, extra: Sequence[str], out: Collector,
               paths: Mapping[str, str] | None = None) -> Registry | None:
     """The registry with the experiment's plugins and ``extra``; ``paths``: plugin target ->
     the file to import it from instead (a worker's shipped copy)."""
@@ -275,80 +234,7 @@ def _registry(spec: ExperimentSpec, base_dir: Path, extra: Sequence[str], out: _
     return registry if ok else None
 
 
-def _variants(
-    spec: ExperimentSpec, registry: Registry, out: _Collector, root: tuple,
-    value_name: Mapping[str, Mapping[str, str]] | None = None,
-) -> tuple[list[Variant], dict[str, int]]:
-    """The variants, and each name's context length; ``value_name``: the names of named
-    axis values (:func:`variantlab.config.named.value_names`), which label a grid variant
-    in place of the value."""
-    value_name = value_name or {}
-    base = spec.model
-    try:
-        base_data = parse_model_spec(base, registry).to_data()
-    except SpecError:
-        base_data = {**base, **{slot: component_of(base, slot) for slot in SLOTS}}
-    variants: list[Variant] = []
-    seen: dict[str, int] = {}  # name -> context_length
-    model_issues: dict[tuple, list[str]] = {}  # (loc, message) -> variants where it arises
-    base_settings = base_settings_of(spec.measure, registry)
-    combos, _ = fit_tuned(expansions(spec.grid, [v.set for v in spec.variants]), spec.tune,
-                          base, registry)
-    for named, all_overrides, where in combos:
-        overrides, data_over = split_data(all_overrides)
-        data = variant_data(spec.data, data_over, where, named is None,
-                            lambda loc, msg, at: out.add(loc, msg, at=at)) if data_over else None
-        model_over, changes = split_axes(overrides)
-        model, bad = apply_overrides(base, model_over, registry)
-        bad_settings, at_values = setting_problems(spec.measure, registry, overrides, changes)
-        bad.update(bad_settings)
-        for path, msg in at_values:
-            out.add(where[path], msg)
-        for path, msg in bad.items():
-            if msg:
-                out.add(where[path][:-1] if named is None else where[path], msg, at="key")
-        if bad:  # validate the rest of the variant all the same
-            good = {p: v for p, v in model_over.items() if p not in bad}
-            model, _ = apply_overrides(base, good, registry)
-        differing = [f"{p}={value_name.get(p, {}).get(key_of(v)) or show(v)}"
-                     for p, v in overrides.items()
-                     if lookup({**base_data, "measure": base_settings}, p) != v]
-        base_plain = spec.data.model_dump(mode="json")
-        differing += [f"{p}={show(v)}" for p, v in data_over.items()
-                      if lookup(base_plain, p[5:]) != v]
-        label = ",".join(differing) or "base"
-        name = label if named is None else spec.variants[named].name
-        if name in seen:
-            loc = ("variants", named, "name") if named is not None else next(iter(where.values()))
-            out.add(loc, f"variant name {name!r} is used twice; names must be unique"
-                    + ("" if named is not None else " (repeated grid value?)"))
-        ctx = model.get("context_length")
-        seen[name] = ctx if isinstance(ctx, int) else ModelSpec.model_fields["context_length"].default
-        try:
-            model_spec = parse_model_spec(model, registry)
-        except SpecError as exc:
-            for issue in exc.issues:
-                src = override_source(issue.loc, where)
-                if src is not None:
-                    out.add(src, issue.message)
-                else:
-                    names = model_issues.setdefault((issue.loc, issue.message), [])
-                    names += [] if name in names else [name]
-            continue
-        data_fit(data or spec.data, model_spec.context_length, model_spec.vocab_size, where,
-                 name, lambda loc, msg, at: out.add(loc, msg, at=at))
-        if bad or (data_over and data is None):
-            continue
-        variants.append(Variant(name, label if named is None else name, dict(all_overrides),
-                                model_spec, model_spec.warnings(), changes, data))
-    for (loc, msg), names in model_issues.items():
-        if len(names) < len(seen):  # the base is fine; some variants' overrides break it
-            msg += f" (in variant{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))})"
-        out.add(root + loc, msg, at="key" if msg.startswith("unknown key") else "auto")
-    return variants, seen
-
-
-def _measure(spec: ExperimentSpec, registry: Registry | None, out: _Collector) -> MeasureSpec:
+def _measure(spec: ExperimentSpec, registry: Registry | None, out: Collector) -> MeasureSpec:
     """``measure:`` validated against the registered probes: an unknown probe or a bad
     setting is a located message; what is valid is kept."""
     valid = {}
@@ -378,7 +264,7 @@ def _named(short: dict[str, int], contexts: dict[str, int]) -> str:
 
 def _cross_checks(
     spec: ExperimentSpec, measure: MeasureSpec, contexts: dict[str, int], doc: YamlDoc,
-    out: _Collector,
+    out: Collector,
 ) -> None:
     """seq_len of every probe against every variant's context_length; the baseline."""
     for probe, settings in measure.probes().items():
@@ -432,7 +318,7 @@ def experiment_from_text(
         doc = load_yaml(text, str(path))
     except YamlError as exc:
         raise InputError(exc.messages) from None
-    out = _Collector(doc)
+    out = Collector(doc)
     spec = _parse_spec(doc, out)
     if spec is None:
         raise InputError(out.messages)
@@ -444,7 +330,7 @@ def experiment_from_text(
     if max_variants is not None and grid_size(spec.grid, n_named) > max_variants:
         raise InputError(out.messages + [grid_cap_message(doc, spec.grid, n_named, max_variants)])
     registry = _registry(spec, base, extra_plugins, out, plugin_paths)
-    variants, contexts = (_variants(spec, registry, out, ("model",), value_names(doc.data))
+    variants, contexts = (expand_variants(spec, registry, out, ("model",), value_names(doc.data))
                           if registry else ([], {}))
     measure = _measure(spec, registry, out)
     _cross_checks(spec, measure, contexts, doc, out)
@@ -477,10 +363,10 @@ def load_experiment(path: str | Path, *, extra_plugins: Sequence[str] = (),
 def load_model_file(path: str | Path, *, extra_plugins: Sequence[str] = ()) -> list[Variant]:
     """Variants of an experiment YAML, or the single model of a bare model mapping
     (optionally with a ``plugins:`` list), for ``variantlab describe``."""
-    return load_variants(path, extra_plugins=extra_plugins)[0]
+    return loadexpand_variants(path, extra_plugins=extra_plugins)[0]
 
 
-def load_variants(
+def loadexpand_variants(
     path: str | Path, *, extra_plugins: Sequence[str] = (), max_variants: int = MAX_VARIANTS,
 ) -> tuple[list[Variant], Registry]:
     """:func:`load_model_file`'s variants with the registry that builds them."""
@@ -502,7 +388,7 @@ def load_model_doc(
         exp = experiment_from_text(text, path, extra_plugins=extra_plugins,
                                    max_variants=max_variants)
         return exp.variants, exp.registry, exp
-    out = _Collector(doc)
+    out = Collector(doc)
     out.messages += nonfinite(doc)
     if not isinstance(doc.data, Mapping):
         out.add((), "expected a model mapping (family, emb_dim, ...) or an experiment")
@@ -514,7 +400,7 @@ def load_model_doc(
         raise InputError(out.messages)
     shell = ExperimentSpec(name="model", model=model, plugins=plugins)
     registry = _registry(shell, Path(path).parent, extra_plugins, out)
-    variants = _variants(shell, registry, out, ())[0] if registry is not None else []
+    variants = expand_variants(shell, registry, out, ())[0] if registry is not None else []
     if out.messages:
         raise InputError(out.messages)
     assert registry is not None  # else _registry added a message and InputError was raised

@@ -52,6 +52,13 @@ TIME_SUFFIXES = ("_s", "_ms")
 #: ``M_at_N``: metric M scored at N tokens per window (the training probe's
 #: ``eval_lengths``), better the way M is
 AT_LENGTH = re.compile(r"(.+)_at_\d+")
+#: headline -> the best value it can take (an accuracy cannot beat 1): a choice there is
+#: not unresolved at an edge of the sweep, since no value beyond it can do better
+CEILINGS: dict[str, float] = {"recall_accuracy": 1.0}
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 def declared(registry: Any = None) -> dict[str, tuple[Direction, str]]:
@@ -117,6 +124,12 @@ class Headline:
     @property
     def lower_is_better(self) -> bool:
         return self.direction == LOWER
+
+    def at_best_possible(self, value: float) -> bool:
+        """Whether ``value`` is the best this metric can take (:data:`CEILINGS`)."""
+        bound = CEILINGS.get(self.name)
+        return bound is not None and _finite(value) and (
+            value <= bound if self.lower_is_better else value >= bound)
 
     @property
     def val(self) -> str:

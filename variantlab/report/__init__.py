@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from ..plugin.registry import Registry
+from .converged import judge_on_headline
 from .effects import compute_effects, effects_csv
 from .fair.compare import FairParts, fair_of
 from .findings import reading
@@ -57,7 +58,7 @@ class ReportFiles:
     effects: Path | None = None
     tuned: Path | None = None  # a run with setting axes: report/tuned.csv
     by_size: Path | None = None  # a grid over size: report/effects_by_size.csv
-    by_condition: Path | None = None  # a tuned grid with conditions: effects_by_condition.csv
+    by_condition: Path | None = None  # a run with conditions: effects_by_condition.csv
     failed: tuple[Failure, ...] = ()  # parts that raised, each a notice in the report
 
 
@@ -90,6 +91,7 @@ def _notice(title: str) -> Any:
 
 
 def _context(data: ReportData, registry: Registry) -> tuple[dict[str, Any], list[Plot]]:
+    run_part("convergence", judge_on_headline, data, registry, default=_none)
     per_seed = run_part("summary metrics", seed_metrics, data, registry,
                         default=lambda f: MetricRows().frame())
     summary = run_part("summary", summarize, data, per_seed, registry,

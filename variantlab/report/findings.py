@@ -10,10 +10,10 @@ from ..plugin.registry import Registry
 from .effects import Effects, clear, interval
 from .frame import ReportData, split_seeds
 from .grid import grid_reading, problems
-from .headline import is_tuning, reading_leads
+from .headline import conditions_of, has_conditions, is_tuning, reading_leads
 from .learned import learned_lines
 from .parts import pieces
-from .tables import PASS_NAMES, fmt
+from .tables import PASS_NAMES
 
 MAX_LISTED = 4  # with many variants, name the extremes only
 SMALL_GRID = 8  # a grid of this many variants or fewer also gets the per-variant reading
@@ -35,15 +35,21 @@ def listing(pairs: list[tuple[str, str]]) -> str:
 def timing_speed(data: ReportData, summary: pd.DataFrame) -> str | None:
     """The fastest and slowest variant against the baseline on the slowest-measured pass
     (the summary's ``{pass}_median_s`` metrics, judged on the rows of the probe whose
-    section holds them).
+    section holds them), among the variants of the baseline's condition when the run has
+    condition axes (a wider model is not "slower" than a narrower one: it is another size).
 
     With several seeds each timing unit is an independent measurement (its own process
     state, minutes apart), so the speed-up is judged seed by seed; with one, only against
     the timing IQR, which misses the machine's drift between units, and the text says so.
     """
+    conds = conditions_of(data)  # variants are compared only within one condition
+    where = (f" (within the baseline's condition, {conds[data.baseline]})"
+             if conds.get(data.baseline) else "")
     for key in ("backward", "step", "forward"):
         metric = f"{key}_median_s"
         table = means(summary, metric)
+        if conds:
+            table = table[[conds.get(str(v)) == conds.get(data.baseline) for v in table.index]]
         if len(table) < 2 or data.baseline not in table.index:
             continue
         base = table.loc[data.baseline, "mean"]
@@ -75,7 +81,7 @@ def timing_speed(data: ReportData, summary: pd.DataFrame) -> str | None:
             parts.append(f"{variant} is {speed} than {data.baseline}{how}"
                          + _apart(data, probe, metric, variant)
                          + busy_note(data.rows, probe, [data.baseline, variant]))
-        return f"{PASS_NAMES[key]}: " + "; ".join(parts) + "."
+        return f"{PASS_NAMES[key]}{where}: " + "; ".join(parts) + "."
     return None
 
 
@@ -147,22 +153,6 @@ def _verdict(agree: int, n: int, span: str) -> str:
     return f" on {agree} of {n} seeds ({span}): not a clear difference"
 
 
-def paired_gaps(rows: pd.DataFrame, probe: str, metric: str, baseline: str) -> dict[str, list]:
-    """Per variant: value minus the baseline's value, seed by seed (seeds both have)."""
-    table = _by_seed(rows, probe, metric, baseline)
-    diffs = table.sub(table[baseline], axis=0).drop(columns=baseline)
-    return {v: diffs[v].dropna().tolist() for v in diffs}
-
-
-def sureness(gaps: list[float]) -> str:
-    """``(every seed, n=3)``, ``(2 of 3 seeds)`` or nothing for one seed."""
-    if len(gaps) < 2:
-        return ""
-    sign = 1 if sum(gaps) > 0 else -1
-    agree = sum(1 for g in gaps if g * sign > 0)
-    return _verdict(agree, len(gaps), f"per-seed gap {fmt(min(gaps))} to {fmt(max(gaps))}")
-
-
 def _nan0(x: float) -> float:
     return 0.0 if x is None or math.isnan(x) else float(x)
 
@@ -178,13 +168,18 @@ def reading(data: ReportData, summary: pd.DataFrame, effects: Effects | None = N
     trouble = problems(data, summary)
     first = learned_lines(data)  # "nothing was learned" before anything is compared
     lines = [line for piece in pieces(registry, "reading") for line in piece(data, summary)]
+    # tuned or condition runs: the fair comparison (:mod:`.fair`) names the leaders, within
+    # each condition; nothing ranks all variants together
+    within = has_conditions(data)
+    apart = is_tuning(data) or within
     if effects is not None:  # a small grid keeps its per-variant sentences where they fit
         small = len(data.order) <= SMALL_GRID
-        heads = ([] if is_tuning(data) else
+        heads = ([] if apart else
                  reading_leads(data, list(effects.grid.cells["variant"]), registry))
         return first + grid_reading(data, summary, effects, trouble,
-                                    [line for line in lines if line] if small else [], heads)
-    heads = [] if is_tuning(data) else reading_leads(data, registry=registry)
+                                    [line for line in lines if line] if small else [], heads,
+                                    best=not within)
+    heads = [] if apart else reading_leads(data, registry=registry)
     aside = [line for piece in pieces(registry, "aside") for line in piece(data, summary)]
     out = first + heads + [line for line in lines + aside if line] + trouble
     return out or ["No probe produced comparable numbers; see the tables below."]

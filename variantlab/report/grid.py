@@ -122,10 +122,12 @@ def best_sentence(data: ReportData, effects: Effects, losses: bool = True) -> st
 
 def grid_reading(data: ReportData, summary: pd.DataFrame, effects: Effects,
                  problems: list[str], extra: Sequence[str] = (),
-                 heads: Sequence[str] = ()) -> list[str]:
+                 heads: Sequence[str] = (), best: bool = True) -> list[str]:
     """At most MAX_READING sentences: the grid, what matters per metric, ``extra`` (the
     per-variant sentences of a small grid), the headline metric's leader and the metrics
-    that disagree (``heads``, :mod:`.headline`), the best variants, the problems."""
+    that disagree (``heads``, :mod:`.headline`), the best variants (``best`` False: none,
+    for a tuned or condition run, whose fair comparison names them within each
+    condition), the problems."""
     g = effects.grid
     seeds = len(data.seeds)
     axes = f"{len(g.axes)} ax{'is' if len(g.axes) == 1 else 'es'}"
@@ -137,9 +139,9 @@ def grid_reading(data: ReportData, summary: pd.DataFrame, effects: Effects,
     lines += list(extra)
     if flat:
         lines.append("No axis changes " + cut(flat, 4) + ".")
-    best = best_sentence(data, effects, losses=not heads)
-    room = MAX_READING - len(problems) - (1 if best else 0) - len(heads)
-    lines = lines[:max(room, 2)] + list(heads) + ([best] if best else [])
+    said = best_sentence(data, effects, losses=not heads) if best else None
+    room = MAX_READING - len(problems) - (1 if said else 0) - len(heads)
+    lines = lines[:max(room, 2)] + list(heads) + ([said] if said else [])
     return lines + problems
 
 

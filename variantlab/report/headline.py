@@ -11,13 +11,16 @@ instead"). Nothing is named when no variant learned anything (:mod:`.learned`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
 from ..config.metrics import Headline, compare_choices, headline, headline_of
+from ..config.roles import CONDITION, stored_roles
+from ..store.store import axis_default
 from .frame import ReportData
+from .labels import GridLabels
 from .learned import nothing_learned
 from .tables import apart, fmt
 from .verdict import Lead, lead, lead_sentence
@@ -107,6 +110,31 @@ def is_tuning(data: ReportData) -> bool:
                for o in data.variants["overrides"])
 
 
+def has_conditions(data: ReportData) -> bool:
+    """Whether a run has condition axes (:mod:`variantlab.config.roles`): its variants are
+    then compared only within one condition (:mod:`.fair`), never ranked all together."""
+    return bool(conditions_of(data))
+
+
+def conditions_of(data: ReportData) -> dict[str, str]:
+    """Variant -> its condition (``n_pairs=2, emb_dim=32``: the value of each condition
+    axis of its run, defaults included), for the variants of runs with condition axes."""
+    out: dict[str, str] = {}
+    for meta in data.runs:
+        mine = data.variants[data.variants["run"] == meta.run]
+        overs = [dict(o) if isinstance(o, Mapping) else {} for o in mine["overrides"]]
+        conds = [a for a, r in stored_roles(meta, overs).items() if r == CONDITION]
+        if not conds:
+            continue
+        labels = GridLabels.of(meta)
+        for variant, over, spec in zip(mine["variant"], overs, mine["spec"]):
+            out[str(variant)] = ", ".join(
+                f"{labels.short.get(a, a)}="
+                f"{labels.value(a, over[a] if a in over else axis_default(a, meta, spec))}"
+                for a in conds)
+    return out
+
+
 def tuned_leads(data: ReportData, chosen: dict[str, str], probe_rows: pd.DataFrame | None = None,
                 registry: Any = None) -> list[str]:
     """:func:`leads` over architectures at their chosen settings (``chosen``: architecture
@@ -121,5 +149,5 @@ def tuned_leads(data: ReportData, chosen: dict[str, str], probe_rows: pd.DataFra
     return leads(data, values_of, registry)
 
 
-__all__ = ["column_label", "disagreement", "headlines", "is_tuning", "leads", "reading_leads",
-           "seed_values", "tuned_leads"]
+__all__ = ["column_label", "conditions_of", "disagreement", "has_conditions", "headlines",
+           "is_tuning", "leads", "reading_leads", "seed_values", "tuned_leads"]

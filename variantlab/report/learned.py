@@ -12,11 +12,13 @@ is judged on the number its task is about, over the seeds that have it:
   step's loss noise (``loss_noise``).
 
 Per seed the *gain* is how far the number moved from the starting point in the better
-direction. A variant **learned nothing** when its mean gain over seeds is at most
-``SIGMAS`` times its noise: the larger of the units' own noise (mean over seeds) and the
-standard error of the mean gain over seeds (its standard deviation over sqrt(seeds)). A
-variant whose units recorded no starting point (a store from before these rows) is not
-judged.
+direction. A variant **learned nothing** when no seed's gain exceeds ``SIGMAS`` times that
+unit's own noise and its mean gain over seeds is at most ``SIGMAS`` times its noise: the
+larger of the units' own noise (mean over seeds) and the standard error of the mean gain
+over seeds (its standard deviation over sqrt(seeds)). So a variant that solved the task on
+two seeds and not on a third learned (it can learn; whether reliably is the interval's
+business), and a run of seeds that all sit at chance learned nothing. A variant whose
+units recorded no starting point (a store from before these rows) is not judged.
 """
 
 from __future__ import annotations
@@ -101,9 +103,10 @@ def learned_frame(data: ReportData) -> pd.DataFrame:
         own = float(mine["noise"].mean()) if mine["noise"].notna().any() else 0.0
         noise = max(own, spread if math.isfinite(spread) else 0.0)
         mean_gain = float(mine["gain"].mean())
+        one_seed = bool(((mine["noise"] > 0) & (mine["gain"] > SIGMAS * mine["noise"])).any())
         records.append((variant, column, float(mine["value"].mean()),
                         float(mine["start"].mean()), mean_gain, noise, n,
-                        mean_gain > SIGMAS * noise))
+                        one_seed or mean_gain > SIGMAS * noise))
     return pd.DataFrame(records, columns=list(LEARNED_COLUMNS))
 
 

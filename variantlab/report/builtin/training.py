@@ -1,6 +1,7 @@
 """What the report shows of the ``training`` probe: final, best and eval loss and how many
 seeds diverged (a warning each), whether it ran compiled, the loss curves, and how the
-best and worst variant's loss compare with the baseline's, seed by seed."""
+best and worst variant compare with the baseline on the headline metric, within each
+condition, by the paired interval over seeds (:mod:`..fair.gaps`)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ import torch
 
 from ...plugin.probe import ProbeView
 from ..fair.compare import fair_piece
-from ..findings import means, paired_gaps, sureness
+from ..fair.gaps import baseline_gaps
 from ..frame import ReportData
 from ..plots import Plot, legend, mean_by, new_axes, styles
-from ..tables import MetricRows, Table, fmt, select, summary_section
+from ..tables import MetricRows, Table, select, summary_section
 
 PROBE = "training"
 NOTE = ("final training loss (mean of the last tenth of the steps), best step loss, eval "
@@ -112,29 +113,10 @@ def plots(data: ReportData) -> list[Plot]:
     return [loss_plot(data)] + ([curve] if curve is not None else [])
 
 
-def loss_gap(data: ReportData, summary: pd.DataFrame) -> str | None:
-    """Eval loss (else final training loss) of the best and worst variant against the
-    baseline's, with how sure: seeds are paired (same data per seed), so the gap is judged
-    by its per-seed values, not by the spread of either variant alone."""
-    metric = "eval_loss" if (summary["metric"] == "eval_loss").any() else "final_loss"
-    what = "eval loss" if metric == "eval_loss" else "final loss"
-    table = means(summary, metric)
-    if len(table) < 2 or data.baseline not in table.index:
-        return None
-    base = table.loc[data.baseline]
-    others = table.drop(index=data.baseline)
-    per_seed = paired_gaps(data.rows, PROBE, metric, data.baseline)
-    parts = []
-    for variant in dict.fromkeys([others["mean"].idxmin(), others["mean"].idxmax()]):
-        gap = others.loc[variant, "mean"] - base["mean"]
-        where = "above" if gap > 0 else "below"
-        parts.append(f"{variant}'s {what} is {fmt(abs(gap))} {where} "
-                     f"{data.baseline}'s{sureness(per_seed.get(variant, []))}")
-    return "; ".join(parts) + "."
-
-
 def reading(data: ReportData, summary: pd.DataFrame) -> Sequence[str | None]:
-    return [loss_gap(data, summary)]
+    """The best and worst variant against the baseline on the headline metric, within
+    each condition (:mod:`..fair.gaps`)."""
+    return [baseline_gaps(data, PROBE)]
 
 
 def warnings(data: ReportData) -> list[list[str]]:

@@ -23,10 +23,19 @@ from ..learned import nothing_learned
 from ..parts import pieces
 from ..plots import Plot, legend, log_scale, new_axes, styles
 from ..tables import Table, apart, fmt
-from ..verdict import margin
-from .conditions import axes_table, condition_table, effects_by_condition
+from ..verdict import Lead, across_conditions, condition_part, margin
+from .conditions import axes_table, condition_table, condition_values, effects_by_condition
+from .gaps import condition_gaps, group_values
 from .scaling import scaling_parts
-from .tuned import Sweep, added, choose, find_sweep, group_name, lr_curves, tuned_frame
+from .tuned import (
+    Sweep,
+    added,
+    choose,
+    find_sweep,
+    group_name,
+    lr_curves,
+    tuned_frame,
+)
 
 MAX_FLIPS = 4  # ranking sentences at most
 
@@ -57,17 +66,14 @@ def fair_parts(data: ReportData, probe: str, size_probe: str,
         parts.tables.append(tuned_table(sweep, frame))
         learned = not nothing_learned(data)
         parts.lines += tuned_lines(sweep, frame, learned)
-        if not sweep.condition_axes:  # the headline's leader, and metrics that disagree
-            picks = {a: choose(sweep, a) for a in sweep.archs}
-            parts.lines += tuned_leads(data, {a: str(c["variant"]) for a, c in picks.items()
-                                              if c is not None},
-                                       data.rows[data.rows["run"] == sweep.run],
-                                       getattr(data, "registry", None))
+        parts.lines += leads_within(data, sweep)
         if sweep.lr_axis is not None:
             parts.plots.append(lr_plot(sweep, frame))
-        parts.by_condition = effects_by_condition(sweep)
-        if parts.by_condition is not None and len(parts.by_condition):
-            parts.tables.append(condition_table(parts.by_condition))
+        _by_condition(parts, sweep)
+    elif (plain := find_sweep(data, probe, untuned=True)) is not None:
+        parts.lines += condition_lines(plain, tuned_frame(plain), not nothing_learned(data))
+        parts.lines += leads_within(data, plain)
+        _by_condition(parts, plain)
     scaled = scaling_parts(data, sweep, probe, size_probe, count)
     if scaled is not None:
         plots, lines, tables, parts.by_size = scaled
@@ -75,6 +81,29 @@ def fair_parts(data: ReportData, probe: str, size_probe: str,
         parts.lines += lines
         parts.tables += tables
     return parts
+
+
+def leads_within(data: ReportData, sweep: Sweep) -> list[str]:
+    """The headline's leader and the metrics whose clear leader differs
+    (:func:`..headline.tuned_leads`), over the compared variants at their chosen settings;
+    with condition axes, only the disagreements, per condition (:func:`verdict_lines` names
+    each condition's leader)."""
+    rows = data.rows[data.rows["run"] == sweep.run]
+    out: list[str] = []
+    for cond in dict.fromkeys(sweep.sizes.get(g, "") for g in sweep.archs):
+        picks = {sweep.compared.get(g, g): str(c["variant"]) for g in sweep.groups_of(cond)
+                 if (c := choose(sweep, g)) is not None}
+        found = tuned_leads(data, picks, rows, getattr(data, "registry", None))
+        out += found if not cond else [f"{cond}: {line[:1].lower()}{line[1:]}"
+                                       for line in found[1:]]
+    return out[:MAX_FLIPS]
+
+
+def _by_condition(parts: FairParts, sweep: Sweep) -> None:
+    """effects_by_condition.csv and its table, when the sweep has conditions."""
+    parts.by_condition = effects_by_condition(sweep)
+    if parts.by_condition is not None and len(parts.by_condition):
+        parts.tables.append(condition_table(parts.by_condition))
 
 
 def fair_piece(probe: str, size_probe: str, count: Callable[[Any], float] | None = None
@@ -179,27 +208,28 @@ def tuned_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True) -> list
                      "best may lie outside it.")
     if frame["n"].max() == 1:
         lines.append("One seed: the tuned numbers have no interval; run more seeds.")
+    lines += condition_values(sweep, frame)
     if learned:
         lines += verdict_lines(sweep, frame)
         lines += ranking_flips(sweep, frame)
     return lines
 
 
-def group_values(sweep: Sweep, group: str, column: str = "test", lr: float | None = None
-                 ) -> pd.DataFrame:
-    """``variant`` (= ``group``), ``seed``, ``value``: ``column`` (``test``: the reported
-    metric, ``val``: the choice metric) per seed at the group's chosen setting, or at
-    learning rate ``lr`` with its other settings as chosen."""
-    chosen = choose(sweep, group)
-    mine = sweep.per_seed[sweep.per_seed["arch"] == group]
-    if chosen is None:
-        mine = mine.iloc[0:0]
-    elif lr is None:
-        mine = mine[mine["variant"] == chosen["variant"]]
-    else:
-        for axis in sweep.setting_axes:
-            mine = mine[mine[axis] == (lr if axis == sweep.lr_axis else chosen[axis])]
-    return pd.DataFrame({"variant": group, "seed": mine["seed"], "value": mine[column]})
+def condition_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True) -> list[str]:
+    """The reading of a run with condition axes and no tuned axis: each compared variant
+    as it ran, compared only with the others of its condition (:func:`verdict_lines`), or,
+    when nothing is compared, the headline metric per condition; no verdict when no
+    variant learned anything (``learned`` False)."""
+    n = len(set(sweep.compared.values()))
+    if n < 2:
+        return condition_values(sweep, frame)
+    lines = [f"Compared only within each condition of {', '.join(sweep.condition_axes)}, "
+             f"never across: {n} compared variants on {sweep.reported_on}; see Effects by "
+             "condition and effects_by_condition.csv."]
+    if not learned:
+        return lines
+    gaps = condition_gaps(sweep)
+    return lines + verdict_lines(sweep, frame) + ([gaps] if gaps else [])
 
 
 def _lead(sweep: Sweep, a: str, b: str, column: str = "test", lr: float | None = None
@@ -211,48 +241,36 @@ def _lead(sweep: Sweep, a: str, b: str, column: str = "test", lr: float | None =
 
 def verdict_lines(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
     """Per condition, the best compared variant on the reported metric when its lead over
-    the next is clear over seeds (else that the two are not clearly different, or why there
-    is none), then whether the best is the same in every condition."""
+    the next is clear over seeds (else that the two are not clearly different, their
+    numbers alone with one seed, or that the condition is unresolved), then whether the
+    best is the same in every condition (:mod:`..verdict`)."""
     if not sweep.condition_axes or len(set(sweep.compared.values())) < 2:
         return []
     test = sweep.metric_columns[1]
+    said: list[str] = []
     best: dict[str, str | None] = {}
+    unresolved = False
     for cond in dict.fromkeys(sweep.sizes.get(g, "") for g in sweep.archs):
         mine = frame[[sweep.sizes.get(g, "") == cond for g in sweep.archs]]
-        top = mine[mine["rank"] == 1]
-        best[cond] = str(top["variant"].iloc[0]) if len(top) else None
-    said = []
-    for cond, b in best.items():
-        if not b:
+        ranked = mine[mine["rank"].notna()].sort_values("rank", kind="stable")
+        if not len(ranked):
             said.append(f"{cond}: unresolved")
+            best[cond], unresolved = None, True
             continue
-        second = frame[[sweep.sizes.get(g, "") == cond for g in sweep.archs]]
-        second = second[second["rank"] > 1].sort_values("rank")
-        if not len(second):
+        b = str(ranked["variant"].iloc[0])
+        if len(ranked) < 2:
             said.append(f"{cond}: {b} ({sweep.reported_on} "
                         f"{_num(_value(frame, sweep, b, cond, test))})")
+            best[cond] = b
             continue
-        runner = str(second["variant"].iloc[0])
-        x, y = apart(_value(frame, sweep, b, cond, test), _value(frame, sweep, runner, cond, test))
-        _, low, high, n = _lead(sweep, group_name(b, cond), group_name(runner, cond))
-        if clear(low, high):
-            said.append(f"{cond}: {b} ({sweep.reported_on} {x}, ahead of {runner} {y})")
-        else:
-            why = "one seed: no verdict" if n < 2 else "paired 95% interval includes 0"
-            said.append(f"{cond}: {b} and {runner} not clearly different ({x} vs {y}; {why})")
-            best[cond] = None
-    out = [f"Best {sweep.reported_on} per condition: " + "; ".join(said[:6]) + "."]
-    named = {b for b in best.values() if b}
-    if len(best) > 1:
-        if None in best.values():
-            out.append("Whether the best holds across conditions is unresolved (some "
-                       "conditions have no ranking).")
-        elif len(named) == 1:
-            out.append(f"The best is {next(iter(named))} in every condition.")
-        else:
-            out.append("The best differs between conditions: the verdict does not hold across "
-                       f"{', '.join(sweep.condition_axes)}.")
-    return out
+        runner = str(ranked["variant"].iloc[1])
+        mean, low, high, n = _lead(sweep, group_name(b, cond), group_name(runner, cond))
+        found = Lead(b, runner, _value(frame, sweep, b, cond, test),
+                     _value(frame, sweep, runner, cond, test), mean, low, high, n)
+        part, best[cond] = condition_part(cond, found, sweep.reported_on)
+        said.append(part)
+    return ([f"Best {sweep.reported_on} per condition: " + "; ".join(said[:6]) + "."]
+            + across_conditions(best, sweep.condition_axes, unresolved))
 
 
 def _value(frame: pd.DataFrame, sweep: Sweep, variant: str, cond: str, col: str) -> float:

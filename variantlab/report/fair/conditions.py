@@ -20,9 +20,11 @@ import pandas as pd
 from ...config.roles import stored_roles
 from ..frame import ReportData
 from ..labels import value_text
-from ..tables import Table
+from ..tables import Table, fmt
 from .scaling import by_size_table, effects_by_size
 from .tuned import Sweep, at_edge, choose
+
+MAX_CONDITIONS = 12  # conditions listed with their number in one sentence
 
 
 def effects_by_condition(sweep: Sweep) -> pd.DataFrame | None:
@@ -48,6 +50,31 @@ def effects_by_condition(sweep: Sweep) -> pd.DataFrame | None:
     frame = effects_by_size(pd.DataFrame(records), compared, baseline, sweep.reported_on,
                             over="condition")
     return frame
+
+
+def condition_values(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
+    """When nothing is compared (one compared variant: every axis a condition, a pilot),
+    the headline metric's test value per condition, with its 95% interval over seeds; no
+    ranking. Empty when two or more variants are compared."""
+    if len(set(sweep.compared.values())) > 1 or not sweep.condition_axes:
+        return []
+    test = sweep.metric_columns[1]
+    said = []
+    for group, rec in zip(sweep.archs, frame.to_dict("records")):
+        value = rec.get(test, float("nan"))
+        if not isinstance(value, (int, float)) or value != value:
+            said.append(f"{sweep.sizes.get(group, '')}: —")
+            continue
+        low, high = rec.get("low", float("nan")), rec.get("high", float("nan"))
+        spread = (f" [{fmt(low)}, {fmt(high)}]" if low == low and high == high else
+                  " (one seed)" if rec.get("n") == 1 else "")
+        said.append(f"{sweep.sizes.get(group, '')}: {fmt(value)}{spread}")
+    more = (f"; and {len(said) - MAX_CONDITIONS} more (see the tables)"
+            if len(said) > MAX_CONDITIONS else "")
+    best = " at its best setting" if sweep.setting_axes else ""
+    return [f"Nothing is compared here: every axis is a condition (the task or scale), so "
+            f"no variant is ranked. {sweep.reported_on}{best} per condition: "
+            + "; ".join(said[:MAX_CONDITIONS]) + more + "."]
 
 
 def condition_table(frame: pd.DataFrame) -> Table:

@@ -24,7 +24,10 @@ find them"). The rule (docs/fair-comparisons.md), for the run's headline metric 
    setting, per seed, with a t-interval over seeds;
 5. ``at_edge``: the choice is the smallest or largest value the group tried on some tuned
    axis (the best may lie outside the sweep); the group's result is then *unresolved*,
-   and its condition gets no ranking (``rank`` is empty for every group of it);
+   and its condition gets no ranking (``rank`` is empty for every group of it). A choice
+   that scores the best value the metric can take (recall accuracy 1.00 on every seed) is
+   never at an edge: no value beyond it can do better, so it is neither extended nor
+   unresolved;
 6. ``lr_sensitivity`` (Wortsman et al. 2023, "Small-scale proxies for large-scale
    Transformer training instabilities"): per seed, the mean over the swept learning
    rates of ``min(loss(lr), loss at init)`` minus the lowest loss over them (the other
@@ -128,19 +131,20 @@ def group_name(compared: str, condition: str) -> str:
     return f"{compared} ({condition})" if condition else compared
 
 
-def find_sweep(data: ReportData, probe: str) -> Sweep | None:
+def find_sweep(data: ReportData, probe: str, untuned: bool = False) -> Sweep | None:
     """The first run whose variants have tuned axes, with the headline metric's values
     per variant and seed (the training ``probe``'s loss at init and divergence; None: no
-    run has tuned axes, or none recorded the headline)."""
+    run has tuned axes, or none recorded the headline). ``untuned``: instead the first run
+    with condition axes and no tuned axis (each group is then one variant as it ran)."""
     for meta in data.runs:
         mine = data.variants[data.variants["run"] == meta.run]
         overs = [dict(o) if isinstance(o, Mapping) else {} for o in mine["overrides"]]
         roles = stored_roles(meta, overs)
         tuned = [a for a, r in roles.items() if r == TUNED]
-        if not tuned:
-            continue
         compared = [a for a, r in roles.items() if r == COMPARED]
         conds = [a for a, r in roles.items() if r == CONDITION]
+        if (bool(tuned) or not conds) if untuned else not tuned:
+            continue
         records: list[dict[str, Any]] = []
         sizes: dict[str, str] = {}
         names: dict[str, str] = {}
@@ -232,8 +236,11 @@ def scores(sweep: Sweep, arch: str) -> pd.DataFrame:
 def choose(sweep: Sweep, arch: str) -> pd.Series | None:
     """The chosen combination of group ``arch`` (the best score; on ties the lower ``tie``,
     then the first in sweep order); None when every combination has a seed without a
-    finite choice metric."""
+    finite choice metric. Without tuned axes, the group's variant as it ran (its seeds
+    without a finite value drop out of its mean, as in any untuned comparison)."""
     table = scores(sweep, arch)
+    if len(table) and not sweep.setting_axes and not math.isfinite(table["key"].min()):
+        return table.iloc[0]
     if not len(table) or not math.isfinite(table["key"].min()):
         return None
     best = table[table["key"] == table["key"].min()]
@@ -249,7 +256,10 @@ def tried(sweep: Sweep, arch: str, axis: str) -> list[Any]:
 def at_edge(sweep: Sweep, chosen: pd.Series) -> list[str]:
     """Tuned axes (with more than one value tried by the chosen variant's group) whose
     chosen value is the smallest or the largest tried (the first or last listed, for
-    values that do not compare)."""
+    values that do not compare). None when the choice scores the best value the metric
+    can take (recall accuracy 1.00 on every seed): nothing beyond the edge can beat it."""
+    if sweep.head.at_best_possible(chosen["score"]):
+        return []
     arch = sweep.cells.loc[sweep.cells["variant"] == chosen["variant"], "arch"].iloc[0]
     out = []
     for axis in sweep.setting_axes:
