@@ -1,6 +1,6 @@
 """Start-up of the ``variantlab`` command against ``python -c "import torch"`` (issue 26.1).
 
-Four commands, each a fresh process as a user runs it, interleaved (one of each per round,
+Five commands, each a fresh process as a user runs it, interleaved (one of each per round,
 the order rotating every round so drift hits all alike), ``--repeats`` rounds; the table gives
 the median wall time and the median CPU time (user + system of the child) and their ratios to
 ``import torch``. The machine's load average and cores are printed before and after. The
@@ -9,10 +9,15 @@ dropped from their environment; the cache goes to a temporary folder,
 ``PYTHONPYCACHEPREFIX``; one untimed warm-up run of each command fills it).
 
 - ``import torch``: the floor every command pays (variantlab builds torch models);
+- ``import torch, no final GC``: the same with ``gc.freeze`` at exit, as the ``variantlab``
+  command does (:func:`variantlab.cli.main._no_final_collection`): the interpreter's last
+  garbage collection, which walks every object torch made, is skipped. The last column
+  gives each command's CPU against this floor: what variantlab itself adds;
 - ``validate (params)``: a 6-line experiment with the default probe (params), two variants;
-- ``validate (training)``: the same with a training probe (the size guard then runs one
-  forward on the meta device per variant, which needs PyTorch's symbolic-shape checks);
-- ``refusal``: the training experiment with ``vocab_size: 10**9``, refused (exit 2).
+- ``validate (training)``: the same with a training probe (the size guard then runs a
+  forward on the meta device per variant at 1 and at 2 layers);
+- ``refusal``: the training experiment with ``vocab_size: 10**9``, refused (exit 2); the
+  guard also builds each variant at half the vocabulary to name the largest that fits.
 
     .venv/bin/python benchmarks/startup.py [--repeats 7]
 """
@@ -42,6 +47,8 @@ data: {{source: synthetic}}
 {measure}
 """
 
+NO_FINAL_GC = "import atexit, gc; atexit.register(gc.freeze); import torch"
+
 
 def commands(folder: Path) -> dict[str, tuple[list[str], int]]:
     """name -> (argv, expected exit code)."""
@@ -53,6 +60,7 @@ def commands(folder: Path) -> dict[str, tuple[list[str], int]]:
         paths[name] = folder / f"{name}.yaml"
         paths[name].write_text(SIX.format(vocab=vocab, measure=measure))
     return {"import torch": ([sys.executable, "-c", "import torch"], 0),
+            "import torch, no final GC": ([sys.executable, "-c", NO_FINAL_GC], 0),
             "validate (params)": ([str(BIN), "validate", str(paths["params"])], 0),
             "validate (training)": ([str(BIN), "validate", str(paths["training"])], 0),
             "refusal (vocab 10^9)": ([str(BIN), "validate", str(paths["refusal"])], 2)}
@@ -95,12 +103,15 @@ def main() -> None:
                 cpus[name].append(cpu)
     print(f"after: {load()}")
     base_w, base_c = statistics.median(walls[names[0]]), statistics.median(cpus[names[0]])
+    floor = statistics.median(cpus[names[1]])
     print(f"\n{args.repeats} interleaved rounds, medians\n")
-    print("| command | wall (s) | CPU (s) | wall / import torch | CPU / import torch |")
-    print("|---|---:|---:|---:|---:|")
+    print("| command | wall (s) | CPU (s) | wall / import torch | CPU / import torch "
+          "| CPU / no-final-GC floor |")
+    print("|---|---:|---:|---:|---:|---:|")
     for name in names:
         w, c = statistics.median(walls[name]), statistics.median(cpus[name])
-        print(f"| {name} | {w:.2f} | {c:.2f} | {w / base_w:.2f} | {c / base_c:.2f} |")
+        print(f"| {name} | {w:.2f} | {c:.2f} | {w / base_w:.2f} | {c / base_c:.2f} "
+              f"| {c / floor:.2f} |")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ LESSONS = {
 # the findings redone the fair way (issue 23): each architecture at its own best learning
 # rate (>= 4 rates), >= 3 seeds, text with a held-out split, a cosine schedule, and (name ->
 # the sizes) the widths the effect is judged at
-TUNED = {"gelu-vs-relu": [32, 64], "dyt-vs-layernorm": [32, 64], "qk-norm-lr-sensitivity": [64]}
+TUNED = {"gelu-vs-relu": [32, 64], "dyt-vs-layernorm": [32, 64], "qk-norm-lr-sensitivity": [64],
+         "mla-vs-gqa": [64], "attention-sinks": [32, 64], "nope-interleave": [32, 64]}
 
 
 def test_every_lesson_has_a_file():
@@ -181,3 +182,45 @@ def test_zoology_mqar_sweeps_mixers_widths_and_pairs():
             training["eval_every"]) == (1500, 32, "cosine", 250)
     # 4 mixers x 2 widths x 2 pair counts x 2 rates x 3 seeds training units before extension
     assert len(exp.variants) * len(exp.seeds) == 96
+
+
+def test_mla_vs_gqa_compares_at_equal_kv_cache_and_near_equal_parameters():
+    from variantlab import build_model
+    from variantlab.probes.params import state_rows
+
+    exp = load_experiment(EXPERIMENTS / "mla-vs-gqa.yaml")
+    assert sorted({v.spec.n_layers for v in exp.variants}) == [2, 4]
+    assert exp.roles["n_layers"] == "condition" and "timing" in exp.measure and "params" in exp.measure
+    cache, params = {}, {}
+    for v in exp.variants:
+        if v.spec.n_layers != 2:
+            continue
+        a = v.spec.attention
+        name = "mla" if a.kind == "mla" else {None: "mha", 2: "gqa2", 1: "gqa1"}[a.n_kv_heads]
+        model = build_model(v.spec)
+        per_token = {r["metric"]: r["value"] for r in state_rows(model)
+                     if r["scope"] == "model"}["state_bytes_per_token"]
+        cache[name] = per_token / 4 / 2  # float32 numbers per token and layer
+        params[name] = sum(p.numel() for p in model.parameters())
+    assert cache == {"mha": 128, "gqa2": 64, "gqa1": 32, "mla": 32}
+    assert abs(params["mla"] - params["mha"]) <= 0.02 * params["mha"]
+
+
+def test_attention_sinks_compares_sinks_within_each_window():
+    exp = load_experiment(EXPERIMENTS / "attention-sinks.yaml")
+    pairs = {(v.spec.attention.window, v.spec.attention.sinks) for v in exp.variants}
+    assert pairs == {(None, False), (None, True), (16, False), (16, True)}
+    assert exp.roles["attention.window"] == "condition"
+    assert exp.roles["attention.sinks"] == "compared"
+    dynamics = exp.measure["dynamics"]  # one fixed rate, inside the tuned grid
+    assert dynamics.lr in exp.spec.grid["measure.training.lr"]
+    assert dynamics.steps == exp.measure["training"].steps
+
+
+def test_nope_interleave_scores_beyond_the_training_length():
+    exp = load_experiment(EXPERIMENTS / "nope-interleave.yaml")
+    rows = {tuple(r["kind"] for r in layer_rows(v.spec)) for v in exp.variants}
+    assert rows == {("rope",) * 8, ("rope", "rope", "rope", "nope") * 2, ("rope", "nope") * 4}
+    training = exp.measure["training"]
+    assert training.seq_len == 64 and training.eval_lengths == [128, 256]
+    assert all(v.spec.context_length == 256 for v in exp.variants)

@@ -1,4 +1,4 @@
-"""The dynamics probe: five quantities per layer at the chosen interval, checked by hand."""
+"""The dynamics probe: six quantities per layer at the chosen interval, checked by hand."""
 
 import math
 
@@ -22,7 +22,7 @@ def by(rows, metric):
 
 
 @pytest.mark.parametrize("impl", ["naive", "sdpa"])
-def test_records_five_quantities_per_layer_every_k_steps(tiny, impl):
+def test_records_six_quantities_per_layer_every_k_steps(tiny, impl):
     spec = parse_model_spec({**tiny, "attention": {"kind": "mha", "impl": impl}}, REG)
     rows = run_probe("dynamics", spec, SETTINGS, seed=1, registry=REG)
     for metric in METRICS:
@@ -40,7 +40,8 @@ def test_naive_and_sdpa_report_the_same_attention_numbers(tiny):
     naive, sdpa = (run_probe("dynamics", parse_model_spec(
         {**tiny, "attention": {"kind": "mha", "impl": impl}}, REG), SETTINGS, seed=2, registry=REG)
         for impl in ("naive", "sdpa"))
-    for metric in ("max_attn_logit", "attn_entropy", "residual_rms", "grad_norm"):
+    for metric in ("max_attn_logit", "attn_entropy", "first_token_mass", "residual_rms",
+                   "grad_norm"):
         a, b = by(naive, metric), by(sdpa, metric)
         assert a.keys() == b.keys()
         for key in a:
@@ -65,7 +66,8 @@ def test_max_logit_and_entropy_match_a_hand_computation(tiny):
             s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), -torch.inf)
             p = torch.softmax(s, -1)
             ent = -(p * torch.log(p.clamp_min(1e-30))).sum(-1).mean()
-            seen[layer] = (float(s.max()), float(ent))
+            first = p[:, :, 1:, 0].mean()  # queries after position 0, all see key 0
+            seen[layer] = (float(s.max()), float(ent), float(first))
         return fn
 
     attn = [m for m in model.modules() if hasattr(m, "record_stats")]
@@ -76,6 +78,8 @@ def test_max_logit_and_entropy_match_a_hand_computation(tiny):
     for i in (0, 1):
         assert by(rows, "max_attn_logit")[(i, 0)] == pytest.approx(seen[i][0], rel=1e-5)
         assert by(rows, "attn_entropy")[(i, 0)] == pytest.approx(seen[i][1], rel=1e-5)
+        assert by(rows, "first_token_mass")[(i, 0)] == pytest.approx(seen[i][2], rel=1e-5)
+    assert not by(rows, "sink_mass")  # no sinks, no sink rows
 
 
 def test_update_ratio_and_grad_norm_match_an_adamw_step_by_hand(tiny):

@@ -51,6 +51,23 @@ def test_extrapolation_equals_a_full_meta_build(family, extra):
         assert model_cost(spec, registry, (2, 8)) == _meta_cost(spec, registry, (2, 8))
 
 
+@pytest.mark.parametrize("family", ["gpt", "encoder_decoder"])
+def test_costs_without_a_batch_reuse_a_batchs_builds(monkeypatch, family):
+    """A probe without a batch beside one with a batch builds nothing more: its costs are
+    the batch's builds less activations and batch, equal to builds of their own."""
+    registry, spec = get_registry(), spec_of(family=family, n_layers=3)
+    own = (_meta_cost(spec.model_copy(update={"n_layers": 1}), registry, None),
+           _meta_cost(spec.model_copy(update={"n_layers": 2}), registry, None))
+    monkeypatch.setattr(sizeguard, "_CACHE", {})
+    built = []
+    real = sizeguard._meta_cost
+    monkeypatch.setattr(sizeguard, "_meta_cost", lambda *a: built.append(a[2]) or real(*a))
+    with_batch = sizeguard.layer_costs(spec, registry, (2, 8))
+    assert with_batch[1].activation_bytes > 0 and built == [(2, 8), (2, 8)]
+    assert sizeguard.layer_costs(spec, registry) == own
+    assert built == [(2, 8), (2, 8)]  # nothing more built
+
+
 def test_meta_counts_equal_a_real_build():
     spec = spec_of(n_layers=3, **SDPA)
     model = build_model(spec, get_registry())
@@ -208,6 +225,9 @@ def test_huge_models_are_refused_fast_without_allocating(tmp_path, command, mode
     assert re.search(r"training needs about [\d.]+ [GT]iB \(parameters [\d.]+ GiB", result.output)
     assert f"the largest {fit} that fits is" in result.output
     assert "Traceback" not in result.output and not out.exists()
+    # training is checked first (its builds serve params), the messages in reading order
+    needs = re.findall(r"variant 'base': (\w+) needs", result.output)
+    assert needs == ["params", "training"]
 
 
 def test_describe_shows_params_and_memory_per_probe(tmp_path):

@@ -98,3 +98,89 @@ def test_lazy_views_are_checked_when_resolved():
     from variantlab.report.builtin.params import views
 
     assert good.views == views()
+
+
+def test_report_imports_no_torch(tmp_path):
+    """``variantlab report`` needs the probes' views and metric directions, not their code:
+    the registry defers the component modules, the probes' settings and run functions are
+    references, so torch (and the model code) stay unimported; the report is whole."""
+    from conftest import store_of
+
+    from variantlab.testing.sample import sample_run
+
+    run = store_of(sample_run(fail=None), tmp_path / "run")
+    calls = [["report", str(run), "--out", str(tmp_path / "out")]]
+    heavy = ["torch", "variantlab.model.build", "variantlab.probes.training",
+             "variantlab_plugins.norms", "variantlab.config.experiment"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(calls), json.dumps(heavy)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got == {"codes": [0], "imported": []}, proc.stderr
+    from variantlab.plugin.registry import build_registry
+    from variantlab.report import write_report
+
+    # the same report as one written with the whole registry loaded
+    full = write_report([run], tmp_path / "full", registry=build_registry(entry_points=False))
+    for name in ("report.md", "summary.csv", "params.svg"):
+        assert (tmp_path / "out" / name).read_bytes() == (full.markdown.parent / name).read_bytes()
+    assert "### Training" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_deferred_registry_completes_to_the_full_one():
+    """``build_registry(defer=True)`` holds the same probes at once, and once a component
+    is asked for, the same components (then executors and plugins) in the same order; a
+    module loaded after it comes after every built-in, as without deferring."""
+    import sys
+
+    from variantlab.plugin.registry import build_registry
+
+    full = build_registry(entry_points=False)
+    lazy = build_registry(entry_points=False, defer=True)
+    assert lazy.probe_names() == full.probe_names()
+    assert [p.views_given for p in lazy.probes()] == [p.views_given for p in full.probes()]
+    assert lazy._deferred  # nothing asked yet
+    assert lazy.get("norm", "rms").spec_cls is full.get("norm", "rms").spec_cls
+    assert lazy._deferred == ["variantlab_plugins.executors"]  # a component asks no executor
+    assert lazy.plugins == full.plugins
+    assert not lazy._deferred
+    assert [(c.slot, c.kind, c.plugin) for c in lazy.components()] == \
+        [(c.slot, c.kind, c.plugin) for c in full.components()]
+    assert lazy.executor_names() == full.executor_names()
+    assert "variantlab_plugins.norms" in sys.modules
+    listed = build_registry(entry_points=False, defer=True)
+    assert listed.plugins == full.plugins and not listed._deferred  # asking completes too
+    later, eager = (build_registry(entry_points=False, defer=d) for d in (True, False))
+    for reg in (later, eager):
+        reg.load("variantlab.probes.metricnames", "module")  # a plugin module of no hooks
+    assert later.plugins == eager.plugins == [*full.plugins, ("variantlab.probes.metricnames",
+                                                              "module")]
+
+
+def test_probe_code_given_as_references_is_checked_when_resolved():
+    """A probe's settings class and run function may be ``"module:attr"`` references
+    (the built-ins are): imported on first use, checked as given ones are."""
+    import pytest
+
+    from variantlab.errors import PluginLoadError
+    from variantlab.plugin.probe import make_probe
+    from variantlab.plugin.registry import build_registry
+    from variantlab.probes import training
+
+    with pytest.raises(PluginLoadError, match="settings 'not a ref' must be"):
+        make_probe("p", "x", "not a ref", "variantlab.probes.params:run")
+    with pytest.raises(PluginLoadError, match="run 'nowhere' must be"):
+        make_probe("p", "x", "variantlab.probes.params:ParamsSettings", "nowhere")
+    bad = make_probe("p", "x", "variantlab.errors:SpecError", "variantlab.errors:__doc__")
+    with pytest.raises(PluginLoadError, match="settings must subclass"):
+        bad.settings_cls  # noqa: B018
+    with pytest.raises(PluginLoadError, match="run must be callable"):
+        bad.run  # noqa: B018
+    gone = make_probe("p", "x", "variantlab.nowhere:S", "variantlab.nowhere:run")
+    with pytest.raises(PluginLoadError, match="'variantlab.nowhere:S' cannot be imported"):
+        gone.settings_cls  # noqa: B018
+    probe = build_registry(entry_points=False).probe("training")
+    assert isinstance(probe.settings_given, str) and isinstance(probe.run_given, str)
+    assert probe.settings_cls is training.TrainingSettings and probe.run is training.run
+    assert probe.settings({"steps": 3}).steps == 3

@@ -1,19 +1,38 @@
-"""variantlab: a lab for transformer architecture variants."""
+"""variantlab: a lab for transformer architecture variants.
 
+The names below are imported when first used (PEP 562 ``__getattr__``), so ``import
+variantlab`` (which every subpackage import runs first) costs neither torch nor the model
+code: ``variantlab report`` never imports torch (issue 26.1-2). ``hookimpl``, the errors and
+``__version__`` are cheap and imported at once."""
+
+from __future__ import annotations
+
+import importlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch import nn
-
-from .config.yamlio import spec_yaml
 from .errors import PluginLoadError, SpecError
-from .model.build import Parts, VariantWarning, build_model
-from .model.specs import ComponentSpec, ModelSpec, parse_model_spec
-from .model.tasks import Batch, Task, task_for
 from .plugin.hookspecs import hookimpl
-from .plugin.registry import Registry, build_registry, get_registry
-from .plugin.settings import ProbeSettings
 from .version import __version__
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from .config.yamlio import spec_yaml
+    from .model.build import Parts, VariantWarning, build_model
+    from .model.specs import ComponentSpec, ModelSpec, parse_model_spec
+    from .model.tasks import Batch, Task, task_for
+    from .plugin.registry import Registry, build_registry, get_registry
+    from .plugin.settings import ProbeSettings
+
+#: name -> the module that defines it, imported on first use
+_LAZY = {
+    "spec_yaml": "config.yamlio", "Parts": "model.build", "VariantWarning": "model.build",
+    "build_model": "model.build", "ComponentSpec": "model.specs", "ModelSpec": "model.specs",
+    "parse_model_spec": "model.specs", "Batch": "model.tasks", "Task": "model.tasks",
+    "task_for": "model.tasks", "Registry": "plugin.registry",
+    "build_registry": "plugin.registry", "get_registry": "plugin.registry",
+    "ProbeSettings": "plugin.settings"}
 
 __all__ = [
     "Batch", "ComponentSpec", "ModelSpec", "Parts", "PluginLoadError", "ProbeSettings", "SpecError",
@@ -22,6 +41,25 @@ __all__ = [
     "spec_yaml", "to_transformers",
     "parse_model_spec", "results", "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A lazily imported name of the package face, or a subpackage (``variantlab.model``)."""
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value  # asked once
+        return value
+    if not name.startswith("__"):
+        try:
+            return importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def results(path):
@@ -49,6 +87,7 @@ def from_transformers(hf_model: Any, registry: Registry | None = None, impl: str
     ``variantlab.hf.ConversionError`` naming it. See docs/transformers.md; needs the
     ``.[hf]`` extra."""
     from .hf import from_transformers as _convert
+    from .plugin.registry import get_registry
 
     return _convert(hf_model, get_registry() if registry is None else registry, impl=impl)
 
@@ -65,5 +104,3 @@ def to_transformers(spec: ModelSpec | Mapping[str, Any], model: nn.Module,
     from .hf import to_transformers as _export
 
     return _export(spec, model, registry)
-
-

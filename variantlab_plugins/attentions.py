@@ -151,7 +151,8 @@ class MultiHeadAttention(nn.Module):
         # a reference, not a submodule: the positions live (once) in the token embedding
         self.__dict__["positions"] = positions if positions is not None else Positions()
         # the dynamics probe's hook point: while ``record_stats`` is true, each forward
-        # leaves ``last_stats`` = {"max_logit", "entropy"} (both impls, from q and k)
+        # leaves ``last_stats`` = {"max_logit", "entropy", "first_token_mass"} and, with
+        # sinks, "sink_mass" (both impls alike: computed from q and k, :func:`attention_stats`)
         self.record_stats, self.last_stats = False, None
 
     def split_heads(self, x, n):  # (B, T, n * head_dim) -> (B, n, T, head_dim)
@@ -188,7 +189,7 @@ class MultiHeadAttention(nn.Module):
             allowed = allowed | dead  # let them attend uniformly; their output is zeroed
         if self.record_stats:
             self.last_stats = attention_stats(queries, keys, allowed, bias, self.head_dim,
-                                              self.scale, self.softcap)
+                                              self.scale, self.softcap, self.sinks)
         attend = self.sdpa if self.impl == "sdpa" else self.naive
         context = attend(queries, keys, values, allowed, bias)  # (B, H, T, hd)
         if dead is not None:
@@ -282,10 +283,23 @@ def with_sink_key(queries, keys, values, allowed, bias, sinks):
 
 @torch.no_grad()
 def attention_stats(queries, keys, allowed, bias, head_dim: int, scale: float | None = None,
-                    softcap: float | None = None) -> dict[str, float]:
-    """``max_logit``: the largest q·k/sqrt(head_dim) (q·k times ``scale`` when given) over
-    batch, heads and visible positions (before soft-cap, bias and softmax); ``entropy``: the
-    softmax distribution's entropy (nats), mean over batch, heads and queries that see a key."""
+                    softcap: float | None = None, sinks=None) -> dict[str, float]:
+    """The dynamics probe's attention numbers of one forward, from queries (B, H, T, hd),
+    keys (B, H, S, hd), the mask ``allowed`` (None or broadcastable to (B, H, T, S)), the
+    score ``bias`` and the heads' ``sinks`` logits (None or (H,)):
+
+    - ``max_logit``: the largest q·k/sqrt(head_dim) (q·k times ``scale`` when given) over
+      batch, heads and visible positions (before soft-cap, bias and softmax);
+    - ``entropy``: the entropy (nats) of the softmax over the keys, mean over batch, heads
+      and queries that see a key (the sink's weight left out);
+    - ``first_token_mass``: the softmax weight on key 0 (the sink included in the softmax,
+      as the attention uses it), mean over batch, heads and the queries after position 0
+      that may see key 0 (a query whose window or chunk has left it behind is not counted;
+      nan when no query sees it); the attention sink of Xiao et al. 2023, "Efficient
+      streaming language models with attention sinks";
+    - ``sink_mass`` (with ``sinks``): the weight the learned sink takes, mean over batch,
+      heads and every query that sees a key.
+    """
     logits = (queries @ keys.transpose(2, 3)).float()  # (B, H, T, S)
     logits = logits / math.sqrt(head_dim) if scale is None else logits * scale
     scores = logits if softcap is None else torch.tanh(logits / softcap) * softcap
@@ -296,9 +310,19 @@ def attention_stats(queries, keys, allowed, bias, head_dim: int, scale: float | 
     p = torch.softmax(scores, dim=-1)
     plogp = torch.where(p > 0, p * torch.log(p.clamp_min(1e-30)), torch.zeros_like(p))
     entropy = -plogp.sum(-1)  # (B, H, T)
-    seen = torch.isfinite(scores).any(-1)
-    return {"max_logit": float(logits.max()),
-            "entropy": float(entropy[seen].mean()) if bool(seen.any()) else math.nan}
+    seen = torch.isfinite(scores).any(-1)  # (B, H, T)
+    out = {"max_logit": float(logits.max()),
+           "entropy": float(entropy[seen].mean()) if bool(seen.any()) else math.nan}
+    if sinks is not None:  # the sink's column in the softmax, as the attention has it
+        b, h, t, _ = scores.shape
+        sink = sinks.detach().float().view(1, h, 1, 1).expand(b, h, t, 1)
+        p = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)  # (B, H, T, S + 1)
+        out["sink_mass"] = float(p[..., -1][seen].mean()) if bool(seen.any()) else math.nan
+    sees_first = torch.isfinite(scores[..., 0])  # (B, H, T): key 0 visible to the query
+    sees_first[..., 0] = False  # query 0 sees key 0 alone (causal): left out
+    out["first_token_mass"] = (float(p[..., 0][sees_first].mean()) if bool(sees_first.any())
+                               else math.nan)
+    return out
 
 
 @hookimpl

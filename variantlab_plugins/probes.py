@@ -1,18 +1,15 @@
 """variantlab's built-in probes, registered through ``register_probes`` like any plugin's.
 
-Their report views are named as ``"module:attr"`` and imported only when a report is
-written (``variantlab validate`` and ``run --no-report`` never import the report)."""
+Their settings classes, run functions and report views are named as ``"module:attr"``
+(:data:`variantlab.plugin.probe.LazyRef`) and imported when first asked: ``variantlab
+validate`` and ``run --no-report`` never import the report, and ``variantlab report`` never
+imports the probes' code (nor torch with it)."""
 
 from typing import Any
 
 from variantlab import hookimpl
-from variantlab.probes import dynamics, gradients, params, timing, training
-from variantlab.probes.dynamics import DynamicsSettings
-from variantlab.probes.gradients import GradientsSettings
-from variantlab.probes.params import ParamsSettings
-from variantlab.probes.timing import TimingSettings
-from variantlab.probes.training import TrainingSettings
 
+_PROBE = "variantlab.probes.{0}:{1}"
 _VIEWS = "variantlab.report.builtin.{}:views"
 
 
@@ -24,20 +21,26 @@ def dynamics_views() -> tuple[Any, ...]:
     return (*lines(), *routing_views())
 
 
-def timing_passes(settings: TimingSettings) -> list[str]:
-    """The passes a timing unit times (its ``passes:`` setting)."""
+def timing_passes(settings: Any) -> list[str]:
+    """The passes a timing unit times (its ``passes:`` setting, a
+    :class:`variantlab.probes.timing.TimingSettings`)."""
     return list(settings.passes)
+
+
+def _code(module: str, settings: str) -> tuple[str, str]:
+    """(settings class, run function) of a built-in probe module, as references."""
+    return _PROBE.format(module, settings), _PROBE.format(module, "run")
 
 
 @hookimpl
 def register_probes(register):
-    register("params", ParamsSettings, params.run, device_free=True,
+    register("params", *_code("params", "ParamsSettings"), device_free=True,
              views=_VIEWS.format("params"))
-    register("gradients", GradientsSettings, gradients.run, passes=("forward", "backward"),
-             views=_VIEWS.format("gradients"))
-    register("timing", TimingSettings, timing.run, serial=True, passes=timing_passes,
+    register("gradients", *_code("gradients", "GradientsSettings"),
+             passes=("forward", "backward"), views=_VIEWS.format("gradients"))
+    register("timing", *_code("timing", "TimingSettings"), serial=True, passes=timing_passes,
              views=_VIEWS.format("timing"))
-    register("training", TrainingSettings, training.run, trains=True,
+    register("training", *_code("training", "TrainingSettings"), trains=True,
              views=_VIEWS.format("training"))
-    register("dynamics", DynamicsSettings, dynamics.run, trains=True,
+    register("dynamics", *_code("dynamics", "DynamicsSettings"), trains=True,
              views="variantlab_plugins.probes:dynamics_views")

@@ -30,8 +30,8 @@ def input_messages(exc: BaseException) -> list[str]:
 
 
 def _input_error_types() -> tuple[type[BaseException], ...]:
-    from ..config.experiment import InputError
-    from ..store.store import StoreError
+    from ..errors import InputError  # not from config.experiment: torch (SystemExit
+    from ..store.store import StoreError  # passes through here too)
 
     return (SpecError, PluginLoadError, FileNotFoundError, InputError, StoreError)
 

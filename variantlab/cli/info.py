@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import click
 from rich.markup import escape
 
-from ..config.catalog import LISTED
 from ..errors import SpecError
+from ..plugin.registry import LISTED
 from .base import bad_input_exits, max_variants_option, plugin_option
 from .fmt import consoles, module_tree, param_table, plugins_table
 

@@ -14,7 +14,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined, to_jsonable_python
 
 from ..model.specs import DEFAULT_COMPONENTS
-from ..plugin.registry import ALL_SLOTS, Registry
+from ..plugin.registry import LISTED, Registry
 
 __all__ = ["failure_rows", "param_rows", "plugin_rows", "type_name"]
 
@@ -109,9 +109,6 @@ def _doc(spec_cls: type, build: Any = None) -> str:
     """What the kind is: the spec's docstring summary, else the build's (a class or function)."""
     return _summary(spec_cls) or _summary(build)
 
-
-#: what ``variantlab plugins`` lists: the component slots, then probes and executors
-LISTED = (*ALL_SLOTS, "probe", "executor")
 
 
 def plugin_rows(registry: Registry, slot: str | None = None) -> list[dict]:

@@ -211,7 +211,7 @@ def _registry(spec: ExperimentSpec, base_dir: Path, extra: Sequence[str], out: C
               paths: Mapping[str, str] | None = None) -> Registry | None:
     """The registry with the experiment's plugins and ``extra``; ``paths``: plugin target ->
     the file to import it from instead (a worker's shipped copy)."""
-    registry = build_registry(base_dir=base_dir)
+    registry = build_registry(base_dir=base_dir, defer=True)  # validate needs no executor
     paths = paths or {}
     ok = True
     wanted: list[tuple[tuple[str, int] | None, str, Path]] = [
@@ -256,6 +256,12 @@ def _measure(spec: ExperimentSpec, registry: Registry | None, out: Collector) ->
     return MeasureSpec(valid, registry=registry)
 
 
+def _named(short: dict[str, int], contexts: dict[str, int]) -> str:
+    """The variants of ``short`` in words: every variant, or their names."""
+    return ("every variant" if len(short) == len(contexts) > 1 else
+            "variant(s) " + ", ".join(map(repr, short)))
+
+
 def _cross_checks(
     spec: ExperimentSpec, measure: MeasureSpec, contexts: dict[str, int], doc: YamlDoc,
     out: Collector,
@@ -268,13 +274,20 @@ def _cross_checks(
         short = {n: c for n, c in contexts.items() if seq_len > c}
         if short:
             ctx = min(short.values())
-            names = ("every variant" if len(short) == len(contexts) > 1 else
-                     "variant(s) " + ", ".join(map(repr, short)))
+            names = _named(short, contexts)
             given = doc.get(("measure", probe, "seq_len")) is not None
             what = "seq_len" if given else f"seq_len (default {seq_len})"
             out.add(("measure", probe, "seq_len"),
                     f"{what} is above context_length={ctx} of {names}; "
                     f"use seq_len <= {ctx} or raise context_length")
+        for length in getattr(settings, "eval_lengths", None) or ():
+            short = {n: c for n, c in contexts.items() if length > c}
+            if short:
+                ctx = min(short.values())
+                out.add(("measure", probe, "eval_lengths"),
+                        f"eval_lengths: {length} is above context_length={ctx} of "
+                        f"{_named(short, contexts)}; score at most {ctx} tokens or raise "
+                        "context_length")
     for probe in spec.resources:
         if probe not in measure:
             out.add(("resources", probe), f"no probe {probe!r} runs in this experiment; "

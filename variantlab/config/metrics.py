@@ -2,7 +2,8 @@
 
 Every metric the lab compares has a *direction*: ``lower`` (losses, times, steps) or
 ``higher`` (accuracies) is better. The built-in ones are named in :data:`DIRECTIONS`
-(plus the rule that a name ending in ``_s`` or ``_ms`` is a time, lower is better); a
+(plus the rules that a name ending in ``_s`` or ``_ms`` is a time, lower is better, and
+that ``M_at_N``, metric M at N tokens per window, goes M's way); a
 plugin probe declares its own with ``register(..., metrics={"my_score": "higher"})``.
 
 An experiment's ``compare_on`` (default ``loss``) names its *headline metric* ``M``: the
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -47,6 +49,9 @@ FALLBACKS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "recall_accuracy": ((), ("recall_accuracy",)),
 }
 TIME_SUFFIXES = ("_s", "_ms")
+#: ``M_at_N``: metric M scored at N tokens per window (the training probe's
+#: ``eval_lengths``), better the way M is
+AT_LENGTH = re.compile(r"(.+)_at_\d+")
 #: headline -> the best value it can take (an accuracy cannot beat 1): a choice there is
 #: not unresolved at an edge of the sweep, since no value beyond it can do better
 CEILINGS: dict[str, float] = {"recall_accuracy": 1.0}
@@ -81,6 +86,9 @@ def direction(metric: str, registry: Any = None) -> Direction | None:
     for prefix in ("val_", "test_"):
         if metric.startswith(prefix):
             return direction(metric[len(prefix):], registry)
+    at_length = AT_LENGTH.fullmatch(metric)  # test_loss_at_256: test_loss's direction
+    if at_length:
+        return direction(at_length.group(1), registry)
     return None
 
 

@@ -105,7 +105,9 @@ def register_probes(register):
     device_free=False, trains=False, passes=(), metrics=None)``; ``name`` is the key under ``measure:``.
 
     - ``settings_cls``: a :class:`variantlab.ProbeSettings` subclass (strict, frozen, unknown
-      keys refused), the keys the probe takes: ``measure: {name: {key: value}}``;
+      keys refused), the keys the probe takes: ``measure: {name: {key: value}}``; it and
+      ``run`` may also be references ``"package.module:attr"``, imported when a command
+      first needs them (``variantlab report`` needs neither);
     - ``run(spec, settings, *, seed, data, base_dir, device, registry) -> list[Row]``
       measures one variant: build the model with ``torch.manual_seed(seed)`` and
       ``variantlab.build_model(spec, registry)`` (or ``variantlab.model.build.make_model``),

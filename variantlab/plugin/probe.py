@@ -78,6 +78,9 @@ class Probe:
     - ``settings_cls``: a :class:`variantlab.ProbeSettings` subclass (strict, frozen, no
       unknown keys): the keys the probe takes under ``measure: {name: ...}``;
     - ``run``: measures one variant and returns rows (:func:`variantlab.plugin.rows.row`);
+      both may be registered as ``"module:attr"`` (:data:`LazyRef`, kept in
+      ``settings_given`` / ``run_given``) and are imported when first asked, so a command
+      that needs neither (``variantlab report``) never imports the probe's code (or torch);
     - ``views``: functions of the report's data returning the probe's tables and plots,
       and :class:`ProbeView` objects giving its pieces of the report's shared parts (summary
       metrics, section, plots, reading, warnings); none: the report shows its rows in a
@@ -96,8 +99,8 @@ class Probe:
     """
 
     name: str
-    settings_cls: type[Strict]
-    run: RunFn
+    settings_given: type[Strict] | LazyRef
+    run_given: RunFn | LazyRef = field(repr=False)
     plugin: str
     views_given: tuple[ViewFn | ProbeView, ...] | str = field(default=(), repr=False)
     serial: bool = False
@@ -114,6 +117,25 @@ class Probe:
         if self.passes:
             return self.passes
         return frozenset(PASSES if self.trains else {"forward"})
+
+    @cached_property
+    def settings_cls(self) -> type[Strict]:
+        """The settings class; a ``"module:attr"`` reference is imported (and checked) here,
+        once. :class:`variantlab.errors.PluginLoadError` when it cannot be."""
+        return self._resolved("settings", self.settings_given, check_settings)
+
+    @cached_property
+    def run(self) -> RunFn:
+        """The measuring function; a ``"module:attr"`` reference is imported (and checked)
+        here, once."""
+        return self._resolved("run", self.run_given, check_run)
+
+    def _resolved(self, what: str, given: Any, check: Callable[[str, Any], None]) -> Any:
+        if not isinstance(given, str):
+            return given
+        found = resolve_ref(self.plugin, self.name, what, given)
+        check(f"plugin {self.plugin!r}: probe {self.name!r}", found)
+        return found
 
     @cached_property
     def views(self) -> tuple[ViewFn | ProbeView, ...]:
@@ -149,9 +171,25 @@ def check_declared(metrics: Mapping[str, Any] | None, where: str) -> tuple[tuple
     return tuple(out)
 
 
-#: ``"package.module:attr"``: the views, imported when the report first asks; ``attr`` is a
-#: sequence of views or a function of no arguments returning one
-LazyViews = str
+#: ``"package.module:attr"``: a probe's settings class, run function or views, imported
+#: when first needed (a report needs only the views; validate only the settings)
+LazyRef = str
+#: the views as a reference; ``attr`` is a sequence of views or a function of no arguments
+#: returning one
+LazyViews = LazyRef
+
+
+def resolve_ref(plugin: str, name: str, what: str, ref: LazyRef) -> Any:
+    """The object ``ref`` (``"module:attr"``) names, or
+    :class:`variantlab.errors.PluginLoadError` saying it cannot be imported."""
+    from ..errors import PluginLoadError
+
+    module, _, attr = ref.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise PluginLoadError(f"plugin {plugin!r}: probe {name!r}: {what} {ref!r} cannot be "
+                              f"imported: {type(exc).__name__}: {exc}") from exc
 
 
 def resolve_views(plugin: str, name: str, ref: LazyViews) -> tuple[ViewFn | ProbeView, ...]:
@@ -160,12 +198,7 @@ def resolve_views(plugin: str, name: str, ref: LazyViews) -> tuple[ViewFn | Prob
     from ..errors import PluginLoadError
 
     where = f"plugin {plugin!r}: probe {name!r}"
-    module, _, attr = ref.partition(":")
-    try:
-        found = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise PluginLoadError(f"{where}: views {ref!r} cannot be imported: "
-                              f"{type(exc).__name__}: {exc}") from exc
+    found = resolve_ref(plugin, name, "views", ref)
     views = found() if callable(found) and not isinstance(found, ProbeView) else found
     if isinstance(views, (str, bytes)) or not isinstance(views, Sequence):
         raise PluginLoadError(f"{where}: views {ref!r} must be a sequence of views (or a "
@@ -189,7 +222,34 @@ def check_views(where: str, views: Sequence[Any]) -> None:
                                       f"rank an int ({', '.join(bad) or 'rank'})")
 
 
-def make_probe(plugin: str, name: str, settings_cls: type[Strict], run: RunFn, *,
+def check_settings(where: str, settings_cls: Any) -> None:
+    """:class:`variantlab.errors.PluginLoadError` unless ``settings_cls`` subclasses
+    :class:`variantlab.ProbeSettings`."""
+    from ..errors import PluginLoadError
+
+    if not (isinstance(settings_cls, type) and issubclass(settings_cls, Strict)):
+        raise PluginLoadError(f"{where}: settings must subclass variantlab.ProbeSettings")
+
+
+def check_run(where: str, run: Any) -> None:
+    """:class:`variantlab.errors.PluginLoadError` unless ``run`` is callable."""
+    from ..errors import PluginLoadError
+
+    if not callable(run):
+        raise PluginLoadError(f"{where}: run must be callable")
+
+
+def check_ref(where: str, what: str, ref: str) -> None:
+    """:class:`variantlab.errors.PluginLoadError` unless ``ref`` reads
+    ``"package.module:attr"``."""
+    from ..errors import PluginLoadError
+
+    if not _REF.fullmatch(ref):
+        raise PluginLoadError(f"{where}: {what} {ref!r} must be 'package.module:attr'")
+
+
+def make_probe(plugin: str, name: str, settings_cls: type[Strict] | LazyRef,
+               run: RunFn | LazyRef, *,
                views: Sequence[ViewFn | ProbeView] | LazyViews = (), serial: bool = False,
                device_free: bool = False, trains: bool = False,
                passes: Iterable[str] | Callable[[Any], Iterable[str]] = (),
@@ -200,13 +260,14 @@ def make_probe(plugin: str, name: str, settings_cls: type[Strict], run: RunFn, *
     where = f"plugin {plugin!r}: probe {name!r}"
     if not isinstance(name, str) or not name.isidentifier():
         raise PluginLoadError(f"plugin {plugin!r}: probe name {name!r} must be an identifier")
-    if not (isinstance(settings_cls, type) and issubclass(settings_cls, Strict)):
-        raise PluginLoadError(f"{where}: settings must subclass variantlab.ProbeSettings")
-    if not callable(run):
-        raise PluginLoadError(f"{where}: run must be callable")
+    for what, given, check in (("settings", settings_cls, check_settings),
+                               ("run", run, check_run)):
+        if isinstance(given, str):  # imported when first needed (Probe.settings_cls, .run)
+            check_ref(where, what, given)
+        else:
+            check(where, given)
     if isinstance(views, str):
-        if not _REF.fullmatch(views):
-            raise PluginLoadError(f"{where}: views {views!r} must be 'package.module:attr'")
+        check_ref(where, "views", views)
     else:
         check_views(where, views)
         views = tuple(views)
@@ -225,5 +286,5 @@ def make_probe(plugin: str, name: str, settings_cls: type[Strict], run: RunFn, *
 
 _REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
-__all__ = ["PASSES", "LazyViews", "Probe", "ProbeView", "RunFn", "ViewFn", "check_views",
-           "make_probe", "resolve_views"]
+__all__ = ["PASSES", "LazyRef", "LazyViews", "Probe", "ProbeView", "RunFn", "ViewFn",
+           "check_views", "make_probe", "resolve_ref", "resolve_views"]

@@ -30,12 +30,15 @@ from .probe import Probe, make_probe
 
 SLOTS = ("norm", "activation", "feedforward", "attention", "residual", "positional", "init")
 ALL_SLOTS = SLOTS + ("family",)
+#: what ``variantlab plugins`` lists: every slot, then probes and executors
+LISTED = (*ALL_SLOTS, "probe", "executor")
 HOOKS = {**{slot: f"register_{slot}s" for slot in SLOTS}, "family": "register_families"}
 BUILTIN_MODULES = (
     "norms", "activations", "feedforwards", "moe", "attentions", "mixers", "ssm", "deltanet", "mla", "hybrid",
     "residuals", "positionals",
     "inits", "families", "probes", "executors",
 )
+PROBES_MODULE, EXECUTORS_MODULE = "variantlab_plugins.probes", "variantlab_plugins.executors"
 PROBE_HOOK = "register_probes"
 EXECUTOR_HOOK = "register_executors"
 ENTRY_POINT_GROUP = "variantlab"
@@ -84,21 +87,44 @@ class Registry:
     def __init__(self) -> None:
         self.pm = make_plugin_manager()
         self._components: dict[str, dict[str, Component]] = {s: {} for s in ALL_SLOTS}
-        self.plugins: list[tuple[str, str]] = []  # (name, source) in load order
+        self._plugins: list[tuple[str, str]] = []  # (name, source) in load order
         self.failures: list[PluginFailure] = []
         self._probes: dict[str, Probe] = {}
         self._executors: dict[str, ExecutorEntry] = {}
+        self._deferred: list[str] = []  # built-in modules loaded when first needed
+
+    @property
+    def plugins(self) -> list[tuple[str, str]]:
+        """``(name, source)`` of every loaded plugin, in load order."""
+        self._complete()
+        return self._plugins
+
+    def _complete(self, executors: bool = True) -> None:
+        """Load the built-in modules :func:`build_registry` deferred (``defer=True``), in
+        their order, the probes' module already among them; ``executors`` False: all but
+        the executors' (a component lookup)."""
+        deferred = [m for m in self._deferred if executors or m != EXECUTORS_MODULE]
+        if not deferred:
+            return
+        self._deferred = [m for m in self._deferred if m not in deferred]
+        for name in deferred:
+            self.load_guarded(name, "builtin", functools.partial(self.load, name, "builtin"), True)
+        order = {f"variantlab_plugins.{mod}": i for i, mod in enumerate(BUILTIN_MODULES)}
+        self._plugins.sort(key=lambda p: order.get(p[0], len(order)))  # only built-ins here
 
     # -- lookups ---------------------------------------------------------------------
     def kinds(self, slot: str) -> list[str]:
+        self._complete(executors=False)
         return sorted(self._components[slot])
 
     def components(self, slot: str | None = None) -> list[Component]:
+        self._complete(executors=False)
         slots = [slot] if slot else list(ALL_SLOTS)
         return [c for s in slots for _, c in sorted(self._components[s].items())]
 
     def get(self, slot: str, kind: str, loc: Sequence[object] = ("kind",)) -> Component:
         """The component for ``kind`` or a :class:`SpecError` that lists the choices."""
+        self._complete(executors=False)
         try:
             return self._components[slot][kind]
         except (KeyError, TypeError):
@@ -121,10 +147,12 @@ class Registry:
                 from None
 
     def executor_names(self) -> list[str]:
+        self._complete()
         return sorted(self._executors)
 
     def executor(self, name: str, loc: Sequence[object] = ("--executor",)) -> ExecutorEntry:
         """The executor ``name`` or a :class:`SpecError` that lists the registered ones."""
+        self._complete()
         try:
             return self._executors[name]
         except (KeyError, TypeError):
@@ -134,6 +162,8 @@ class Registry:
     # -- loading ---------------------------------------------------------------------
     def load_module(self, plugin: object, name: str, source: str) -> None:
         """Register one plugin object (usually a module); all or nothing."""
+        if source != "builtin":  # the built-ins first
+            self._complete()
         if self.pm.has_plugin(name):
             return
         self.pm.register(plugin, name=name)
@@ -151,7 +181,7 @@ class Registry:
         except BaseException:
             self.pm.unregister(name=name)
             raise
-        self.plugins.append((name, source))
+        self._plugins.append((name, source))
 
     def _collect(self, name: str) -> list[Component]:
         staged: list[Component] = []
@@ -316,20 +346,37 @@ def build_registry(
     base_dir: Path | None = None,
     entry_points: bool = True,
     strict: bool | None = None,
+    defer: bool = False,
 ) -> Registry:
     """A fresh registry: built-ins, entry points (unless disabled), then ``extra`` modules.
 
     Built-ins and ``extra`` modules that fail raise :class:`PluginLoadError`; entry points
     that fail are recorded and skipped unless ``strict`` (default: the environment's
     ``VARIANTLAB_STRICT_PLUGINS``).
+
+    ``defer``: when nothing but the built-ins would load (no ``extra``, no installed entry
+    point), load only their probes now (whose code, views and settings are themselves
+    imported when first asked), the component modules, which import torch, at the first
+    question about a component, and the executors' at the first about an executor or the
+    plugins: the report's registry needs only the probes' views and metrics
+    (:mod:`variantlab.cli.main`), ``validate`` no executor (:mod:`variantlab.config.experiment`).
+    Otherwise, or once completed, the registry is the one ``defer=False`` builds (a module
+    loaded later, ``--plugin``, completes it first).
     """
     strict = strict_from_env() if strict is None else strict
     reg = Registry()
+    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if entry_points else ()
+    if defer and not extra and not found:
+        load = functools.partial(reg.load, PROBES_MODULE, "builtin")
+        reg.load_guarded(PROBES_MODULE, "builtin", load, True)
+        reg._deferred = [m for m in (f"variantlab_plugins.{mod}" for mod in BUILTIN_MODULES)
+                         if m != PROBES_MODULE]
+        return reg
     for mod in BUILTIN_MODULES:
         name = f"variantlab_plugins.{mod}"
         reg.load_guarded(name, "builtin", functools.partial(reg.load, name, "builtin"), True)
     if entry_points:
-        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        for ep in found:
             dist = getattr(ep.dist, "name", None)
             name = f"{dist}:{ep.name}" if dist else ep.name
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..data.sources import DataSpec, SyntheticData
-from ..model.build import resolve_spec
-from ..model.specs import ModelSpec
-from ..plugin.registry import Registry
-from ..plugin.rows import Row
+if TYPE_CHECKING:  # imported by run_probe: the package itself stays light (the report
+    # imports its metric names, probes.metricnames, without torch)
+    from ..data.sources import DataSpec
+    from ..model.specs import ModelSpec
+    from ..plugin.registry import Registry
+    from ..plugin.rows import Row
 
 
 def run_probe(
@@ -36,9 +37,11 @@ def run_probe(
     ``settings`` may be the probe's settings object, a mapping of its fields, or None for
     the defaults. Raises (never returns partial rows) when the variant cannot be measured.
     """
-    if registry is None:
-        from ..plugin.registry import get_registry
+    from ..data.sources import SyntheticData
+    from ..model.build import resolve_spec
+    from ..plugin.registry import get_registry
 
+    if registry is None:
         registry = get_registry()
     try:
         probe = registry.probe(name)

@@ -9,7 +9,13 @@
 - ``max_attn_logit``: the largest q·k/sqrt(d) before softmax over heads and positions of the
   layer's attention modules (those exposing ``record_stats``/``last_stats``, as the built-in
   ``mha`` does for both impls);
-- ``attn_entropy``: the attention distribution's entropy (nats), mean over heads and queries.
+- ``attn_entropy``: the attention distribution's entropy (nats), mean over heads and queries;
+- ``first_token_mass``: the softmax weight on the first key (position 0), mean over heads and
+  the queries after position 0 that may see it (a query whose window has left position 0
+  behind is not counted): the attention sink of Xiao et al. 2023 ("Efficient streaming
+  language models with attention sinks");
+- ``sink_mass`` (attention with learned sinks, ``sinks: true``; gpt-oss): the weight the
+  sink logit takes in the softmax, mean over heads and queries.
 
 A model with routed (mixture-of-experts) layers also gets, at each recorded step and per
 layer, the routing rows of :mod:`variantlab.probes.routing` (``expert_load`` per expert,
@@ -43,6 +49,7 @@ from ..plugin.rows import Row, row
 from . import checkpoint
 from .common import autocast, first_tensor, layer_stacks, param_index
 from .heldout import HeldOut, scores_held_out
+from .metricnames import DYNAMICS_METRICS, DYNAMICS_OPTIONAL, DYNAMICS_RECORDED
 from .recipe import lr_at
 from .routing import layer_rows, routed_layers, snapshot
 from .training import TrainRunSettings, setup
@@ -57,7 +64,9 @@ class DynamicsSettings(TrainRunSettings):
                              "training (0: none; unset: eval_tokens)")
 
 Layer = tuple[str, int]  # (stack, layer index)
-METRICS = ("grad_norm", "update_ratio", "residual_rms", "max_attn_logit", "attn_entropy")
+METRICS = DYNAMICS_METRICS
+OPTIONAL = DYNAMICS_OPTIONAL
+RECORDED = DYNAMICS_RECORDED
 
 
 def layer_params(model: nn.Module) -> dict[Layer, list[nn.Parameter]]:
@@ -108,6 +117,10 @@ def _attention_stats(modules: dict[Layer, list[nn.Module]], record: dict) -> Non
         if stats:
             record["max_attn_logit"][key] = max(s["max_logit"] for s in stats)
             record["attn_entropy"][key] = sum(s["entropy"] for s in stats) / len(stats)
+            for metric in ("first_token_mass", *OPTIONAL):  # mean over the modules with it
+                got = [s[metric] for s in stats if metric in s]
+                if got:
+                    record[metric][key] = sum(got) / len(got)
 
 
 def run(
@@ -128,7 +141,7 @@ def run(
         for group in opt.param_groups:
             group["lr"] = lr_at(step, settings, total)
         opt.zero_grad(set_to_none=True)
-        record: dict[str, dict[Layer, float]] = {m: {} for m in METRICS}
+        record: dict[str, dict[Layer, float]] = {m: {} for m in RECORDED}
         hooks = _recorder(model, record) if watch else []
         _attention(attn, watch)
         try:
@@ -174,7 +187,7 @@ def run(
 
 def _rows(record: dict[str, dict[Layer, float]], step: int) -> list[Row]:
     return [row("dynamics", metric, v, scope="layer", name=stack, layer=i, step=step)
-            for metric in METRICS for (stack, i), v in sorted(record[metric].items())]
+            for metric in RECORDED for (stack, i), v in sorted(record[metric].items())]
 
 
-__all__ = ["METRICS", "attention_modules", "layer_params", "norm_of", "run"]
+__all__ = ["METRICS", "OPTIONAL", "RECORDED", "attention_modules", "layer_params", "norm_of", "run"]

@@ -7,6 +7,9 @@ converged.
   weighted by the targets it scores; ``val_tokens`` / ``test_tokens``: those targets;
   ``val_recall_accuracy`` / ``test_recall_accuracy`` (recall data): exact-match accuracy on
   the queried values of the same sets (``recall_accuracy``: the test one, its older name);
+- ``test_loss_at_N``, ``test_tokens_at_N`` (and ``test_recall_accuracy_at_N``): the test set
+  of windows of N tokens, by the same rule (:func:`length_rows`; the training probe's
+  ``eval_lengths``);
 - with ``eval_every: N``: ``val_loss_curve`` (and ``val_recall_accuracy_curve``) at steps
   N, 2N, ... and at the last step, ``step`` = optimizer steps done; test is scored once,
   after training, so that nothing chosen along the way has seen it;
@@ -25,6 +28,7 @@ from typing import Any
 import torch
 
 from ..data.heldout import held_out_set, scored
+from ..data.sources import SyntheticData
 from ..data.splits import Split
 from ..model.specs import ModelSpec
 from ..model.tasks import Batch
@@ -82,23 +86,30 @@ class HeldOut:
                  registry: Registry) -> None:
         self.data, self.spec, self.settings = data, spec, settings
         self.base_dir, self.registry = base_dir, registry
-        self.sets: dict[Split, list[Batch]] = {}
+        self.sets: dict[str, list[Batch]] = {}  # "test", or "test@N" at length N
 
-    def batches(self, split: Split) -> list[Batch]:
-        if split not in self.sets:
-            s = self.settings
+    def batches(self, split: Split, length: int | None = None) -> list[Batch]:
+        """The split's fixed set of windows of ``length`` tokens (unset: ``seq_len``; on
+        synthetic data rows of that length, in place of ``data.seq_len``)."""
+        s = self.settings
+        length = length or s.seq_len
+        key = split if length == s.seq_len else f"{split}@{length}"
+        if key not in self.sets:
             cap = s.eval_tokens
             if s.eval_batches:  # the older cap, in batches of batch_size windows
-                by_batches = s.eval_batches * s.batch_size * s.seq_len
+                by_batches = s.eval_batches * s.batch_size * length
                 cap = by_batches if cap is None else min(cap, by_batches)
-            self.sets[split] = held_out_set(self.data, self.spec, s.batch_size, s.seq_len,
-                                            split, max_tokens=cap, registry=self.registry,
-                                            base_dir=self.base_dir)
-        return self.sets[split]
+            data = self.data
+            if length != s.seq_len and isinstance(data, SyntheticData) and data.seq_len:
+                data = data.model_copy(update={"seq_len": length})
+            self.sets[key] = held_out_set(data, self.spec, s.batch_size, length, split,
+                                          max_tokens=cap, registry=self.registry,
+                                          base_dir=self.base_dir)
+        return self.sets[key]
 
     def score(self, split: Split, model: torch.nn.Module, loss_fn: Any,
-              dev: torch.device) -> Scores:
-        return evaluate(model, loss_fn, self.batches(split), dev, self.settings.dtype)
+              dev: torch.device, length: int | None = None) -> Scores:
+        return evaluate(model, loss_fn, self.batches(split, length), dev, self.settings.dtype)
 
 
 def scores_held_out(settings: Any) -> bool:
@@ -156,6 +167,17 @@ def final_rows(probe: str, val: Scores, test: Scores, curve: list[tuple[int, Sco
     return rows
 
 
+def length_rows(probe: str, length: int, test: Scores) -> list[Row]:
+    """The rows of the test set scored at ``length`` tokens per window: ``test_loss_at_N``,
+    ``test_tokens_at_N`` and, on recall data, ``test_recall_accuracy_at_N``."""
+    rows = [row(probe, f"test_loss_at_{length}", test.loss),
+            row(probe, f"test_tokens_at_{length}", float(test.tokens), unit="count")]
+    if test.recall is not None:
+        rows.append(row(probe, f"test_recall_accuracy_at_{length}", test.recall,
+                        unit="fraction"))
+    return rows
+
+
 def solve_step(points: list[tuple[int, float | None]]) -> int | None:
     """The first step whose recall accuracy reaches ``SOLVED``; None when none does."""
     return next((at for at, acc in points if acc is not None and acc >= SOLVED), None)
@@ -184,5 +206,5 @@ def still_improving(losses: list[float]) -> bool:
     return fall > IMPROVING_SIGMAS * error
 
 
-__all__ = ["SOLVED", "Curve", "HeldOut", "Scores", "evaluate", "final_rows",
+__all__ = ["SOLVED", "Curve", "HeldOut", "Scores", "evaluate", "final_rows", "length_rows",
            "scores_held_out", "solve_step", "still_improving"]

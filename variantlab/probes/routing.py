@@ -27,9 +27,10 @@ from torch import nn
 from ..model.sparse import stats_of
 from ..plugin.rows import Row, row
 from .common import layer_stacks, stacked
+from .metricnames import ROUTING_METRICS
 
 #: the per-layer scalar metrics (``expert_load`` has one row per expert besides)
-LAYER_METRICS = ("load_imbalance", "router_entropy", "dropped_fraction", "aux_loss", "z_loss")
+LAYER_METRICS = ROUTING_METRICS
 Record = dict[tuple[str, int], dict[str, Any]]
 
 

@@ -15,6 +15,10 @@ schedule, optimizer, weight-decay groups and a token budget in place of ``steps`
   seeds); ``val_tokens`` / ``test_tokens``: the targets scored; ``eval_loss`` is
   ``val_loss`` under its older name; with ``eval_every``, validation curves; on recall data
   recall accuracy and ``steps_to_solve`` (:mod:`variantlab.probes.heldout`);
+- with ``eval_lengths``: ``test_loss_at_N`` and ``test_tokens_at_N`` for each length N, the
+  test split's fixed windows of N tokens (the same rule as ``test_loss``, N in place of
+  ``seq_len``) scored after training; on recall data ``test_recall_accuracy_at_N`` too
+  (rows of N tokens: with ``n_pairs`` unset, a quarter of the row as pairs);
 - ``still_improving``: 1 when the training loss was still falling over the last fifth of
   the run by more than its own noise (:func:`variantlab.probes.heldout.still_improving`);
 - ``lr`` per step: the learning rate the step used; ``tokens``: the tokens trained on;
@@ -45,7 +49,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-from pydantic import Field, PositiveFloat, PositiveInt, model_serializer
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_serializer
 
 from ..data import sources as datalib
 from ..model.build import make_model
@@ -59,7 +63,7 @@ from . import checkpoint
 from .common import autocast, resolve_device
 from .compiled import compile_errors, compile_model
 from .flops import model_flops_per_token
-from .heldout import Curve, HeldOut, final_rows, scores_held_out, still_improving
+from .heldout import Curve, HeldOut, final_rows, length_rows, scores_held_out, still_improving
 from .noise import step_noise
 from .params import non_embedding_params
 from .recipe import RECIPE_OPTIONS, RecipeSettings, lr_at, make_optimizer, planned_steps
@@ -95,11 +99,22 @@ class TrainRunSettings(RecipeSettings):
 class TrainingSettings(TrainRunSettings):
     """A short AdamW run with linear warm-up and gradient clipping."""
 
-    added_options: ClassVar[tuple[str, ...]] = (*TrainRunSettings.added_options, "eval_every")
+    added_options: ClassVar[tuple[str, ...]] = (*TrainRunSettings.added_options, "eval_every",
+                                                "eval_lengths")
     compile: bool = Field(False, description="run the model under torch.compile")
     eval_every: PositiveInt | None = Field(
         None, description="score the validation set every N steps during training "
                           "(val_loss_curve; unset: after training only)")
+    eval_lengths: list[PositiveInt] | None = Field(
+        None, description="after training, also score the test split's fixed windows of each "
+        "of these lengths (test_loss_at_N, test_tokens_at_N; recall data: "
+        "test_recall_accuracy_at_N): length generalisation beyond seq_len; each at most "
+        "the model's context_length")
+
+    @field_validator("eval_lengths")
+    @classmethod
+    def _distinct_lengths(cls, value: list[int] | None) -> list[int] | None:
+        return None if value is None else sorted(set(value))
 
 
 @dataclass(frozen=True)
@@ -178,6 +193,11 @@ def run(
     spec: ModelSpec, settings: TrainingSettings, *, seed: int, data: Any = None,
     base_dir: Path | str = ".", device: str | None = None, registry: Registry,
 ) -> list[Row]:
+    ctx = getattr(spec, "context_length", None)
+    too_long = [n for n in settings.eval_lengths or () if ctx is not None and n > ctx]
+    if too_long:  # before any training (validate says so first, at the YAML line)
+        raise ValueError(f"eval_lengths: {too_long[0]} is above context_length={ctx}; score "
+                         f"at most {ctx} tokens or raise context_length")
     dev, model, opt, batches, loss = setup(spec, settings, seed, data, base_dir, device, registry)
     compiled = compile_model(model, settings.compile)
     log: list[Record] = []
@@ -210,6 +230,10 @@ def run(
         with compile_errors(settings.compile):
             val, test = (held.score(split, compiled, loss, dev) for split in ("val", "test"))
         rows += final_rows("training", val, test, curve.points, len(losses))
+        for length in settings.eval_lengths or ():
+            with compile_errors(settings.compile):
+                got = held.score("test", compiled, loss, dev, length)
+            rows += length_rows("training", length, got)
     test_set = held.batches("test") if scores_held_out(settings) and math.isfinite(final) else None
     rows += start_rows("training", spec, data, losses, step_noise(finite), test_set)
     return rows

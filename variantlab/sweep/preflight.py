@@ -169,9 +169,13 @@ def size_problems(exp: Experiment, doc: YamlDoc, device: str | None,
     from .sizeguard import available_bytes, refusal
     from .units import resolve_device
 
-    out = []
-    for probe, base in exp.measure.probes().items():
-        for v in exp.variants:
+    out: list[tuple[int, int, str]] = []  # (probe, variant, message): in reading order
+    probes = list(exp.measure.probes().items())
+    # the probes with a batch first: their builds give the model's counts to those without
+    # one (sizeguard.layer_costs), which then build nothing
+    for p_at in sorted(range(len(probes)), key=lambda i: not _has_batch(probes[i][1])):
+        probe, base = probes[p_at]
+        for v_at, v in enumerate(exp.variants):
             if only is not None and v.name not in only:
                 continue
             settings = exp.probes_of(v)[probe] if v.settings else base
@@ -188,8 +192,12 @@ def size_problems(exp: Experiment, doc: YamlDoc, device: str | None,
 
                 loc = setting_loc(exp.spec, v.name, f"measure.{probe}.batch_size",
                                   v.settings[probe]["batch_size"])
-            out.append(doc.message(loc, f"variant {v.name!r}: {message}"))
-    return out
+            out.append((p_at, v_at, doc.message(loc, f"variant {v.name!r}: {message}")))
+    return [message for *_, message in sorted(out)]
+
+
+def _has_batch(settings: Any) -> bool:
+    return bool(getattr(settings, "batch_size", 0) and getattr(settings, "seq_len", 0))
 
 
 def budget_problems(exp: Experiment, doc: YamlDoc, only: set[str] | None = None) -> list[str]:

@@ -29,7 +29,7 @@ import math
 import warnings
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -160,11 +160,13 @@ def _meta_cost_unguarded(spec: ModelSpec, registry: Registry,
             params = list(model.parameters())
             counted = {id(p) for p in params}
             buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
+            non_embedding = sum(i.param.numel() for i in param_index(model)
+                                if i.slot not in EMBEDDING_SLOTS)
+            # the model is counted before the forward, so a build without a batch counts
+            # the same (layer_costs reuses one for the other)
             task = task_for(spec, registry)
             act = _activation_bytes(model, spec, task, counted, *batch) if batch else 0
             batch_bytes = _batch_bytes(spec, task, *batch) if batch else 0
-            non_embedding = sum(i.param.numel() for i in param_index(model)
-                                if i.slot not in EMBEDDING_SLOTS)
         return Cost(sum(p.numel() for p in params),
                     sum(p.numel() * p.element_size() for p in params), buffer_bytes, act,
                     non_embedding, batch_bytes)
@@ -202,23 +204,30 @@ def _batch_bytes(spec: ModelSpec, task: Task, batch_size: int, seq_len: int) -> 
     return sum(t.numel() * t.element_size() for t in (*batch.inputs.values(), batch.target))
 
 
-_CACHE: dict[tuple, tuple[Cost, Cost]] = {}  # spec without n_layers, registry, batch
+#: (spec without n_layers, registry) -> batch (None: none) -> the costs at 1 and 2 layers
+_CACHE: dict[tuple[str, int], dict[tuple[int, int] | None, tuple[Cost, Cost]]] = {}
 
 
 def layer_costs(spec: ModelSpec, registry: Registry,
                 batch: tuple[int, int] | None = None) -> tuple[Cost, Cost]:
     """The costs of ``spec`` built with 1 and 2 layers (activations at ``batch``); variants
-    that differ only in ``n_layers`` share them."""
+    that differ only in ``n_layers`` share them, and the costs without a batch are those of
+    any batch's builds less the activations and the batch (the model is counted before the
+    forward), so a probe without a batch beside one with a batch builds nothing more."""
     data = spec.model_dump(mode="json")
     data.pop("n_layers", None)
-    key = (json.dumps(data, sort_keys=True), id(registry), batch)
-    if key not in _CACHE:
-        if len(_CACHE) > 1024:
-            _CACHE.clear()
-        one, two = (_meta_cost(spec.model_copy(update={"n_layers": n}), registry, batch)
-                    for n in (1, 2))
-        _CACHE[key] = (one, two)
-    return _CACHE[key]
+    key = (json.dumps(data, sort_keys=True), id(registry))
+    if key not in _CACHE and len(_CACHE) > 1024:
+        _CACHE.clear()
+    known = _CACHE.setdefault(key, {})
+    if batch is None and None not in known and known:
+        one, two = next(iter(known.values()))
+        known[None] = (replace(one, activation_bytes=0, batch_bytes=0),
+                       replace(two, activation_bytes=0, batch_bytes=0))
+    if batch not in known:
+        known[batch] = (_meta_cost(spec.model_copy(update={"n_layers": 1}), registry, batch),
+                        _meta_cost(spec.model_copy(update={"n_layers": 2}), registry, batch))
+    return known[batch]
 
 
 def model_cost(spec: ModelSpec, registry: Registry,

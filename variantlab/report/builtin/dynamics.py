@@ -7,11 +7,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...plugin.probe import ProbeView
-from ...probes.dynamics import METRICS
+from ...probes.metricnames import DYNAMICS_RECORDED as RECORDED
 
 LABELS = {"grad_norm": "gradient norm", "update_ratio": "update / weight (||ΔW||/||W||)",
           "residual_rms": "residual-stream RMS", "max_attn_logit": "max attention logit",
-          "attn_entropy": "attention entropy (nats)"}
+          "attn_entropy": "attention entropy (nats)",
+          "first_token_mass": "attention on the first token", "sink_mass": "attention on the sink"}
 
 
 def dynamics_views() -> tuple[Any, ...]:
@@ -46,7 +47,7 @@ def heatmaps(data: Any) -> Sequence[Any]:
     if not len(part):
         return [Plot("dynamics-heatmaps", title, caption, skipped="no dynamics rows")]
     variants = [v for v in data.order if v in set(part["variant"])]
-    metrics = [m for m in METRICS if m in set(part["metric"])]
+    metrics = [m for m in RECORDED if m in set(part["metric"])]
     with plt.rc_context(RC):
         fig, axes = plt.subplots(len(variants), len(metrics), squeeze=False,
                                  figsize=(2.6 * len(metrics), 1.9 * len(variants) + 0.6))
@@ -54,6 +55,13 @@ def heatmaps(data: Any) -> Sequence[Any]:
             for c, metric in enumerate(metrics):
                 ax = axes[r][c]
                 mine = part[(part["variant"] == variant) & (part["metric"] == metric)]
+                if r == 0:
+                    ax.set_title(LABELS[metric], fontsize=8)
+                if not len(mine):  # a quantity this variant has not (sink_mass without sinks)
+                    ax.axis("off")
+                    ax.text(0.5, 0.5, "none", ha="center", va="center", fontsize=8,
+                            transform=ax.transAxes)
+                    continue
                 grid = mine.pivot_table(index=["name", "layer"], columns="step", values="value",
                                         aggfunc="mean")
                 im = ax.imshow(grid.to_numpy(), aspect="auto", origin="lower", cmap="viridis")
@@ -63,8 +71,6 @@ def heatmaps(data: Any) -> Sequence[Any]:
                 ax.set_xticks(ticks, [str(steps[t]) for t in ticks])
                 ax.set_yticks(range(len(grid.index)), [f"{n}/{int(i)}" if n else str(int(i))
                                                        for n, i in grid.index])
-                if r == 0:
-                    ax.set_title(LABELS[metric], fontsize=8)
                 if c == 0:
                     ax.set_ylabel(f"{shown(variant)}\nlayer", fontsize=8)
                 if r == len(variants) - 1:
@@ -83,7 +89,7 @@ def lines(data: Any) -> Sequence[Any]:
     if not len(part):
         return [Plot("dynamics-lines", title, caption, skipped="no dynamics rows")]
     variants = [v for v in data.order if v in set(part["variant"])]
-    metrics = [m for m in METRICS if m in set(part["metric"])]
+    metrics = [m for m in RECORDED if m in set(part["metric"])]
     fig = step_lines(part, variants, metrics, LABELS)
     return [Plot("dynamics-lines", title, caption, fig)]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...probes.routing import LAYER_METRICS
+from ...probes.metricnames import ROUTING_METRICS as LAYER_METRICS
 
 LABELS = {"load_imbalance": "load imbalance (max / mean)",
           "router_entropy": "router entropy (nats)",

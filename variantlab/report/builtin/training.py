@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
-import torch
 
 from ...plugin.probe import ProbeView
 from ..fair.compare import fair_piece
@@ -139,6 +138,8 @@ def spec_non_embedding(spec: Mapping[str, Any]) -> int:
     """Non-embedding parameters of the model a stored (resolved) spec builds, counted on
     the meta device with the report's registry: the size of a variant in a run without
     the params probe (the same count as its ``non_embedding`` row)."""
+    import torch
+
     from ...model.build import build_model
     from ...model.specs import parse_model_spec
     from ...probes.params import non_embedding_params
