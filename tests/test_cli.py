@@ -272,7 +272,8 @@ SMALL_EXAMPLES = {"seed-shortcut", "xiong-fig3"}
 SMALL_SETTINGS_ELSEWHERE = {"qk-norm-logits", "peri-ln", "llama-vs-gpt2", "dyt-vs-layernorm",
                             "gelu-vs-relu", "qk-norm-lr-sensitivity", "moe-vs-dense",
                             "moe-balancing", "local-global", "hybrid-ratio",
-                            "zoology-mqar"}
+                            "zoology-mqar", "layernorm-vs-batchnorm", "mla-vs-gqa",
+                            "attention-sinks", "nope-interleave"}
 
 
 def _example_params() -> list:

@@ -303,6 +303,69 @@ def test_smoke_zoology_small_run_reports_recall_per_mixer(tmp_path):
     assert curve.groupby("variant")["step"].apply(sorted).tolist() == [[5, 10]] * 4
 
 
+def _grid_at(name: str, **over: list[Any]) -> dict[str, Any]:
+    """experiments/NAME.yaml's grid with ``over`` (dotted paths) replacing axes."""
+    doc = yaml.safe_load((ROOT / "experiments" / f"{name}.yaml").read_text())
+    return {**doc["grid"], **{k.replace("__", "."): v for k, v in over.items()}}
+
+
+@pytest.mark.slow
+def test_smoke_layernorm_batchnorm_rms_each_at_their_own_best_rate(tmp_path):
+    grid = _grid_at("layernorm-vs-batchnorm", measure__training__lr=[3.0e-3, 3.0e-2])
+    df = run_small(tmp_path, "layernorm-vs-batchnorm", SMALL_MODEL,
+                   {"training": {"steps": 20, "batch_size": 4, "seq_len": 32, "eval_batches": 2},
+                    "gradients": {"batch_size": 4, "seq_len": 32}},
+                   report=True, grid=grid, seeds=[0, 1])
+    tuned = tuned_of(tmp_path, "layernorm-vs-batchnorm", df)
+    assert list(tuned.index) == ["norm=layer", "norm=batch", "norm=rms"] and (tuned["n"] == 2).all()
+
+
+@pytest.mark.slow
+def test_smoke_mla_keeps_the_cache_of_one_kv_head(tmp_path):
+    grid = _grid_at("mla-vs-gqa", n_layers=[2], measure__training__lr=[1.0e-2])
+    df = run_small(tmp_path, "mla-vs-gqa", {"context_length": 32},
+                   {"training": {"steps": 5, "batch_size": 4, "seq_len": 32, "eval_batches": 2,
+                                 "warmup_steps": 1},
+                    "timing": {"batch_size": 2, "seq_len": 32, "repeats": 2}},
+                   grid=grid, seeds=[0])
+    assert set(df.status) == {"ok"}
+    per_token = df[(df.metric == "state_bytes_per_token") & (df.scope == "model")]
+    cache = {v.split("attention=")[1].split(",")[0]: x
+             for v, x in zip(per_token.variant, per_token.value)}
+    # 2 layers x 4 bytes x numbers per token and layer: mha 2*4*16, gqa2 2*2*16, gqa1 2*16,
+    # mla kv_lora_rank 24 + the rotary key 8
+    assert cache == {"mha": 2 * 4 * 128, "gqa2": 2 * 4 * 64, "gqa1": 2 * 4 * 32,
+                     "mla": 2 * 4 * 32}
+
+
+@pytest.mark.slow
+def test_smoke_attention_sinks_record_the_mass_on_the_first_token_and_the_sink(tmp_path):
+    grid = _grid_at("attention-sinks", emb_dim=[32], measure__training__lr=[1.0e-2])
+    short = {"steps": 4, "batch_size": 4, "seq_len": 32, "warmup_steps": 1}
+    df = run_small(tmp_path, "attention-sinks", {"context_length": 32},
+                   {"training": {**short, "eval_batches": 2}, "dynamics": {**short, "every": 2}},
+                   grid=grid, seeds=[0])
+    layer = df[(df.probe == "dynamics") & (df.scope == "layer")]
+    mass = layer[layer.metric == "first_token_mass"]
+    assert mass.variant.nunique() == 4 and mass["value"].between(0, 1).all()
+    sink = layer[layer.metric == "sink_mass"]
+    assert set(sink.variant) == {v for v in set(mass.variant) if "sinks=sinks" in v}
+    assert sink["value"].between(0, 1).all() and len(sink)
+
+
+@pytest.mark.slow
+def test_smoke_nope_interleave_scores_beyond_the_training_length(tmp_path):
+    grid = _grid_at("nope-interleave", emb_dim=[32], measure__training__lr=[1.0e-2])
+    df = run_small(tmp_path, "nope-interleave", {"n_layers": 4},
+                   {"training": {"steps": 4, "batch_size": 4, "seq_len": 32, "eval_batches": 2,
+                                 "warmup_steps": 1, "eval_lengths": [64, 128]}},
+                   grid=grid, seeds=[0])
+    rows = df[(df.probe == "training") & (df.scope == "model")]
+    for metric in ("test_loss", "test_loss_at_64", "test_loss_at_128"):
+        got = rows[rows.metric == metric]
+        assert got.variant.nunique() == 3 and got["value"].notna().all(), metric
+
+
 def layer_rows(variant: str, seed: int, metric: str, values: dict[tuple[int, int], float]):
     return [{"variant": variant, "seed": seed, "probe": "dynamics", "metric": metric,
              "scope": "layer", "name": "", "layer": layer, "step": step, "value": v}
