@@ -57,7 +57,8 @@ AT_LENGTH = re.compile(r"(.+)_at_\d+")
 CEILINGS: dict[str, float] = {"recall_accuracy": 1.0}
 
 
-def _finite(x: Any) -> bool:
+def finite(x: Any) -> bool:
+    """Whether ``x`` is a finite number (NaN, inf, None and text are not)."""
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
@@ -128,7 +129,7 @@ class Headline:
     def at_best_possible(self, value: float) -> bool:
         """Whether ``value`` is the best this metric can take (:data:`CEILINGS`)."""
         bound = CEILINGS.get(self.name)
-        return bound is not None and _finite(value) and (
+        return bound is not None and finite(value) and (
             value <= bound if self.lower_is_better else value >= bound)
 
     @property
@@ -204,6 +205,6 @@ def compare_on_checks(spec: Any, measure: Any, registry: Any, variants: Sequence
     return []
 
 
-__all__ = ["DEFAULT_COMPARE_ON", "DIRECTIONS", "HIGHER", "LOWER", "Direction", "Headline",
+__all__ = ["DEFAULT_COMPARE_ON", "DIRECTIONS", "finite", "HIGHER", "LOWER", "Direction", "Headline",
            "compare_choices", "compare_on_checks", "compare_on_problem",
            "declared", "direction", "headline", "headline_of"]

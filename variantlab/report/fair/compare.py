@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from ...config.metrics import finite as _finite
 from ...plugin.registry import Registry
 from ..effects import clear
 from ..frame import ReportData
@@ -168,10 +169,6 @@ def tuned_table(sweep: Sweep, frame: pd.DataFrame) -> Table:
 
 def _cell(x: object) -> str:
     return _num(x) if isinstance(x, float) else value_text(x)
-
-
-def _finite(x: object) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 def tuned_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True) -> list[str]:

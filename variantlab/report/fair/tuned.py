@@ -51,6 +51,7 @@ from typing import Any
 import pandas as pd
 
 from ...config.metrics import Headline, headline, headline_of
+from ...config.metrics import finite as _finite
 from ...config.roles import COMPARED, CONDITION, SIZE_KEYS, TUNED, numeric, stored_roles
 from ...store.store import axis_default
 from ..effects import interval
@@ -209,10 +210,6 @@ def _missing(v: Any) -> bool:
 def _ordered(grid_values: list[Any] | None, seen: pd.Series) -> list[Any]:
     out = list(grid_values or [])
     return out + [v for v in dict.fromkeys(seen) if v not in out and not _missing(v)]
-
-
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 def scores(sweep: Sweep, arch: str) -> pd.DataFrame:
