@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
 TOY = '''\
@@ -52,7 +54,8 @@ EXPECTED = {
 }
 
 
-def test_warm_runner_verdicts_per_mutant(tmp_path):
+def run_toy(tmp_path: Path, cold: bool) -> tuple[dict, Path]:
+    """scripts/mutation's run_module on the toy module; its JSON report and the copy."""
     work, out = tmp_path / "work", tmp_path / "out"
     work.mkdir()
     out.mkdir()
@@ -68,17 +71,33 @@ def test_warm_runner_verdicts_per_mutant(tmp_path):
         cli = importlib.util.module_from_spec(importlib.util.spec_from_loader("mutation", loader))
         loader.exec_module(cli)
         cli.run_module("toy.py", {{"tests": ["test_toy.py"], "floor": 0}}, Path({str(work)!r}),
-                       Path({str(out)!r}))
+                       Path({str(out)!r}), cold={cold})
     """)
-    done = subprocess.run([sys.executable, "-c", program], cwd=work, capture_output=True,
+    # run from outside the copy: every mutant must be written inside it, never next to the caller
+    done = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads((out / "toy.json").read_text())
-    got = {(m["line"], m["operator"], m["occurrence"]):
-           (m["verdict"], m["tests"], not m.get("not_covered", False))
-           for m in report["mutants"]}
-    assert got == EXPECTED
+    return json.loads((out / ("toy.cold.json" if cold else "toy.json")).read_text()), work
+
+
+def verdicts(report: dict) -> dict:
+    return {(m["line"], m["operator"], m["occurrence"]):
+            (m["verdict"], m["tests"], not m.get("not_covered", False))
+            for m in report["mutants"]}
+
+
+def test_warm_runner_verdicts_per_mutant(tmp_path):
+    report, work = run_toy(tmp_path, cold=False)
+    assert verdicts(report) == EXPECTED
     assert (report["killed"], report["survived"], report["incompetent"]) == (5, 2, 0)
     assert report["score"] == round(5 / 7, 4)
     assert [(s["line"], s["covered"]) for s in report["survivors"]] == [(11, True), (15, False)]
     assert (work / "toy.py").read_text() == TOY  # every mutant was put back
+
+
+@pytest.mark.slow
+def test_cold_runner_gives_the_same_verdicts(tmp_path):
+    """The reference path (a fresh pytest per mutant, every test) agrees mutant by mutant."""
+    report, work = run_toy(tmp_path, cold=True)
+    assert verdicts(report) == {k: (v, "all", True) for k, (v, _, _) in EXPECTED.items()}
+    assert (work / "toy.py").read_text() == TOY
