@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import difflib
 import importlib
+import inspect
 import json
 import os
 import resource
@@ -63,12 +64,16 @@ class LineTracer:
     def trace(self, frame: Any, event: str, arg: Any) -> Any:
         if frame.f_code.co_filename != self.target:
             return None
-        self.lines[self.key].add(frame.f_lineno)
+        self.local(frame, "line", arg)
         return self.local
 
     def local(self, frame: Any, event: str, arg: Any) -> Any:
         if event == "line":
-            self.lines[self.key].add(frame.f_lineno)
+            # a module or class body (no CO_OPTIMIZED: not a function) runs once, at import,
+            # even when a test is the first to import the module: its lines (constants,
+            # decorators, defaults) can change what every test sees
+            key = self.key if frame.f_code.co_flags & inspect.CO_OPTIMIZED else "import"
+            self.lines[key].add(frame.f_lineno)
         return self.local
 
     def start(self) -> None:
