@@ -313,7 +313,8 @@ def run_mutants(work: Path, path: str, tests: list[str], items: list, coverage: 
         chosen = coverage.select(lines)
         row = {"job": item.job_id, "line": first, "operator": mutation.operator_name,
                "occurrence": mutation.occurrence,
-               "tests": "all" if chosen is None else len(chosen), "cpu": 0.0}
+               "tests": "all" if chosen is None else len(chosen)}
+        began, cpu = time.time(), cpu_now()
         try:
             operator = cosmic_ray.plugins.get_operator(mutation.operator_name)()
             with use_mutation(work / mutation.module_path, operator,
@@ -329,9 +330,7 @@ def run_mutants(work: Path, path: str, tests: list[str], items: list, coverage: 
                 else:
                     drop_bytecode(module)
                     plugins = [] if chosen is None else [Select(chosen)]
-                    began = time.time()
                     run = fork_pytest(work, [*PYTEST_ARGS, "-x", *tests], plugins, timeout)
-                    row["cpu"], row["wall"] = round(run.cpu, 3), round(time.time() - began, 3)
                     outcome = TestOutcome.SURVIVED if run.code == 0 else TestOutcome.KILLED
                     result = WorkResult(output="timeout" if run.code is None else run.output,
                                         diff=diff(before, after, mutation.module_path),
@@ -344,6 +343,8 @@ def run_mutants(work: Path, path: str, tests: list[str], items: list, coverage: 
         drop_bytecode(module)
         record(item.job_id, result)
         row["verdict"] = verdict(result)
+        # this process (applying the mutant) and its child together
+        row["cpu"], row["wall"] = round(cpu_now() - cpu, 3), round(time.time() - began, 3)
         rows.append(row)
     return rows
 
