@@ -365,3 +365,25 @@ def cpu_now() -> float:
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
         resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def compare(reference: dict, warm: dict) -> list[str]:
+    """The verdicts of two scripts/mutation JSON reports (``--cold`` and warm) on the mutants
+    both ran, mutant by mutant, and their CPU seconds per mutant: report lines."""
+    def by_key(report: dict) -> dict:
+        return {(m["line"], m["operator"], m["occurrence"]): m for m in report["mutants"]}
+
+    ref, new = by_key(reference), by_key(warm)
+    both = sorted(set(ref) & set(new))
+    differ = [k for k in both if ref[k]["verdict"] != new[k]["verdict"]]
+    lines = [f"{reference['module']}: {len(both)} mutants run by both, "
+             f"{len(both) - len(differ)} same verdict, {len(differ)} different"]
+    lines += [f"  line {k[0]} {k[1]} #{k[2]}: {ref[k]['verdict']} (reference) vs "
+              f"{new[k]['verdict']} (warm, tests {new[k]['tests']})" for k in differ]
+    for name, rows in (("reference", ref), ("warm", new)):
+        cpu = sorted(rows[k].get("cpu", 0.0) for k in both)
+        wall = sorted(rows[k].get("wall", 0.0) for k in both)
+        if both:
+            lines.append(f"  {name}: CPU s per mutant mean {sum(cpu) / len(cpu):.2f}, median "
+                         f"{cpu[len(cpu) // 2]:.2f}; wall mean {sum(wall) / len(wall):.1f}")
+    return lines
