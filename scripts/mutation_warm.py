@@ -171,15 +171,16 @@ def fork_pytest(work: Path, args: list[str], plugins: list, timeout: float,
         os.setsid()  # its own process group, so a timeout kills everything it started
         child(work, args, plugins, log, bytecode, before)
     pidfd = os.pidfd_open(pid)
+    ready: list = []
     try:
         ready, _, _ = select.select([pidfd], [], [], timeout)
+    finally:  # at the timeout, or when this process is interrupted (Ctrl-C)
         if not ready:
             try:
                 os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         _, status, usage = os.wait4(pid, 0)
-    finally:
         os.close(pidfd)
     output = log.read_text(errors="replace")
     log.unlink()
