@@ -44,6 +44,8 @@ def test_dict_values_are_labelled_by_the_keys_that_differ_rounded_never_json():
     assert auto_labels([0.001, 0.0030000001, True, None]) == ["0.001", "0.003", "true", "null"]
     # rounding would merge two values: their full text instead
     assert auto_labels([1.00001, 1.00002]) == ["1.00001", "1.00002"]
+    # a dict value alone has no key that differs: every key, never "default"
+    assert auto_labels([FF[0]]) == ["kind=glu hidden_mult=2.67"]
     assert axis_labels(FF, {'{"hidden_mult": 2.6666666667, "kind": "glu"}': "dense"}) == \
         ["dense", "kind=moe n_experts=8 top_k=2 expert.hidden_mult=1.33"]
 

@@ -168,6 +168,24 @@ def test_a_best_at_the_edge_is_extended_until_it_is_inside(tmp_path):
     assert sum(s.done for s in again.summaries) == 0  # every extension is stored already
 
 
+def test_extensions_of_named_dict_values_are_named_apart_and_labelled_by_the_grid(tmp_path):
+    # two dict values of a named axis, both best at the top edge: each gets its own added
+    # variant, named by the value's name (an unnamed lone dict used to print "default" for
+    # both, and the second extension was dropped as a repeated name)
+    e = fake_experiment(tmp_path, "  activation:\n    g: {kind: gelu}\n    r: {kind: relu}\n"
+                                  "  measure.training.lr: {values: [1.0e-3, 1.0e-2], "
+                                  "extend: 1}\n")
+    done = run_extended(e, lambda x: fake_run(x, tmp_path / "runs"), e.extensions())
+    assert [[a.name for a in r] for r in done.rounds] == [[
+        "activation=g,measure.training.lr=0.1", "activation=r,measure.training.lr=0.1"]]
+    files = write_report([tmp_path / "runs" / "roles"], tmp_path / "rep", registry=REG)
+    names = list(dict.fromkeys(pd.read_csv(files.csv)["variant"]))
+    assert names[-2:] == ["activation=g, lr=0.1", "activation=r, lr=0.1"]
+    md = files.markdown.read_text()
+    assert "| activation | compared | g, r |  |" in md  # Axes: the names, not "default"
+    assert "default" not in md
+
+
 def test_a_best_still_at_the_edge_is_unresolved_and_never_ranked(tmp_path):
     e = fake_experiment(tmp_path, "  activation.kind: [gelu, relu]\n"
                                   "  measure.training.lr: {values: [1.0e-3, 1.0e-2], "

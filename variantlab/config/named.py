@@ -93,7 +93,7 @@ def auto_labels(values: Sequence[Any]) -> list[str]:
     flats = [_flat(v) if isinstance(v, Mapping) else {"": v} for v in values]
     keys = list(dict.fromkeys(k for f in flats for k in f))
     differ = [k for k in keys if len({key_of(f.get(k, "—")) for f in flats}) > 1]
-    for shown in (differ, keys):
+    for shown in (differ or keys, keys):  # one value alone: every key
         labels = []
         for f in flats:
             if shown == ["kind"] or shown == [""]:

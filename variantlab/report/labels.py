@@ -77,6 +77,7 @@ class GridLabels:
     axes: dict[str, list[Any]]
     values: dict[str, dict[str, str]] = field(default_factory=dict)  # axis -> key -> label
     short: dict[str, str] = field(default_factory=dict)
+    named: set[str] = field(default_factory=set)  # the axes whose values have names
 
     @classmethod
     def of(cls, meta: RunMeta) -> GridLabels:
@@ -84,12 +85,19 @@ class GridLabels:
         names = value_names(_yaml_of(meta))
         labels = {a: dict(zip(map(key_of, vals), axis_labels(vals, names.get(a))))
                   for a, vals in axes.items()}
-        return cls(axes, labels, short_axes(list(axes)))
+        return cls(axes, labels, short_axes(list(axes)), set(names))
 
     def value(self, axis: str, value: Any) -> str:
         """A value's label on ``axis`` (one the grid does not list: its short text)."""
         known = self.values.get(axis, {}).get(key_of(value))
         return known if known is not None else axis_labels([value])[0]
+
+    def text(self, axis: str, value: Any) -> str:
+        """A value in a list of an axis's values: its name on a named axis, a dict or list
+        value's short label, a plain value as written (``1.0``, not rounded)."""
+        if axis in self.named or isinstance(value, (Mapping, list)):
+            return self.value(axis, value)
+        return value_text(value)
 
     def labelled(self) -> list[str]:
         """The axes a label names: those with more than one value."""
@@ -102,6 +110,15 @@ class GridLabels:
         return ", ".join(f"{self.short[a]}={self.value(a, overrides[a])}" for a in axes
                          if a in overrides)
 
+    def is_beyond(self, overrides: Any) -> bool:
+        """Whether ``overrides`` sets every grid axis, all but one to a value the grid lists
+        (an edge extension's variant: the grid's variant with one value moved beyond it)."""
+        if not (isinstance(overrides, Mapping) and self.axes
+                and set(overrides) == set(self.axes)):
+            return False
+        off = [a for a in self.axes if key_of(overrides[a]) not in self.values[a]]
+        return len(off) == 1
+
     def is_cell(self, overrides: Any) -> bool:
         """Whether ``overrides`` is one combination of the grid's values."""
         return (isinstance(overrides, Mapping) and bool(self.axes)
@@ -111,15 +128,17 @@ class GridLabels:
 
 def display_names(meta: RunMeta, stored: Sequence[str], overrides: Sequence[Any]) -> list[str]:
     """The display name of each of a run's variants: a grid variant's :meth:`GridLabels.label`
-    (the grid's variants come first, one per combination), else its stored name; stored
-    names wherever two labels would be the same."""
+    (the grid's variants come first, one per combination; a variant edge extension added
+    sets every grid axis too, one of them to a value beyond the grid), else its stored
+    name; stored names wherever two labels would be the same."""
     grid = GridLabels.of(meta)
     n_cells = 1
     for vals in grid.axes.values():
         n_cells *= len(vals)
     out = []
     for i, (name, over) in enumerate(zip(stored, overrides)):
-        label = grid.label(over) if i < n_cells and grid.is_cell(over) else ""
+        label = grid.label(over) if ((i < n_cells and grid.is_cell(over))
+                                     or (i >= n_cells and grid.is_beyond(over))) else ""
         out.append(label or name)
     if len(set(out)) < len(out):
         return list(stored)

@@ -19,7 +19,7 @@ import pandas as pd
 
 from ...config.roles import stored_roles
 from ..frame import ReportData
-from ..labels import value_text
+from ..labels import GridLabels
 from ..tables import Table, fmt
 from .scaling import by_size_table, effects_by_size
 from .tuned import Sweep, at_edge, choose
@@ -91,11 +91,11 @@ def axes_table(data: ReportData) -> Table | None:
         mine = data.variants[data.variants["run"] == meta.run]
         overs = [dict(o) for o in mine["overrides"] if isinstance(o, Mapping)]
         roles = stored_roles(meta, overs)
-        grid = meta.grid or {}
+        grid, labels = meta.grid or {}, GridLabels.of(meta)
         body = []
         for axis, role in roles.items():
-            listed = [value_text(v) for v in grid.get(axis, [])]
-            seen = list(dict.fromkeys(value_text(o[axis]) for o in overs if axis in o))
+            listed = [labels.text(axis, v) for v in grid.get(axis, [])]
+            seen = list(dict.fromkeys(labels.text(axis, o[axis]) for o in overs if axis in o))
             extra = [v for v in seen if listed and v not in listed]
             body.append([axis, role, ", ".join(listed or seen), ", ".join(extra)])
         note = ("compared: the variants the question is about; tuned: each compared variant "

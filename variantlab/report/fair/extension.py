@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from ...config.experiment import Experiment, experiment_from_text
+from ...config.named import key_of, value_names
 from ...config.roles import next_value, numeric
 from ...errors import InputError
 from ..frame import gather
@@ -43,12 +44,14 @@ class Extension:
     side: str
     value: Any
     overrides: dict[str, Any]
+    names: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # named axis values
 
     @property
     def name(self) -> str:
         """The added variant's name: every override, ``path=value``, as a grid names its
-        variants."""
-        return ",".join(f"{p}={value_text(v)}" for p, v in self.overrides.items())
+        variants (a named axis's value by its name)."""
+        return ",".join(f"{p}={self.names.get(p, {}).get(key_of(v)) or value_text(v)}"
+                        for p, v in self.overrides.items())
 
 
 @dataclass
@@ -63,11 +66,13 @@ class Extended:
 
 
 def beyond(sweep: Sweep, overrides: Mapping[str, Mapping[str, Any]], extend: Mapping[str, int],
-           order: list[str] | None = None) -> list[Extension]:
+           order: list[str] | None = None,
+           names: Mapping[str, Mapping[str, str]] | None = None) -> list[Extension]:
     """The values to run next: one per (group, extendable axis) whose chosen value sits at
     an edge the group has not yet extended ``extend[axis]`` times. ``overrides``: each
     variant's overrides; ``order``: the axes in the order the added variants name them
-    (the experiment's)."""
+    (the experiment's); ``names``: the named axis values
+    (:func:`variantlab.config.named.value_names`), which name the added variants."""
     out = []
     for group in sweep.archs:
         chosen = choose(sweep, group)
@@ -87,7 +92,7 @@ def beyond(sweep: Sweep, overrides: Mapping[str, Mapping[str, Any]], extend: Map
             over = {**dict(overrides.get(str(chosen["variant"])) or {}), axis: new}
             rank = {a: i for i, a in enumerate(order or [])}
             over = dict(sorted(over.items(), key=lambda kv: rank.get(kv[0], len(rank))))
-            out.append(Extension(group, axis, side, new, over))
+            out.append(Extension(group, axis, side, new, over, names or {}))
     return out
 
 
@@ -122,7 +127,8 @@ def run_extended(experiment: Experiment, run: Callable[[Experiment], Any],
         if sweep is None:
             break
         overrides = dict(zip(data.variants["variant"], data.variants["overrides"]))
-        added = beyond(sweep, overrides, extend, list(experiment.roles))
+        names = value_names(experiment.doc.data) if experiment.doc is not None else {}
+        added = beyond(sweep, overrides, extend, list(experiment.roles), names)
         if not added:
             break
         accepted: list[Extension] = []
