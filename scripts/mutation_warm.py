@@ -276,7 +276,7 @@ def statement_lines(source: str) -> dict[int, set[int]]:
             continue
         first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
         body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.AST):
+        if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
             last = max(node.lineno, body[0].lineno - 1)
         else:
             last = node.end_lineno or node.lineno
