@@ -102,3 +102,35 @@ def test_cold_runner_gives_the_same_verdicts(tmp_path):
     report, work = run_toy(tmp_path, cold=True)
     assert verdicts(report) == {k: (v, "all", True) for k, (v, _, _) in EXPECTED.items()}
     assert (work / "toy.py").read_text() == TOY
+
+
+def warm_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mutation_warm", SCRIPTS / "mutation_warm.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_mutant_on_a_continuation_line_selects_by_its_whole_statement():
+    warm = warm_module()
+    source = ("total = (1 +\n"  # 1
+              "         2)\n"  # 2: the + runs as line 1's code
+              "@decorate\n"  # 3
+              "def f(a,\n"  # 4
+              "      b=2):\n"  # 5: a default, in the header
+              "    if (a >\n"  # 6
+              "            b):\n"  # 7
+              "        return a\n")  # 8
+    lines = warm.statement_lines(source)
+    assert lines[2] == {1, 2}
+    assert lines[5] == {3, 4, 5}  # the header with its decorator, not the body
+    assert lines[7] == {6, 7}
+    assert lines[8] == {8}
+    cover = warm.Coverage(tests={"slow": {1, 6}, "fast": {6, 8}, "other": {8}},
+                          imports={3, 4}, durations={"slow": 2.0, "fast": 0.1, "other": 1.0})
+    assert cover.select({6, 7}) == ["fast", "slow"]  # fastest first
+    assert cover.select({4, 5}) is None  # import time: every test
+    assert cover.select({9}) == []  # executed by none: not covered
