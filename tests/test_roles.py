@@ -186,6 +186,18 @@ def test_extensions_of_named_dict_values_are_named_apart_and_labelled_by_the_gri
     assert "default" not in md
 
 
+def test_a_named_condition_is_written_by_its_names_in_tuned_csv(tmp_path):
+    e = fake_experiment(tmp_path, "  activation.kind: [gelu, relu]\n"
+                                  "  data.n_pairs: {few: 2, many: 4}\n"
+                                  "  measure.training.lr: [1.0e-3, 1.0e-2, 1.0e-1]\n",
+                        "data: {source: synthetic, task: recall}\n")
+    run_experiment(e, tmp_path / "runs", probe_fn=fake_training)
+    files = write_report([tmp_path / "runs" / "roles"], tmp_path / "rep", registry=REG)
+    tuned = pd.read_csv(files.tuned)
+    assert list(tuned["data.n_pairs"]) == ["few", "many", "few", "many"]
+    assert list(tuned["measure.training.lr"]) == [0.1, 0.1, 0.01, 0.01]  # numbers stay numbers
+
+
 def test_a_best_still_at_the_edge_is_unresolved_and_never_ranked(tmp_path):
     e = fake_experiment(tmp_path, "  activation.kind: [gelu, relu]\n"
                                   "  measure.training.lr: {values: [1.0e-3, 1.0e-2], "

@@ -166,7 +166,9 @@ def find_sweep(data: ReportData, probe: str, untuned: bool = False) -> Sweep | N
             name = arch_name(over, compared, labels)
             group = group_name(name, cond)
             sizes[group], names[group] = cond, name
-            cond_values.setdefault(cond, {a: value[a] for a in conds})
+            cond_values.setdefault(cond, {a: labels.text(a, value[a]) if (
+                a in labels.named or isinstance(value[a], (Mapping, list))) else value[a]
+                for a in conds})  # tuned.csv: a named value by its name, numbers as numbers
             records.append({"variant": variant, "arch": group, "compared": name,
                             "condition": cond, **{a: value[a] for a in tuned},
                             **{a: value_text(value[a]) for a in compared if a not in tuned}})
