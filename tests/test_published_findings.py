@@ -368,7 +368,7 @@ def test_smoke_nope_interleave_scores_beyond_the_training_length(tmp_path):
 
 @pytest.mark.slow
 def test_smoke_nope_recall_scores_recall_beyond_the_training_length(tmp_path):
-    grid = _grid_at("nope-recall", measure__training__lr=[3.0e-3])
+    grid = _grid_at("nope-recall", emb_dim=[64], measure__training__lr=[3.0e-3])
     df = run_small(tmp_path, "nope-recall", {},
                    {"training": {"steps": 4, "batch_size": 4, "seq_len": 32, "warmup_steps": 1,
                                  "eval_every": 2, "eval_lengths": [64, 128]}},

@@ -489,6 +489,12 @@ def test_a_tuned_axis_only_some_compared_variants_have_is_left_out_for_the_other
     # LayerNorm's lr curve is its three runs (no alpha0 to hold fixed): (1 + 0 + 1) / 3
     assert layer["lr_sensitivity"] == pytest.approx(2 / 3)
     assert tuned["extended"].isna().all()  # nothing beyond the grid (no NaN "values")
+    # no LayerNorm run shares DyT's alpha0: norm.kind has no paired effect, and the reading
+    # says so rather than listing it as having no clear effect
+    md = files.markdown.read_text()
+    assert "not estimated here (no two variants differ in it alone; see Tuned comparison): " \
+        "norm.kind" in md
+    assert "no axis has a clear effect" not in md
     # an axis no combination has is still an error (a typo), not silently dropped
     with pytest.raises(InputError) as info:
         fake_experiment(tmp_path, "  norm.kind: [layer, rms]\n  norm.alpha0: [0.5, 1.0]\n",
