@@ -273,7 +273,7 @@ SMALL_SETTINGS_ELSEWHERE = {"qk-norm-logits", "peri-ln", "llama-vs-gpt2", "dyt-v
                             "gelu-vs-relu", "qk-norm-lr-sensitivity", "moe-vs-dense",
                             "moe-balancing", "local-global", "hybrid-ratio",
                             "zoology-mqar", "layernorm-vs-batchnorm", "mla-vs-gqa",
-                            "attention-sinks", "nope-interleave"}
+                            "attention-sinks", "nope-interleave", "nope-recall"}
 
 
 def _example_params() -> list:

@@ -224,3 +224,14 @@ def test_nope_interleave_scores_beyond_the_training_length():
     training = exp.measure["training"]
     assert training.seq_len == 64 and training.eval_lengths == [128, 256]
     assert all(v.spec.context_length == 256 for v in exp.variants)
+
+
+def test_nope_recall_is_tuned_on_recall_and_scored_beyond_the_training_length():
+    exp = load_experiment(EXPERIMENTS / "nope-recall.yaml")
+    rows = {tuple(r["kind"] for r in layer_rows(v.spec)) for v in exp.variants}
+    assert rows == {("rope",) * 4, ("rope", "rope", "rope", "nope"), ("rope", "nope") * 2}
+    assert exp.spec.compare_on == "recall_accuracy" and exp.roles["measure.training.lr"] == "tuned"
+    training = exp.measure["training"]
+    assert training.seq_len == 32 and training.eval_lengths == [64, 128]
+    assert training.steps >= 1500 and exp.spec.data.loss_on == "answers"
+    assert all(v.spec.context_length == 128 for v in exp.variants)

@@ -366,6 +366,20 @@ def test_smoke_nope_interleave_scores_beyond_the_training_length(tmp_path):
         assert got.variant.nunique() == 3 and got["value"].notna().all(), metric
 
 
+@pytest.mark.slow
+def test_smoke_nope_recall_scores_recall_beyond_the_training_length(tmp_path):
+    grid = _grid_at("nope-recall", emb_dim=[64], measure__training__lr=[3.0e-3])
+    df = run_small(tmp_path, "nope-recall", {},
+                   {"training": {"steps": 4, "batch_size": 4, "seq_len": 32, "warmup_steps": 1,
+                                 "eval_every": 2, "eval_lengths": [64, 128]}},
+                   max_files=0, grid=grid, seeds=[0])
+    rows = df[(df.probe == "training") & (df.scope == "model")]
+    for metric in ("test_recall_accuracy", "test_recall_accuracy_at_64",
+                   "test_recall_accuracy_at_128"):
+        got = rows[rows.metric == metric]
+        assert got.variant.nunique() == 3 and got["value"].notna().all(), metric
+
+
 def layer_rows(variant: str, seed: int, metric: str, values: dict[tuple[int, int], float]):
     return [{"variant": variant, "seed": seed, "probe": "dynamics", "metric": metric,
              "scope": "layer", "name": "", "layer": layer, "step": step, "value": v}

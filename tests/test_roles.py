@@ -186,6 +186,18 @@ def test_extensions_of_named_dict_values_are_named_apart_and_labelled_by_the_gri
     assert "default" not in md
 
 
+def test_a_named_condition_is_written_by_its_names_in_tuned_csv(tmp_path):
+    e = fake_experiment(tmp_path, "  activation.kind: [gelu, relu]\n"
+                                  "  data.n_pairs: {few: 2, many: 4}\n"
+                                  "  measure.training.lr: [1.0e-3, 1.0e-2, 1.0e-1]\n",
+                        "data: {source: synthetic, task: recall}\n")
+    run_experiment(e, tmp_path / "runs", probe_fn=fake_training)
+    files = write_report([tmp_path / "runs" / "roles"], tmp_path / "rep", registry=REG)
+    tuned = pd.read_csv(files.tuned)
+    assert list(tuned["data.n_pairs"]) == ["few", "many", "few", "many"]
+    assert list(tuned["measure.training.lr"]) == [0.1, 0.1, 0.01, 0.01]  # numbers stay numbers
+
+
 def test_a_best_still_at_the_edge_is_unresolved_and_never_ranked(tmp_path):
     e = fake_experiment(tmp_path, "  activation.kind: [gelu, relu]\n"
                                   "  measure.training.lr: {values: [1.0e-3, 1.0e-2], "
@@ -477,6 +489,12 @@ def test_a_tuned_axis_only_some_compared_variants_have_is_left_out_for_the_other
     # LayerNorm's lr curve is its three runs (no alpha0 to hold fixed): (1 + 0 + 1) / 3
     assert layer["lr_sensitivity"] == pytest.approx(2 / 3)
     assert tuned["extended"].isna().all()  # nothing beyond the grid (no NaN "values")
+    # no LayerNorm run shares DyT's alpha0: norm.kind has no paired effect, and the reading
+    # says so rather than listing it as having no clear effect
+    md = files.markdown.read_text()
+    assert "not estimated here (no two variants differ in it alone; see Tuned comparison): " \
+        "norm.kind" in md
+    assert "no axis has a clear effect" not in md
     # an axis no combination has is still an error (a typo), not silently dropped
     with pytest.raises(InputError) as info:
         fake_experiment(tmp_path, "  norm.kind: [layer, rms]\n  norm.alpha0: [0.5, 1.0]\n",

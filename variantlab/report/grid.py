@@ -93,12 +93,21 @@ def axis_sentence(effects: Effects, metric: str) -> str | None:
     parts = []
     if matters:
         parts.append("matters: " + cut(matters, 2))
+    # an axis whose variants never differ from the baseline in it alone (a compared axis
+    # beside a tuned one that only some of its values have, e.g. DyT's alpha0 beside
+    # LayerNorm): no paired effect exists, which is not "no clear effect"
+    apart = [a for a, vals in effects.grid.axes.items()
+             if len(vals) > 1 and a not in set(mine["axis"])
+             and effects.grid.roles.get(a, "compared") == "compared"]
     if single:
         parts.append("one seed, so no interval (more seeds would give one): "
                      + cut(single, 2))
     if unclear:
         parts.append(("no clear effect (interval includes 0): " + cut(unclear, 4))
-                     if parts else "no axis has a clear effect")
+                     if parts or apart else "no axis has a clear effect")
+    if apart:
+        parts.append("not estimated here (no two variants differ in it alone; see Tuned "
+                     "comparison): " + cut(apart, 4))
     return f"{label_of(metric).capitalize()}: " + "; ".join(parts) + "."
 
 

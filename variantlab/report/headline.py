@@ -65,9 +65,11 @@ def headlines(data: ReportData, registry: Any = None) -> list[tuple[Headline, st
     return out
 
 
-def leads(data: ReportData, values_of: Any, registry: Any = None) -> list[str]:
+def leads(data: ReportData, values_of: Any, registry: Any = None,
+          said: list[Lead] | None = None) -> list[str]:
     """The headline sentence and the disagreements (module docstring); ``values_of(head,
-    column)`` gives the per-seed values compared."""
+    column)`` gives the per-seed values compared. ``said`` gains each sentence's
+    :class:`.verdict.Lead`, in order."""
     if nothing_learned(data):
         return []
     found = headlines(data, registry)
@@ -78,10 +80,14 @@ def leads(data: ReportData, values_of: Any, registry: Any = None) -> list[str]:
     if top is None:
         return []
     lines = [lead_sentence(f"{column_label(column)} (the headline metric)", top) + "."]
+    made = [top]
     for other, col in others:
         theirs = lead(values_of(other, col), other.lower_is_better)
         if theirs is not None and theirs.clear and (theirs.first != top.first or not top.clear):
             lines.append(disagreement(column, top, col, theirs))
+            made.append(theirs)
+    if said is not None:
+        said += made
     return lines
 
 
@@ -139,9 +145,9 @@ def conditions_of(data: ReportData, keep: Callable[[str, str], bool] | None = No
 
 
 def tuned_leads(data: ReportData, chosen: dict[str, str], probe_rows: pd.DataFrame | None = None,
-                registry: Any = None) -> list[str]:
+                registry: Any = None, said: list[Lead] | None = None) -> list[str]:
     """:func:`leads` over architectures at their chosen settings (``chosen``: architecture
-    -> its chosen variant), each named by its architecture."""
+    -> its chosen variant), each named by its architecture (``said``: as :func:`leads`)."""
     rows = data.rows if probe_rows is None else probe_rows
     names = {v: a for a, v in chosen.items()}
 
@@ -149,7 +155,7 @@ def tuned_leads(data: ReportData, chosen: dict[str, str], probe_rows: pd.DataFra
         part = seed_values(rows, head.probe, column, list(names))
         return part.assign(variant=part["variant"].map(names))
 
-    return leads(data, values_of, registry)
+    return leads(data, values_of, registry, said)
 
 
 __all__ = ["column_label", "conditions_of", "disagreement", "has_conditions", "headlines",

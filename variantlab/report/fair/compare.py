@@ -27,6 +27,7 @@ from ..tables import Table, apart, fmt
 from ..verdict import Lead, across_conditions, condition_part, margin
 from .conditions import axes_table, condition_table, condition_values, effects_by_condition
 from .gaps import condition_gaps, group_values
+from .improving import improving_cell, improving_lines
 from .scaling import scaling_parts
 from .tuned import (
     Sweep,
@@ -66,14 +67,18 @@ def fair_parts(data: ReportData, probe: str, size_probe: str,
         parts.tuned = frame
         parts.tables.append(tuned_table(sweep, frame))
         learned = not nothing_learned(data)
-        parts.lines += tuned_lines(sweep, frame, learned)
-        parts.lines += leads_within(data, sweep)
+        named: set[str] = set()  # the groups some verdict is about
+        parts.lines += tuned_lines(sweep, frame, learned, named)
+        parts.lines += leads_within(data, sweep, named)
+        parts.lines += improving_lines(sweep, frame, named)
         if sweep.lr_axis is not None:
             parts.plots.append(lr_plot(sweep, frame))
         _by_condition(parts, sweep)
     elif (plain := find_sweep(data, probe, untuned=True)) is not None:
-        parts.lines += condition_lines(plain, tuned_frame(plain), not nothing_learned(data))
-        parts.lines += leads_within(data, plain)
+        plain_frame, named = tuned_frame(plain), set()
+        parts.lines += condition_lines(plain, plain_frame, not nothing_learned(data), named)
+        parts.lines += leads_within(data, plain, named)
+        parts.lines += improving_lines(plain, plain_frame, named)
         _by_condition(parts, plain)
     scaled = scaling_parts(data, sweep, probe, size_probe, count)
     if scaled is not None:
@@ -84,20 +89,31 @@ def fair_parts(data: ReportData, probe: str, size_probe: str,
     return parts
 
 
-def leads_within(data: ReportData, sweep: Sweep) -> list[str]:
+def leads_within(data: ReportData, sweep: Sweep, named: set[str] | None = None
+                 ) -> list[str]:
     """The headline's leader and the metrics whose clear leader differs
     (:func:`..headline.tuned_leads`), over the compared variants at their chosen settings;
     with condition axes, only the disagreements, per condition (:func:`verdict_lines` names
-    each condition's leader)."""
+    each condition's leader). ``named`` gains the groups the sentences said are about."""
     rows = data.rows[data.rows["run"] == sweep.run]
-    out: list[str] = []
+    out: list[tuple[str, Lead, str]] = []
     for cond in dict.fromkeys(sweep.sizes.get(g, "") for g in sweep.archs):
         picks = {sweep.compared.get(g, g): str(c["variant"]) for g in sweep.groups_of(cond)
                  if (c := choose(sweep, g)) is not None}
-        found = tuned_leads(data, picks, rows, getattr(data, "registry", None))
-        out += found if not cond else [f"{cond}: {line[:1].lower()}{line[1:]}"
-                                       for line in found[1:]]
-    return out[:MAX_FLIPS]
+        said: list[Lead] = []
+        found = list(zip(tuned_leads(data, picks, rows, getattr(data, "registry", None),
+                                     said), said))
+        out += [(line, lead, cond) for line, lead in found] if not cond else [
+            (f"{cond}: {line[:1].lower()}{line[1:]}", lead, cond) for line, lead in found[1:]]
+    for _, lead, cond in out[:MAX_FLIPS]:
+        _name(named, cond, lead.first, lead.second)
+    return [line for line, _, _ in out[:MAX_FLIPS]]
+
+
+def _name(named: set[str] | None, cond: str, *compared: str) -> None:
+    """Add the groups of ``compared`` variants in condition ``cond`` to ``named``."""
+    if named is not None:
+        named.update(group_name(c, cond) for c in compared)
 
 
 def _by_condition(parts: FairParts, sweep: Sweep) -> None:
@@ -140,8 +156,9 @@ def tuned_table(sweep: Sweep, frame: pd.DataFrame) -> Table:
     val_col, test_col = sweep.metric_columns
     cols = ["variant", *sweep.condition_axes, *sweep.setting_axes, f"{sweep.chosen_on} (chose)",
             f"{sweep.reported_on}", "95% interval", "n seeds", f"vs {sweep.baseline}",
-            "at edge", "lr sensitivity", "diverged", "rank"]
+            "at edge", "lr sensitivity", "diverged", "still improving", "rank"]
     body = []
+    seeds = int(sweep.per_seed["seed"].nunique())
     for r in frame.to_dict("records"):
         inter = (f"[{_num(r['low'])}, {_num(r['high'])}]" if _finite(r.get("low"))
                  else "— (one seed)" if r.get("n") == 1 else "—")
@@ -152,7 +169,8 @@ def tuned_table(sweep: Sweep, frame: pd.DataFrame) -> Table:
         body.append([str(r["variant"]), *[_cell(r[a]) for a in sweep.condition_axes],
                      *[_cell(r[a]) for a in sweep.setting_axes],
                      _num(r[val_col]), _num(r[test_col]), inter, _num(r["n"]), vs,
-                     edge, _num(r["lr_sensitivity"]), f"{r['diverged']}/{r['runs']}", rank])
+                     edge, _num(r["lr_sensitivity"]), f"{r['diverged']}/{r['runs']}",
+                     improving_cell(r, seeds), rank])
     better = "higher" if not sweep.head.lower_is_better else "lower"
     within = (f" within each condition ({', '.join(sweep.condition_axes)}), never across"
               if sweep.condition_axes else "")
@@ -162,7 +180,10 @@ def tuned_table(sweep: Sweep, frame: pd.DataFrame) -> Table:
             "difference per seed to the baseline variant at its own best, in the same "
             "condition; rank: within the condition, 'unresolved' when a best sits at an "
             "edge of the sweep there; lr sensitivity (Wortsman et al. 2023) = mean over lrs "
-            "of min(loss, loss at init) minus the best loss. All numbers are in tuned.csv; "
+            "of min(loss, loss at init) minus the best loss; still improving = seeds of the "
+            "chosen setting still improving at the end of training (judged on the headline "
+            "metric's validation curve where recorded, else the training loss) out of the "
+            "seeds judged. All numbers are in tuned.csv; "
             "see docs/fair-comparisons.md.")
     return Table("Tuned comparison", cols, body, note)
 
@@ -171,11 +192,13 @@ def _cell(x: object) -> str:
     return _num(x) if isinstance(x, float) else value_text(x)
 
 
-def tuned_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True) -> list[str]:
+def tuned_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True,
+                named: set[str] | None = None) -> list[str]:
     """The reading's sentences: the choice per compared variant, what is optimistic, what
     edge extension added, which results sit at an edge (unresolved), the verdict in each
     condition and whether it holds across them, and where a ranking depends on the
-    learning rate; no verdict when no variant learned anything (``learned`` False)."""
+    learning rate; no verdict when no variant learned anything (``learned`` False).
+    ``named`` gains the groups the verdicts are about."""
     axes = ", ".join(sweep.setting_axes)
     within = (f" within each condition of {', '.join(sweep.condition_axes)}"
               if sweep.condition_axes else "")
@@ -207,16 +230,18 @@ def tuned_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True) -> list
         lines.append("One seed: the tuned numbers have no interval; run more seeds.")
     lines += condition_values(sweep, frame)
     if learned:
-        lines += verdict_lines(sweep, frame)
-        lines += ranking_flips(sweep, frame)
+        lines += verdict_lines(sweep, frame, named)
+        lines += ranking_flips(sweep, frame, named)
     return lines
 
 
-def condition_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True) -> list[str]:
+def condition_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True,
+                    named: set[str] | None = None) -> list[str]:
     """The reading of a run with condition axes and no tuned axis: each compared variant
     as it ran, compared only with the others of its condition (:func:`verdict_lines`), or,
     when nothing is compared, the headline metric per condition; no verdict when no
-    variant learned anything (``learned`` False)."""
+    variant learned anything (``learned`` False). ``named`` gains the groups the verdicts
+    are about."""
     n = len(set(sweep.compared.values()))
     if n < 2:
         return condition_values(sweep, frame)
@@ -226,7 +251,7 @@ def condition_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True) -> 
     if not learned:
         return lines
     gaps = condition_gaps(sweep)
-    return lines + verdict_lines(sweep, frame) + ([gaps] if gaps else [])
+    return lines + verdict_lines(sweep, frame, named) + ([gaps] if gaps else [])
 
 
 def _lead(sweep: Sweep, a: str, b: str, column: str = "test", lr: float | None = None
@@ -236,11 +261,13 @@ def _lead(sweep: Sweep, a: str, b: str, column: str = "test", lr: float | None =
     return margin(values, a, b, sweep.head.lower_is_better)
 
 
-def verdict_lines(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
+def verdict_lines(sweep: Sweep, frame: pd.DataFrame, named: set[str] | None = None
+                  ) -> list[str]:
     """Per condition, the best compared variant on the reported metric when its lead over
     the next is clear over seeds (else that the two are not clearly different, their
     numbers alone with one seed, or that the condition is unresolved), then whether the
-    best is the same in every condition (:mod:`..verdict`)."""
+    best is the same in every condition (:mod:`..verdict`). ``named`` gains the groups
+    said (the best of each condition said and its runner-up)."""
     if not sweep.condition_axes or len(set(sweep.compared.values())) < 2:
         return []
     test = sweep.metric_columns[1]
@@ -255,6 +282,8 @@ def verdict_lines(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
             best[cond], unresolved = None, True
             continue
         b = str(ranked["variant"].iloc[0])
+        if len(said) < 6:  # the conditions said
+            _name(named, cond, *ranked["variant"].astype(str).iloc[:2])
         if len(ranked) < 2:
             said.append(f"{cond}: {b} ({sweep.reported_on} "
                         f"{_num(_value(frame, sweep, b, cond, test))})")
@@ -276,13 +305,14 @@ def _value(frame: pd.DataFrame, sweep: Sweep, variant: str, cond: str, col: str)
     return mine[0][col] if mine else math.nan
 
 
-def ranking_flips(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
+def ranking_flips(sweep: Sweep, frame: pd.DataFrame, named: set[str] | None = None
+                  ) -> list[str]:
     """When two compared variants of the same condition rank one way at some learning rate
     and the other way at their own best settings ("relu beats gelu at lr 0.001, loses at
     each one's best"), both judged on the choice metric (the test metric at the best is
     added); never for a group whose best sits at an edge (unresolved). Said only when both
     orders are clear over seeds (:mod:`..verdict`); a flip whose orders are not clear says
-    the two are not clearly different at their best."""
+    the two are not clearly different at their best. ``named`` gains the groups said."""
     if sweep.lr_axis is None:
         return []
     val_col, test_col = sweep.metric_columns
@@ -291,7 +321,7 @@ def ranking_flips(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
     tested = {g: r[test_col] for g, r in records.items()}
     curves = {a: lr_curves(sweep, a, choose(sweep, a)).set_index("lr") for a in sweep.archs}
     key, name = sweep.head.key, sweep.chosen_on
-    out = []
+    out: list[str] = []
     for i, a in enumerate(sweep.archs):
         for b in sweep.archs[i + 1:]:
             va, vb = chosen.get(a, math.nan), chosen.get(b, math.nan)
@@ -312,6 +342,8 @@ def ranking_flips(sweep: Sweep, frame: pd.DataFrame) -> list[str]:
             at_lr = _lead(sweep, lose, win, "val", lr)
             vl, vw = apart(chosen[lose], chosen[win])
             tl, tw = apart(tested[lose], tested[win])
+            if named is not None and len(out) < MAX_FLIPS:
+                named.update((win, lose))
             if clear(*best[1:3]) and clear(*at_lr[1:3]):
                 yl, xw = apart(y, x)
                 out.append(f"The ranking depends on the learning rate: {lose} beats {win} at "

@@ -28,7 +28,12 @@ find them"). The rule (docs/fair-comparisons.md), for the run's headline metric 
    that scores the best value the metric can take (recall accuracy 1.00 on every seed) is
    never at an edge: no value beyond it can do better, so it is neither extended nor
    unresolved;
-6. ``lr_sensitivity`` (Wortsman et al. 2023, "Small-scale proxies for large-scale
+6. ``still_improving``: how many seeds of the chosen setting were still improving at the
+   end of training, by the report's judgement (:mod:`..converged`: the headline metric's
+   validation curve where one was recorded, else the training loss's stored row), out of
+   ``seeds_judged`` (the seeds with a ``still_improving`` row; a seed without one is
+   unknown, never counted as stopped; empty when no seed has one);
+7. ``lr_sensitivity`` (Wortsman et al. 2023, "Small-scale proxies for large-scale
    Transformer training instabilities"): per seed, the mean over the swept learning
    rates of ``min(loss(lr), loss at init)`` minus the lowest loss over them (the other
    tuned axes at the chosen values; loss = the choice metric; a diverged run counts as
@@ -63,7 +68,8 @@ CHOOSE = headline().choose  # loss: the first present chooses
 REPORT = headline().report  # loss: the first present reports
 TUNED_COLUMNS = ("variant", "val_loss", "test_loss", "low", "high", "n", "vs_baseline",
                  "vs_low", "vs_high", "rank", "unresolved", "at_edge", "edge_axes", "extended",
-                 "lr_sensitivity", "diverged", "runs", "chosen_on", "reported_on")
+                 "lr_sensitivity", "diverged", "runs", "still_improving", "seeds_judged",
+                 "chosen_on", "reported_on")
 #: model keys that make a size axis: architectures that differ in these are different sizes
 SIZE_AXES = SIZE_KEYS
 
@@ -79,7 +85,8 @@ class Sweep:
     values: dict[str, list[Any]]  # tuned axis -> values in sweep order (grid, then added)
     cells: pd.DataFrame  # variant, arch, compared, condition, a column per tuned axis (raw
     # values) and per compared axis (as text)
-    per_seed: pd.DataFrame  # variant, seed, arch, settings..., val, test, init, diverged
+    per_seed: pd.DataFrame  # variant, seed, arch, settings..., val, test, init, diverged,
+    # improving (the report's still_improving; NaN: no row)
     chosen_on: str
     reported_on: str
     baseline: str  # the baseline compared variant
@@ -159,7 +166,9 @@ def find_sweep(data: ReportData, probe: str, untuned: bool = False) -> Sweep | N
             name = arch_name(over, compared, labels)
             group = group_name(name, cond)
             sizes[group], names[group] = cond, name
-            cond_values.setdefault(cond, {a: value[a] for a in conds})
+            cond_values.setdefault(cond, {a: labels.text(a, value[a]) if (
+                a in labels.named or isinstance(value[a], (Mapping, list))) else value[a]
+                for a in conds})  # tuned.csv: a named value by its name, numbers as numbers
             records.append({"variant": variant, "arch": group, "compared": name,
                             "condition": cond, **{a: value[a] for a in tuned},
                             **{a: value_text(value[a]) for a in compared if a not in tuned}})
@@ -186,7 +195,9 @@ def find_sweep(data: ReportData, probe: str, untuned: bool = False) -> Sweep | N
                           ("test", scored[scored["metric"] == report_col]),
                           ("diverged", trained[trained["metric"] == "diverged"]),
                           ("init", trained[(trained["metric"] == "loss")
-                                           & (trained["step"] == 0)])):
+                                           & (trained["step"] == 0)]),
+                          ("improving", trained[(trained["metric"] == "still_improving")
+                                                & trained["step"].isna()])):
             got = part.groupby(["variant", "seed"])["value"].mean()
             per_seed[col] = [got.get((v, s), math.nan)
                              for v, s in zip(per_seed["variant"], per_seed["seed"])]
@@ -298,8 +309,17 @@ def at_chosen(sweep: Sweep, arch: str, chosen: pd.Series | None, lr: str) -> pd.
     return mine
 
 
+def improving(values: pd.Series) -> dict[str, float]:
+    """``still_improving`` (seeds of ``values`` at 1; NaN when none has a value) and
+    ``seeds_judged`` (seeds with a value) of one group's chosen setting (module
+    docstring, rule 6)."""
+    known = values[values.map(_finite)]
+    return {"still_improving": float((known > 0.5).sum()) if len(known) else math.nan,
+            "seeds_judged": float(len(known))}
+
+
 def lr_sensitivity(sweep: Sweep, arch: str, chosen: pd.Series) -> float:
-    """Wortsman et al. 2023's LR sensitivity of group ``arch`` (module docstring, rule 6);
+    """Wortsman et al. 2023's LR sensitivity of group ``arch`` (module docstring, rule 7);
     NaN without an lr axis of two or more values or (lower is better) the loss at init."""
     lr = sweep.lr_axis
     if lr is None or len(tried(sweep, arch, lr)) < 2:
@@ -355,10 +375,12 @@ def tuned_frame(sweep: Sweep) -> pd.DataFrame:
         records.append(rec)
         if c is None:
             continue
-        test = _at(sweep, c)["test"]
+        at = _at(sweep, c)
+        test = at["test"]
         mean, low, high, n = interval(test[test.map(_finite)])
         rec.update({a: c[a] for a in sweep.setting_axes})
-        rec.update({val_col: c["score"], test_col: mean, "low": low, "high": high, "n": n})
+        rec.update({val_col: c["score"], test_col: mean, "low": low, "high": high, "n": n,
+                    **improving(at["improving"])})
         base_group = group_name(sweep.baseline, cond)
         base = chosen.get(base_group)
         if base is not None and arch != base_group:
