@@ -134,6 +134,53 @@ def test_unset_fractions_grow_until_the_split_has_enough(tmp_path):
     assert "test split" in lines[1] and len(lines) == 2
 
 
+def test_held_out_sizes_stop_exactly_at_each_bound():
+    # the documents bound: 5 documents of 10,000 tokens (5%) hold 50,000 tokens; the
+    # tokens bound is met at 7, the documents bound only at 10
+    assert held_count(np.array([10_000] * 100), 100, None) == 10
+    # the tokens bound, met exactly: 64 documents of 1,024 tokens are 65,536 tokens
+    assert held_count(np.array([1_024] * 1000), 1000, None) == 64
+    # by position: 5% of the corpus, raised to 65,536 tokens, at most 15%
+    from variantlab.data.splits import held_positions
+    assert held_positions(1_000_000, None) == 65_536  # 5% = 50,000 is raised
+    assert held_positions(2_000_000, None) == 100_000  # 5% is enough
+    assert held_positions(200_000, None) == 30_000  # 65,536 would pass the 15% cap
+    assert held_positions(1_000, 0.1) == 100  # a fraction given is taken as it is
+
+
+def test_a_shortfall_is_named_exactly_at_the_bounds_for_each_split():
+    from variantlab.data.splits import HELD_DOCUMENTS, HELD_TOKENS, Splits
+
+    def docs(n_docs: int, n_tokens: int) -> tuple[np.ndarray, list[int]]:
+        return np.zeros(n_tokens, dtype=np.uint16), list(range(n_docs))
+
+    def by_documents(val: tuple, test: tuple) -> Splits:
+        (v, vd), (t, td) = docs(*val), docs(*test)
+        return Splits(np.zeros(1, np.uint16), v, t, "documents",
+                      {"train": [0], "val": vd, "test": td})
+
+    enough = (HELD_DOCUMENTS, HELD_TOKENS)
+    assert shortfalls(by_documents(enough, enough), "c") == []
+    # the validation split has enough, the test split one document or one token short
+    for short in ((HELD_DOCUMENTS - 1, HELD_TOKENS), (HELD_DOCUMENTS, HELD_TOKENS - 1)):
+        lines = shortfalls(by_documents(enough, short), "c")
+        assert len(lines) == 1 and lines[0].startswith(
+            f"the test split of c has {short[0]} documents and {short[1]:,} tokens"), lines
+    assert [ln.split(" split")[0] for ln in shortfalls(
+        by_documents((HELD_DOCUMENTS - 1, HELD_TOKENS), enough), "c")] == ["the validation"]
+    # split by position: tokens only
+    def by_positions(n_val: int, n_test: int) -> Splits:
+        return Splits(np.zeros(1, np.uint16), np.zeros(n_val, np.uint16),
+                      np.zeros(n_test, np.uint16), "positions", {})
+
+    assert shortfalls(by_positions(HELD_TOKENS, HELD_TOKENS), "c") == []
+    lines = shortfalls(by_positions(HELD_TOKENS, HELD_TOKENS - 1), "c")
+    assert lines == [f"the test split of c has {HELD_TOKENS - 1:,} tokens (split by position), "
+                     f"fewer than the {HELD_DOCUMENTS} documents and {HELD_TOKENS:,} tokens "
+                     "held-out scoring asks for, so its losses are noisier; use a larger "
+                     "corpus or a larger test_fraction"]
+
+
 def test_a_small_corpus_is_warned_about_with_its_numbers(tmp_path):
     from variantlab.config.experiment import experiment_from_text
     from variantlab.sweep.preflight import data_problems
