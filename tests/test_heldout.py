@@ -159,8 +159,9 @@ def test_a_shortfall_is_named_exactly_at_the_bounds_for_each_split():
         return Splits(np.zeros(1, np.uint16), v, t, "documents",
                       {"train": [0], "val": vd, "test": td})
 
-    enough = (HELD_DOCUMENTS, HELD_TOKENS)
+    enough, more = (HELD_DOCUMENTS, HELD_TOKENS), (HELD_DOCUMENTS + 1, HELD_TOKENS + 1)
     assert shortfalls(by_documents(enough, enough), "c") == []
+    assert shortfalls(by_documents(more, more), "c") == []  # more than enough is enough
     # the validation split has enough, the test split one document or one token short
     for short in ((HELD_DOCUMENTS - 1, HELD_TOKENS), (HELD_DOCUMENTS, HELD_TOKENS - 1)):
         lines = shortfalls(by_documents(enough, short), "c")
@@ -174,6 +175,7 @@ def test_a_shortfall_is_named_exactly_at_the_bounds_for_each_split():
                       np.zeros(n_test, np.uint16), "positions", {})
 
     assert shortfalls(by_positions(HELD_TOKENS, HELD_TOKENS), "c") == []
+    assert shortfalls(by_positions(HELD_TOKENS + 1, HELD_TOKENS + 1), "c") == []
     lines = shortfalls(by_positions(HELD_TOKENS, HELD_TOKENS - 1), "c")
     assert lines == [f"the test split of c has {HELD_TOKENS - 1:,} tokens (split by position), "
                      f"fewer than the {HELD_DOCUMENTS} documents and {HELD_TOKENS:,} tokens "
