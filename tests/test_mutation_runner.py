@@ -134,3 +134,27 @@ def test_a_mutant_on_a_continuation_line_selects_by_its_whole_statement():
     assert cover.select({6, 7}) == ["fast", "slow"]  # fastest first
     assert cover.select({4, 5}) is None  # import time: every test
     assert cover.select({9}) == []  # executed by none: not covered
+
+
+def test_a_terminated_run_removes_its_checkout_copy(tmp_path):
+    # scripts/mutation turns SIGTERM into SystemExit, so its temporary copy of the checkout
+    # is removed as after Ctrl-C (a bare SIGTERM left /tmp/variantlab-mutation-* behind)
+    import signal
+    program = textwrap.dedent(f"""
+        import importlib.machinery, importlib.util, sys, tempfile, time
+        sys.path.insert(0, {str(SCRIPTS)!r})
+        loader = importlib.machinery.SourceFileLoader("mutation", {str(SCRIPTS / "mutation")!r})
+        cli = importlib.util.module_from_spec(importlib.util.spec_from_loader("mutation", loader))
+        loader.exec_module(cli)
+        cli.exit_on_sigterm()
+        with tempfile.TemporaryDirectory(dir={str(tmp_path)!r}) as tmp:
+            print(tmp, flush=True)
+            time.sleep(60)
+    """)
+    with subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE,
+                          text=True) as proc:
+        folder = proc.stdout.readline().strip()
+        assert folder and Path(folder).is_dir()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert not Path(folder).exists()
