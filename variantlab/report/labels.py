@@ -92,12 +92,15 @@ class GridLabels:
         known = self.values.get(axis, {}).get(key_of(value))
         return known if known is not None else axis_labels([value])[0]
 
+    def labels_value(self, axis: str, value: Any) -> bool:
+        """Whether ``value`` is shown by a label rather than as written: a value of a named
+        axis (its name), a dict or list value (its short label)."""
+        return axis in self.named or isinstance(value, (Mapping, list))
+
     def text(self, axis: str, value: Any) -> str:
-        """A value in a list of an axis's values: its name on a named axis, a dict or list
-        value's short label, a plain value as written (``1.0``, not rounded)."""
-        if axis in self.named or isinstance(value, (Mapping, list)):
-            return self.value(axis, value)
-        return value_text(value)
+        """A value in a list of an axis's values: its label where :meth:`labels_value`,
+        else as written (``1.0``, not rounded)."""
+        return self.value(axis, value) if self.labels_value(axis, value) else value_text(value)
 
     def labelled(self) -> list[str]:
         """The axes a label names: those with more than one value."""

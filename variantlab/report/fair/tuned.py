@@ -166,9 +166,9 @@ def find_sweep(data: ReportData, probe: str, untuned: bool = False) -> Sweep | N
             name = arch_name(over, compared, labels)
             group = group_name(name, cond)
             sizes[group], names[group] = cond, name
-            cond_values.setdefault(cond, {a: labels.text(a, value[a]) if (
-                a in labels.named or isinstance(value[a], (Mapping, list))) else value[a]
-                for a in conds})  # tuned.csv: a named value by its name, numbers as numbers
+            cond_values.setdefault(cond, {  # tuned.csv: a named value by its name, numbers as numbers
+                a: labels.text(a, value[a]) if labels.labels_value(a, value[a]) else value[a]
+                for a in conds})
             records.append({"variant": variant, "arch": group, "compared": name,
                             "condition": cond, **{a: value[a] for a in tuned},
                             **{a: value_text(value[a]) for a in compared if a not in tuned}})
