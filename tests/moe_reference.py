@@ -42,7 +42,7 @@ def _expert(module: nn.Module, e: int, x: torch.Tensor, act: Activation) -> torc
     return F.linear(hidden, module.W_down[e], bias("b_down"))  # (D,)
 
 
-def _shared(module: nn.Module, x: torch.Tensor, act: Activation) -> torch.Tensor | None:
+def shared_ffn(module: nn.Module, x: torch.Tensor, act: Activation) -> torch.Tensor | None:
     """The shared FFN on one token x (D,), times sigmoid(w . x) when gated (Qwen2-MoE)."""
     ffn = module.shared_expert
     if ffn is None:
@@ -99,7 +99,7 @@ def moe_reference(module: nn.Module, x: torch.Tensor, act: Activation = F.silu) 
         for j, e in enumerate(routes[t][0]):
             if kept[t][j]:
                 out = out + routes[t][1][j] * _expert(module, e, flat[t], act)
-        shared = _shared(module, flat[t], act)
+        shared = shared_ffn(module, flat[t], act)
         if shared is not None:
             out = out + shared
         rows.append(out)

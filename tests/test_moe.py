@@ -256,3 +256,21 @@ def test_defaults_are_mixtral_routing_with_balancing_off():
     assert (spec.aux_loss_coef, spec.z_loss_coef, spec.bias_update_rate) == (0.0, 0.0, 0.0)
     assert spec.capacity_factor is None and spec.n_shared_experts == 0
     assert spec.expert == ExpertSpec(kind="glu", bias=False)
+    # gpt-oss's clamped SwiGLU constants (swiglu_alpha, swiglu_limit of its config)
+    assert (spec.expert.alpha, spec.expert.limit) == (1.702, 7.0)
+    # the width is at least 1 however small hidden_mult * emb_dim rounds
+    assert ExpertSpec(hidden_mult=0.1).hidden(4) == 1 and ExpertSpec(hidden_mult=0.5).hidden(3) == 2
+
+
+def test_the_walk_examples_are_valid_and_walk_every_code_path_option():
+    """tests/test_registry_walk.py builds each of MoESpec.walk_examples in a tiny model: each
+    must be a valid spec, and together they set every option that selects code off its
+    default (widths and the clamp's constants change sizes and values, not the code run)."""
+    specs = [MoESpec(**example) for example in MoESpec.walk_examples]
+    sizes = {"kind", "shared_hidden_dim", "hidden_mult", "hidden_dim", "alpha", "limit"}
+    for cls, objs in ((MoESpec, specs), (ExpertSpec, [s.expert for s in specs])):
+        for name, field in cls.model_fields.items():
+            if name not in sizes:
+                assert any(getattr(o, name) != field.default for o in objs), name
+    assert {s.expert.kind for s in specs} == {"glu", "mlp", "clamped_swiglu"}
+    assert {s.router for s in specs} == {"softmax_topk", "topk_softmax", "sigmoid_topk"}

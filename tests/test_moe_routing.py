@@ -7,6 +7,8 @@ data (and unit keys) unchanged."""
 
 import pytest
 import torch
+import torch.nn.functional as F
+from moe_reference import shared_ffn
 from torch import nn
 
 from variantlab_plugins.moe import MoE, MoESpec
@@ -96,8 +98,8 @@ def reference(module: MoE, x: torch.Tensor) -> torch.Tensor:
             out = sum(expert(module, e, w * token) for e, w in route_one(module, token))
         else:
             out = sum(w * expert(module, e, token) for e, w in route_one(module, token))
-        shared = module.shared(token[None])
-        rows.append(out if shared is None else out + shared[0])
+        shared = shared_ffn(module, token, F.silu)  # written out there, not module.shared
+        rows.append(out if shared is None else out + shared)
     return torch.stack(rows).reshape(x.shape)
 
 
@@ -164,10 +166,26 @@ def test_defaults_leave_existing_spec_data_unchanged():
 @pytest.mark.parametrize("options, message", [
     ({"n_experts": 6, "n_group": 4, "topk_group": 2}, "n_group=4 does not divide"),
     ({"n_experts": 6, "n_group": 3}, "set both or neither"),
-    ({"n_experts": 6, "top_k": 3, "n_group": 3, "topk_group": 1}, "exceeds the experts"),
+    ({"n_experts": 6, "topk_group": 2}, "set both or neither"),
+    ({"n_experts": 6, "top_k": 3, "n_group": 3, "topk_group": 1},
+     r"top_k \(3\) exceeds the experts of topk_group=1 groups of 2 \["),
+    ({"n_experts": 6, "n_group": 3, "topk_group": 4}, r"topk_group \(4\) must not exceed n_group"),
+    ({"n_experts": 4, "n_shared_experts": 1, "expert": {"kind": "clamped_swiglu"}},
+     "clamped_swiglu experts take n_shared_experts: 0"),
     ({"n_experts": 4, "n_group": 4, "topk_group": 2, "group_score": "top2_sum"},
      "at least 2 experts"),
 ])
 def test_bad_group_settings_are_refused(options, message):
     with pytest.raises(ValueError, match=message):
         MoESpec(**options)
+
+
+@pytest.mark.parametrize("options", [
+    {"n_experts": 1, "top_k": 1},  # one expert: every token to it
+    {"n_experts": 4, "n_group": 2, "topk_group": 2},  # every group allowed
+    {"n_experts": 4, "n_group": 4, "topk_group": 2, "group_score": "max"},  # groups of one
+    {"n_experts": 4, "n_group": 2, "topk_group": 1, "group_score": "top2_sum"},  # of two
+    {"n_experts": 4, "expert": {"kind": "clamped_swiglu"}},
+])
+def test_the_edges_of_the_group_settings_are_accepted(options):
+    assert MoESpec(**options).n_experts == options["n_experts"]

@@ -1,5 +1,7 @@
 """Families' tasks: batching and loss live with the family plugin, looked up in the registry."""
 
+import math
+
 import pytest
 import torch
 
@@ -7,6 +9,7 @@ import variantlab as vl
 from variantlab.data import sources as datalib
 from variantlab.data.sources import SyntheticData, TextData
 from variantlab.errors import PluginLoadError
+from variantlab.model.tasks import NEXT_TOKEN, Batch
 from variantlab.probes import run_probe
 
 REG = vl.get_registry()
@@ -99,3 +102,51 @@ def test_no_registry_means_the_default_one_but_validation_alone_needs_one(tiny):
     assert vl.build_model(tiny).variantlab_spec == vl.parse_model_spec(tiny, vl.get_registry())
     with pytest.raises(TypeError, match="needs a registry"):
         vl.ModelSpec.model_validate(tiny)
+
+
+def test_next_token_batch_shifts_the_given_rows_by_one():
+    spec = vl.parse_model_spec({"family": "gpt", "vocab_size": 7, "context_length": 8,
+                                "emb_dim": 32, "n_heads": 4, "n_layers": 2}, REG)
+    tokens = torch.tensor([[1, 2, 3, 4], [6, 5, 0, 1]])
+    batch = vl.task_for(spec, REG).batch(spec, 2, 3, tokens=tokens)
+    assert batch.inputs["idx"].tolist() == [[1, 2, 3], [6, 5, 0]]
+    assert batch.target.tolist() == [[2, 3, 4], [5, 0, 1]]
+    assert batch.n_tokens == 6 and batch.extra == {}
+    # random rows: seq_len + 1 ids from the whole vocabulary, 0 and vocab_size - 1 included
+    drawn = vl.task_for(spec, REG).batch(spec, 50, 9, generator=torch.Generator().manual_seed(0))
+    ids = torch.cat([drawn.inputs["idx"], drawn.target[:, -1:]], 1)
+    assert ids.shape == (50, 10) and drawn.n_tokens == 450
+    assert set(ids.unique().tolist()) == set(range(7))
+    assert torch.equal(drawn.target[:, :-1], drawn.inputs["idx"][:, 1:])
+
+
+def test_batch_to_moves_inputs_and_target_and_keeps_the_rest():
+    batch = Batch({"idx": torch.ones(2, 3, dtype=torch.long)}, torch.zeros(2, 3), n_tokens=5,
+                  extra={"note": 1})
+    moved = batch.to(torch.device("meta"))
+    assert moved.inputs["idx"].device.type == "meta" and moved.target.device.type == "meta"
+    assert (moved.n_tokens, moved.extra) == (5, {"note": 1})
+
+
+def test_next_token_loss_is_the_mean_cross_entropy_over_scored_positions(tiny):
+    spec = vl.parse_model_spec(tiny, REG)
+    logits = torch.tensor([[[0.0, 1.0], [2.0, 0.0], [0.5, 0.5]]])  # (1, 3, 2)
+    batch = Batch({}, torch.tensor([[1, 1, -100]]))  # the last position not scored
+    want = (math.log(1 + math.exp(-1.0)) + math.log(1 + math.exp(2.0))) / 2
+    assert NEXT_TOKEN.loss(spec, logits, batch).item() == pytest.approx(want, rel=1e-6)
+    assert NEXT_TOKEN.output_shape(spec, batch) == (1, 3, tiny["vocab_size"])
+
+
+def test_the_aux_loss_is_none_for_a_dense_model_and_the_weighted_terms_for_a_routed_one(tiny):
+    spec = vl.parse_model_spec(tiny, REG)
+    dense = vl.build_model(spec, REG)
+    dense(torch.zeros(1, 4, dtype=torch.long))
+    assert NEXT_TOKEN.aux_loss(spec, dense) is None
+    moe = vl.parse_model_spec({**tiny, "feedforward": {
+        "kind": "moe", "n_experts": 4, "top_k": 1, "aux_loss_coef": 0.5}}, REG)
+    model = vl.build_model(moe, REG)
+    model(torch.arange(8)[None])
+    terms = [m.aux_terms()["aux_loss"] for m in model.modules() if hasattr(m, "aux_terms")]
+    assert len(terms) == 2
+    want = 0.5 * (terms[0] + terms[1]) / 2
+    assert vl.task_for(moe).aux_loss(moe, model).item() == pytest.approx(want.item(), rel=1e-12)
