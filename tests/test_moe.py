@@ -69,6 +69,7 @@ def test_grouped_dispatch_equals_the_per_token_reference(name):
     ({"n_experts": 3, "top_k": 1, "capacity_factor": 0.75}, 4),  # ceil(0.75 * 16 / 3)
     ({"n_experts": 4, "top_k": 2, "capacity_factor": 1.25, "bias_update_rate": 0.01}, 10),
     ({"n_experts": 4, "top_k": 2}, None),
+    ({"n_experts": 4, "top_k": 1, "capacity_factor": 0.1}, 1),  # ceil(0.1 * 16 / 4) = 1
 ])
 def test_capacity_drops_exactly_what_the_top_k_counts_exceed(options, cap):
     module = make(options)
@@ -215,6 +216,8 @@ def test_parameter_counts_and_default_init_by_formula():
     # one expert: W_gate, W_up (64, 16), W_down (16, 64), b_gate, b_up (64), b_down (16)
     assert module.expert_params() == 3 * 64 * 16 + 2 * 64 + 16
     assert module.inactive_params() == 3 * module.expert_params()
+    single = MoE(MoESpec(n_experts=1, top_k=1, expert={"kind": "mlp", "hidden_dim": 8}), 4, nn.SiLU)
+    assert single.expert_params() == 2 * 8 * 4 and single.inactive_params() == 0
     # each expert as a fresh nn.Linear: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), biases too
     for name, fan_in in (("W_gate", 16), ("W_up", 16), ("W_down", 64), ("b_up", 16),
                          ("b_down", 64)):

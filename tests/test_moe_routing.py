@@ -23,6 +23,12 @@ OPTIONS = {
                          "renormalize": False, "routed_scaling_factor": 1.5},
     "scaled-topk-softmax": {"n_experts": 4, "top_k": 2, "router": "topk_softmax",
                             "routed_scaling_factor": 0.5},
+    # groups scored on raw logits (negative ones too): a masked expert must never win
+    "topk-softmax-group-limited": {"n_experts": 6, "top_k": 2, "router": "topk_softmax",
+                                   "n_group": 3, "topk_group": 1},
+    # the softmax over the chosen logits sums to 1 whatever renormalize says; a factor of 2
+    "topk-softmax-renormalize-off": {"n_experts": 4, "top_k": 2, "router": "topk_softmax",
+                                     "renormalize": False, "routed_scaling_factor": 2.0},
     "llama4-scaled-input": {"n_experts": 4, "top_k": 1, "router": "sigmoid_topk",
                             "renormalize": False, "scale_input": True, "n_shared_experts": 1},
     "gpt-oss": {"n_experts": 4, "top_k": 2, "router": "topk_softmax", "router_bias": True,

@@ -248,7 +248,7 @@ def dispatch(experts: torch.Tensor, n_experts: int, cap: int | None,
     from each assignment's expert (k*N,) in priority order: a stable sort by expert, then the
     first ``cap`` of each expert's run. On the meta device (the size guard's estimate, no
     data) a balanced dispatch stands in: the same number of assignments for every expert."""
-    if experts.device.type == "meta":
+    if experts.is_meta:
         total = experts.numel()
         sizes = [total // n_experts + (e < total % n_experts) for e in range(n_experts)]
         if cap is not None:
