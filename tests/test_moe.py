@@ -160,6 +160,15 @@ def test_aux_free_bias_moves_toward_the_mean_load():
     assert "expert_bias" not in dict(module.named_parameters())
     module.after_step()  # nothing pending: unchanged
     torch.testing.assert_close(module.expert_bias, want.double())
+    module.eval()  # an evaluation forward leaves nothing for the next step to apply
+    module(torch.randn(2, 16, 16, dtype=torch.float64))
+    module.after_step()
+    torch.testing.assert_close(module.expert_bias, want.double())
+
+
+def test_no_terms_or_statistics_before_the_first_forward():
+    module = make({"n_experts": 4, "top_k": 1})
+    assert module.aux_terms() == {} and module.routing_stats() == {}
 
 
 @pytest.mark.parametrize(("options", "message"), [
