@@ -191,6 +191,7 @@ def test_bad_group_settings_are_refused(options, message):
     {"n_experts": 4, "n_group": 2, "topk_group": 2},  # every group allowed
     {"n_experts": 4, "n_group": 4, "topk_group": 2, "group_score": "max"},  # groups of one
     {"n_experts": 4, "n_group": 2, "topk_group": 1, "group_score": "top2_sum"},  # of two
+    {"n_experts": 6, "n_group": 2, "topk_group": 1, "group_score": "top2_sum"},  # of three
     {"n_experts": 4, "expert": {"kind": "clamped_swiglu"}},
 ])
 def test_the_edges_of_the_group_settings_are_accepted(options):
