@@ -126,6 +126,17 @@ def test_batch_to_moves_inputs_and_target_and_keeps_the_rest():
     moved = batch.to(torch.device("meta"))
     assert moved.inputs["idx"].device.type == "meta" and moved.target.device.type == "meta"
     assert (moved.n_tokens, moved.extra) == (5, {"note": 1})
+    # a batch that does not say how many tokens it holds counts none (tokens/s reads 0)
+    assert Batch({}, torch.zeros(1)).n_tokens == 0
+
+
+def test_tokens_and_generator_are_keyword_only_and_the_sizes_may_be_named(tiny):
+    spec = vl.parse_model_spec(tiny, REG)
+    tokens = torch.arange(8).reshape(2, 4)
+    named = NEXT_TOKEN.batch(spec=spec, batch_size=2, seq_len=3, tokens=tokens)
+    assert named.inputs["idx"].tolist() == [[0, 1, 2], [4, 5, 6]]
+    with pytest.raises(TypeError, match="positional"):
+        NEXT_TOKEN.batch(spec, 2, 3, tokens)  # a positional tokens could be a generator's
 
 
 def test_next_token_loss_is_the_mean_cross_entropy_over_scored_positions(tiny):
