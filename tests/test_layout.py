@@ -149,3 +149,39 @@ def test_a_grid_sweeps_the_pattern_and_describe_shows_the_layer_table(tmp_path):
     described = runner.invoke(main, ["describe", str(exp)])
     assert described.exit_code == 0, described.output
     assert "│     3 │ g" in described.output and "│     2 │ l" in described.output
+
+
+def test_layer_indices_inside_the_stack_exactly():
+    from variantlab.model.layout import LayoutSpec
+
+    layout = LayoutSpec(kinds={"a": {}}, layers={0: "a", 3: "a"})
+    assert layout.problems(4) == []  # the first and the last layer
+    for index in (-1, 4):
+        (issue,) = LayoutSpec(kinds={"a": {}}, layers={index: "a"}).problems(4)
+        assert issue.loc == ("layout", "layers", index)
+        assert issue.message == f"layer {index} is outside the stack (0 .. 3)"
+
+
+def test_an_unknown_name_lists_the_kinds_or_says_there_are_none():
+    from variantlab.model.layout import LayoutSpec
+
+    (issue,) = LayoutSpec(kinds={"local": {}, "global": {}}, pattern=["lcoal"]).problems(4)
+    assert issue.message == "'lcoal' is not a layer kind; did you mean 'local'? kinds: local, global"
+    (issue,) = LayoutSpec(pattern=["x"]).problems(4)
+    assert issue.message == ("'x' is not a layer kind; kinds: none (define them under "
+                             "layout.kinds)")
+
+
+def test_a_layout_is_frozen_strict_and_its_pattern_not_empty():
+    from pydantic import ValidationError
+
+    from variantlab.model.layout import LayoutSpec
+
+    layout = spec(kinds={"a": {}}, pattern=["a"]).layout
+    with pytest.raises(ValidationError, match="frozen"):
+        layout.pattern = ["a", "a"]
+    for layers in ({1.0: "a"}, {True: "a"}):  # no silent coercion to an index
+        with pytest.raises(ValidationError, match="valid integer"):
+            LayoutSpec(kinds={"a": {}}, layers=layers)
+    with pytest.raises(ValidationError, match="at least 1 item"):
+        LayoutSpec(kinds={"a": {}}, pattern=[])

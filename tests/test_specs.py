@@ -4,9 +4,11 @@ import warnings
 
 import pytest
 import torch
+from conftest import TINY
 
 import variantlab as vl
 from variantlab.errors import SpecError
+from variantlab.model.build import Parts, make_model
 
 REG = vl.get_registry()
 
@@ -138,3 +140,46 @@ def test_no_warning_for_batchnorm_in_encoder(tiny):
         warnings.simplefilter("error", vl.VariantWarning)
         model = vl.build_model({**tiny, "family": "encoder", "norm": {"kind": "batch"}}, REG)
     assert model.variantlab_warnings == []
+
+
+def test_only_the_block_scope_wraps_a_whole_block(tiny):
+    from variantlab.model.build import block_scope
+
+    def scoped(name):
+        return type("S", (), {} if name is None else {"scope": name})()
+
+    assert block_scope(scoped("block")) is True
+    assert [block_scope(scoped(s)) for s in (None, "sublayer", "attention", "b")] == [False] * 4
+    # a per-sublayer residual asked of a model whose residual wraps a whole block, and back
+    parts = Parts(vl.parse_model_spec({**tiny, "residual": "parallel"}, REG), REG)
+    with pytest.raises(ValueError, match="residual 'parallel' wraps a whole block"):
+        parts.residual(torch.nn.Identity())
+    plain = Parts(vl.parse_model_spec(tiny, REG), REG)
+    with pytest.raises(ValueError, match="build it with Parts.block"):
+        plain.residual(torch.nn.Identity(), spec=parts.spec.residual)
+    assert plain.residual(torch.nn.Identity(), spec=plain.spec.residual) is not None
+
+
+def test_a_family_spec_is_built_as_given_and_a_base_spec_as_its_familys(tiny):
+    spec = vl.parse_model_spec(tiny, REG)
+    assert vl.build_model(spec, REG).variantlab_spec is spec  # no copy made
+    base = vl.ModelSpec.model_validate(tiny, context={"registry": REG})
+    built = vl.build_model(base, REG).variantlab_spec
+    assert type(base) is vl.ModelSpec and type(built).__name__ == "GPTSpec" and built == spec
+
+
+def test_a_variant_warning_points_at_the_caller_of_build_model(tiny):
+    with pytest.warns(vl.VariantWarning) as record:
+        vl.build_model({**tiny, "norm": {"kind": "batch"}}, REG)
+    assert [w.filename for w in record] == [__file__]
+
+
+def test_make_model_seeds_then_builds_on_the_device():
+    spec = vl.parse_model_spec(TINY, REG)
+    a, b = make_model(spec, 3, REG), make_model(spec, 3, REG)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    assert next(a.parameters()).device.type == "cpu"
+    other = make_model(spec, 4, REG)
+    assert not torch.equal(next(a.parameters()), next(other.parameters()))
+    meta = make_model(spec, 3, REG, device=torch.device("meta"))
+    assert {p.device.type for p in meta.parameters()} == {"meta"}
