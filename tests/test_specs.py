@@ -62,6 +62,10 @@ def test_heads_must_divide_emb_dim(tiny):
     (issue,) = err.issues
     assert issue.loc == ("n_heads",)
     assert "does not divide emb_dim=30" in issue.message
+    assert issue.message.endswith("choose one of [1, 2, 3, 5, 6, 10, 15, 30] or change emb_dim")
+    # the choices stop at 64 heads
+    (wide,) = refuse({**tiny, "emb_dim": 128, "n_heads": 3}).issues
+    assert "choose one of [1, 2, 4, 8, 16, 32, 64] or change" in wide.message
 
 
 @pytest.mark.parametrize("key", ["emb_dim", "n_layers", "vocab_size", "context_length"])
@@ -183,3 +187,61 @@ def test_make_model_seeds_then_builds_on_the_device():
     assert not torch.equal(next(a.parameters()), next(other.parameters()))
     meta = make_model(spec, 3, REG, device=torch.device("meta"))
     assert {p.device.type for p in meta.parameters()} == {"meta"}
+
+
+def test_the_defaults_are_gpt2_124m():
+    """{} alone is seed 004's GPT_CONFIG_124M with GPT-2's biases, norms and eps."""
+    spec = vl.parse_model_spec({}, REG)
+    assert (spec.vocab_size, spec.context_length, spec.emb_dim, spec.n_heads, spec.n_layers,
+            spec.drop_rate, spec.qkv_bias) == (50257, 1024, 768, 12, 12, 0.1, False)
+    assert (spec.tie_weights, spec.attn_out_bias, spec.ffn_bias, spec.norm_bias,
+            spec.final_norm) == (False, True, True, True, True)
+    assert spec.norm.kind == "layer" and spec.norm.eps == 1e-5
+
+
+@pytest.mark.parametrize("key", ["drop_rate", "emb_drop_rate", "attn_drop_rate",
+                                 "resid_drop_rate"])
+def test_dropout_rates_lie_in_zero_to_one(tiny, key):
+    for rate in (0.0, 0.999):
+        assert getattr(vl.parse_model_spec({**tiny, key: rate}, REG), key) == rate
+    for rate in (-0.1, 1.0):
+        assert refuse({**tiny, key: rate}).issues[0].loc == (key,)
+
+
+def test_specs_are_frozen_and_strict(tiny):
+    from pydantic import ValidationError
+
+    spec = vl.parse_model_spec(tiny, REG)
+    with pytest.raises(ValidationError, match="frozen"):
+        spec.emb_dim = 64
+    with pytest.raises(ValidationError, match="frozen"):
+        spec.norm.eps = 1e-6
+    assert refuse({**tiny, "emb_dim": "32"}).issues[0].loc == ("emb_dim",)  # no coercion
+    assert refuse({**tiny, "norm": {"kind": "layer", "eps": "1e-5"}}).issues[0].loc == (
+        "norm", "eps")
+
+
+def test_added_component_options_at_their_defaults_stay_out_of_the_data(tiny):
+    data = vl.parse_model_spec({**tiny, "feedforward": {"kind": "moe", "n_experts": 4}},
+                               REG).to_data()
+    assert "n_group" not in data["feedforward"] and data["feedforward"]["n_experts"] == 4
+
+
+def test_every_layout_issue_is_reported_with_its_location(tiny):
+    def locs(layout):
+        return [(i.loc, i.message) for i in refuse({**tiny, "layout": layout}).issues]
+
+    assert [loc for loc, _ in locs("abc")] == [("layout",)]  # the schema's, no crash
+    got = locs({"kinds": {"a": "relu", "b": 3, "c": {"atention": "mha", "inits": {},
+                                                    "norm": {"kind": "layr"}}},
+                "pattern": ["a", "x"]})
+    assert [loc for loc, _ in got] == [
+        ("layout", "kinds", "a"), ("layout", "kinds", "b"), ("layout", "kinds", "c", "atention"),
+        ("layout", "kinds", "c", "inits"), ("layout", "kinds", "c", "norm", "kind"),
+        ("layout", "pattern", 1)]
+    assert got[0][1].startswith("expected a mapping of slot overrides")
+    assert got[2][1].startswith("'atention' cannot vary per layer; did you mean 'attention'? ")
+    assert "did you mean" not in got[3][1]
+    # a pattern of the wrong type besides: still one SpecError, the component's issue in it
+    assert ("layout", "kinds", "c", "norm", "kind") in [
+        loc for loc, _ in locs({"kinds": {"c": {"norm": "layr"}}, "pattern": "c"})]
