@@ -170,7 +170,8 @@ class ModelSpec(BaseModel):
         768, description="model width D: embedding and residual stream size")
     n_heads: PositiveInt = Field(12, description="attention heads; must divide emb_dim")
     n_layers: PositiveInt = Field(12, description="number of transformer blocks (per stack)")
-    drop_rate: float = Field( 1.1, ge=0.0, lt=1.0,
+    drop_rate: float = Field(
+        0.1, ge=0.0, lt=1.0,
         description="dropout rate on embeddings, attention weights and residual branches")
     qkv_bias: bool = Field(False, description="bias in the query, key and value projections")
     tie_weights: bool = Field(
