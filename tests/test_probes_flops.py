@@ -1,0 +1,79 @@
+"""variantlab/probes/flops.py by hand: the formula's terms, the forward third, the precision
+column and every peak of the table as the vendors' data sheets print it (issue 30, item 4)."""
+
+import pytest
+import torch
+
+import variantlab as vl
+from variantlab.probes import flops
+
+REG = vl.get_registry()
+
+# Dense TFLOP/s from the data sheets (no sparsity): bf16/fp16 tensor, TF32 tensor, FP32.
+SHEETS = {
+    "NVIDIA H200": (989.4, 494.7, 66.9),
+    "NVIDIA H100 PCIe": (756.0, 378.0, 51.2),
+    "NVIDIA H100 NVL": (835.0, 417.5, 60.0),
+    "NVIDIA H100 80GB HBM3": (989.4, 494.7, 66.9),
+    "NVIDIA GH200 480GB": (989.4, 494.7, 66.9),
+    "NVIDIA A100-SXM4-80GB": (312.0, 156.0, 19.5),
+    "NVIDIA L40S": (362.1, 183.0, 91.6),
+    "NVIDIA L4": (121.0, 60.0, 30.3),
+    "NVIDIA A10G": (125.0, 62.5, 31.2),
+    "Tesla V100-SXM2-16GB": (125.0, 15.7, 15.7),
+    "Tesla T4": (65.0, 8.1, 8.1),
+}
+
+
+@pytest.fixture
+def precision():
+    before = torch.get_float32_matmul_precision()
+    yield torch.set_float32_matmul_precision
+    torch.set_float32_matmul_precision(before)
+
+
+@pytest.mark.parametrize("device", sorted(SHEETS))
+def test_every_peak_of_the_table(device, precision):
+    half, tf32, fp32 = (t * 1e12 for t in SHEETS[device])
+    assert flops.peak_flops(device, "bfloat16") == pytest.approx(half, rel=1e-12)
+    assert flops.peak_flops(device.lower(), "float16") == pytest.approx(half, rel=1e-12)
+    precision("high")
+    assert flops.peak_flops(device, "float32") == pytest.approx(tf32, rel=1e-12)
+    precision("highest")
+    assert flops.peak_flops(device.upper(), "float32") == pytest.approx(fp32, rel=1e-12)
+
+
+def test_table_rows_and_an_unknown_device():
+    assert len(flops.PEAK_FLOPS) == 11
+    assert flops.peak_flops("Tesla K80", "bfloat16") is None
+
+
+def test_precision_column(precision):
+    assert flops.precision_column("bfloat16") == flops.precision_column("float16") == "half"
+    precision("highest")
+    assert flops.precision_column("float32") == "fp32"
+    for setting in ("high", "medium"):
+        precision(setting)
+        assert flops.precision_column("float32") == "tf32"
+
+
+def test_flops_per_token_and_the_forward_third():
+    # 6 * 100 + 12 * 2 layers * 4 heads * 8 * 16 positions
+    assert flops.flops_per_token(100, 2, 4, 8, 16) == 600 + 12 * 2 * 4 * 8 * 16 == 12_888
+    assert flops.flops_per_token(7, 0, 4, 8, 16) == 42
+    assert flops.pass_flops_per_token(12_888.0, "forward") == 4_296.0
+    assert flops.pass_flops_per_token(12_888.0, "backward") == 12_888.0
+    assert flops.pass_flops_per_token(12_888.0, "step") == 12_888.0
+
+
+def test_model_flops_per_token_counts_attention_modules_and_head_size(tiny):
+    spec = vl.parse_model_spec({**tiny, "n_heads": 2}, REG)
+    model = vl.build_model(spec, REG)
+    emb = 64 * 32 + 32 * 32  # token and learned position embeddings
+    n = sum(p.numel() for p in model.parameters()) - emb
+    # 2 attention modules, 2 heads of 16
+    assert flops.model_flops_per_token(model, spec, 16) == 6 * n + 12 * 2 * 2 * 16 * 16
+    mlp = vl.parse_model_spec({"family": "mlp", "layer_sizes": [3, 3, 1], "norm": "none"}, REG)
+    net = vl.build_model(mlp, REG)
+    # no attention, no heads: 6N alone
+    assert flops.model_flops_per_token(net, mlp, 16) == 6 * (3 * 3 + 3 + 3 * 1 + 1)
