@@ -9,19 +9,20 @@ from variantlab.probes import flops
 
 REG = vl.get_registry()
 
-# Dense TFLOP/s from the data sheets (no sparsity): bf16/fp16 tensor, TF32 tensor, FP32.
+# Dense FLOP/s from the data sheets (no sparsity): bf16/fp16 tensor, TF32 tensor, FP32;
+# compared exactly (a peak one FLOP/s off fails).
 SHEETS = {
-    "NVIDIA H200": (989.4, 494.7, 66.9),
-    "NVIDIA H100 PCIe": (756.0, 378.0, 51.2),
-    "NVIDIA H100 NVL": (835.0, 417.5, 60.0),
-    "NVIDIA H100 80GB HBM3": (989.4, 494.7, 66.9),
-    "NVIDIA GH200 480GB": (989.4, 494.7, 66.9),
-    "NVIDIA A100-SXM4-80GB": (312.0, 156.0, 19.5),
-    "NVIDIA L40S": (362.1, 183.0, 91.6),
-    "NVIDIA L4": (121.0, 60.0, 30.3),
-    "NVIDIA A10G": (125.0, 62.5, 31.2),
-    "Tesla V100-SXM2-16GB": (125.0, 15.7, 15.7),
-    "Tesla T4": (65.0, 8.1, 8.1),
+    "NVIDIA H200": (989.4e12, 494.7e12, 66.9e12),
+    "NVIDIA H100 PCIe": (756.0e12, 378.0e12, 51.2e12),
+    "NVIDIA H100 NVL": (835.0e12, 417.5e12, 60.0e12),
+    "NVIDIA H100 80GB HBM3": (989.4e12, 494.7e12, 66.9e12),
+    "NVIDIA GH200 480GB": (989.4e12, 494.7e12, 66.9e12),
+    "NVIDIA A100-SXM4-80GB": (312.0e12, 156.0e12, 19.5e12),
+    "NVIDIA L40S": (362.1e12, 183.0e12, 91.6e12),
+    "NVIDIA L4": (121.0e12, 60.0e12, 30.3e12),
+    "NVIDIA A10G": (125.0e12, 62.5e12, 31.2e12),
+    "Tesla V100-SXM2-16GB": (125.0e12, 15.7e12, 15.7e12),
+    "Tesla T4": (65.0e12, 8.1e12, 8.1e12),
 }
 
 
@@ -34,17 +35,22 @@ def precision():
 
 @pytest.mark.parametrize("device", sorted(SHEETS))
 def test_every_peak_of_the_table(device, precision):
-    half, tf32, fp32 = (t * 1e12 for t in SHEETS[device])
-    assert flops.peak_flops(device, "bfloat16") == pytest.approx(half, rel=1e-12)
-    assert flops.peak_flops(device.lower(), "float16") == pytest.approx(half, rel=1e-12)
+    half, tf32, fp32 = SHEETS[device]
+    assert flops.peak_flops(device, "bfloat16") == half
+    assert flops.peak_flops(device.lower(), "float16") == half
     precision("high")
-    assert flops.peak_flops(device, "float32") == pytest.approx(tf32, rel=1e-12)
+    assert flops.peak_flops(device, "float32") == tf32
     precision("highest")
-    assert flops.peak_flops(device.upper(), "float32") == pytest.approx(fp32, rel=1e-12)
+    assert flops.peak_flops(device.upper(), "float32") == fp32
 
 
 def test_table_rows_and_an_unknown_device():
     assert len(flops.PEAK_FLOPS) == 11
+    # most specific first: a name that holds another key comes before it, so every row is
+    # reachable (GH200 once sat below H200, which every GH200 name contains)
+    keys = [key for key, _ in flops.PEAK_FLOPS]
+    for i, key in enumerate(keys):
+        assert not any(earlier.lower() in key.lower() for earlier in keys[:i]), key
     assert flops.peak_flops("Tesla K80", "bfloat16") is None
 
 
