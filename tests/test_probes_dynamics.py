@@ -9,7 +9,7 @@ import variantlab as vl
 from variantlab import build_model, parse_model_spec
 from variantlab.data import sources as datalib
 from variantlab.model.tasks import task_for
-from variantlab.probes import dynamics, run_probe
+from variantlab.probes import checkpoint, dynamics, run_probe
 from variantlab.probes.dynamics import METRICS, DynamicsSettings, layer_params
 
 REG = vl.get_registry()
@@ -243,3 +243,19 @@ def test_a_non_finite_gradient_with_a_finite_loss_is_no_divergence(tiny, monkeyp
     assert math.isnan(by(rows, "grad_norm")[(0, 0)])
     assert math.isfinite(by(rows, "loss")[(None, 0)])
     assert len([r for r in rows if r["metric"] == "eval_loss"]) == 1
+
+
+def test_a_checkpoint_after_every_due_step_but_the_last(tiny, monkeypatch):
+    """With checkpoints due after every step, a 4-step unit writes them after steps 1, 2 and
+    3 (not after the last: the unit's rows are stored then)."""
+
+    class Due:
+        def due(self, done):
+            return True
+
+    saved = []
+    monkeypatch.setattr(checkpoint, "current", lambda: Due())
+    monkeypatch.setattr(checkpoint, "resume_unit", lambda *args: 0)
+    monkeypatch.setattr(checkpoint, "save_unit", lambda saver, done, *args: saved.append(done))
+    run_probe("dynamics", tiny, {**SETTINGS, "steps": 4}, seed=1, registry=REG)
+    assert saved == [1, 2, 3]
