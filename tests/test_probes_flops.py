@@ -83,3 +83,18 @@ def test_model_flops_per_token_counts_attention_modules_and_head_size(tiny):
     net = vl.build_model(mlp, REG)
     # no attention, no heads: 6N alone
     assert flops.model_flops_per_token(net, mlp, 16) == 6 * (3 * 3 + 3 + 3 * 1 + 1)
+
+
+def test_a_spec_without_heads_or_width():
+    """A family spec may lack ``n_heads`` (one head) or ``emb_dim`` (head size 0, no
+    attention term): one attention module, N = 6 parameters, 16 positions."""
+    from types import SimpleNamespace
+
+    model = torch.nn.Module()
+    model.att = torch.nn.Linear(2, 2)
+    model.att.variantlab_slot = "attention"
+    # emb_dim 33, one head of 33 (not two of 16)
+    assert flops.model_flops_per_token(model, SimpleNamespace(emb_dim=33), 16) == \
+        6 * 6 + 12 * 1 * 1 * 33 * 16
+    for heads in (1, 3):
+        assert flops.model_flops_per_token(model, SimpleNamespace(n_heads=heads), 16) == 6 * 6
