@@ -1,0 +1,79 @@
+"""variantlab/probes/training.py without training: its settings, the objective and the
+divergence rule on loss curves whose noise is known by hand (issue 30, item 4)."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from variantlab.probes.training import Objective, TrainingSettings, diverged, tail_size
+
+
+def test_defaults_and_the_serialised_settings():
+    s = TrainingSettings()
+    assert (s.batch_size, s.seq_len, s.grad_clip, s.eval_batches) == (16, 128, 1.0, None)
+    # options added after the first runs are left out at their defaults (unit keys unchanged)
+    assert s.model_dump() == {
+        "steps": 200, "lr": 0.0003, "warmup_steps": 0, "weight_decay": 0.1, "batch_size": 16,
+        "seq_len": 128, "grad_clip": 1.0, "eval_batches": None, "dtype": "float32",
+        "device": "auto", "compile": False}
+    assert TrainingSettings(eval_every=5).model_dump()["eval_every"] == 5
+    assert TrainingSettings(eval_batches=0).eval_batches == 0
+    with pytest.raises(ValidationError, match="eval_batches"):
+        TrainingSettings(eval_batches=-1)
+
+
+def test_eval_lengths_sorted_once_each():
+    assert TrainingSettings(eval_lengths=[64, 16, 64]).eval_lengths == [16, 64]
+    assert TrainingSettings().eval_lengths is None
+
+
+def test_the_objective_adds_the_auxiliary_loss():
+    task = SimpleNamespace(loss=lambda spec, out, batch: out.sum(),
+                           aux_loss=lambda spec, model: torch.tensor(0.5))
+    objective = Objective(task, spec=None)  # type: ignore[arg-type]
+    assert float(objective.total(torch.tensor(2.0), model=None)) == 2.5
+    dense = Objective(SimpleNamespace(aux_loss=lambda spec, model: None), spec=None)  # type: ignore[arg-type]
+    loss = torch.tensor(2.0)
+    assert dense.total(loss, model=None) is loss
+    with pytest.raises(AttributeError):
+        objective.spec = "other"  # type: ignore[misc]  # frozen
+
+
+def test_tail_size():
+    assert [tail_size(n) for n in (0, 1, 9, 10, 19, 20, 25)] == [1, 1, 1, 1, 1, 2, 2]
+
+
+def curve(first: float, a: float, rise: float) -> list[float]:
+    """Ten losses: steps of -a and +a in turn, then a last step of ``rise``: the sorted
+    differences are four -a, four +a and ``rise`` (> a), so their IQR is 2a, one step's
+    noise 2a / 1.349 / sqrt(2), and with a final loss of one step (10 // 10) the rule's
+    margin is S x 2a / 1.349 for S standard deviations."""
+    out = [first]
+    for d in [-a, a] * 4:
+        out.append(out[-1] + d)
+    out.append(out[-1] + rise)
+    return out
+
+
+def test_a_rise_counts_past_three_sigma_of_the_measured_noise():
+    a = 0.01
+    sigma = 2 * a / 1.349  # margin per standard deviation, here 0.0148
+    assert not diverged(curve(0.1, a, 2.7 * sigma))  # between 2 and 3 sigma: noise
+    assert diverged(curve(0.1, a, 3.4 * sigma))  # between 3 and 4: a real rise
+    assert not diverged(curve(0.1, a, 0.0))
+
+
+def test_a_small_rise_of_a_noiseless_curve_is_under_the_floor():
+    """No noise: the margin is 5% of the first loss (0.05), not 0."""
+    assert not diverged([1.0] * 9 + [1.04])
+    assert diverged([1.0] * 9 + [1.06])
+
+
+def test_a_blow_up_past_twice_the_first_loss_counts_whatever_the_noise():
+    """Steps of +-4 make the noise margin about 18: a final loss of 2.1 x the first is a
+    blow-up all the same, 1.9 x is not."""
+    wild = [1.0, 5.0] * 4 + [1.0]
+    assert diverged(wild + [2.1])
+    assert not diverged(wild + [1.9])
