@@ -77,3 +77,14 @@ def test_a_blow_up_past_twice_the_first_loss_counts_whatever_the_noise():
     wild = [1.0, 5.0] * 4 + [1.0]
     assert diverged(wild + [2.1])
     assert not diverged(wild + [1.9])
+
+
+def test_the_blow_up_rule_holds_for_positive_first_losses_only_and_strictly():
+    wild = [1.0, 5.0] * 4 + [1.0]
+    assert not diverged(wild + [2.0])  # exactly twice: not over it
+    small = [0.5, 2.5] * 4 + [0.5]  # a first loss below 1
+    assert diverged(small + [1.2])
+    # a first loss of 0 or below (a float family's loss may be negative): no blow-up rule,
+    # only the rise over the noise
+    assert not diverged([0.0, 4.0] * 4 + [0.0, 0.5])
+    assert not diverged([-0.5] * 9 + [-0.6])
