@@ -88,3 +88,70 @@ def test_the_blow_up_rule_holds_for_positive_first_losses_only_and_strictly():
     # only the rise over the noise
     assert not diverged([0.0, 4.0] * 4 + [0.0, 0.5])
     assert not diverged([-0.5] * 9 + [-0.6])
+
+
+def test_the_noise_margin_grows_with_a_shorter_final_average():
+    """Twenty losses (final = mean of the last 2): the margin is 3 sigma x sqrt(1 + 1/2) of
+    one step's noise; a rise of 3.0 units (unit 2a / 1.349) passes it (2.60), though not
+    3 sigma x sqrt(1 + 2) (3.67)."""
+    a, first = 0.01, 0.1
+    unit = 2 * a / 1.349
+    losses = [first]
+    for d in [-a, a] * 9:
+        losses.append(losses[-1] + d)
+    losses.append(losses[-1] + 6.0 * unit)  # final: first + 3.0 units
+    assert diverged(losses)
+    losses[-1] = losses[-2] + 4.8 * unit  # final: first + 2.4 units
+    assert not diverged(losses)
+
+
+def test_the_floor_is_five_percent_of_the_first_loss_and_a_rise_must_pass_it():
+    assert not diverged([2.0] * 9 + [2.08])  # floor 0.1
+    assert diverged([2.0] * 9 + [2.12])
+    assert not diverged([20.0] * 9 + [21.0])  # a rise of exactly the floor (1.0) is not over it
+
+
+def test_setup_devices_and_a_token_budget(monkeypatch):
+    """``device`` None falls back to the settings' device, a named one wins; a budget of
+    1,000 tokens at 2 x 8 tokens a step is 63 steps (rounded up)."""
+    import variantlab as vl
+    from tests.conftest import TINY
+    from variantlab.probes import training
+
+    asked = []
+
+    def spy(requested):
+        asked.append(requested)
+        return torch.device("cpu")
+
+    monkeypatch.setattr(training, "resolve_device", spy)
+    reg = vl.get_registry()
+    spec = vl.parse_model_spec(TINY, reg)
+    settings = TrainingSettings(tokens=1000, batch_size=2, seq_len=8, device="cpu")
+    batches = training.setup(spec, settings, 0, None, ".", None, reg)[3]
+    training.setup(spec, settings, 0, None, ".", "cuda:5", reg)
+    assert asked == ["cpu", "cuda:5"]
+    assert len(batches) == 63
+
+
+def test_eval_lengths_above_the_context_are_refused_before_training():
+    import variantlab as vl
+    from tests.conftest import TINY
+    from variantlab.probes import run_probe
+
+    settings = {"steps": 1, "batch_size": 1, "seq_len": 8, "eval_batches": 0,
+                "eval_lengths": [16, 32, 64, 128], "device": "cpu"}
+    with pytest.raises(ValueError, match=r"eval_lengths: 64 is above context_length=32"):
+        run_probe("training", TINY, settings, seed=0, registry=vl.get_registry())
+
+
+def test_no_validation_curve_when_held_out_scoring_is_off():
+    import variantlab as vl
+    from tests.conftest import TINY
+    from variantlab.probes import run_probe
+
+    rows = run_probe("training", TINY, {"steps": 2, "batch_size": 1, "seq_len": 8,
+                                        "eval_batches": 0, "eval_every": 1, "device": "cpu"},
+                     seed=0, registry=vl.get_registry())
+    assert not [r for r in rows if r["metric"].startswith("val_")]
+    assert [r["step"] for r in rows if r["metric"] == "loss"] == [0, 1]
