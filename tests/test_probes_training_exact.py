@@ -155,3 +155,15 @@ def test_no_validation_curve_when_held_out_scoring_is_off():
                      seed=0, registry=vl.get_registry())
     assert not [r for r in rows if r["metric"].startswith("val_")]
     assert [r["step"] for r in rows if r["metric"] == "loss"] == [0, 1]
+
+
+def test_a_validation_curve_when_held_out_scoring_is_on():
+    """``eval_every: 1`` over 2 steps: val_loss_curve after steps 1 and 2 (steps done)."""
+    import variantlab as vl
+    from tests.conftest import TINY
+    from variantlab.probes import run_probe
+
+    rows = run_probe("training", TINY, {"steps": 2, "batch_size": 1, "seq_len": 8,
+                                        "eval_batches": 1, "eval_every": 1, "device": "cpu"},
+                     seed=0, registry=vl.get_registry())
+    assert [r["step"] for r in rows if r["metric"] == "val_loss_curve"] == [1, 2]
