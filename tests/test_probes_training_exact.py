@@ -155,6 +155,10 @@ def test_no_validation_curve_when_held_out_scoring_is_off():
                      seed=0, registry=vl.get_registry())
     assert not [r for r in rows if r["metric"].startswith("val_")]
     assert [r["step"] for r in rows if r["metric"] == "loss"] == [0, 1]
+    m = {r["metric"]: r["value"] for r in rows if r["scope"] == "model" and r["step"] is None}
+    # 2 steps of 1 x 8 tokens; per token 6N + 12 L H Q T, N = 30,400 - 64*32 - 32*32
+    assert m["tokens"] == 16
+    assert m["flops"] == 16 * (6 * (30_400 - 64 * 32 - 32 * 32) + 12 * 2 * 4 * 8 * 8)
 
 
 def test_a_validation_curve_when_held_out_scoring_is_on():
@@ -164,6 +168,42 @@ def test_a_validation_curve_when_held_out_scoring_is_on():
     from variantlab.probes import run_probe
 
     rows = run_probe("training", TINY, {"steps": 2, "batch_size": 1, "seq_len": 8,
-                                        "eval_batches": 1, "eval_every": 1, "device": "cpu"},
+                                        "eval_batches": 1, "eval_every": 1, "device": "cpu",
+                                        "eval_lengths": [16]},
                      seed=0, registry=vl.get_registry())
     assert [r["step"] for r in rows if r["metric"] == "val_loss_curve"] == [1, 2]
+    assert len([r for r in rows if r["metric"] == "test_loss_at_16"]) == 1
+
+
+@pytest.mark.parametrize("eval_batches, noise_rows", [(1, 1), (0, 0)])
+def test_recall_noise_over_the_test_set_only_when_it_is_scored(eval_batches, noise_rows):
+    import variantlab as vl
+    from tests.conftest import TINY
+    from variantlab.data.sources import SyntheticData
+    from variantlab.probes import run_probe
+
+    rows = run_probe("training", TINY, {"steps": 1, "batch_size": 1, "seq_len": 8,
+                                        "eval_batches": eval_batches, "device": "cpu"},
+                     seed=0, registry=vl.get_registry(),
+                     data=SyntheticData(task="recall", n_pairs=2))
+    assert len([r for r in rows if r["metric"] == "recall_noise"]) == noise_rows
+
+
+def test_each_step_takes_its_scheduled_learning_rate():
+    """Two steps of a 4-step warm-up: the optimizer ends at lr x 2 / 4, not its initial lr."""
+    import variantlab as vl
+    from tests.conftest import TINY
+    from variantlab.data import sources as datalib
+    from variantlab.model.tasks import task_for
+    from variantlab.probes import training
+
+    reg = vl.get_registry()
+    spec = vl.parse_model_spec(TINY, reg)
+    model = vl.build_model(spec, reg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1.0)
+    settings = TrainingSettings(steps=2, lr=0.01, warmup_steps=4, batch_size=1, seq_len=8)
+    batches = datalib.batches(None, spec, 1, 8, 2, seed=0, registry=reg)
+    losses = training.train(model, model, opt, Objective(task_for(spec, reg), spec), batches,
+                            torch.device("cpu"), settings)
+    assert len(losses) == 2
+    assert opt.param_groups[0]["lr"] == 0.01 * 2 / 4
