@@ -207,3 +207,25 @@ def test_each_step_takes_its_scheduled_learning_rate():
                             torch.device("cpu"), settings)
     assert len(losses) == 2
     assert opt.param_groups[0]["lr"] == 0.01 * 2 / 4
+
+
+def test_a_checkpoint_after_every_due_step_but_the_last(monkeypatch):
+    """With checkpoints due after every step, a 4-step unit writes them after steps 1, 2
+    and 3; a training loop given a plain list of batches (no stream to resume) writes none."""
+    import variantlab as vl
+    from tests.conftest import TINY
+    from variantlab.probes import checkpoint, run_probe
+
+    asked, saved = [], []
+
+    class Due:
+        def due(self, done):
+            asked.append(done)
+            return True
+
+    monkeypatch.setattr(checkpoint, "current", lambda: Due())
+    monkeypatch.setattr(checkpoint, "resume_unit", lambda *args: 0)
+    monkeypatch.setattr(checkpoint, "save_unit", lambda saver, done, *args: saved.append(done))
+    run_probe("training", TINY, {"steps": 4, "batch_size": 1, "seq_len": 8, "eval_batches": 0,
+                                 "device": "cpu"}, seed=0, registry=vl.get_registry())
+    assert asked == saved == [1, 2, 3]
