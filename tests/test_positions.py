@@ -263,6 +263,19 @@ def test_sinusoidal_positions_match_the_formula(dim, scale_embeddings):
     assert "pe" not in pos.state_dict()  # a fixed table, not a checkpointed tensor
 
 
+def test_sinusoidal_frequencies_hold_at_far_positions():
+    """Position 2047 multiplies a wrong frequency's error by 2047: a base of 10001 for 10000
+    moves the angles there by 1e-3."""
+    comp = REG.get("positional", "sinusoidal")
+    pos = comp.build(comp.spec_cls(scale_embeddings=False), emb_dim=6, context_length=2048)
+    ids = torch.tensor([[1000, 2047]])
+    want = torch.tensor([[[math.sin(p / 10000.0 ** (c // 2 * 2 / 6)) if c % 2 == 0
+                           else math.cos(p / 10000.0 ** (c // 2 * 2 / 6)) for c in range(6)]
+                          for p in (1000, 2047)]])
+    torch.testing.assert_close(pos(torch.zeros(1, 2, 6), position_ids=ids), want,
+                               atol=1e-4, rtol=0)  # float32 angles near 95 rad: ~1e-5 off
+
+
 def test_sinusoidal_scales_embeddings_by_default():
     spec = REG.get("positional", "sinusoidal").spec_cls()
     assert spec.scale_embeddings is True
