@@ -307,25 +307,60 @@ def test_rotary_spec_defaults_are_roformers():
 
 @pytest.mark.parametrize("head_dim, fraction, refused", [
     (5, 1.0, True),  # int(5 * 1.0) = 5, up: 6 dims of 5
+    (3, 1.0, True),  # 3 up: 4 dims of 3
     (8, 0.875, False),  # 7 up: 8 dims, exactly the head
     (6, 0.5, False),  # 3 up: 4 dims
     (8, 1.0, False),  # even: nothing to round
 ])
-def test_odd_rounding_up_is_refused_only_past_the_head(head_dim, fraction, refused):
+@pytest.mark.parametrize("head_dim_from", ["attention", "emb_dim"])
+def test_odd_rounding_up_is_refused_only_past_the_head(head_dim, fraction, refused,
+                                                      head_dim_from):
+    """The head's width is the attention's head_dim when set, else emb_dim // n_heads;
+    odd_rounding down never rounds past the head."""
     data = {"family": "gpt", "vocab_size": 64, "context_length": 16, "emb_dim": 16,
             "n_heads": 2, "n_layers": 1, "attention": {"kind": "mha", "head_dim": head_dim},
             "positional": {"kind": "rotary", "fraction": fraction, "odd_rounding": "up"}}
+    if head_dim_from == "emb_dim":
+        data.update(emb_dim=2 * head_dim, attention={"kind": "mha"})
+    down = {**data, "positional": {**data["positional"], "odd_rounding": "down"}}
+    assert vl.parse_model_spec(down, REG).positional.odd_rounding == "down"
     if not refused:
         assert vl.parse_model_spec(data, REG).positional.fraction == fraction
-        down = {**data, "positional": {**data["positional"], "odd_rounding": "down"}}
-        assert vl.parse_model_spec(down, REG).positional.odd_rounding == "down"
         return
-    with pytest.raises(vl.SpecError) as info:  # the attention's head_dim, not emb_dim / n_heads
+    with pytest.raises(vl.SpecError) as info:
         vl.parse_model_spec(data, REG)
     (issue,) = info.value.issues
     assert issue.loc == ("positional", "odd_rounding")
-    assert issue.message == ("rounding int(5 * 1.0) = 5 up rotates 6 dims, more than the head "
-                             "has (5); use odd_rounding: down")
+    rot = int(head_dim * fraction)
+    assert issue.message == (f"rounding int({head_dim} * {fraction}) = {rot} up rotates "
+                             f"{rot + 1} dims, more than the head has ({head_dim}); use "
+                             "odd_rounding: down")
+
+
+@pytest.mark.parametrize("fraction", [0.0, -0.5, 1.01, 1.5])
+def test_a_rotary_fraction_outside_zero_to_one_is_refused(tiny, fraction):
+    with pytest.raises(vl.SpecError) as info:
+        vl.parse_model_spec({**tiny, "positional": {"kind": "rotary", "fraction": fraction}}, REG)
+    assert info.value.issues[0].loc == ("positional", "fraction")
+
+
+def test_rotary_walk_examples_are_valid_specs():
+    spec_cls = REG.get("positional", "rotary").spec_cls
+    for example in spec_cls.walk_examples:
+        spec = spec_cls.model_validate(example)
+        assert all(getattr(spec, key) == value for key, value in example.items())
+
+
+def test_alibi_is_refused_only_where_a_mixer_layer_has_no_scores(tiny):
+    """A layer of a causal sequence mixer computes no scores for ALiBi to bias; rotary stays
+    with the attention layers."""
+    layout = {"kinds": {"lin": {"attention": "linear_attention"}}, "layers": {0: "lin"}}
+    with pytest.raises(vl.SpecError) as info:
+        vl.parse_model_spec({**tiny, "positional": "alibi", "layout": layout}, REG)
+    assert [i.loc for i in info.value.issues] == [("layout", "kinds", "lin", "attention", "kind")]
+    assert "computes no attention scores for positional 'alibi'" in str(info.value)
+    spec = vl.parse_model_spec({**tiny, "positional": "rotary", "layout": layout}, REG)
+    assert spec.layer_spec(0).attention.kind == "linear_attention"
 
 
 def test_one_rotated_pair_when_a_single_dim_rounds_up():
@@ -365,6 +400,9 @@ def test_alibi_bias_of_fewer_queries_than_keys_ends_with_the_keys():
     torch.testing.assert_close(bias[0], -distance / 256)
     torch.testing.assert_close(alibi_slopes(1), torch.tensor([2.0 ** -8]))
     torch.testing.assert_close(alibi_slopes(3), torch.tensor([2.0 ** -4, 2.0 ** -8, 2.0 ** -2]))
+    # 12 heads: the 8-head slopes 2^-1 .. 2^-8, then 4 of the 16-head ones 2^-0.5, 2^-1, ...
+    torch.testing.assert_close(alibi_slopes(12), torch.tensor(
+        [2.0 ** -i for i in range(1, 9)] + [2.0 ** -(0.5 + i) for i in range(4)]))
 
 
 def test_a_nope_layer_may_drop_the_models_rotary(tiny):
