@@ -274,3 +274,45 @@ def test_built_by_hand_the_output_projection_has_a_bias():
 
     att = MultiHeadAttention(8, 2, 0.0, False, True, MHASpec())
     assert att.out_proj.bias is not None and att.W_query.bias is None
+
+
+@pytest.mark.parametrize("case, route", [
+    ({}, "is_causal"),  # plain causal self-attention: torch's causal kernels, no mask tensor
+    ({"window": 2}, "bool mask"),
+    ({"pad": True}, "bool mask"),
+    ({"causal": False}, "no mask"),
+    ({"causal": False, "cross": True}, "no mask"),
+    ({"cross": True}, "bool mask"),  # causal flag with 5 keys for 3 queries
+    ({"causal": False, "window": 2}, "bool mask"),
+    ({"positions": ALiBiPositions()}, "float mask"),
+    ({"positions": ALiBiPositions(), "causal": False}, "float mask"),
+    ({"sinks": True}, "float mask"),
+    ({"scale": 0.3}, "is_causal"),
+])
+def test_the_fused_impl_calls_torch_with_the_mask_it_needs(monkeypatch, case, route):
+    """impl sdpa hands torch's fused attention the least it needs (is_causal alone for plain
+    causal self-attention), its scale only when one is set, and equals naive throughout."""
+    case = dict(case)
+    pad, cross, scale = case.pop("pad", False), case.pop("cross", False), case.get("scale")
+    calls = []
+    fused = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, **kw):
+        mask = ("no mask" if attn_mask is None else
+                "bool mask" if attn_mask.dtype == torch.bool else "float mask")
+        calls.append(("is_causal" if kw.get("is_causal") else mask, kw.get("scale"),
+                      k.shape[2]))
+        return fused(q, k, v, attn_mask, **kw)
+
+    torch.manual_seed(0)
+    sdpa = make(impl="sdpa", **case)
+    naive = make(impl="naive", **case)
+    naive.load_state_dict(sdpa.state_dict())
+    x = torch.randn(2, 3, 8)
+    memory = torch.randn(2, 5, 8) if cross else None
+    kw = {"key_padding_mask": torch.tensor([[True, False, False], [False] * 3])} if pad else {}
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    out = sdpa(x, memory=memory, **kw)
+    keys = (5 if cross else 3) + bool(case.get("sinks"))
+    assert calls == [(route, scale, keys)]
+    torch.testing.assert_close(out, naive(x, memory=memory, **kw))
