@@ -283,6 +283,7 @@ def test_built_by_hand_the_output_projection_has_a_bias():
     ({"causal": False}, "no mask"),
     ({"causal": False, "cross": True}, "no mask"),
     ({"cross": True}, "bool mask"),  # causal flag with 5 keys for 3 queries
+    ({"cross": True, "short": True}, "bool mask"),  # and with 2 keys for 3 queries
     ({"causal": False, "window": 2}, "bool mask"),
     ({"positions": ALiBiPositions()}, "float mask"),
     ({"positions": ALiBiPositions(), "causal": False}, "float mask"),
@@ -294,6 +295,7 @@ def test_the_fused_impl_calls_torch_with_the_mask_it_needs(monkeypatch, case, ro
     causal self-attention), its scale only when one is set, and equals naive throughout."""
     case = dict(case)
     pad, cross, scale = case.pop("pad", False), case.pop("cross", False), case.get("scale")
+    n_memory = 2 if case.pop("short", False) else 5
     calls = []
     fused = torch.nn.functional.scaled_dot_product_attention
 
@@ -309,10 +311,10 @@ def test_the_fused_impl_calls_torch_with_the_mask_it_needs(monkeypatch, case, ro
     naive = make(impl="naive", **case)
     naive.load_state_dict(sdpa.state_dict())
     x = torch.randn(2, 3, 8)
-    memory = torch.randn(2, 5, 8) if cross else None
+    memory = torch.randn(2, n_memory, 8) if cross else None
     kw = {"key_padding_mask": torch.tensor([[True, False, False], [False] * 3])} if pad else {}
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
     out = sdpa(x, memory=memory, **kw)
-    keys = (5 if cross else 3) + bool(case.get("sinks"))
+    keys = (n_memory if cross else 3) + bool(case.get("sinks"))
     assert calls == [(route, scale, keys)]
     torch.testing.assert_close(out, naive(x, memory=memory, **kw))
