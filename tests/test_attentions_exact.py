@@ -207,13 +207,20 @@ def stats_by_hand(q, k, allowed, bias, scale, softcap, sinks):
     return out
 
 
-@pytest.mark.parametrize("case", ["plain", "scale-softcap-bias", "window-sinks"])
+@pytest.mark.parametrize("case", ["plain", "scale-softcap-bias", "window-sinks", "dead-query",
+                                  "cross", "negative"])
 def test_attention_stats_match_a_per_query_computation(case):
     gen = torch.Generator().manual_seed(1)
     q = torch.randn(2, 2, 5, 3, generator=gen, dtype=torch.float64) * 2
-    k = torch.randn(2, 2, 5, 3, generator=gen, dtype=torch.float64)
+    k = torch.randn(2, 2, 7 if case == "cross" else 5, 3, generator=gen, dtype=torch.float64)
     i, j = torch.arange(5)[:, None], torch.arange(5)[None]
     allowed, bias, scale, softcap, sinks = j <= i, None, None, None, None
+    if case == "dead-query":  # query 0 sees no key (a left pad); key 0 is hidden from all
+        allowed = (j <= i) & (j >= 1)
+    if case == "cross":  # 5 queries, 7 keys, no mask
+        allowed = None
+    if case == "negative":  # every visible q.k negative: the masked ones must not show as 0
+        q, k = q.abs(), -k.abs()
     if case == "scale-softcap-bias":
         bias, scale, softcap = ALiBiPositions().score_bias(2, 5, 5, None, torch.float64), 0.4, 1.5
     if case == "window-sinks":
@@ -222,7 +229,7 @@ def test_attention_stats_match_a_per_query_computation(case):
     want = stats_by_hand(q, k, allowed, bias, scale or 3 ** -0.5, softcap, sinks)
     assert got.keys() == want.keys()
     for key in want:
-        assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-9), key
+        assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-9, nan_ok=True), key
 
 
 def test_attention_stats_without_a_mask_and_with_no_visible_key():
