@@ -245,3 +245,11 @@ def test_every_layout_issue_is_reported_with_its_location(tiny):
     # a pattern of the wrong type besides: still one SpecError, the component's issue in it
     assert ("layout", "kinds", "c", "norm", "kind") in [
         loc for loc, _ in locs({"kinds": {"c": {"norm": "layr"}}, "pattern": "c"})]
+
+
+def test_the_default_registry_causality_and_a_layer_kinds_warnings(tiny):
+    assert vl.parse_model_spec(tiny) == vl.parse_model_spec(tiny, REG)  # registry None
+    assert vl.parse_model_spec(tiny, REG).causal is True
+    layered = vl.parse_model_spec({**tiny, "layout": {"kinds": {"b": {"norm": "batch"}},
+                                                      "pattern": ["b"]}}, REG)
+    assert any("pool over future positions" in w for w in layered.warnings())
