@@ -170,3 +170,50 @@ def test_short_conv_default_width_is_the_documented_4():
     """docs/mixers.md: width 4 (Mamba's and Based's); the state kept is the last 3 inputs."""
     mod = ShortConv(32, False, ShortConvSpec(), True)
     assert mod.conv.kernel_size == (4,) and mod.state_size(10) == 3 * 32
+
+
+@pytest.mark.parametrize("impl", ["chunked", "recurrent"])
+def test_short_conv_impl_picks_the_form_it_names(impl):
+    mod = ShortConv(32, False, ShortConvSpec(impl=impl), True)
+    ran = []
+    for name in ("parallel", "recurrent"):
+        real = getattr(mod, name)
+        setattr(mod, name, lambda u, _f=real, _n=name: ran.append(_n) or _f(u))
+    mod(torch.randn(1, 5, 32))
+    assert ran == ["recurrent" if impl == "recurrent" else "parallel"]
+
+
+@pytest.mark.parametrize("kind", ["short_conv", "gated_short_conv"])
+def test_a_width_of_the_whole_context_is_accepted(kind):
+    spec = vl.parse_model_spec({**TINY, "attention": {"kind": kind, "width": 16}}, REG)
+    assert spec.attention.width == 16
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("impl", ["chunked", "recurrent"])
+def test_gated_short_conv_equals_lfm2s_formula(bias, impl):
+    """LFM2: B, C, h = in_proj(x) (three blocks); y = out_proj(C * conv(B * h)), the width-3
+    causal depthwise convolution by default; a padded position's B * h is zero."""
+    from variantlab_plugins.mixers import GatedShortConv, GatedShortConvSpec
+
+    mod = _perturbed(GatedShortConv(32, GatedShortConvSpec(bias=bias, impl=impl)).double(), 7)
+    assert mod.conv.kernel_size == (3,) and mod.state_size(10) == 2 * 32
+    x = torch.randn(2, 6, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(8))
+    pad = torch.zeros(2, 6, dtype=torch.bool)
+    pad[1, :2] = True
+    proj = F.linear(x, mod.in_proj.weight, mod.in_proj.bias)
+    b_in, c_out, h = proj[..., :32], proj[..., 32:64], proj[..., 64:]
+    u = (b_in * h).masked_fill(pad[..., None], 0.0)
+    kernel = mod.conv.weight[:, 0]  # (D, 3): oldest first
+    conv_bias = mod.conv.bias if bias else 0.0
+    y = torch.stack([sum(kernel[:, 2 - i] * u[:, t - i] for i in range(3) if t - i >= 0)
+                     + conv_bias for t in range(6)], dim=1)
+    want = F.linear(c_out * y, mod.out_proj.weight, mod.out_proj.bias)
+    got = mod(x, key_padding_mask=pad)
+    assert torch.allclose(got, want, atol=1e-12), (got - want).abs().max()
+    ran = []
+    for name in ("parallel", "recurrent"):
+        real = getattr(mod, name)
+        setattr(mod, name, lambda v, _f=real, _n=name: ran.append(_n) or _f(v))
+    mod(x)
+    assert ran == ["recurrent" if impl == "recurrent" else "parallel"]
