@@ -196,7 +196,9 @@ def test_gated_short_conv_equals_lfm2s_formula(bias, impl):
     causal depthwise convolution by default; a padded position's B * h is zero."""
     from variantlab_plugins.mixers import GatedShortConv, GatedShortConvSpec
 
-    mod = _perturbed(GatedShortConv(32, GatedShortConvSpec(bias=bias, impl=impl)).double(), 7)
+    spec = GatedShortConvSpec(impl=impl, **({"bias": True} if bias else {}))  # default: none
+    mod = _perturbed(GatedShortConv(32, spec).double(), 7)
+    assert (mod.in_proj.bias is None) == (mod.conv.bias is None) == (not bias)
     assert mod.conv.kernel_size == (3,) and mod.state_size(10) == 2 * 32
     x = torch.randn(2, 6, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(8))
     pad = torch.zeros(2, 6, dtype=torch.bool)
@@ -217,3 +219,17 @@ def test_gated_short_conv_equals_lfm2s_formula(bias, impl):
         setattr(mod, name, lambda v, _f=real, _n=name: ran.append(_n) or _f(v))
     mod(x)
     assert ran == ["recurrent" if impl == "recurrent" else "parallel"]
+
+
+@pytest.mark.parametrize("kind, spec", [
+    ("linear_attention", LinearAttentionSpec(normalization="none")),
+    ("retention", RetentionSpec(normalization="none")),
+    ("short_conv", ShortConvSpec()),
+])
+def test_a_build_without_out_bias_gets_the_documented_default(kind, spec):
+    """variantlab/plugin/hookspecs.py: ``out_bias``, bias in the output projection (default
+    True), passed only by a caller that sets it."""
+    build = REG.get("attention", kind).build
+    mixer = build(spec, emb_dim=32, n_heads=4, context_length=16, drop_rate=0.0,
+                  qkv_bias=False, causal=True)
+    assert mixer.out_proj.bias is not None and mixer.out_proj.bias.shape == (32,)
