@@ -158,3 +158,18 @@ def test_the_walk_examples_are_settings_the_spec_accepts(kind):
     for example in (Mamba2Spec if kind == "mamba2" else MambaSpec).walk_examples:
         spec = vl.parse_model_spec({**TINY, "attention": example}, REG)
         assert {key: getattr(spec.attention, key) for key in example} == example
+
+
+def test_the_documented_chunk_sizes_reach_the_scans(monkeypatch):
+    """docs/mixers.md: chunks of 64 positions for Mamba-2, of 16 for Mamba-1 (its chunk holds
+    (B, L, L, E, N) in memory) unless set."""
+    import variantlab_plugins.ssm as ssm
+
+    chunks = []
+    for name in ("ssd_chunked", "selective_chunked"):
+        real = getattr(ssm, name)
+        monkeypatch.setattr(ssm, name, lambda *a, _f=real: chunks.append(a[-1]) or _f(*a))
+    torch.manual_seed(0)
+    ssm.Mamba2Mixer(32, 4, ssm.Mamba2Spec(d_state=4))(torch.randn(1, 3, 32))
+    ssm.MambaMixer(32, ssm.MambaSpec(d_state=4))(torch.randn(1, 3, 32))
+    assert chunks == [64, 16]
