@@ -173,3 +173,16 @@ def test_the_documented_chunk_sizes_reach_the_scans(monkeypatch):
     ssm.Mamba2Mixer(32, 4, ssm.Mamba2Spec(d_state=4))(torch.randn(1, 3, 32))
     ssm.MambaMixer(32, ssm.MambaSpec(d_state=4))(torch.randn(1, 3, 32))
     assert chunks == [64, 16]
+
+
+def test_jambas_inner_norms_compute_in_float32_for_half_inputs():
+    """Jamba's dt, B and C RMSNorms cast a bfloat16 input up to float32, normalise, and cast
+    the result back (then the float32 scale): not bfloat16 arithmetic throughout."""
+    from variantlab_plugins.ssm import MambaMixer, MambaSpec
+
+    mixer = MambaMixer(32, MambaSpec(d_state=8, dt_rank=8, inner_norms=True))
+    y = (3 * torch.randn(64, 8, generator=torch.Generator().manual_seed(9))).to(torch.bfloat16)
+    up = y.float()
+    want = (up / torch.sqrt(up.pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.bfloat16).float()
+    for norm in (mixer.dt_layernorm, mixer.b_layernorm, mixer.c_layernorm):
+        assert torch.equal(norm(y), want)
