@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import variantlab as vl
-from variantlab.model.positions import Positions, position_ids_from_mask
+from variantlab.model.positions import Positions, accepts, position_ids_from_mask
 from variantlab_plugins.rotary import ALiBiPositions, RotaryPositions, alibi_slopes
 
 REG = vl.get_registry()
@@ -208,3 +208,210 @@ def test_none_positional_is_the_no_op_contract():
     x = torch.randn(2, 3, 4)
     assert pos(x) is x and pos.rotate(x, x) == (x, x)
     assert pos.score_bias(2, 3, 3, x.device, x.dtype) is None
+
+
+def test_flags_say_which_schemes_act_in_attention():
+    """``rotates`` / ``biases`` / ``acts_in_attention`` of every scheme (the contract a model
+    reads to tell whether its attention must cooperate)."""
+    learned = REG.get("positional", "learned")
+    cases = [(Positions(), False, False), (RotaryPositions(), True, False),
+             (ALiBiPositions(), False, True),
+             (learned.build(learned.spec_cls(), emb_dim=4, context_length=8), False, False)]
+    for pos, rotates, biases in cases:
+        assert (pos.rotates, pos.biases) == (rotates, biases), type(pos).__name__
+        assert pos.acts_in_attention is (rotates or biases), type(pos).__name__
+
+
+def test_accepts_reads_keywords_and_passes_nothing_to_builtins():
+    def named(spec, positions=None):
+        return spec
+
+    def var_keyword(spec, **options):
+        return spec
+
+    def plain(spec):
+        return spec
+
+    assert accepts(named, "positions") and accepts(var_keyword, "positions")
+    assert not accepts(named, "make_norm") and not accepts(plain, "positions")
+    assert accepts(max, "key") is False  # a builtin without a signature (ValueError)
+    assert accepts(42, "key") is False  # not callable at all (TypeError)
+
+
+def sinusoid_by_hand(length, dim):
+    """Vaswani et al. 2017, sec. 3.5: PE(pos, 2i) = sin(pos / 10000^(2i/D)),
+    PE(pos, 2i+1) = cos(pos / 10000^(2i/D)), written out entry by entry."""
+    pe = torch.zeros(length, dim, dtype=torch.float64)
+    for pos in range(length):
+        for col in range(dim):
+            angle = pos / 10000.0 ** (2 * (col // 2) / dim)
+            pe[pos, col] = math.sin(angle) if col % 2 == 0 else math.cos(angle)
+    return pe
+
+
+@pytest.mark.parametrize("dim, scale_embeddings", [(6, True), (5, True), (6, False)])
+def test_sinusoidal_positions_match_the_formula(dim, scale_embeddings):
+    comp = REG.get("positional", "sinusoidal")
+    spec = comp.spec_cls.model_validate({"scale_embeddings": scale_embeddings})
+    pos = comp.build(spec, emb_dim=dim, context_length=7)
+    want = sinusoid_by_hand(7, dim).float()
+    x = torch.randn(2, 4, dim)
+    factor = math.sqrt(dim) if scale_embeddings else 1.0
+    torch.testing.assert_close(pos(x), x * factor + want[:4])
+    ids = torch.tensor([[6, 0, 3, 3], [1, 2, 5, 4]])
+    torch.testing.assert_close(pos(x, position_ids=ids), x * factor + want[ids])
+    assert "pe" not in pos.state_dict()  # a fixed table, not a checkpointed tensor
+
+
+def test_sinusoidal_frequencies_hold_at_far_positions():
+    """Position 2047 multiplies a wrong frequency's error by 2047: a base of 10001 for 10000
+    moves the angles there by 1e-3."""
+    comp = REG.get("positional", "sinusoidal")
+    pos = comp.build(comp.spec_cls(scale_embeddings=False), emb_dim=6, context_length=2048)
+    ids = torch.tensor([[1000, 2047]])
+    want = torch.tensor([[[math.sin(p / 10000.0 ** (c // 2 * 2 / 6)) if c % 2 == 0
+                           else math.cos(p / 10000.0 ** (c // 2 * 2 / 6)) for c in range(6)]
+                          for p in (1000, 2047)]])
+    torch.testing.assert_close(pos(torch.zeros(1, 2, 6), position_ids=ids), want,
+                               atol=1e-4, rtol=0)  # float32 angles near 95 rad: ~1e-5 off
+
+
+def test_sinusoidal_scales_embeddings_by_default():
+    spec = REG.get("positional", "sinusoidal").spec_cls()
+    assert spec.scale_embeddings is True
+
+
+def test_the_registry_builds_each_scheme_from_its_spec():
+    def build(data):
+        comp = REG.get("positional", data["kind"])
+        return comp.build(comp.spec_cls.model_validate(data), emb_dim=4, context_length=8)
+
+    rope = build({"kind": "rotary", "theta": 500.0, "fraction": 0.5, "odd_rounding": "up"})
+    assert type(rope) is RotaryPositions
+    assert (rope.theta, rope.fraction, rope.odd_rounding) == (500.0, 0.5, "up")
+    assert type(build({"kind": "alibi"})) is ALiBiPositions
+    assert type(build({"kind": "none"})) is Positions
+    learned = build({"kind": "learned"})
+    assert learned.pos_emb.weight.shape == (8, 4)
+
+
+def test_rotary_spec_defaults_are_roformers():
+    spec = REG.get("positional", "rotary").spec_cls()
+    assert (spec.theta, spec.fraction, spec.odd_rounding) == (10000.0, 1.0, "down")
+    rope = RotaryPositions()
+    assert (rope.theta, rope.fraction, rope.odd_rounding) == (10000.0, 1.0, "down")
+    assert rope.extra_repr() == "theta=10000.0, fraction=1.0"
+    up = RotaryPositions(500.0, 0.25, "up")
+    assert up.extra_repr() == "theta=500.0, fraction=0.25, odd_rounding=up"
+
+
+@pytest.mark.parametrize("head_dim, fraction, refused", [
+    (5, 1.0, True),  # int(5 * 1.0) = 5, up: 6 dims of 5
+    (3, 1.0, True),  # 3 up: 4 dims of 3
+    (8, 0.875, False),  # 7 up: 8 dims, exactly the head
+    (6, 0.5, False),  # 3 up: 4 dims
+    (8, 1.0, False),  # even: nothing to round
+])
+@pytest.mark.parametrize("head_dim_from", ["attention", "emb_dim"])
+def test_odd_rounding_up_is_refused_only_past_the_head(head_dim, fraction, refused,
+                                                      head_dim_from):
+    """The head's width is the attention's head_dim when set, else emb_dim // n_heads;
+    odd_rounding down never rounds past the head."""
+    data = {"family": "gpt", "vocab_size": 64, "context_length": 16, "emb_dim": 16,
+            "n_heads": 2, "n_layers": 1, "attention": {"kind": "mha", "head_dim": head_dim},
+            "positional": {"kind": "rotary", "fraction": fraction, "odd_rounding": "up"}}
+    if head_dim_from == "emb_dim":
+        data.update(emb_dim=2 * head_dim, attention={"kind": "mha"})
+    down = {**data, "positional": {**data["positional"], "odd_rounding": "down"}}
+    assert vl.parse_model_spec(down, REG).positional.odd_rounding == "down"
+    if not refused:
+        assert vl.parse_model_spec(data, REG).positional.fraction == fraction
+        return
+    with pytest.raises(vl.SpecError) as info:
+        vl.parse_model_spec(data, REG)
+    (issue,) = info.value.issues
+    assert issue.loc == ("positional", "odd_rounding")
+    rot = int(head_dim * fraction)
+    assert issue.message == (f"rounding int({head_dim} * {fraction}) = {rot} up rotates "
+                             f"{rot + 1} dims, more than the head has ({head_dim}); use "
+                             "odd_rounding: down")
+
+
+@pytest.mark.parametrize("fraction", [0.0, -0.5, 1.01, 1.5])
+def test_a_rotary_fraction_outside_zero_to_one_is_refused(tiny, fraction):
+    with pytest.raises(vl.SpecError) as info:
+        vl.parse_model_spec({**tiny, "positional": {"kind": "rotary", "fraction": fraction}}, REG)
+    assert info.value.issues[0].loc == ("positional", "fraction")
+
+
+def test_rotary_walk_examples_are_valid_specs():
+    spec_cls = REG.get("positional", "rotary").spec_cls
+    for example in spec_cls.walk_examples:
+        spec = spec_cls.model_validate(example)
+        assert all(getattr(spec, key) == value for key, value in example.items())
+
+
+def test_alibi_is_refused_only_where_a_mixer_layer_has_no_scores(tiny):
+    """A layer of a causal sequence mixer computes no scores for ALiBi to bias; rotary stays
+    with the attention layers."""
+    layout = {"kinds": {"lin": {"attention": "linear_attention"}}, "layers": {0: "lin"}}
+    with pytest.raises(vl.SpecError) as info:
+        vl.parse_model_spec({**tiny, "positional": "alibi", "layout": layout}, REG)
+    assert [i.loc for i in info.value.issues] == [("layout", "kinds", "lin", "attention", "kind")]
+    assert "computes no attention scores for positional 'alibi'" in str(info.value)
+    spec = vl.parse_model_spec({**tiny, "positional": "rotary", "layout": layout}, REG)
+    assert spec.layer_spec(0).attention.kind == "linear_attention"
+
+
+def test_one_rotated_pair_when_a_single_dim_rounds_up():
+    """r = int(4 * 0.25) = 1: up rotates dims (0, 1) by pos * theta^0 = pos radians; down
+    rotates none (r - 1 = 0 dims) and returns its inputs."""
+    q = torch.randn(1, 2, 3, 4, dtype=torch.float64)
+    up, _ = RotaryPositions(10000.0, 0.25, "up").rotate(q, q)
+    want = q.clone()
+    for t in range(3):
+        want[..., t, 0] = q[..., t, 0] * math.cos(t) - q[..., t, 1] * math.sin(t)
+        want[..., t, 1] = q[..., t, 1] * math.cos(t) + q[..., t, 0] * math.sin(t)
+    torch.testing.assert_close(up, want)
+    down_q, down_k = RotaryPositions(10000.0, 0.25).rotate(q, q * 2)
+    assert down_q is q and torch.equal(down_k, q * 2)
+
+
+def test_default_angles_are_cached_per_length_and_the_cache_stays_bounded():
+    rope = RotaryPositions()
+    q = torch.randn(1, 1, 12, 4, dtype=torch.float64)
+    for t in range(1, 10):  # nine lengths: all kept
+        out, _ = rope.rotate(q[:, :, :t], q[:, :, :t])
+        torch.testing.assert_close(out, rope_by_hand(q[:, :, :t], range(t), 10000.0, 4))
+    assert sorted(key[1] for key in rope._cache) == list(range(1, 10))
+    out, _ = rope.rotate(q[:, :, :11], q[:, :, :11])  # a tenth clears the nine first
+    torch.testing.assert_close(out, rope_by_hand(q[:, :, :11], range(11), 10000.0, 4))
+    assert list(rope._cache) == [(4, 11, "cpu")]
+    again, _ = rope.rotate(q[:, :, :11], q[:, :, :11])  # cached: the same tensors
+    torch.testing.assert_close(again, out)
+
+
+def test_alibi_bias_of_fewer_queries_than_keys_ends_with_the_keys():
+    """T queries are the last T of S positions (query i at position i + S - T); a lone head
+    has slope 2^-8."""
+    bias = ALiBiPositions().score_bias(1, 2, 5, torch.device("cpu"), torch.float64)
+    distance = torch.tensor([[3, 2, 1, 0, 1], [4, 3, 2, 1, 0]], dtype=torch.float64)
+    assert bias.dtype == torch.float64 and bias.shape == (1, 2, 5)
+    torch.testing.assert_close(bias[0], -distance / 256)
+    torch.testing.assert_close(alibi_slopes(1), torch.tensor([2.0 ** -8]))
+    torch.testing.assert_close(alibi_slopes(3), torch.tensor([2.0 ** -4, 2.0 ** -8, 2.0 ** -2]))
+    # 12 heads: the 8-head slopes 2^-1 .. 2^-8, then 4 of the 16-head ones 2^-0.5, 2^-1, ...
+    torch.testing.assert_close(alibi_slopes(12), torch.tensor(
+        [2.0 ** -i for i in range(1, 9)] + [2.0 ** -(0.5 + i) for i in range(4)]))
+
+
+def test_a_nope_layer_may_drop_the_models_rotary(tiny):
+    """``none`` adds nothing and does nothing in attention: a layer kind may take it in
+    place of the model's rotary (SmolLM3's NoPE layers), and that layer rotates nothing."""
+    data = {**tiny, "positional": "rotary",
+            "layout": {"kinds": {"nope": {"positional": "none"}}, "layers": {0: "nope"}}}
+    spec = vl.parse_model_spec(data, REG)
+    assert spec.layer_spec(0).positional.kind == "none"
+    model = vl.build_model(spec, REG)
+    atts = [m for m in model.modules() if getattr(m, "variantlab_slot", "") == "attention"]
+    assert [type(a.positions) for a in atts] == [Positions, RotaryPositions]

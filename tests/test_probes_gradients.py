@@ -10,7 +10,8 @@ from variantlab.data import sources as datalib
 from variantlab.data.sources import SyntheticData
 from variantlab.model.build import resolve_spec
 from variantlab.model.tasks import task_for
-from variantlab.probes import run_probe
+from variantlab.probes import gradients, run_probe
+from variantlab.probes.gradients import GradientsSettings, grad_stats
 
 REG = vl.get_registry()
 
@@ -47,8 +48,10 @@ def hand_grads(tiny, seed, n):
     per_batch = []
     for b in batches:
         model.zero_grad()
-        task_for(spec, REG).loss(spec, model(**b.inputs), b).backward()
+        loss = task_for(spec, REG).loss(spec, model(**b.inputs), b)
+        loss.backward()
         per_batch.append({k: p.grad.clone() for k, p in model.named_parameters()})
+        per_batch[-1]["<loss>"] = loss.detach()
     return model, per_batch
 
 
@@ -82,6 +85,9 @@ def test_gradients_are_averaged_over_batches_before_the_norm(tiny):
     assert got == pytest.approx(float(mean_grad.norm()), rel=1e-5)
     mean_of_norms = sum(float(g[name].norm()) for g in grads) / 3
     assert got < mean_of_norms * 0.99  # not the average of per-batch norms
+    # the loss row is the mean of the three batches' losses
+    mean_loss = sum(float(g["<loss>"]) for g in grads) / 3
+    assert pick(rows, "loss", "model")[("", None)] == pytest.approx(mean_loss, rel=1e-6)
 
 
 def test_row_schema_and_residual_rms(tiny):
@@ -115,3 +121,101 @@ def test_nan_loss_raises_naming_the_variant(tiny, monkeypatch):
     with pytest.raises(FloatingPointError, match="non-finite outputs") as info:
         run_probe("gradients", spec, SETTINGS, seed=0, registry=REG)
     assert "norm layer" in str(info.value) and "family gpt" in str(info.value)
+    assert "the loss is nan on batch 1 of 1 at initialisation" in str(info.value)
+
+
+def test_default_settings():
+    """Eight rows of 128 positions, four batches, dropout on: the documented defaults."""
+    assert GradientsSettings().model_dump() == {
+        "batch_size": 8, "seq_len": 128, "batches": 4, "mode": "train"}
+
+
+def test_grad_stats_by_hand():
+    """Mean |g| divides by the element count (one element: by 1); no elements give zeros,
+    not a division by zero or a made-up maximum."""
+    one = grad_stats([torch.tensor([-3.0])])
+    assert one == {"mean_abs_grad": 3.0, "grad_norm": 3.0, "max_abs_grad": 3.0}
+    two = grad_stats([torch.tensor([3.0, -4.0]), torch.tensor([[0.0]])])
+    assert two == {"mean_abs_grad": 7.0 / 3, "grad_norm": 5.0, "max_abs_grad": 4.0}
+    assert grad_stats([torch.zeros(0)]) == {
+        "mean_abs_grad": 0.0, "grad_norm": 0.0, "max_abs_grad": 0.0}
+
+
+def test_device_left_unset_is_the_cpu(tiny, monkeypatch):
+    """``device`` None means the CPU (not ``auto``); a named device is passed on as named."""
+    asked = []
+
+    def spy(requested):
+        asked.append(requested)
+        return torch.device("cpu")
+
+    monkeypatch.setattr(gradients, "resolve_device", spy)
+    spec = resolve_spec(tiny, REG)
+    gradients.run(spec, GradientsSettings(**SETTINGS), seed=0, registry=REG)
+    gradients.run(spec, GradientsSettings(**SETTINGS), seed=0, registry=REG, device="cuda:3")
+    assert asked == ["cpu", "cuda:3"]
+
+
+def test_mode_switches_dropout(tiny):
+    """With dropout 0.5, eval mode gives the dropout-free gradient of a hand-run model in eval
+    mode; train mode gives the hand-run model's in train mode (same seed: same masks)."""
+    spec = {**tiny, "drop_rate": 0.5}
+    name = "trf_blocks.1.ff.sublayer.layers.0.weight"
+    _, (train,) = hand_grads(spec, 4, 1)  # a freshly built model is in train mode
+    resolved = resolve_spec(spec, REG)
+    torch.manual_seed(4)
+    model = vl.build_model(resolved, REG).eval()
+    (b,) = datalib.batches(SyntheticData(), resolved, 2, 8, 1, seed=4, registry=REG)
+    task_for(resolved, REG).loss(resolved, model(**b.inputs), b).backward()
+    clean = float(dict(model.named_parameters())[name].grad.norm())
+    norms = {mode: pick(run_probe("gradients", spec, {**SETTINGS, "mode": mode}, seed=4,
+                                  registry=REG), "grad_norm", "parameter")[(name, 1)]
+             for mode in ("eval", "train")}
+    assert norms["eval"] == pytest.approx(clean, rel=1e-5)
+    assert norms["train"] == pytest.approx(float(train[name].norm()), rel=1e-5)
+    assert norms["train"] != pytest.approx(clean, rel=1e-2)
+
+
+def test_frozen_parameters_are_skipped_and_the_rest_measured(tiny, monkeypatch):
+    """A parameter without requires_grad gets no row; every parameter after it still does."""
+    build = gradients.make_model
+
+    def frozen_embedding(*args, **kwargs):
+        model = build(*args, **kwargs)
+        model.embed.tok_emb.weight.requires_grad_(False)
+        return model
+
+    monkeypatch.setattr(gradients, "make_model", frozen_embedding)
+    rows = run_probe("gradients", tiny, SETTINGS, seed=0, registry=REG)
+    names = {name for name, _ in pick(rows, "grad_norm", "parameter")}
+    model = vl.build_model(tiny, REG)
+    assert names == {n for n, _ in model.named_parameters()} - {"embed.tok_emb.weight"}
+
+
+def test_weights_row_takes_every_weight_tensor_of_two_or_more_dims(tiny):
+    """Layer 1's ``weights`` row: the projections, the feedforward matrices and the
+    depthwise conv's (32, 1, 3) kernel; not the batch norm's 1-D ``bn.weight`` nor biases."""
+    spec = {**tiny, "norm": "batch", "attention": {"kind": "short_conv", "width": 3}}
+    with pytest.warns(UserWarning, match="batch statistics"):
+        rows = run_probe("gradients", spec, SETTINGS, seed=3, registry=REG)
+        _, (g,) = hand_grads(spec, 3, 1)
+    names = ["att.sublayer.W_in.weight", "att.sublayer.conv.weight",
+             "att.sublayer.out_proj.weight", "ff.sublayer.layers.0.weight",
+             "ff.sublayer.layers.2.weight"]
+    mats = [g[f"trf_blocks.1.{n}"] for n in names]
+    expected = sum(float(v.abs().sum()) for v in mats) / (2 * 32 * 32 + 32 * 3 + 2 * 128 * 32)
+    assert pick(rows, "mean_abs_grad", "layer")[("weights", 1)] == pytest.approx(expected, rel=1e-5)
+
+
+def test_residual_rms_is_the_mean_over_batches(tiny):
+    """Two batches: layer 0's residual_rms is the mean of its two outputs' RMS."""
+    spec = resolve_spec(tiny, REG)
+    rows = run_probe("gradients", tiny, {**SETTINGS, "batches": 2}, seed=1, registry=REG)
+    torch.manual_seed(1)
+    model = vl.build_model(spec, REG)
+    rms = []
+    for batch in datalib.batches(SyntheticData(), spec, 2, 8, 2, seed=1, registry=REG):
+        with torch.no_grad():
+            h = model.trf_blocks[0](model.embed(batch.inputs["idx"]))
+        rms.append(float(h.pow(2).mean().sqrt()))
+    assert pick(rows, "residual_rms", "layer")[("", 0)] == pytest.approx(sum(rms) / 2, rel=1e-5)

@@ -1,9 +1,13 @@
 """params probe: totals, per slot, per layer, tied weights once."""
 
+from types import SimpleNamespace
+
 import pytest
+import torch
 
 import variantlab as vl
 from variantlab.probes import run_probe
+from variantlab.probes.params import state_rows
 
 REG = vl.get_registry()
 
@@ -79,3 +83,49 @@ def test_untagged_parameters_fall_under_other():
     # each Linear sits in a residual wrapper, the innermost tagged module
     assert set(k[0] for k in slots) == {"residual"}
     assert slots[("residual", None)] == 4 * (9 + 3) + (3 + 1)
+
+
+class _Mixer(torch.nn.Module):
+    """A slot module that keeps ``per_t * t`` numbers after t tokens (when ``sized``)."""
+
+    def __init__(self, slot, causal, per_t, sized=True):
+        super().__init__()
+        self.variantlab_slot, self.lin = slot, torch.nn.Linear(2, 2)
+        if causal is not None:
+            self.causal = causal
+        self.state_size = (lambda t: per_t * t) if sized else per_t
+
+
+def test_state_bytes_count_only_causal_attention_with_a_state_size():
+    """Of five state-keeping modules in layer 0, only the causal attention one counts: 3
+    numbers a token, 8 tokens, 4 bytes each (float32) = 96 bytes, growing 12 a token. Not an
+    attention marked non-causal (5), one with no ``causal`` flag (7), a causal feedforward
+    (11), nor a causal attention whose ``state_size`` is a number, not a method."""
+    layer = torch.nn.Module()
+    layer.variantlab_layer = 0
+    layer.a = _Mixer("attention", True, 3)
+    layer.b = _Mixer("attention", False, 5)
+    layer.c = _Mixer("attention", None, 7)
+    layer.d = _Mixer("feedforward", True, 11)
+    layer.e = _Mixer("attention", True, 13, sized=False)
+    model = torch.nn.Module()
+    model.layer = layer
+    model.variantlab_spec = SimpleNamespace(context_length=8)
+    rows = state_rows(model)
+    assert by(rows, "state_bytes") == {("", None): 96}
+    assert by(rows, "state_bytes_per_token") == {("", None): 12}
+    assert by(rows, "state_bytes", "layer") == {("", 0): 96}
+
+
+def test_no_state_rows_without_a_context_length_or_parameters():
+    """A model with no spec, or with no parameter to read the dtype from, has no state rows
+    (and never calls ``state_size``)."""
+    layer = torch.nn.Module()
+    layer.variantlab_layer = 0
+    layer.a = _Mixer("attention", True, 3)
+    model = torch.nn.Module()
+    model.layer = layer
+    assert state_rows(model) == []  # no variantlab_spec: context length unknown
+    empty = torch.nn.Module()
+    empty.variantlab_spec = SimpleNamespace(context_length=8)
+    assert state_rows(empty) == []  # no parameters

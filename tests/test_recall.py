@@ -123,3 +123,28 @@ def test_preflight_refuses_pairs_that_fill_the_probes_rows():
     errors, _ = data_problems(exp, exp.doc)
     assert len(errors) == 2 and all("leaving no query" in e and "grid.data.n_pairs" in e
                                     for e in errors)
+
+
+def test_recall_accuracy_reads_every_recall_batch_after_a_plain_one():
+    """A batch without a mask is skipped, not the end of the list: [plain, recall] scores
+    the recall batch (3 of its 6 queries right: 0.5)."""
+    b = batches(SyntheticData(task="recall", n_pairs=3, seq_len=12), SPEC, 2, 12, 1, seed=0,
+                registry=REG)[0]
+    plain = batches(SyntheticData(), SPEC, 2, 12, 1, seed=0, registry=REG)[0]
+    half = b.extra["recall_mask"].clone()
+    half[1] = False
+    assert recall_accuracy(Oracle(b, half), [plain, b], torch.device("cpu")) == 0.5
+
+
+def test_an_answer_above_the_value_is_wrong():
+    """recall_hits counts exact matches only: predicting value + 1 (or value - 1 at the top of
+    the vocabulary) at every queried key scores 0 of the 6 queries, whatever side it errs on."""
+    from variantlab.probes.recall import recall_hits
+
+    b = batches(SyntheticData(task="recall", n_pairs=3, seq_len=12), SPEC, 2, 12, 1, seed=0,
+                registry=REG)[0]
+    off = torch.where(b.target < 31, b.target + 1, b.target - 1)  # (B, T), never the value
+    logits = torch.nn.functional.one_hot(off, 32).float()  # (B, T, V)
+    assert recall_hits(logits, b) == (0, 6)
+    right = torch.nn.functional.one_hot(b.target, 32).float()
+    assert recall_hits(right, b) == (6, 6)

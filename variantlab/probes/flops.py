@@ -21,11 +21,11 @@ FLOP_FORMULA = "6N + 12*L*H*Q*T per token (PaLM app. B; nanoGPT estimate_mfu); f
 # substrings of torch.cuda.get_device_name(), most specific first.
 # Columns: bf16/fp16 tensor cores, tf32 tensor cores, fp32 (CUDA cores).
 PEAK_FLOPS: list[tuple[str, dict[str, float]]] = [
+    ("GH200", {"half": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12}),
     ("H200", {"half": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12}),
     ("H100 PCIe", {"half": 756.0e12, "tf32": 378.0e12, "fp32": 51.2e12}),
     ("H100 NVL", {"half": 835.0e12, "tf32": 417.5e12, "fp32": 60.0e12}),
     ("H100", {"half": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12}),  # SXM
-    ("GH200", {"half": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12}),
     ("A100", {"half": 312.0e12, "tf32": 156.0e12, "fp32": 19.5e12}),
     ("L40S", {"half": 362.1e12, "tf32": 183.0e12, "fp32": 91.6e12}),
     ("L4", {"half": 121.0e12, "tf32": 60.0e12, "fp32": 30.3e12}),
