@@ -6,8 +6,10 @@ mutation runner (docs/mutation.md) can afford them per mutant."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -196,6 +198,9 @@ def test_main_effects_rank_within_metrics_in_their_order_nan_last():
     nan = _row(main, "a", "z", "m_2")
     assert all(math.isnan(v) for v in nan[:3]) and nan[3] == 0
     assert _row(main, "a", "z", "m") == pytest.approx((-0.5, -0.5, -0.5, 3), abs=1e-9)
+    grid.axes["a"] = ["x", "z", "y"]  # the NaN effect first: still after the zero one
+    main = main_effects(grid, _values(grid, {"m_2": m2}))
+    assert list(main["value"]) == ["y", "z"]
 
 
 def test_a_difference_of_exactly_the_rounding_counts_as_zero():
@@ -236,24 +241,49 @@ def test_seeds_of_other_runs_are_paired_apart():
 def test_top_axes_rank_by_the_largest_effect_of_any_value():
     grid = _grid({"a": ["x", "y", "z"], "b": ["p", "q"], "c": ["u"], "d": ["s", "t"]},
                  {"a": "x", "b": "p", "c": "u", "d": "s"}, ["m"])
-    effects = pd.DataFrame({"axis": ["a", "a", "b", "c", "b"], "value": ["y", "z", "q", "u", "q"],
-                            "metric": ["m", "m", "m", "m", "other"],
-                            "effect": [0.1, -0.5, 0.3, 9.0, 7.0]})
+    effects = pd.DataFrame({"axis": ["a", "a", "b", "c", "b", "d"],
+                            "value": ["y", "z", "q", "u", "q", "t"],
+                            "metric": ["m", "m", "m", "m", "other", "a_metric"],
+                            "effect": [0.1, -0.5, 0.3, 9.0, 7.0, 8.0]})
     assert top_axes(grid, effects, "m") == ["a", "b", "d"]
     assert top_axes(grid, effects, "m", k=2) == ["a", "b"]
     assert top_axes(grid, effects, "other", k=1) == ["b"]
     assert top_axes(grid, effects, "other", k=3) == ["b", "a", "d"]  # no effect: grid order
+    # an axis without an effect comes after one whose effect is 0, wherever it is listed
+    zero = pd.DataFrame({"axis": ["b"], "value": ["q"], "metric": ["m"], "effect": [0.0]})
+    assert top_axes(grid, zero, "m") == ["b", "a", "d"]
+
+
+def _junk(*_: object) -> float:
+    return 50.0
 
 
 def test_interactions_are_the_paired_contrast_per_seed():
     grid = _grid({"a": ["x", "y", "z"], "b": ["p", "q"]}, {"a": "x", "b": "p"}, ["m"])
-    pairs = interactions(grid, _values(grid, {"m": _value}), "m", ["a", "b"])
+    values = _values(grid, {"a_metric": _junk, "m": _value, "z_metric": _junk})
+    pairs = interactions(grid, values, "m", ["a", "b"])
     assert list(pairs["axis"]) == ["a × b", "a × b"]
     assert list(pairs["value"]) == ["y × q", "z × q"]  # by |contrast|
     yq = [0.3 + 0.02 * s for s in SEEDS]
     assert _row(pairs, "a × b", "y × q", "m") == pytest.approx(_t_interval(yq, T2), rel=1e-9)
     assert _row(pairs, "a × b", "z × q", "m") == pytest.approx((-0.1, -0.1, -0.1, 3), abs=1e-9)
     assert not len(interactions(grid, _values(grid, {"m": _value}), "m", ["a"]))
+    # baselines listed last: every other value pairs with them
+    last = replace(grid, baseline={"a": "y", "b": "q"})
+    pairs = interactions(last, values, "m", ["a", "b"])
+    assert list(pairs["value"]) == ["z × p", "x × p"]
+    zp = [0.4 + 0.02 * s for s in SEEDS]  # -I(z, q) + I(y, q)
+    assert _row(pairs, "a × b", "z × p", "m") == pytest.approx(_t_interval(zp, T2), rel=1e-9)
+    xp = [0.3 + 0.02 * s for s in SEEDS]  # I(y, q)
+    assert _row(pairs, "a × b", "x × p", "m") == pytest.approx(_t_interval(xp, T2), rel=1e-9)
+    # a cell with no finite value: its contrast is there, without a number
+    # (listed first, ranked after the zero contrast)
+    gaps = _values(grid, {"m": lambda a, b, s: math.nan if (a, b) == ("y", "q") else 1.0})
+    pairs = interactions(grid, gaps, "m", ["a", "b"])
+    assert list(pairs["value"]) == ["z × q", "y × q"]
+    assert _row(pairs, "a × b", "z × q", "m") == (0.0, 0.0, 0.0, 3)
+    nan = _row(pairs, "a × b", "y × q", "m")
+    assert all(math.isnan(v) for v in nan[:3]) and nan[3] == 0
 
 
 def test_interactions_of_three_axes_pair_over_the_third():
@@ -424,3 +454,61 @@ def test_label_of_names_headline_metrics_and_keeps_others():
     assert label_of("backward_median_s") == "forward+backward time (ms)"
     assert label_of("grad_norm_ratio.all") == "last/first grad norm"
     assert label_of("my_metric") == "my_metric"
+
+
+# --- survivors of the first mutation run (docs/mutation.md) ----------------------------------
+
+
+def test_headline_directions_are_the_metrics_own():
+    from variantlab.config.metrics import direction
+
+    want = {"lower": True, "higher": False, None: None}
+    assert [(m, lower) for m, _, lower in HEADLINE] == [(m, want[direction(m)])
+                                                       for m, _, _ in HEADLINE]
+
+
+def test_interactions_are_among_the_three_top_axes():
+    grid4 = {f"ax{i}": ["a", "b"] for i in range(4)}
+    cells = [dict(zip(grid4, c)) for c in itertools.product(*grid4.values())]
+    rows = [(f"v{i}", s, "eval_loss", 3.0 + sum((c[f"ax{k}"] == "b") * 0.1 * (k + 1)
+                                                for k in range(4)) + 0.01 * s)
+            for i, c in enumerate(cells) for s in (0, 1)]
+    effects = compute_effects(_data(grid4, cells), _per_seed(rows))
+    assert effects is not None and effects.top == ["ax3", "ax2", "ax1"]
+    assert sorted(effects.pairs["axis"]) == ["ax2 × ax1", "ax3 × ax1", "ax3 × ax2"]
+
+
+NAMED_YAML = "grid:\n  norm.kind: {pre: layer, root: rms}\n  emb_dim: [32, 64]\n"
+
+
+def _named(first: str) -> ReportData:
+    """Run ``r`` (named norm values, compare_on recall accuracy) after a run ``first``
+    without a grid whose variants set the same overrides, and one more path."""
+    data = _data(GRID, CELLS, compare_on="recall_accuracy")
+    data.runs[-1] = replace(data.runs[-1], yaml=NAMED_YAML)
+    data.runs.insert(0, RunMeta(experiment=first, run=first))
+    old = pd.DataFrame({"run": first, "variant": ["old0", "old1", "old2"],
+                        "overrides": [CELLS[3], CELLS[0], {"drop_rate": 0.1}],
+                        "spec": [{}, {}, {}]})
+    data.variants = pd.concat([old, data.variants], ignore_index=True)
+    return data
+
+
+@pytest.mark.parametrize("first", ["a", "zzz"])
+def test_the_grid_reads_its_own_runs_labels_and_variants_only(first):
+    grid = find_grid(_named(first))
+    assert grid is not None and grid.run == "r"
+    assert grid.axes["norm.kind"] == ["pre", "root"]
+    assert list(grid.cells["variant"]) == ["v0", "v1", "v2", "v3"]
+    assert set(grid.cells["run"]) == {"r"}
+    assert grid.roles == {"norm.kind": "compared", "emb_dim": "condition"}  # not drop_rate
+    data = _named(first)
+    assert lead_with(data, grid, {"recall_accuracy"})[0] == ("recall_accuracy",
+                                                             "recall accuracy", False)
+
+
+def test_variants_that_set_more_or_fewer_axes_than_the_grid_are_not_cells():
+    overs = [{"norm.kind": "rms", "emb_dim": 32, "drop_rate": 0.1}, {"norm.kind": "rms"},
+             "junk", *CELLS]
+    grid = find_grid(_data(GRID, overs))
+    assert grid is not None and list(grid.cells["variant"]) == ["v3", "v4", "v5", "v6"]
