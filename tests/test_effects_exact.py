@@ -310,7 +310,8 @@ def test_cell_means_are_over_seeds_and_other_axes_in_grid_order():
     def m(a: str, b: str, c: str, s: int) -> float:
         return {"x": 1.0, "z": 3.0}[a] + {"p": 0.0, "q": 10.0}[b] + (c == "v") + s
 
-    table = cell_means(grid, _values(grid, {"m": m, "other": lambda *_: 99.0}), "m", "a", "b")
+    table = cell_means(grid, _values(grid, {"a_metric": _junk, "m": m, "other": _junk}), "m",
+                       "a", "b")
     assert list(table.index) == ["z", "x"] and list(table.columns) == ["q", "p"]
     # mean over c (0 or 1) and seeds 0..2: +0.5 + 1
     assert table.loc["z", "q"] == pytest.approx(14.5) and table.loc["x", "p"] == pytest.approx(2.5)
@@ -321,10 +322,11 @@ def test_cell_means_are_over_seeds_and_other_axes_in_grid_order():
 
 
 def _data(grid: dict, overrides: list, baseline: str = "", runs: list | None = None,
-          compare_on: str = "", roles: dict | None = None) -> ReportData:
+          compare_on: str = "", roles: dict | None = None,
+          names: list[str] | None = None) -> ReportData:
     meta = RunMeta(experiment="e", run="r", grid=grid, seeds=[0, 1], compare_on=compare_on,
                    roles=roles)
-    names = [f"v{i}" for i in range(len(overrides))]
+    names = names or [f"v{i}" for i in range(len(overrides))]
     variants = pd.DataFrame({"run": "r", "variant": names, "overrides": overrides,
                              "spec": [{}] * len(names)})
     others = [RunMeta(experiment=r, run=r) for r in (runs or [])]
@@ -348,6 +350,9 @@ def test_the_grid_is_its_runs_cells_with_the_baseline_and_roles():
     assert grid.baseline == {"norm.kind": "rms", "emb_dim": "64"}  # v3's values
     assert grid.roles == {"norm.kind": "compared", "emb_dim": "condition"}
     assert find_grid(_data(GRID, overs)).baseline == {"norm.kind": "layer", "emb_dim": "32"}
+    # the baseline variant by its name, wherever the names sort
+    named = find_grid(_data(GRID, CELLS, baseline="mid", names=["zeta", "alpha", "mid", "beta"]))
+    assert named is not None and named.baseline == {"norm.kind": "rms", "emb_dim": "32"}
     tuned = find_grid(_data(GRID, CELLS, roles={"norm.kind": "tuned"}))
     assert tuned is not None and tuned.roles == {"norm.kind": "tuned", "emb_dim": "condition"}
 
@@ -412,7 +417,9 @@ def test_compute_effects_picks_the_first_moved_metric_and_its_top_axes():
     assert list(effects.pairs["value"]) == ["rms × 64"]
     assert _row(effects.pairs, "norm.kind × emb_dim", "rms × 64", "eval_loss")[0] == \
         pytest.approx(0.0, abs=1e-12)
-    assert len(effects.csv_frame()) == len(effects.main) + 1
+    both = effects.csv_frame()
+    assert len(both) == len(effects.main) + 1 and list(both.index) == list(range(len(both)))
+    assert list(both["axis"])[-1] == "norm.kind × emb_dim"
     # a grid whose headline does not move: the first metric that does leads
     flat = [(v, s, "eval_loss", 3.0) if m == "eval_loss" else (v, s, m, x)
             for v, s, m, x in rows]
@@ -420,6 +427,11 @@ def test_compute_effects_picks_the_first_moved_metric_and_its_top_axes():
     assert moved is not None and moved.primary == "total" and moved.top == ["emb_dim",
                                                                             "norm.kind"]
     assert not moved.several_runs
+    # a headline whose effects have no number has not moved either
+    gaps = [(v, s, m, math.nan if m == "eval_loss" and v != "v0" else x) for v, s, m, x in rows]
+    moved = compute_effects(_data(GRID, CELLS), _per_seed(gaps))
+    assert moved is not None and moved.primary == "total"
+    assert math.isnan(_row(moved.main, "norm.kind", "rms", "eval_loss")[0])
     still = [(v, s, m, 1.0) for v, s, m, _ in rows]
     nothing = compute_effects(_data(GRID, CELLS), _per_seed(still))
     assert nothing is not None and nothing.primary == "eval_loss"
@@ -448,6 +460,12 @@ def test_effects_csv_lists_main_effects_then_interactions_with_roles():
         "emb_dim,64,eval_loss,-0.125,-0.125,-0.125,2,condition",
         "norm.kind × emb_dim,rms × 64,eval_loss,0,0,0,2,compared × condition",
     ]
+
+
+def test_effects_are_of_one_run_unless_told():
+    grid = _grid({"a": ["x", "y"]}, {"a": "x"}, ["m"])
+    empty = pd.DataFrame(columns=["axis", "value", "metric", "effect", "low", "high", "n"])
+    assert Effects(grid, empty, empty, "m", [], pd.DataFrame()).several_runs is False
 
 
 def test_label_of_names_headline_metrics_and_keeps_others():
@@ -486,7 +504,7 @@ def _named(first: str) -> ReportData:
     without a grid whose variants set the same overrides, and one more path."""
     data = _data(GRID, CELLS, compare_on="recall_accuracy")
     data.runs[-1] = replace(data.runs[-1], yaml=NAMED_YAML)
-    data.runs.insert(0, RunMeta(experiment=first, run=first))
+    data.runs.insert(0, RunMeta(experiment=first, run=first, roles={"emb_dim": "compared"}))
     old = pd.DataFrame({"run": first, "variant": ["old0", "old1", "old2"],
                         "overrides": [CELLS[3], CELLS[0], {"drop_rate": 0.1}],
                         "spec": [{}, {}, {}]})

@@ -51,7 +51,7 @@ def _t_interval(values: list[float], t: float = T1) -> tuple[float, float, float
 
 def _data(grid: dict, metrics: dict[str, Fn], *, seeds=(0, 1), extra=(), compare_on="",
           init: float | None = 4.0, improving: Fn | None = None, baseline="",
-          meta_seeds=True, roles=None, other_run=False) -> ReportData:
+          meta_seeds=True, roles=None, other_run="") -> ReportData:
     """A run over ``grid`` (plus ``extra`` variants' overrides): per variant and seed the
     training probe's model rows ``metrics[m](overrides, seed)`` (None: no row), ``diverged``
     (1 where the first metric is NaN), the loss at step 0 ``init`` and ``still_improving``
@@ -84,16 +84,17 @@ def _data(grid: dict, metrics: dict[str, Fn], *, seeds=(0, 1), extra=(), compare
             if improving is not None and (imp := improving(over, s)) is not None:
                 row(name, s, "still_improving", imp)
                 row(name, s, "still_improving", 1 - imp, step=3)  # a curve's point: not it
-            for metric in metrics:  # another probe's and another run's rows: never read
+            for metric in metrics:  # other probes' and another run's rows: never read
                 row(name, s, metric, -50.0, probe="gradients")
+                row(name, s, metric, -60.0, probe="zz_probe")
                 if other_run:
-                    row(name, s, metric, -70.0, run="old")
+                    row(name, s, metric, -70.0, run=other_run)
     variants = pd.DataFrame({"run": "r", "variant": names, "overrides": overs,
                              "spec": [{"emb_dim": 32, "activation": {"kind": "gelu"}}] * len(names)})
     runs = [meta]
     if other_run:  # an earlier run without a tuned axis comes first
-        runs.insert(0, RunMeta(experiment="e", run="old", grid={ACT: ["gelu", "relu"]}))
-        old = pd.DataFrame({"run": "old", "variant": ["v0", "v1"],
+        runs.insert(0, RunMeta(experiment="e", run=other_run, grid={ACT: ["gelu", "relu"]}))
+        old = pd.DataFrame({"run": other_run, "variant": ["v0", "v1"],
                             "overrides": [{ACT: "gelu"}, {ACT: "relu"}], "spec": [{}, {}]})
         variants = pd.concat([old, variants], ignore_index=True)
     return ReportData(runs=runs, variants=variants, units=pd.DataFrame(), rows=pd.DataFrame(rows),
@@ -132,8 +133,9 @@ def _sweep(**kw: Any) -> Sweep:
     return sweep
 
 
-def test_the_sweep_holds_each_variant_and_seed_of_the_tuned_run():
-    sweep = _sweep(other_run=True, baseline="v4")
+@pytest.mark.parametrize("other", ["old", "zzz"])
+def test_the_sweep_holds_each_variant_and_seed_of_the_tuned_run(other):
+    sweep = _sweep(other_run=other, baseline="v4")
     assert sweep.run == "r" and sweep.setting_axes == [LR] and sweep.arch_axes == [ACT]
     assert sweep.archs == ["activation=gelu", "activation=relu"]
     assert sweep.baseline == "activation=relu"  # the baseline variant's compared variant
@@ -229,6 +231,11 @@ def test_a_run_without_held_out_rows_is_chosen_and_reported_on_eval_loss():
     assert sweep is not None and (sweep.chosen_on, sweep.reported_on) == ("eval_loss",
                                                                           "eval_loss")
     assert sweep.optimistic
+    # chosen on eval_loss (no val_loss), reported on test_loss: not the same column
+    sweep = find_sweep(_data(GRID, {"eval_loss": ev, "test_loss": ev}), "training")
+    assert sweep is not None and (sweep.chosen_on, sweep.reported_on) == ("eval_loss",
+                                                                          "test_loss")
+    assert not sweep.optimistic
     assert find_sweep(_data(GRID, {"best_loss": ev}), "training") is None
     no_tuned = {ACT: ["gelu", "relu"], "emb_dim": [32, 64]}
     assert find_sweep(_data(no_tuned, {"val_loss": ev, "test_loss": ev}), "training") is None
@@ -251,6 +258,10 @@ def test_an_untuned_sweep_is_the_first_run_with_conditions_and_no_tuned_axis():
                            "activation=relu (emb_dim=32)", "activation=relu (emb_dim=64)"]
     assert sweep.conditions == {"emb_dim=32": {"emb_dim": 32}, "emb_dim=64": {"emb_dim": 64}}
     assert not sweep.same_size("activation=gelu (emb_dim=32)", "activation=gelu (emb_dim=64)")
+    assert not sweep.same_size("activation=gelu (emb_dim=64)", "activation=gelu (emb_dim=32)")
+    assert sweep.same_size("activation=gelu (emb_dim=64)", "activation=relu (emb_dim=64)")
+    assert sweep.groups_of("emb_dim=32") == ["activation=gelu (emb_dim=32)",
+                                             "activation=relu (emb_dim=32)"]
     frame = tuned_frame(sweep)
     assert list(frame["variant"]) == ["activation=gelu", "activation=gelu", "activation=relu",
                                       "activation=relu"]
@@ -341,6 +352,52 @@ def test_a_compare_on_metric_not_recorded_falls_back_to_the_loss():
                              compare_on="recall_accuracy"), "training")
     assert sweep is not None and sweep.wanted == "recall_accuracy"
     assert sweep.head.name == "loss" and sweep.chosen_on == "val_loss"
+
+
+def test_a_compare_on_metric_half_recorded_falls_back_to_the_loss():
+    def v(over: dict, s: int) -> float:
+        return VAL[(over[ACT], over[LR])]
+
+    sweep = find_sweep(_data(GRID, {"val_loss": v, "test_loss": v, "test_recall_accuracy": v},
+                             compare_on="recall_accuracy"), "training")
+    assert sweep is not None and sweep.wanted == "recall_accuracy"
+    assert (sweep.chosen_on, sweep.reported_on) == ("val_loss", "test_loss")
+
+
+class _Probe:
+    name = "scorer"
+    metrics = (("accuracy", "higher"),)
+
+
+class _Registry:
+    def probes(self) -> list:
+        return [_Probe()]
+
+
+def test_a_plugin_headline_not_recorded_falls_back_to_the_loss():
+    def v(over: dict, s: int) -> float:
+        return VAL[(over[ACT], over[LR])]
+
+    data = _data(GRID, {"val_loss": v, "test_loss": v}, compare_on="accuracy")
+    data.registry = _Registry()
+    sweep = find_sweep(data, "training")
+    assert sweep is not None and sweep.wanted == "accuracy" and sweep.head.name == "loss"
+
+
+def test_a_tuned_model_key_without_a_dot_is_no_lr_axis():
+    grid = {ACT: ["gelu", "relu"], "drop_rate": [0.0, 0.1], LR: [0.01, 0.1]}
+
+    def v(over: dict, s: int) -> float:
+        return 3.0 - over["drop_rate"] - over.get(LR, 0.0)
+
+    sweep = find_sweep(_data(grid, {"val_loss": v, "test_loss": v},
+                             roles={"drop_rate": "tuned"}), "training")
+    assert sweep is not None and sweep.setting_axes == ["drop_rate", LR]
+    assert sweep.lr_axis == LR
+    alone = {ACT: ["gelu", "relu"], "drop_rate": [0.0, 0.1]}
+    sweep = find_sweep(_data(alone, {"val_loss": v, "test_loss": v},
+                             roles={"drop_rate": "tuned"}), "training")
+    assert sweep is not None and sweep.lr_axis is None
 
 
 def test_seeds_come_from_the_rows_when_the_meta_has_none():
