@@ -51,11 +51,12 @@ def _t_interval(values: list[float], t: float = T1) -> tuple[float, float, float
 
 def _data(grid: dict, metrics: dict[str, Fn], *, seeds=(0, 1), extra=(), compare_on="",
           init: float | None = 4.0, improving: Fn | None = None, baseline="",
-          meta_seeds=True, roles=None, other_run="") -> ReportData:
+          meta_seeds=True, roles=None, other_run="", head_probe="training") -> ReportData:
     """A run over ``grid`` (plus ``extra`` variants' overrides): per variant and seed the
-    training probe's model rows ``metrics[m](overrides, seed)`` (None: no row), ``diverged``
-    (1 where the first metric is NaN), the loss at step 0 ``init`` and ``still_improving``
-    ``improving(overrides, seed)`` (None: no row)."""
+    ``head_probe``'s model rows ``metrics[m](overrides, seed)`` (None: no row), and the
+    training probe's ``diverged`` (1 where the first metric is NaN), loss at step 0 ``init``
+    and ``still_improving`` ``improving(overrides, seed)`` (None: no row). Rows that must
+    never be read beside them: other probes', other scopes', other metrics', other runs'."""
     combos = [dict(zip(grid, vals)) for vals in itertools.product(*grid.values())]
     overs = [*combos, *extra]
     names = [f"v{i}" for i in range(len(overs))]
@@ -65,9 +66,9 @@ def _data(grid: dict, metrics: dict[str, Fn], *, seeds=(0, 1), extra=(), compare
     rows: list[dict] = []
 
     def row(variant: str, seed: int, metric: str, value: float, step: float = math.nan,
-            probe: str = "training", run: str = "r") -> None:
+            probe: str = "training", run: str = "r", scope: str = "model") -> None:
         rows.append({"run": run, "variant": variant, "seed": seed, "probe": probe,
-                     "scope": "model", "metric": metric, "step": step, "value": value})
+                     "scope": scope, "metric": metric, "step": step, "value": value})
 
     first = next(iter(metrics))
     for name, over in zip(names, overs):
@@ -75,7 +76,7 @@ def _data(grid: dict, metrics: dict[str, Fn], *, seeds=(0, 1), extra=(), compare
             for metric, fn in metrics.items():
                 v = fn(over, s)
                 if v is not None:
-                    row(name, s, metric, v)
+                    row(name, s, metric, v, probe=head_probe)
             lead = metrics[first](over, s)
             row(name, s, "diverged", float(lead is not None and math.isnan(lead)))
             if init is not None:
@@ -84,11 +85,15 @@ def _data(grid: dict, metrics: dict[str, Fn], *, seeds=(0, 1), extra=(), compare
             if improving is not None and (imp := improving(over, s)) is not None:
                 row(name, s, "still_improving", imp)
                 row(name, s, "still_improving", 1 - imp, step=3)  # a curve's point: not it
-            for metric in metrics:  # other probes' and another run's rows: never read
-                row(name, s, metric, -50.0, probe="gradients")
-                row(name, s, metric, -60.0, probe="zz_probe")
+            for metric in [*metrics, "diverged", "still_improving"]:  # never read
+                for probe, scope, v in (("gradients", "model", -50.0), ("zz_probe", "model", -60.0),
+                                        (head_probe, "layer", -90.0), ("training", "slot", -95.0)):
+                    row(name, s, metric, v, probe=probe, scope=scope)
+                    row(name, s, "loss", v, step=0, probe=probe, scope=scope)
                 if other_run:
                     row(name, s, metric, -70.0, run=other_run)
+            for metric in ("aa_junk", "zz_junk"):  # metrics that sort either side of them
+                row(name, s, metric, -80.0, probe=head_probe)
     variants = pd.DataFrame({"run": "r", "variant": names, "overrides": overs,
                              "spec": [{"emb_dim": 32, "activation": {"kind": "gelu"}}] * len(names)})
     runs = [meta]
@@ -362,6 +367,10 @@ def test_a_compare_on_metric_half_recorded_falls_back_to_the_loss():
                              compare_on="recall_accuracy"), "training")
     assert sweep is not None and sweep.wanted == "recall_accuracy"
     assert (sweep.chosen_on, sweep.reported_on) == ("val_loss", "test_loss")
+    want = [VAL[(a, lr)] for a, lr in zip(sweep.per_seed[ACT], sweep.per_seed[LR])]
+    assert list(sweep.per_seed["val"]) == want and list(sweep.per_seed["test"]) == want
+    # the loss itself half recorded: nothing to choose on
+    assert find_sweep(_data(GRID, {"test_loss": v}), "training") is None
 
 
 class _Probe:
@@ -382,6 +391,27 @@ def test_a_plugin_headline_not_recorded_falls_back_to_the_loss():
     data.registry = _Registry()
     sweep = find_sweep(data, "training")
     assert sweep is not None and sweep.wanted == "accuracy" and sweep.head.name == "loss"
+    want = [VAL[(a, lr)] for a, lr in zip(sweep.per_seed[ACT], sweep.per_seed[LR])]
+    assert list(sweep.per_seed["val"]) == want
+
+
+def test_a_plugin_headline_breaks_ties_on_the_val_loss_of_its_probe():
+    acc = {0.001: 0.5, 0.01: 0.9, 0.1: 0.9}
+
+    def a(over: dict, s: int) -> float:
+        return acc[over[LR]]
+
+    def loss(over: dict, s: int) -> float:
+        return 1.0 / over[LR]  # 0.1 has the lowest
+
+    data = _data(GRID, {"val_accuracy": a, "test_accuracy": a, "val_loss": loss},
+                 compare_on="accuracy", head_probe="scorer")
+    data.registry = _Registry()
+    sweep = find_sweep(data, "training")
+    assert sweep is not None and sweep.head.name == "accuracy" and sweep.wanted == ""
+    assert (sweep.chosen_on, sweep.reported_on) == ("val_accuracy", "test_accuracy")
+    chosen = choose(sweep, "activation=gelu")
+    assert chosen is not None and chosen[LR] == 0.1 and chosen["score"] == 0.9
 
 
 def test_a_tuned_model_key_without_a_dot_is_no_lr_axis():
