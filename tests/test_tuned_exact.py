@@ -94,6 +94,7 @@ def _data(grid: dict, metrics: dict[str, Fn], *, seeds=(0, 1), extra=(), compare
                     row(name, s, metric, -70.0, run=other_run)
             for metric in ("aa_junk", "zz_junk"):  # metrics that sort either side of them
                 row(name, s, metric, -80.0, probe=head_probe)
+                row(name, s, metric, -85.0, step=0)  # curves at step 0 beside the loss
     variants = pd.DataFrame({"run": "r", "variant": names, "overrides": overs,
                              "spec": [{"emb_dim": 32, "activation": {"kind": "gelu"}}] * len(names)})
     runs = [meta]
