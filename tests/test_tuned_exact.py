@@ -51,7 +51,8 @@ def _t_interval(values: list[float], t: float = T1) -> tuple[float, float, float
 
 def _data(grid: dict, metrics: dict[str, Fn], *, seeds=(0, 1), extra=(), compare_on="",
           init: float | None = 4.0, improving: Fn | None = None, baseline="",
-          meta_seeds=True, roles=None, other_run="", head_probe="training") -> ReportData:
+          meta_seeds=True, roles=None, other_run="", head_probe="training",
+          names: list[str] | None = None) -> ReportData:
     """A run over ``grid`` (plus ``extra`` variants' overrides): per variant and seed the
     ``head_probe``'s model rows ``metrics[m](overrides, seed)`` (None: no row), and the
     training probe's ``diverged`` (1 where the first metric is NaN), loss at step 0 ``init``
@@ -59,7 +60,7 @@ def _data(grid: dict, metrics: dict[str, Fn], *, seeds=(0, 1), extra=(), compare
     never be read beside them: other probes', other scopes', other metrics', other runs'."""
     combos = [dict(zip(grid, vals)) for vals in itertools.product(*grid.values())]
     overs = [*combos, *extra]
-    names = [f"v{i}" for i in range(len(overs))]
+    names = names or [f"v{i}" for i in range(len(overs))]
     meta = RunMeta(experiment="e", run="r", grid=grid, seeds=list(seeds) if meta_seeds else [],
                    compare_on=compare_on, roles=roles,
                    measure={"training": {"lr": 0.05, "steps": 10}}, data={"n_pairs": 4})
@@ -429,6 +430,41 @@ def test_a_tuned_model_key_without_a_dot_is_no_lr_axis():
     sweep = find_sweep(_data(alone, {"val_loss": v, "test_loss": v},
                              roles={"drop_rate": "tuned"}), "training")
     assert sweep is not None and sweep.lr_axis is None
+
+
+def test_names_that_sort_against_the_grid_change_no_choice():
+    names = ["f", "e", "d", "c", "b", "a"]  # gelu: f, e, d; relu: c, b, a
+    flat = {0.001: 3.0, 0.01: 2.5, 0.1: 2.5}  # a tie: the first in sweep order, 0.01
+
+    def v(over: dict, s: int) -> float:
+        return flat[over[LR]] + (over[ACT] == "relu")
+
+    sweep = find_sweep(_data(GRID, {"val_loss": v, "test_loss": v}, names=names, baseline="c"),
+                       "training")
+    assert sweep is not None and sweep.baseline == "activation=relu"
+    chosen = choose(sweep, "activation=gelu")
+    assert chosen is not None and (chosen["variant"], chosen[LR]) == ("e", 0.01)
+    assert list(scores(sweep, "activation=gelu")["variant"]) == ["f", "e", "d"]
+    # the variants stored in another order: the grid's order still rules values and edges
+    data = _data(GRID, {"val_loss": v, "test_loss": v})
+    data.variants = data.variants.iloc[::-1].reset_index(drop=True)
+    sweep = find_sweep(data, "training")
+    assert sweep is not None and sweep.values == {LR: [0.001, 0.01, 0.1]}
+    assert tried(sweep, "activation=gelu", LR) == [0.001, 0.01, 0.1]
+
+
+def test_a_seed_at_minus_infinity_is_no_finite_score():
+    def v(over: dict, s: int) -> float:
+        if (over[ACT], over[LR], s) == ("gelu", 0.001, 1):
+            return -math.inf
+        return VAL[(over[ACT], over[LR])]
+
+    sweep = find_sweep(_data(GRID, {"val_loss": v, "test_loss": v}), "training")
+    assert sweep is not None
+    table = scores(sweep, "activation=gelu")
+    assert math.isnan(table["score"][0]) and table["key"][0] == math.inf
+    chosen = choose(sweep, "activation=gelu")
+    assert chosen is not None and chosen[LR] == 0.01
 
 
 def test_seeds_come_from_the_rows_when_the_meta_has_none():
