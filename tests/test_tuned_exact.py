@@ -288,12 +288,15 @@ def test_an_untuned_group_without_a_finite_value_is_reported_as_it_ran():
     def v(over: dict, s: int) -> float:
         return math.nan if over[ACT] == "relu" and s == 0 else 3.0 + s
 
-    sweep = find_sweep(_data(grid, {"val_loss": v, "test_loss": v}), "training", untuned=True)
+    again = [{ACT: "relu", "emb_dim": 32}]  # a named variant repeating relu: the same group
+    sweep = find_sweep(_data(grid, {"val_loss": v, "test_loss": v}, extra=again), "training",
+                       untuned=True)
     assert sweep is not None
     relu = choose(sweep, "activation=relu (emb_dim=32)")
     assert relu is not None and relu["variant"] == "v1" and math.isnan(relu["score"])
     row = tuned_frame(sweep).set_index("variant").loc["activation=relu"]
-    assert row["test_loss"] == 4.0 and row["n"] == 1 and row["diverged"] == 1
+    assert row["test_loss"] == 4.0 and row["n"] == 1 and row["diverged"] == 2
+    assert row["runs"] == 4
 
 
 def _recall_data(**kw: Any) -> ReportData:
@@ -472,6 +475,12 @@ def test_seeds_come_from_the_rows_when_the_meta_has_none():
                              meta_seeds=False), "training")
     assert sweep is not None and sorted(set(sweep.per_seed["seed"])) == [1, 3]
     assert len(sweep.per_seed) == 12
+    one = find_sweep(_data(GRID, {"val_loss": _val, "test_loss": _test}, seeds=(0,)),
+                     "training")
+    assert one is not None
+    assert list(scores(one, "activation=gelu")[LR]) == [0.001, 0.01, 0.1]
+    row = tuned_frame(one).set_index("variant").loc["activation=gelu"]
+    assert row["test_loss"] == pytest.approx(2.6) and row["n"] == 1 and math.isnan(row["low"])
 
 
 def test_an_extension_beyond_the_grid_is_tried_added_and_moves_the_edge():
