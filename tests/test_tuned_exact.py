@@ -483,23 +483,26 @@ def test_seeds_come_from_the_rows_when_the_meta_has_none():
     assert row["test_loss"] == pytest.approx(2.6) and row["n"] == 1 and math.isnan(row["low"])
 
 
-def test_an_extension_beyond_the_grid_is_tried_added_and_moves_the_edge():
-    extra = [{ACT: "relu", LR: 0.0001}, {ACT: "relu"}]  # below the grid; lr by default
-
+@pytest.mark.parametrize("reverse", [False, True])  # variant names that sort against the grid
+def test_an_extension_beyond_the_grid_is_tried_added_and_moves_the_edge(reverse):
+    # relu: below the grid, and lr by default; gelu: above it
+    extra = [{ACT: "relu", LR: 0.0001}, {ACT: "relu"}, {ACT: "gelu", LR: 1.0}]
     relu = {0.0001: 2.95, 0.001: 2.9, 0.01: 2.95, 0.1: 3.3, 0.05: 3.5}
 
     def v(over: dict, s: int) -> float:
         lr = over.get(LR, 0.05)
-        return relu[lr] if over[ACT] == "relu" else VAL[(over[ACT], lr)]
+        return relu[lr] if over[ACT] == "relu" else VAL.get((over[ACT], lr), 3.9)
 
-    data = _data(GRID, {"val_loss": v, "test_loss": v}, extra=extra)
+    names = [chr(ord("a") + 8 - i) for i in range(9)] if reverse else None
+    data = _data(GRID, {"val_loss": v, "test_loss": v}, extra=extra, names=names)
     sweep = find_sweep(data, "training")
     assert sweep is not None
-    assert sweep.values == {LR: [0.001, 0.01, 0.1, 0.0001, 0.05]}
+    assert sweep.values == {LR: [0.001, 0.01, 0.1, 0.0001, 0.05, 1.0]}
     name = "activation=relu"
     assert tried(sweep, name, LR) == [0.001, 0.01, 0.1, 0.0001, 0.05]
-    assert tried(sweep, "activation=gelu", LR) == [0.001, 0.01, 0.1]
-    assert added(sweep, name) == {LR: [0.0001, 0.05]} and added(sweep, "activation=gelu") == {}
+    assert tried(sweep, "activation=gelu", LR) == [0.001, 0.01, 0.1, 1.0]
+    assert added(sweep, name) == {LR: [0.0001, 0.05]}
+    assert added(sweep, "activation=gelu") == {LR: [1.0]}
     chosen = choose(sweep, name)
     assert chosen is not None and chosen[LR] == 0.001
     assert at_edge(sweep, chosen) == []  # the grid's smallest rate, inside once 1e-4 ran
@@ -509,9 +512,9 @@ def test_an_extension_beyond_the_grid_is_tried_added_and_moves_the_edge():
 
 
 def test_the_edge_is_the_smallest_or_largest_value_tried_on_each_tuned_axis():
-    grid = {ACT: ["gelu"], LR: [0.001, 0.01, 0.1], "measure.training.warmup": ["none", "lin",
-                                                                              "cos"],
-            "measure.training.steps": [10]}
+    # steps (one value: no edge) listed before the axes that have one
+    grid = {ACT: ["gelu"], "measure.training.steps": [10], LR: [0.001, 0.01, 0.1],
+            "measure.training.warmup": ["none", "lin", "cos"]}
     loss = {(0.01, "none"): 2.0, (0.001, "lin"): 1.0}
 
     def v(over: dict, s: int) -> float:
