@@ -537,6 +537,12 @@ def test_the_edge_is_the_smallest_or_largest_value_tried_on_each_tuned_axis():
     mine = at_chosen(sweep, "base", chosen, LR)
     assert set(mine["measure.training.warmup"]) == {"cos"} and set(mine[LR]) == {0.001, 0.01,
                                                                                    0.1}
+    loss[(0.01, "none")] = 0.1  # the first listed warmup: an edge too
+    sweep = find_sweep(_data(grid, {"val_loss": v, "test_loss": v}), "training")
+    assert sweep is not None
+    chosen = choose(sweep, "base")
+    assert chosen is not None and chosen["measure.training.warmup"] == "none"
+    assert at_edge(sweep, chosen) == ["measure.training.warmup"]
 
 
 def test_lr_sensitivity_needs_two_rates_and_the_loss_at_init():
