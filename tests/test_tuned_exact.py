@@ -429,6 +429,13 @@ def test_a_tuned_model_key_without_a_dot_is_no_lr_axis():
                              roles={"drop_rate": "tuned"}), "training")
     assert sweep is not None and sweep.setting_axes == ["drop_rate", LR]
     assert sweep.lr_axis == LR
+    chosen = choose(sweep, "activation=gelu")
+    assert chosen is not None and (chosen["drop_rate"], chosen[LR]) == (0.1, 0.1)
+    # two rates at the chosen drop_rate 0.1: 2.89 and 2.8 (a tuned axis sorting before lr)
+    assert lr_sensitivity(sweep, "activation=gelu", chosen) == pytest.approx((2.89 + 2.8) / 2
+                                                                             - 2.8)
+    curves = lr_curves(sweep, "activation=gelu", chosen)
+    assert list(curves["mean"]) == pytest.approx([2.89, 2.8])
     alone = {ACT: ["gelu", "relu"], "drop_rate": [0.0, 0.1]}
     sweep = find_sweep(_data(alone, {"val_loss": v, "test_loss": v},
                              roles={"drop_rate": "tuned"}), "training")
