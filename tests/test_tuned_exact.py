@@ -299,8 +299,8 @@ def test_an_untuned_group_without_a_finite_value_is_reported_as_it_ran():
     assert row["runs"] == 4
 
 
-def _recall_data(**kw: Any) -> ReportData:
-    grid = {"norm.kind": ["layer", "rms"], "data.n_pairs": [4, 8], LR: [0.001, 0.01, 0.1]}
+def _recall_data(pairs: tuple[int, ...] = (4, 8), **kw: Any) -> ReportData:
+    grid = {"norm.kind": ["layer", "rms"], "data.n_pairs": list(pairs), LR: [0.001, 0.01, 0.1]}
     acc = {("layer", 0.001): 0.5, ("layer", 0.01): 1.0, ("layer", 0.1): 1.0,
            ("rms", 0.001): 0.6, ("rms", 0.01): 0.9, ("rms", 0.1): 0.8}
     loss = {0.001: 2.0, 0.01: 1.5, 0.1: 1.2}
@@ -342,6 +342,37 @@ def test_higher_is_better_ties_go_to_the_lower_val_loss_and_ranks_are_per_condit
     layer = frame.set_index(["variant", "data.n_pairs"]).loc[("norm=layer", 4)]
     assert layer["lr_sensitivity"] == pytest.approx(1.0 - (0.5 + 1.0 + 1.0) / 3)
     assert layer["val_recall_accuracy"] == 1.0 and layer["test_recall_accuracy"] == 1.0
+
+
+def test_a_condition_after_an_unresolved_one_is_still_ranked():
+    sweep = find_sweep(_recall_data(pairs=(8, 4)), "training")
+    assert sweep is not None and list(sweep.conditions) == ["n_pairs=8", "n_pairs=4"]
+    frame = tuned_frame(sweep).set_index(["variant", "data.n_pairs"])
+    assert frame.loc[("norm=layer", 8), "unresolved"]
+    assert math.isnan(frame.loc[("norm=rms", 8), "rank"])
+    assert frame.loc[("norm=layer", 4), "rank"] == 1 and frame.loc[("norm=rms", 4), "rank"] == 2
+
+
+def test_a_run_marked_diverged_counts_even_with_a_finite_value():
+    sweep = _sweep()
+    late = (sweep.per_seed["variant"] == "v1") & (sweep.per_seed["seed"] == 0)
+    sweep.per_seed.loc[late, "diverged"] = 1.0  # gelu at 0.01 diverged after its val loss
+    frame = tuned_frame(sweep).set_index("variant")
+    assert frame.loc["activation=gelu", "diverged"] == 1
+    assert list(lr_curves(sweep, "activation=gelu", choose(sweep, "activation=gelu"))[
+        "diverged"]) == [0, 1, 0]
+
+
+def test_a_seed_without_any_finite_value_drops_out_of_the_lr_sensitivity():
+    def v(over: dict, s: int) -> float:
+        return math.nan if s == 0 else VAL[(over[ACT], over[LR])]
+
+    sweep = find_sweep(_data(GRID, {"val_loss": v, "test_loss": v}), "training")
+    assert sweep is not None
+    assert choose(sweep, "activation=gelu") is None
+    grid_lr = pd.Series({LR: 0.01, "variant": "v1"})  # gelu's rates all at the other axes
+    assert lr_sensitivity(sweep, "activation=gelu", grid_lr) == pytest.approx(
+        (3.0 + 2.5 + 2.8) / 3 - 2.5)  # seed 1 alone
 
 
 def test_equal_reported_means_share_a_rank():
@@ -455,6 +486,8 @@ def test_names_that_sort_against_the_grid_change_no_choice():
     chosen = choose(sweep, "activation=gelu")
     assert chosen is not None and (chosen["variant"], chosen[LR]) == ("e", 0.01)
     assert list(scores(sweep, "activation=gelu")["variant"]) == ["f", "e", "d"]
+    # both inside the sweep, in one condition: ranked (gelu 2.5 before relu 3.5)
+    assert list(tuned_frame(sweep)["rank"]) == [1, 2]
     # the variants stored in another order: the grid's order still rules values and edges
     data = _data(GRID, {"val_loss": v, "test_loss": v})
     data.variants = data.variants.iloc[::-1].reset_index(drop=True)
