@@ -164,6 +164,10 @@ def test_the_sweep_holds_each_variant_and_seed_of_the_tuned_run(other):
     assert list(ps.loc[("v3", 0), ["arch", "compared", "condition", LR, ACT]]) == [
         "activation=relu", "activation=relu", "", 0.001, "relu"]
     assert _sweep().baseline == "activation=gelu"  # no baseline variant: the first group
+    # relu the baseline: gelu's row is paired with it (gelu's 2.6, 2.61 minus relu's 3.0, 3.03)
+    gelu = tuned_frame(sweep).set_index("variant").loc["activation=gelu"]
+    assert (gelu["vs_baseline"], gelu["vs_low"], gelu["vs_high"]) == pytest.approx(
+        _t_interval([-0.4, -0.42]), rel=1e-9)
     assert sweep.optimistic is False and sweep.metric_columns == ("val_loss", "test_loss")
     assert sweep.lr_axis == LR and sweep.same_size("activation=gelu", "activation=relu")
     assert sweep.groups_of("") == sweep.archs and sweep.groups_of("x") == []
@@ -494,6 +498,8 @@ def test_names_that_sort_against_the_grid_change_no_choice():
     sweep = find_sweep(data, "training")
     assert sweep is not None and sweep.values == {LR: [0.001, 0.01, 0.1]}
     assert tried(sweep, "activation=gelu", LR) == [0.001, 0.01, 0.1]
+    curves = lr_curves(sweep, "activation=gelu", choose(sweep, "activation=gelu"))
+    assert list(curves["lr"]) == [0.001, 0.01, 0.1]  # by rate, not as stored
 
 
 def test_a_seed_at_minus_infinity_is_no_finite_score():
@@ -623,6 +629,14 @@ def test_a_group_that_diverged_everywhere_has_no_choice():
     assert math.isnan(relu[LR]) and relu["runs"] == 6
     assert math.isnan(frame.loc["activation=gelu", "rank"])  # its condition: unresolved
     assert choose(sweep, "nobody") is None
+    # the group without a choice listed first: the groups after it still get their rows
+    def w(over: dict, s: int) -> float:
+        return math.nan if over[ACT] == "gelu" else VAL[(over[ACT], over[LR])]
+
+    first = find_sweep(_data(GRID, {"val_loss": w, "test_loss": w}), "training")
+    assert first is not None
+    frame = tuned_frame(first).set_index("variant")
+    assert frame.loc["activation=relu", LR] == 0.1 and frame.loc["activation=relu", "n"] == 2
 
 
 def test_improving_counts_the_seeds_judged_at_one():
