@@ -46,7 +46,7 @@ def test_values_at_the_bounds_are_accepted(ok):
     {"steps": 0}, {"lr": 0.0}, {"warmup_steps": -1}, {"weight_decay": -1e-12},
     {"decay_fraction": 0.0}, {"decay_fraction": 1.0 + 1e-12}, {"min_lr_ratio": -1e-12},
     {"min_lr_ratio": 1.0 + 1e-12}, {"momentum": -1e-12}, {"momentum": 1.0},
-    {"betas": (-1e-12, 0.9)}, {"betas": (0.9, 1.0)}, {"tokens": 0},
+    {"betas": (-1e-12, 0.9)}, {"betas": (0.9, 1.0)}, {"betas": (0.9, 1.5)}, {"tokens": 0},
     {"tokens_per_param": 0.0},
 ])
 def test_values_past_the_bounds_are_refused(bad):
@@ -136,6 +136,8 @@ def test_worked_out_steps_by_hand():
     assert worked_out_steps(RecipeSettings(tokens_per_param=0.5), 100, 1000) == 5
     assert worked_out_steps(RecipeSettings(tokens_per_param=0.001), 100, 1000) == 1
     assert worked_out_steps(RecipeSettings(tokens_per_param=0.0011), 1, 1000) == 2
+    # no non-embedding parameter: a budget of 0 tokens still runs one step
+    assert worked_out_steps(RecipeSettings(tokens_per_param=0.5), 100, 0) == 1
 
 
 def test_the_step_bound_and_its_messages():
@@ -177,18 +179,21 @@ def P(*shape: int) -> nn.Parameter:
 def handmade() -> nn.Module:
     """Each kind of parameter once; names and the kinds written by hand in KINDS."""
     model = nn.Module()
+    model.scale = P(4)  # untagged: slot "other"
     model.emb = Tagged("embedding", weight=P(10, 4))
     model.pos = Tagged("positional", table=P(8, 4))
     model.norm = Tagged("norm", weight=P(4), bias=P(4))
-    model.attn = Tagged("attention", weight=P(4, 4), bias=P(4))
-    model.ffn = Tagged("feedforward", w_up=P(4, 8), b_up=P(2, 8), bias_scale=P(4, 4))
+    model.attn = Tagged("attention", weight=P(4, 4), bias=P(4), alpha=P(4))
+    model.ffn = Tagged("feedforward", w_up=P(4, 8), b_up=P(2, 8), bias_scale=P(4, 4),
+                       w_experts=P(2, 4, 8))
     model.head = Tagged("head", weight=P(4, 10))
     return model
 
 
-KINDS = {"emb.weight": "embeddings", "pos.table": "embeddings", "norm.weight": "norms",
-         "norm.bias": "norms", "attn.weight": None, "attn.bias": "biases", "ffn.w_up": None,
-         "ffn.b_up": "biases", "ffn.bias_scale": None, "head.weight": None}
+KINDS = {"scale": None, "emb.weight": "embeddings", "pos.table": "embeddings", "norm.weight": "norms",
+         "norm.bias": "norms", "attn.weight": None, "attn.bias": "biases", "attn.alpha": None,
+         "ffn.w_up": None, "ffn.b_up": "biases", "ffn.bias_scale": None,
+         "ffn.w_experts": None, "head.weight": None}
 
 
 def names(model: nn.Module, params) -> set[str]:
@@ -258,7 +263,7 @@ def test_muon_takes_the_hidden_matrices_only():
     assert type(opt) is Optimizers and len(opt.optimizers) == 2
     muon, adamw = opt.optimizers
     assert type(muon) is torch.optim.Muon and type(adamw) is torch.optim.AdamW
-    hidden = {"attn.weight", "ffn.w_up", "ffn.bias_scale"}
+    hidden = {"attn.weight", "ffn.w_up", "ffn.bias_scale"}  # not the 3-D w_experts
     assert names(model, [p for g in muon.param_groups for p in g["params"]]) == hidden
     assert [g["weight_decay"] for g in muon.param_groups] == [0.05]
     assert {g["adjust_lr_fn"] for g in muon.param_groups} == {"match_rms_adamw"}
