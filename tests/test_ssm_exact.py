@@ -216,3 +216,15 @@ def test_gated_rmsnorm_defaults_gate_first_in_one_group():
     gated = y * z / (1 + torch.exp(-z))
     want = gated / torch.sqrt(gated.pow(2).mean(-1, keepdim=True) + 1e-6)
     assert torch.allclose(GatedRMSNorm(8)(y, z), want, rtol=1e-9, atol=0)
+
+
+def test_default_parameters_are_hfs_without_the_options():
+    """Unset options build the plain mixers: Mamba-1 without Jamba's inner norms and without
+    in/out biases, Mamba-2 with its gated norm (HF's parameter names, one to one)."""
+    from variantlab_plugins.ssm import Mamba2Mixer, Mamba2Spec, MambaMixer, MambaSpec
+
+    plain = {"in_proj.weight", "conv1d.weight", "conv1d.bias", "A_log", "D", "out_proj.weight"}
+    mamba = dict(MambaMixer(32, MambaSpec()).named_parameters())
+    assert set(mamba) == plain | {"x_proj.weight", "dt_proj.weight", "dt_proj.bias"}
+    mamba2 = dict(Mamba2Mixer(32, 4, Mamba2Spec()).named_parameters())
+    assert set(mamba2) == plain | {"dt_bias", "norm.weight"}
