@@ -4,11 +4,15 @@ inputs (never a timed assertion). The CUDA branches run on a fake device object.
 import io
 import itertools
 import math
+import os
+import subprocess
+import sys
 from types import SimpleNamespace as NS
 
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import ROOT
 from pydantic import ValidationError
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils import benchmark
@@ -67,8 +71,9 @@ def test_each_pass_is_its_closure_in_the_order_asked():
     fns["forward"]()
     assert model.grad_enabled == [False]  # no_grad: inference cost
     assert model.w.grad is None
-    with pytest.raises(ValueError, match="unknown pass 'sideways'; use forward, backward"):
-        fns_of(model, ["forward", "sideways"])
+    for unknown in ("sideways", "apple", "zzz"):  # between, before and after the names
+        with pytest.raises(ValueError, match=f"unknown pass '{unknown}'; use forward, back"):
+            fns_of(model, ["forward", unknown])
 
 
 def test_backward_frees_the_last_gradients_before_each_call():
@@ -146,6 +151,7 @@ def test_blocks_sized_from_the_least_of_three_single_calls(fake_timer):
 
 
 @pytest.mark.parametrize(("estimate", "block_s", "number"), [
+    (0.0, 5e-10, 1),  # a block shorter than the 1 ns floor: one call
     (0.0125, None, 4),  # the default block, BLOCK_S = 0.05
     (0.04, 0.05, 2),  # ceil(1.25)
     (0.05, 0.05, 1),  # a call as long as a block: one call a block
@@ -164,7 +170,7 @@ def test_calls_per_block(fake_timer, estimate, block_s, number):
 
 # --- compile_time, with a fake clock ----------------------------------------------------
 
-@pytest.mark.parametrize("kind", ["cpu", "cuda"])
+@pytest.mark.parametrize("kind", ["cpu", "cuda", "mps"])
 def test_compile_time_is_the_first_call_between_synchronised_clock_reads(monkeypatch, kind):
     events = []
     clock = iter([10.0, 12.5])
@@ -347,6 +353,27 @@ def fake_cuda(monkeypatch, events, peak=12345, name="NVIDIA H100 80GB HBM3"):
                         lambda d=None: events.append("reset"))
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d=None: peak)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: name)
+
+
+def test_peak_memory_off_cuda_reads_the_resident_set(monkeypatch):
+    events = []
+    fake_cuda(monkeypatch, events)
+    fake_proc(monkeypatch, {}, written=None)
+    rusage(monkeypatch, [100, 300])
+    with timing.PeakMemory(torch.device("mps")) as mem:
+        pass
+    assert events == [] and mem.bytes == 200 * 1024
+
+
+def test_importing_the_module_does_not_import_the_benchmark_timer():
+    """torch.utils.benchmark imports setuptools (0.2 s): only a timed unit pays for it."""
+    code = ("import sys, variantlab.probes.timing; "
+            "print('torch.utils.benchmark' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
 
 
 def test_peak_memory_on_cuda_is_the_allocator_peak(monkeypatch):
