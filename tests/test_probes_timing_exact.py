@@ -215,6 +215,14 @@ class TwoAttentions(torch.nn.Module):
         return F.scaled_dot_product_attention(a, a, a)
 
 
+class DirectKernel(torch.nn.Module):
+    """One F.scaled_dot_product_attention call, and the CPU's fused kernel called directly."""
+
+    def forward(self, x):
+        a = F.scaled_dot_product_attention(x, x, x)
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(a, a, a)[0]
+
+
 class NoAttention(torch.nn.Module):
     def forward(self, x):
         return x.softmax(-1)
@@ -225,6 +233,7 @@ class NoAttention(torch.nn.Module):
     (TwoAttentions(None), "flash"),  # the CPU's fused kernel
     (TwoAttentions(False), "flash"),  # both calls fused
     (TwoAttentions(True), "flash+math"),  # one of two calls not fused
+    (DirectKernel(), "flash"),  # more fused kernels than sdpa calls: none was math
 ])
 def test_sdpa_backend_counts_fused_kernels_against_calls(model, backend):
     batch = NS(inputs={"x": torch.randn(1, 2, 4, 8)})
@@ -433,8 +442,13 @@ def model_rows(rows):
 
 def test_cpu_rows_exactly(monkeypatch, tiny):
     seen = fake_run(monkeypatch)
+    drawn = []
+    real_batches = timing.datalib.batches
+    monkeypatch.setattr(timing, "datalib", NS(batches=lambda *a, **k: drawn.append(a[4]) or
+                                              real_batches(*a, **k)))
     rows = run_probe("timing", tiny, {**SETTINGS, "peak_flops": 2e12}, seed=0, registry=REG)
     assert seen["passes"] == [("forward", 1, 3), ("backward", 1, 3)]
+    assert drawn == [1]  # one batch, timed again and again
     m = model_rows(rows)
     for p in ("forward", "backward"):
         assert m[f"{p}_median_s"] == 0.25
