@@ -436,6 +436,17 @@ def fake_run(monkeypatch, median=0.25, iqr=0.0625, loads=(3.0, 5.0), cores=4):
     return seen
 
 
+def fake_device(monkeypatch, kind):
+    """``run`` resolves the device to an object of type ``kind``; the model and its batch
+    stay on the CPU."""
+    device = NS(type=kind)
+    monkeypatch.setattr(timing, "resolve_device", lambda requested: device)
+    real_batches = timing.datalib.batches
+    monkeypatch.setattr(timing, "datalib", NS(batches=lambda *a, **k: [
+        NS(to=lambda dev: real_batches(*a, **k)[0])]))
+    return device
+
+
 def model_rows(rows):
     return {r["metric"]: r["value"] for r in rows if r["scope"] == "model"}
 
@@ -477,11 +488,7 @@ def test_rows_on_a_fake_cuda_device(monkeypatch, tiny, compiled):
     seen = fake_run(monkeypatch, median=0.5, iqr=0.125)
     events: list[str] = []
     fake_cuda(monkeypatch, events, peak=4096)
-    cuda = NS(type="cuda")
-    monkeypatch.setattr(timing, "resolve_device", lambda requested: cuda)
-    real_batches = timing.datalib.batches
-    monkeypatch.setattr(timing, "datalib", NS(batches=lambda *a, **k: [
-        NS(to=lambda dev: real_batches(*a, **k)[0])]))
+    cuda = fake_device(monkeypatch, "cuda")
     monkeypatch.setattr(timing, "compile_model", lambda model, enabled: model)
     compile_calls = []
     monkeypatch.setattr(timing, "compile_time",
@@ -511,12 +518,29 @@ def test_rows_on_a_fake_cuda_device(monkeypatch, tiny, compiled):
 def test_no_mfu_on_a_cuda_device_missing_from_the_table(monkeypatch, tiny):
     fake_run(monkeypatch, median=0.5)
     fake_cuda(monkeypatch, [], name="Some Unknown GPU")
-    monkeypatch.setattr(timing, "resolve_device", lambda requested: NS(type="cuda"))
-    real_batches = timing.datalib.batches
-    monkeypatch.setattr(timing, "datalib", NS(batches=lambda *a, **k: [
-        NS(to=lambda dev: real_batches(*a, **k)[0])]))
+    fake_device(monkeypatch, "cuda")
     m = model_rows(run_probe("timing", tiny, {**SETTINGS, "device": "cuda"}, seed=0,
                              registry=REG))
     assert m["backward_flops_per_s"] == pytest.approx(64 * TRAIN_FLOPS, rel=1e-12)
     assert "backward_mfu" not in m and "peak_flops" not in m
     assert not math.isnan(m["forward_flops_per_s"])
+
+
+def test_no_peak_from_the_table_off_cuda_even_for_a_matching_name(monkeypatch, tiny):
+    """A CPU named like a GPU of the table (the lookup is by substring) gets no peak: the
+    table is CUDA peaks."""
+    fake_run(monkeypatch)
+    fake_proc(monkeypatch, {"/proc/cpuinfo": ["model name\t: H100 emulator\n"]})
+    m = model_rows(run_probe("timing", tiny, SETTINGS, seed=0, registry=REG))
+    assert "peak_flops" not in m and "forward_flops_per_s" not in m
+
+
+def test_no_flops_rows_on_another_accelerator(monkeypatch, tiny):
+    """An MPS device (faked; the model runs on the CPU) times like the CPU: no FLOP/s rows."""
+    fake_run(monkeypatch, median=0.5)
+    fake_device(monkeypatch, "mps")
+    m = model_rows(run_probe("timing", tiny, {**SETTINGS, "peak_flops": 1e12}, seed=0,
+                             registry=REG))
+    assert m["backward_tokens_per_s"] == 64.0
+    assert not any(k.endswith(("_flops_per_s", "_mfu")) for k in m)
+    assert m["peak_flops"] == 1e12
