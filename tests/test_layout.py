@@ -185,3 +185,29 @@ def test_a_layout_is_frozen_strict_and_its_pattern_not_empty():
             LayoutSpec(kinds={"a": {}}, layers=layers)
     with pytest.raises(ValidationError, match="at least 1 item"):
         LayoutSpec(kinds={"a": {}}, pattern=[])
+
+
+def test_a_mixer_layer_kind_and_a_layer_positional_are_checked_in_their_layer():
+    """A causal mixer as a layer kind's attention: fine beside the model's learned or rotary
+    positional (the mixer layers leave rotary to the attention layers), refused under ALiBi
+    (no scores to bias). A layer may swap rotary for rotary or none, not for an embedding
+    positional; overriding another slot (the residual) is no positional issue."""
+    def issues(positional, kinds):
+        data = {**BASE, "positional": positional, "layout": {"kinds": kinds}}
+        try:
+            vl.parse_model_spec(data, REG)
+        except vl.SpecError as err:
+            return [(i.loc, i.message) for i in err.issues]
+        return []
+
+    mixer = {"m": {"attention": "linear_attention"}, "a": {}}
+    assert issues("learned", mixer) == issues("rotary", mixer) == []
+    assert issues("alibi", mixer) == [(
+        ("layout", "kinds", "m", "attention", "kind"),
+        "attention 'linear_attention' is a causal sequence mixer and computes no attention "
+        "scores for positional 'alibi' to bias; use rotary, learned or none, or attention mha "
+        "in this layer")]
+    assert issues("rotary", {"r": {"residual": "post_norm"}, "n": {"positional": "none"}}) == []
+    (only,) = issues("rotary", {"l": {"positional": "learned"}})
+    assert only[0] == ("layout", "kinds", "l", "positional", "kind")
+    assert only[1].startswith("a layer may change only a positional that acts inside attention")

@@ -66,6 +66,8 @@ def test_heads_must_divide_emb_dim(tiny):
     # the choices stop at 64 heads
     (wide,) = refuse({**tiny, "emb_dim": 128, "n_heads": 3}).issues
     assert "choose one of [1, 2, 4, 8, 16, 32, 64] or change" in wide.message
+    (past,) = refuse({**tiny, "emb_dim": 130, "n_heads": 3}).issues  # 65 divides 130: left out
+    assert past.message.endswith("choose one of [1, 2, 5, 10, 13, 26] or change emb_dim")
 
 
 @pytest.mark.parametrize("key", ["emb_dim", "n_layers", "vocab_size", "context_length"])
@@ -253,3 +255,29 @@ def test_the_default_registry_causality_and_a_layer_kinds_warnings(tiny):
     layered = vl.parse_model_spec({**tiny, "layout": {"kinds": {"b": {"norm": "batch"}},
                                                       "pattern": ["b"]}}, REG)
     assert any("pool over future positions" in w for w in layered.warnings())
+
+
+def test_a_causal_mixer_fills_only_a_causal_self_attention_slot(tiny):
+    """linear_attention is causal only and its build takes no ``positions``: a GPT with an
+    embedding positional takes it; rotary or ALiBi (acting inside attention) is refused once,
+    at the positional; a bidirectional or cross-attending family refuses the mixer."""
+    mixer = {**tiny, "attention": "linear_attention"}
+    assert vl.parse_model_spec(mixer, REG).attention.kind == "linear_attention"
+    assert vl.parse_model_spec({**mixer, "positional": "sinusoidal"}, REG).causal is True
+    for positional in ("rotary", "alibi"):
+        (issue,) = refuse({**mixer, "positional": positional}).issues
+        assert issue.loc == ("positional", "kind")
+        assert issue.message == (
+            f"positional {positional!r} acts inside attention, but attention "
+            "'linear_attention' (plugin 'variantlab_plugins.mixers') does not take `positions` "
+            "in its build; use attention 'mha' or a positional that adds to the embeddings "
+            "(learned, sinusoidal, none)")
+    (enc,) = refuse({**mixer, "family": "encoder"}).issues
+    assert enc.loc == ("attention", "kind")
+    assert enc.message == ("attention 'linear_attention' is a causal sequence mixer; family "
+                           "'encoder' runs it bidirectionally (not causal); use a causal "
+                           "family (gpt), or attention mha")
+    (dec,) = refuse({**mixer, "family": "decoder"}).issues
+    assert dec.loc == ("attention", "kind")
+    assert dec.message.startswith("attention 'linear_attention' is a causal sequence mixer; "
+                                  "family 'decoder' also cross-attends to a memory")

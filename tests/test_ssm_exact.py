@@ -127,6 +127,9 @@ def test_mamba2_d_skip_starts_at_one_per_head():
      [("n_groups", "n_groups=3 does not divide the 4 SSM heads")]),
     ({"kind": "mamba2", "head_dim": 4, "n_groups": 3},
      [("n_groups", "n_groups=3 does not divide the 16 SSM heads")]),
+    # 8 heads of 6: 3 divides inner x head_dim = 288 but not the 8 heads
+    ({"kind": "mamba2", "inner_dim": 48, "head_dim": 6, "n_groups": 3},
+     [("n_groups", "n_groups=3 does not divide the 8 SSM heads")]),
 ])
 def test_bad_settings_refused_exactly(attention, issues):
     spec = {**TINY, "context_length": 8, "attention": attention}
@@ -186,3 +189,42 @@ def test_jambas_inner_norms_compute_in_float32_for_half_inputs():
     want = (up / torch.sqrt(up.pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.bfloat16).float()
     for norm in (mixer.dt_layernorm, mixer.b_layernorm, mixer.c_layernorm):
         assert torch.equal(norm(y), want)
+
+
+def test_mamba2_step_starts_log_uniform_in_the_default_range():
+    """Mamba-2's dt_bias: softplus(dt_bias) log-uniform in [0.001, 0.1] unless set."""
+    from variantlab_plugins.ssm import Mamba2Mixer, Mamba2Spec
+
+    torch.manual_seed(0)
+    mixer = Mamba2Mixer(32, 4, Mamba2Spec(expand=64, head_dim=1, d_state=1))  # 2048 heads
+    log_dt = F.softplus(mixer.dt_bias.detach()).double().log()
+    lo, hi = math.log(0.001), math.log(0.1)
+    assert log_dt.shape == (2048,)
+    assert log_dt.min() >= lo - 1e-5 and log_dt.max() <= hi + 1e-5
+    assert abs(log_dt.mean().item() - (lo + hi) / 2) < 0.1  # U(lo, hi): mean and sd
+    assert abs(log_dt.std().item() - (hi - lo) / math.sqrt(12)) < 0.07
+
+
+def test_gated_rmsnorm_defaults_gate_first_in_one_group():
+    """GatedRMSNorm(dim) alone is Mamba-2's: norm(y * silu(z)) over the whole width, eps
+    1e-6 (values of size 1e-3, so that the eps shows)."""
+    from variantlab_plugins.ssm import GatedRMSNorm
+
+    gen = torch.Generator().manual_seed(3)
+    y, z = 1e-3 * torch.randn(2, 3, 8, generator=gen, dtype=torch.float64), \
+        torch.randn(2, 3, 8, generator=gen, dtype=torch.float64)
+    gated = y * z / (1 + torch.exp(-z))
+    want = gated / torch.sqrt(gated.pow(2).mean(-1, keepdim=True) + 1e-6)
+    assert torch.allclose(GatedRMSNorm(8)(y, z), want, rtol=1e-9, atol=0)
+
+
+def test_default_parameters_are_hfs_without_the_options():
+    """Unset options build the plain mixers: Mamba-1 without Jamba's inner norms and without
+    in/out biases, Mamba-2 with its gated norm (HF's parameter names, one to one)."""
+    from variantlab_plugins.ssm import Mamba2Mixer, Mamba2Spec, MambaMixer, MambaSpec
+
+    plain = {"in_proj.weight", "conv1d.weight", "conv1d.bias", "A_log", "D", "out_proj.weight"}
+    mamba = dict(MambaMixer(32, MambaSpec()).named_parameters())
+    assert set(mamba) == plain | {"x_proj.weight", "dt_proj.weight", "dt_proj.bias"}
+    mamba2 = dict(Mamba2Mixer(32, 4, Mamba2Spec()).named_parameters())
+    assert set(mamba2) == plain | {"dt_bias", "norm.weight"}
