@@ -34,6 +34,7 @@ from .yamlio import YamlDoc, YamlError, load_yaml, read_text
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 MAX_NAME = 100  # characters (ASCII, so bytes): well under a folder name's 255
+MAX_QUESTION = 200  # characters: one line of the findings table
 
 
 class NamedVariant(BaseModel):
@@ -50,6 +51,14 @@ class ExperimentSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     name: str
     description: str = ""
+    question: str = Field(
+        default="", max_length=MAX_QUESTION,
+        description="the experiment's question in one line: the findings table "
+                    "(variantlab findings) opens its row with it")
+    note: str = Field(
+        default="",
+        description="hand-written context for the findings table; every number it quotes "
+                    "must be in the report's CSVs")
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     model: dict[str, Any]
     grid: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(default_factory=dict)
@@ -89,6 +98,14 @@ class ExperimentSpec(BaseModel):
         extensions under ``extend`` (:func:`variantlab.config.roles.axis_mappings`); a grid
         axis written ``{name: value, ...}``: its values (:mod:`variantlab.config.named`)."""
         return axis_mappings(named_axes(data))
+
+    @field_validator("question")
+    @classmethod
+    def _one_line(cls, question: str) -> str:
+        if "\n" in question.strip():
+            raise ValueError("the question is one line; write it as `question: ...` on one "
+                             "line (a longer text goes in description: or note:)")
+        return question.strip()
 
     @field_validator("name")
     @classmethod
