@@ -4,6 +4,7 @@ export-mlflow`` (a run's results to MLflow): thin commands over
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -92,3 +93,38 @@ def export_mlflow_cmd(runs: Sequence[str], tracking_uri: str, experiment: str | 
     stdout.print(f"mlflow experiment {done.experiment_id} at {escape(tracking_uri)}: "
                  f"{done.created} run(s) created, {done.replaced} replaced (results changed), "
                  f"{done.unchanged} unchanged", soft_wrap=True)
+
+
+@click.command("export-results")
+@click.argument("run", type=click.Path())
+@click.option("--out", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Where to write it (default: RUN/results.json.gz). Commit it beside the "
+                   "report (reports/<name>/results.json.gz) to regenerate the report without "
+                   "a rerun.")
+@bad_input_exits
+def export_results_cmd(run: str, out: str | None) -> None:
+    """Write RUN's results as one compact file that `variantlab report` reads.
+
+    RUN is a run folder or its results.sqlite. The file (gzipped JSON of the run's meta,
+    variants, units and rows; docs/findings.md#results-exports) gives the same report
+    as the store: `variantlab report reports/NAME --out reports/NAME`.
+    """
+    from ..errors import InputError
+    from ..store.export import export_run
+    from ..store.runs import find_runs
+    from ..store.store import STORE_FILE
+
+    stdout, err = consoles()
+    refs = find_runs(run)
+    if len(refs) != 1 or refs[0].store.name != STORE_FILE:
+        what = (f"{len(refs)} runs" if len(refs) != 1 else "an export, not a results store")
+        raise InputError([f"{run}: names {what}; give one run folder (runs/<experiment>) or "
+                          f"its {STORE_FILE}"])
+    try:
+        path = export_run(refs[0].store, out)
+    except OSError as exc:
+        err.print(f"{escape(str(exc.filename or out or run))}: cannot write the export "
+                  f"({escape(exc.strerror or str(exc))}); the run is unchanged", soft_wrap=True)
+        sys.exit(3)
+    size = path.stat().st_size
+    stdout.print(f"wrote {escape(str(path))} ({size / 1024:,.1f} KiB)", soft_wrap=True)

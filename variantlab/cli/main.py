@@ -30,7 +30,7 @@ from .base import (
     max_variants_option,
     plugin_option,
 )
-from .export import export_cmd, export_mlflow_cmd
+from .export import export_cmd, export_mlflow_cmd, export_results_cmd
 from .fmt import ProgressReporter, consoles, print_summary
 from .info import describe, plugins_cmd, schema_cmd
 
@@ -376,5 +376,6 @@ main.add_command(plugins_cmd)
 main.add_command(schema_cmd)
 main.add_command(export_cmd)
 main.add_command(export_mlflow_cmd)
+main.add_command(export_results_cmd)
 
 

@@ -2,8 +2,10 @@
 
 A path names runs in one of three ways:
 
-- a results store file (``results.sqlite``),
-- a run folder that holds one (``runs/<experiment>``),
+- a results store file (``results.sqlite``), or a results export (``results.json.gz``,
+  :mod:`.export`: what ``variantlab export-results`` writes),
+- a run folder that holds one (``runs/<experiment>``; a folder with both reads the store),
+  or a report folder with its export beside it (``reports/<experiment>``),
 - a folder of run folders (the ``--out`` of ``variantlab run``, ``runs`` by default): every
   run folder directly inside it, in name order.
 
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .export import EXPORT_FILE, is_export
 from .store import STORE_FILE
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -69,16 +72,22 @@ def stores_in(path: str | Path) -> list[Path]:
         raise RunPathError(f"{given}: no results store: no such file or folder; give a run "
                            f"folder (runs/<experiment>), its {STORE_FILE}, or the --out "
                            "folder that holds run folders", given)
+    if p.is_file() and is_export(p):
+        return [p]
     if p.is_file() or (p / STORE_FILE).is_file():
         store = p if p.is_file() else p / STORE_FILE
         if not _is_sqlite(store):
             shown = given if p.is_file() else str(Path(given) / STORE_FILE)
-            raise RunPathError(f"{shown}: not a results store (not an SQLite database); "
-                               f"give a run folder or its {STORE_FILE} as `variantlab run` "
-                               "wrote it", shown)
+            raise RunPathError(f"{shown}: not a results store (not an SQLite database nor a "
+                               f"results export); give a run folder, its {STORE_FILE} as "
+                               f"`variantlab run` wrote it, or the {EXPORT_FILE} of "
+                               "`variantlab export-results`", shown)
         return [store]
+    if is_export(p / EXPORT_FILE):
+        return [p / EXPORT_FILE]
     try:
-        children = sorted(c for c in p.iterdir() if c.is_dir() and (c / STORE_FILE).is_file())
+        children = sorted(c for c in p.iterdir() if c.is_dir() and (
+            (c / STORE_FILE).is_file() or is_export(c / EXPORT_FILE)))
     except OSError as exc:
         raise RunPathError(f"{given}: cannot list the folder ({exc.strerror}); check its "
                            "permissions", given) from None
@@ -86,7 +95,8 @@ def stores_in(path: str | Path) -> list[Path]:
         raise RunPathError(f"{given}: no results store ({STORE_FILE}) and no run folders "
                            "in it; run an experiment first (variantlab run EXPERIMENT.yaml "
                            f"--out {given}) or give the run folder itself", given)
-    return [c / STORE_FILE for c in children]
+    return [c / STORE_FILE if (c / STORE_FILE).is_file() else c / EXPORT_FILE
+            for c in children]
 
 
 def find_runs(paths: str | Path | Iterable[str | Path]) -> list[RunRef]:

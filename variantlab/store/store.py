@@ -414,5 +414,14 @@ if results.__doc__:  # None under python -OO
 
 def load_run(path: str | Path) -> RunData:
     """Meta (decoded: :class:`variantlab.store.contract.RunMeta`), variants (spec, overrides and
-    warnings decoded), units and rows: see :mod:`variantlab.store.contract`."""
+    warnings decoded), units and rows: see :mod:`variantlab.store.contract`. ``path`` may also
+    be a results export (:mod:`.export`), which gives the frames the store gave."""
+    from .export import is_export, read_export
+
+    if is_export(Path(path)):
+        try:
+            return read_export(path)
+        except ContractError as exc:
+            raise StoreError(f"{path}: {exc}; write it again with variantlab export-results "
+                             "RUN") from None
     return _frames(path)
