@@ -13,7 +13,8 @@ import pytest
 from conftest import ROOT, invoke, store_of
 
 from variantlab.report import write_report
-from variantlab.store.export import EXPORT_FILE, export_run, read_export
+from variantlab.store.export import EXPORT_FILE, read_export
+from variantlab.store.runs import export_run
 from variantlab.store.store import load_run
 from variantlab.testing.sample import sample_grid, sample_run
 

@@ -110,8 +110,7 @@ def export_results_cmd(run: str, out: str | None) -> None:
     as the store: `variantlab report reports/NAME --out reports/NAME`.
     """
     from ..errors import InputError
-    from ..store.export import export_run
-    from ..store.runs import find_runs
+    from ..store.runs import export_run, find_runs
     from ..store.store import STORE_FILE
 
     stdout, err = consoles()

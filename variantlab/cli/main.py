@@ -31,6 +31,7 @@ from .base import (
     plugin_option,
 )
 from .export import export_cmd, export_mlflow_cmd, export_results_cmd
+from .findings import findings_cmd
 from .fmt import ProgressReporter, consoles, print_summary
 from .info import describe, plugins_cmd, schema_cmd
 
@@ -377,5 +378,6 @@ main.add_command(schema_cmd)
 main.add_command(export_cmd)
 main.add_command(export_mlflow_cmd)
 main.add_command(export_results_cmd)
+main.add_command(findings_cmd)
 
 

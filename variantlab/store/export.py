@@ -1,6 +1,7 @@
 """A run's results as one compact file that a report reads instead of the store.
 
-``variantlab export-results RUN`` writes ``RUN/results.json.gz``: the run's
+``variantlab export-results RUN`` writes ``RUN/results.json.gz``
+(:func:`variantlab.store.runs.export_run`): the run's
 :class:`~variantlab.store.contract.RunData` (meta, variants, units and the current rows, as
 :func:`variantlab.store.store.load_run` reads them) as gzipped JSON, one list per column.
 Committed beside an example's report (``reports/<name>/results.json.gz``), it lets
@@ -92,15 +93,10 @@ def export_text(run: RunData) -> bytes:
     return gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
 
 
-def export_run(store: str | Path, out: str | Path | None = None) -> Path:
-    """Write the export of the run at ``store`` (a run folder or its ``results.sqlite``) to
-    ``out`` (default: ``results.json.gz`` in the run folder); the path written. The file is
-    written to a temporary name and moved into place, so a failed write leaves no half file.
-    """
-    from .store import load_run, store_path
-
-    run = load_run(store)
-    target = Path(out) if out is not None else store_path(store).parent / EXPORT_FILE
+def write_export(run: RunData, target: str | Path) -> Path:
+    """Write ``run``'s export to ``target`` (to a temporary name first, then moved into
+    place, so a failed write leaves no half file); the path written."""
+    target = Path(target)
     data = export_text(run)
     tmp = target.with_name(f".{target.name}.tmp")
     try:
@@ -160,4 +156,4 @@ def read_export(path: str | Path) -> RunData:
                    rows=conform(rows, RESULTS, "the rows table"))
 
 
-__all__ = ["EXPORT_FILE", "export_run", "export_text", "is_export", "read_export"]
+__all__ = ["EXPORT_FILE", "export_text", "is_export", "read_export", "write_export"]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .export import EXPORT_FILE, is_export
+from .export import EXPORT_FILE, is_export, write_export
 from .store import STORE_FILE
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -97,6 +97,16 @@ def stores_in(path: str | Path) -> list[Path]:
                            f"--out {given}) or give the run folder itself", given)
     return [c / STORE_FILE if (c / STORE_FILE).is_file() else c / EXPORT_FILE
             for c in children]
+
+
+def export_run(store: str | Path, out: str | Path | None = None) -> Path:
+    """Write the results export (:mod:`.export`) of the run at ``store`` (a run folder or
+    its ``results.sqlite``) to ``out`` (default: ``results.json.gz`` in the run folder);
+    the path written."""
+    from .store import load_run, store_path
+
+    target = Path(out) if out is not None else store_path(store).parent / EXPORT_FILE
+    return write_export(load_run(store_path(store)), target)
 
 
 def find_runs(paths: str | Path | Iterable[str | Path]) -> list[RunRef]:
