@@ -17,8 +17,16 @@ LABELS = {"grad_norm": "gradient norm", "update_ratio": "update / weight (||ΔW|
 
 def dynamics_views() -> tuple[Any, ...]:
     """The dynamics probe's report views (matplotlib is imported only when one runs): its
-    heatmaps and lines, and its sentences in the reading after the training probe's."""
-    return (heatmaps, lines, ProbeView(reading=reading, rank=50))
+    heatmaps and lines, its sentences in the reading after the training probe's, and the
+    numbers they quote in the summary (:mod:`.dynamics_summary`)."""
+    return (heatmaps, lines, ProbeView(metrics=metrics, reading=reading, rank=50))
+
+
+def metrics(data: Any) -> Any:
+    """The dynamics run's per-seed summary values (:mod:`.dynamics_summary`)."""
+    from .dynamics_summary import dynamics_metrics
+
+    return dynamics_metrics(data)
 
 
 def reading(data: Any, summary: Any) -> list[str]:
@@ -94,4 +102,4 @@ def lines(data: Any) -> Sequence[Any]:
     return [Plot("dynamics-lines", title, caption, fig)]
 
 
-__all__ = ["dynamics_views", "heatmaps", "lines", "reading"]
+__all__ = ["dynamics_views", "heatmaps", "lines", "metrics", "reading"]

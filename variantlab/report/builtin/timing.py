@@ -11,20 +11,25 @@ import pandas as pd
 from ...plugin.probe import ProbeView
 from ..findings import timing_speed
 from ..frame import ReportData, invocation_numbers
+from ..headline import conditions_of
 from ..plots import Plot, label_lines, mean_by, new_axes, shown, styles
 from ..tables import PASS_NAMES, MetricRows, Table, select, summary_section
+from .dynamics_summary import seed_rows
 
 PROBE = "timing"
 NOTE = "median per pass over repeats ± its interquartile range"
 
 
 def metrics(data: ReportData) -> pd.DataFrame:
-    """Per pass: median (ms, with its IQR), throughput, MFU (%) and compile time; then peak
-    memory (MiB) and, once any run was compiled, whether it was."""
+    """Per pass: median (ms, with its IQR), the speed-up over the baseline (:func:`speedups`),
+    throughput, MFU (%) and compile time; then peak memory (MiB) and, once any run was
+    compiled, whether it was."""
     rows, out = data.rows, MetricRows()
     for key, label in PASS_NAMES.items():
         out.add(select(rows, PROBE, f"{key}_median_s"), PROBE, f"{key}_median_s",
                 f"{label} median", "ms", 1e3, iqr=select(rows, PROBE, f"{key}_iqr_s"))
+        out.add(speedups(data, key), PROBE, f"{key}_speedup", f"{label} speed-up over the "
+                "baseline (x)", "", ratio=False)
         out.add(select(rows, PROBE, f"{key}_tokens_per_s"), PROBE, f"{key}_tokens_per_s",
                 f"{label} throughput", "tokens/s")
         out.add(select(rows, PROBE, f"{key}_mfu"), PROBE, f"{key}_mfu", f"{label} MFU", "%", 100)
@@ -37,6 +42,21 @@ def metrics(data: ReportData) -> pd.DataFrame:
         out.add(compiled, PROBE, f"{PROBE}.compiled", "compiled (torch.compile)", "",
                 ratio=False)
     return out.frame()
+
+
+def speedups(data: ReportData, key: str) -> pd.DataFrame:
+    """Per variant of the baseline's condition (not the baseline) and seed: the baseline's
+    median time of the pass over the variant's at the same seed (above 1: faster), the
+    per-seed speed-ups the reading judges (``(variant, seed, value)`` rows)."""
+    part = select(data.rows, PROBE, f"{key}_median_s")
+    table = part[part["value"].notna()].pivot_table(index="seed", columns="variant",
+                                                    values="value", aggfunc="mean")
+    if data.baseline not in table:
+        return seed_rows(pd.DataFrame())
+    conds = conditions_of(data)
+    mine = [v for v in table if v != data.baseline
+            and conds.get(str(v)) == conds.get(data.baseline)]
+    return seed_rows((1 / table[mine]).mul(table[data.baseline], axis=0))
 
 
 def section(data: ReportData, summary: pd.DataFrame) -> Table | None:
