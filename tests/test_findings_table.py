@@ -203,3 +203,11 @@ def test_findings_of_a_folder_without_reports_is_one_line(tmp_path):
     assert result.exit_code == 2
     assert result.output.strip() == (f"{tmp_path}: no report folders (NAME/summary.csv) in it; "
                                      "give the folder of committed reports (reports/)")
+
+
+def test_every_committed_note_quotes_only_numbers_of_its_report():
+    for path in sorted((ROOT / "experiments").glob("*.yaml")):
+        note = yaml.safe_load(path.read_text()).get("note", "")
+        folder = ROOT / "reports" / path.stem
+        if note and folder.is_dir():
+            assert unquoted_numbers(note, csv_numbers(folder)) == [], path.name

@@ -142,3 +142,16 @@ def test_a_damaged_export_is_one_line_naming_it(tmp_path):
     text = " ".join(result.output.split())
     assert f"{folder / EXPORT_FILE}: not a results export" in text and "export-results" in text
     assert "Traceback" not in result.output and not (tmp_path / "out").exists()
+
+
+def test_results_reads_an_export_like_the_store(tmp_path):
+    import variantlab as vl
+
+    folder = store_of(sample_grid({"norm.kind": ["layer", "rms"]}, seeds=(0, 1)),
+                      tmp_path / "grid")
+    (tmp_path / "copy").mkdir()
+    export_run(folder, tmp_path / "copy" / EXPORT_FILE)
+    from_store, from_export = vl.results(folder), vl.results(tmp_path / "copy")
+    assert "norm.kind" in from_export.columns and len(from_export) == len(from_store) > 0
+    pd.testing.assert_frame_equal(from_export.drop(columns="run"),
+                                  from_store.drop(columns="run"))

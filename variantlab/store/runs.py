@@ -149,7 +149,8 @@ def unique_labels(stores: Sequence[Path]) -> list[str]:
 def results(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
     """Tidy frame of every stored row of every run the paths name, with a ``run`` column.
 
-    ``paths``: a run folder, its ``results.sqlite``, a folder of run folders, or several of
+    ``paths``: a run folder, its ``results.sqlite`` or results export (``results.json.gz``),
+    a folder of run folders, or several of
     these. Columns: :data:`variantlab.store.contract.RESULTS` and a column per axis, as
     :func:`variantlab.store.store.results` gives them, with ``run`` the run's label (see
     :func:`find_runs`), the last column.

@@ -354,7 +354,8 @@ def _results_frame(rows: pd.DataFrame, meta: RunMeta, variants: pd.DataFrame) ->
 
 
 def results(path: str | Path) -> pd.DataFrame:
-    """Tidy frame of every stored row (``path`` = results.sqlite or its run folder).
+    """Tidy frame of every stored row (``path`` = results.sqlite, its run folder, or a
+    results export: :func:`load_run`).
 
     A failed unit is one row with status ``failed``, metric ``error``, value NaN and its
     message in ``error``. The columns (:data:`variantlab.store.contract.RESULTS`), in order:
@@ -366,7 +367,7 @@ def results(path: str | Path) -> pd.DataFrame:
     settings ``measure.<probe>.<key>``), named by its path, holding the value each row's
     variant ran with (:func:`axis_columns`).
     """
-    run = _frames(path)
+    run = load_run(path)
     return axis_columns(run.rows, run.variants, run.meta)
 
 
