@@ -347,9 +347,10 @@ def report(runs: Sequence[str], out: str | None, baseline: str | None,
            plugins: Sequence[str]) -> None:
     """Write report.md, report.html and CSV tables from one or more runs.
 
-    Each RUN is a run folder, its results.sqlite, or a folder of run folders (the --out of
-    `run`: every run in it). A run given twice counts once; variants of several runs that
-    share a name are told apart by their run (RUN/variant).
+    Each RUN is a run folder, its results.sqlite, a results export (results.json.gz of
+    `variantlab export-results`, or a report folder holding one), or a folder of run
+    folders (the --out of `run`: every run in it). A run given twice counts once; variants
+    of several runs that share a name are told apart by their run (RUN/variant).
     """
     from ..store.runs import find_runs
 
