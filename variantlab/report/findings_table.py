@@ -8,7 +8,7 @@ listed by name), the sizes and the budget (steps, batch, seeds, learning rates) 
 experiment file, the running time from the results export beside the report
 (:mod:`variantlab.store.export`; a dash without one) and the YAML's hand-written ``note:``.
 A report folder without ``verdicts.csv`` gets a row that says it was not yet regenerated
-with verdict rows, and no numbers. A ``note:`` may quote only numbers that the report's
+with verdict rows, and no numbers (its note waits too). A ``note:`` may quote only numbers that the report's
 CSVs hold (:func:`unquoted_numbers`); the command refuses one that quotes another.
 
 README.md and docs/findings.md hold the table between :data:`START` and :data:`END`
@@ -273,8 +273,7 @@ def finding(folder: Path, experiments: Path) -> Finding:
                               "put a name in backticks)"])
     verdicts = folder / VERDICTS_FILE
     if not verdicts.is_file():
-        return Finding(folder.name, question, NOT_YET + (f". Note: {note}" if note else ""),
-                       "-", "-", "-")
+        return Finding(folder.name, question, NOT_YET, "-", "-", "-")  # no numbers, note too
     cell = verdict_cell(read_verdicts(verdicts), _text(data.get("compare_on")) or "loss")
     return Finding(folder.name, question, cell + (f". Note: {note}" if note else ""),
                    sizes(data), budget(data), running_time(folder))
