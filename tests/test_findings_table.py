@@ -211,3 +211,11 @@ def test_every_committed_note_quotes_only_numbers_of_its_report():
         folder = ROOT / "reports" / path.stem
         if note and folder.is_dir():
             assert unquoted_numbers(note, csv_numbers(folder)) == [], path.name
+
+
+def test_a_damaged_export_beside_a_report_is_one_line(tmp_path):
+    folder = report_folder(tmp_path)
+    (folder / EXPORT_FILE).write_bytes(gzip.compress(b"[1, 2]"))
+    result = invoke("findings", folder.parent)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"{folder / EXPORT_FILE}: not a results export" in " ".join(result.output.split())

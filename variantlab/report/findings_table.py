@@ -136,12 +136,17 @@ def running_time(folder: Path) -> str:
     path = folder / EXPORT_FILE
     if not path.is_file():
         return "-"
-    units = json.loads(gzip.decompress(path.read_bytes()))["units"]
     spans: dict[str, list[datetime]] = {}
-    for inv, start, end in zip(units["invocation"], units["started_at"], units["finished_at"]):
-        if start and end:
-            times = spans.setdefault(str(inv), [])
-            times += [datetime.fromisoformat(start), datetime.fromisoformat(end)]
+    try:
+        units = json.loads(gzip.decompress(path.read_bytes()))["units"]
+        for inv, start, end in zip(units["invocation"], units["started_at"],
+                                   units["finished_at"]):
+            if start and end:
+                times = spans.setdefault(str(inv), [])
+                times += [datetime.fromisoformat(start), datetime.fromisoformat(end)]
+    except (OSError, EOFError, ValueError, KeyError, TypeError) as exc:
+        raise InputError([f"{path}: not a results export ({exc}); write it again with "
+                          "variantlab export-results RUN"]) from None
     seconds = sum((max(t) - min(t)).total_seconds() for t in spans.values())
     if not spans:
         return "-"
