@@ -82,5 +82,5 @@ def register_positionals(register):
              SinusoidalPositions(emb_dim, context_length, spec.scale_embeddings))
     register("none", NoPositionsSpec, lambda spec, emb_dim, context_length: Positions())
     register("rotary", RotarySpec, lambda spec, emb_dim, context_length: RotaryPositions(
-        spec.theta, spec.fraction, spec.odd_rounding))
+        spec.theta, spec.fraction, spec.odd_rounding, spec))
     register("alibi", ALiBiSpec, lambda spec, emb_dim, context_length: ALiBiPositions())

@@ -265,7 +265,7 @@ def deepseek_config(spec: Spec, cls: str) -> Any:
         attention_bias=spec.qkv_bias or spec.attn_out_bias,
         attention_dropout=spec.drop("attn"), tie_word_embeddings=spec.tie_weights,
         first_k_dense_replace=first, hidden_act=hf_activation(spec, cls),
-        rope_parameters=rope(spec.positional), **sizes,
+        rope_parameters=rope(spec.positional, False, spec.context_length, cls=cls), **sizes,
         **(_moe_kwargs(spec, cls, moe) if moe is not None else {}))
     if cls == CLASSES[1]:
         kwargs["rope_interleave"] = True
