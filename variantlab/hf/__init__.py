@@ -64,6 +64,8 @@ from .llama4 import llama4_config, llama4_spec, llama4_state, llama4_table
 from .mamba import jamba_spec, jamba_state, mamba2_spec, mamba2_state
 from .moe import mixtral_spec, mixtral_state, olmoe_spec, olmoe_state, qwen3moe_spec, qwen3moe_state
 from .neox import neox_config, neox_hf_state, neox_spec, neox_state
+from .phi3 import phi3_config, phi3_spec, phi3_state, phi3_table
+from .qwen2 import qwen2_config, qwen2_spec, qwen2_state, qwen2_table
 from .qwen3next import qwen3next_spec, qwen3next_state
 from .smollm3 import smollm3_config, smollm3_spec, smollm3_state, smollm3_table
 from .table import Pair, save_state, tied
@@ -91,6 +93,8 @@ CONVERTERS: dict[str, Converter] = {
     "MistralForCausalLM": (mistral_spec, llama_state),
     "MixtralForCausalLM": (mixtral_spec, mixtral_state),
     "OlmoeForCausalLM": (olmoe_spec, olmoe_state),
+    "Phi3ForCausalLM": (phi3_spec, phi3_state),
+    "Qwen2ForCausalLM": (qwen2_spec, qwen2_state),
     "Olmo2ForCausalLM": (olmo2_spec, olmo2_state),
     "Qwen3ForCausalLM": (qwen3_spec, qwen3_state),
     "Qwen3MoeForCausalLM": (qwen3moe_spec, qwen3moe_state),
@@ -139,6 +143,8 @@ TABLED: dict[str, Exporter] = {
     "SmolLM3ForCausalLM": (smollm3_config, smollm3_table),
     "FalconH1ForCausalLM": (falconh1_config, falconh1_table),
     "Lfm2ForCausalLM": (lfm2_config, lfm2_table),
+    "Phi3ForCausalLM": (phi3_config, phi3_table),
+    "Qwen2ForCausalLM": (qwen2_config, qwen2_table),
 }
 
 #: the classes a spec exports to (:func:`choose_class`)
@@ -198,6 +204,10 @@ def choose_class(spec: Spec) -> str:
     if residual == "pre_norm":
         if spec.attention.qk_norm is not None:
             return "Qwen3ForCausalLM"
+        if spec.positional.fraction != 1.0 or spec.positional.scaling == "longrope":
+            return "Phi3ForCausalLM"
+        if spec.qkv_bias and not spec.attn_out_bias:
+            return "Qwen2ForCausalLM"
         window = getattr(spec.attention, "window", None) is not None
         return "MistralForCausalLM" if window else "LlamaForCausalLM"
     refuse("residual.kind", "transformers", f"residual {residual!r} has no equivalent in the "
