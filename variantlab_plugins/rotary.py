@@ -31,7 +31,7 @@ class RotarySpec(ComponentSpec):
          "beta_fast": 8.0, "truncate": False, "mscale": 1.0, "mscale_all_dim": 0.5},
         {"kind": "rotary", "scaling": "llama3", "factor": 8.0, "original_context": 4},
         {"kind": "rotary", "scaling": "longrope", "original_context": 4, "factor": 3.0,
-         "fraction": 0.25, "short_factor": [1.0, 1.5], "long_factor": [2.0, 4.0]},)
+         "fraction": 0.5, "short_factor": [1.0, 1.5], "long_factor": [2.0, 4.0]},)
     theta: PositiveFloat = Field(
         10000.0, description="base of the angle frequencies theta^(-2i/d) (Llama 3: 500000)")
     fraction: float = Field(

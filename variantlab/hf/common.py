@@ -72,6 +72,9 @@ ROPE_KEYS: dict[str, tuple[str, ...]] = {
                  "short_factor", "long_factor"),
 }
 _PLAIN_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
+#: the keys a kind cannot do without (besides a factor, which yarn and longrope may infer)
+_NEEDED = {"llama3": ("low_freq_factor", "high_freq_factor"),
+           "longrope": ("short_factor", "long_factor")}
 
 
 def rope_scaling(cfg: Any, params: dict[str, Any], name: str = "rope_parameters",
@@ -92,19 +95,24 @@ def rope_scaling(cfg: Any, params: dict[str, Any], name: str = "rope_parameters"
                f"only {', '.join(ROPE_KEYS[kind]) or 'rope_theta'} for this kind")
     if kind == "default":
         return {}
+    missing = [k for k in _NEEDED.get(kind, ()) if params.get(k) is None]
+    if missing:
+        reject(name, params, f"rope_type {kind!r} needs {', '.join(missing)}")
     out: dict[str, Any] = {"scaling": kind}
-    max_len = cfg.max_position_embeddings
+    max_len = getattr(cfg, "max_position_embeddings", None)
     original = (params.get("original_max_position_embeddings")
                 or getattr(cfg, "original_max_position_embeddings", None) or max_len)
     factor = params.get("factor")
     if factor is None:
-        if kind not in ("yarn", "longrope"):
+        if kind not in ("yarn", "longrope") or max_len is None:
             reject(name, params, f"rope_type {kind!r} needs a factor")
         factor = max_len / original
     out["factor"] = float(factor)
-    out["original_context"] = int(max_len if kind == "dynamic" else original)
-    if kind == "linear":
-        del out["original_context"]
+    if kind != "linear":
+        if (max_len if kind == "dynamic" else original) is None:
+            reject("max_position_embeddings", None, f"rope_type {kind!r} needs the "
+                   "context it extends")
+        out["original_context"] = int(max_len if kind == "dynamic" else original)
     if kind == "llama3":
         out["low_freq_factor"] = float(params["low_freq_factor"])
         out["high_freq_factor"] = float(params["high_freq_factor"])
