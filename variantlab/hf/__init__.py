@@ -110,8 +110,11 @@ def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
     ``impl`` picks the implementation of the mha and mla attentions."""
     name = type(hf_model).__name__
     if name not in CONVERTERS:
-        raise ConversionError.at(["transformers"], f"class {name} is not supported; "
-                                 f"supported: {', '.join(sorted(CONVERTERS))}")
+        from .families import family
+
+        raise ConversionError.at(["transformers"], f"class {name} is not supported: "
+                                 f"{family(name).reason} (`variantlab families` lists what "
+                                 f"converts; supported: {', '.join(sorted(CONVERTERS))})")
     make_spec, make_state = CONVERTERS[name]
     data = make_spec(hf_model.config)
     for slots in [data, *(data.get("layout") or {}).get("kinds", {}).values()]:
