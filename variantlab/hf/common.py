@@ -446,15 +446,19 @@ def check_moe(spec: Spec, cls: str, ff: Spec, loc: str, *, free: tuple[str, ...]
              f"{name}={value!r}: this class has {plain!r} only")
 
 
-def rotary_theta(spec: Spec, cls: str, specs: list[Spec]) -> float:
-    """The one rotary base of the rotary layers among ``specs`` (each rotary over every head
-    dim, or NoPE: ``positional: none``); the model's when none rotates."""
+def rotary_parameters(spec: Spec, cls: str, specs: list[Spec]) -> dict[str, Any]:
+    """The ``rope_parameters`` of the one rotary positional of the rotary layers among
+    ``specs`` (each rotary over every head dim, or NoPE: ``positional: none``), scaling
+    included; the model's base, unscaled, when none rotates."""
     for layer in specs:
         pos = layer.positional
         need(spec, cls, "layout.positional", pos.kind in ("rotary", "none"),
              f"positional {pos.kind!r}: this class's layers are rotary or NoPE (none)")
         need(spec, cls, "layout.positional.fraction", pos.kind == "none" or pos.fraction == 1.0,
              f"fraction={getattr(pos, 'fraction', None)}: this class rotates every head dim")
-    thetas = [float(layer.positional.theta) for layer in specs if layer.positional.kind == "rotary"]
-    theta = one(spec, cls, "layout.positional.theta", thetas, "rotary bases")
-    return theta if theta is not None else float(getattr(spec.positional, "theta", 10_000.0))
+    rotaries = [layer.positional for layer in specs if layer.positional.kind == "rotary"]
+    pos = one(spec, cls, "layout.positional", rotaries, "rotary positionals")
+    if pos is None:
+        return {"rope_type": "default",
+                "rope_theta": float(getattr(spec.positional, "theta", 10_000.0))}
+    return rope(pos, False, spec.context_length, cls)

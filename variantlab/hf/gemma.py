@@ -132,6 +132,9 @@ def _layer_types(spec: Spec, cls: str) -> tuple[list[str], int | None, dict[str,
             windows.add(layer.attention.window)
         need(spec, cls, f"{loc}.positional", layer.positional.kind == "rotary" and
              layer.positional.fraction == 1.0, f"layer {i}: Gemma rotates every head dim")
+        need(spec, cls, f"{loc}.positional.scaling", layer.positional.scaling == "none",
+             f"layer {i}: scaling {layer.positional.scaling!r}; scaled rotary is not "
+             "exported to Gemma (its import refuses it too)")
         theta = float(layer.positional.theta)
         need(spec, cls, f"{loc}.positional", thetas.setdefault(kind, theta) == theta,
              f"layer {i}: the {kind} layers of Gemma share one rotary base")

@@ -38,7 +38,7 @@ from .common import (
     one,
     period,
     reject,
-    rotary_theta,
+    rotary_parameters,
     token_ids,
 )
 from .gpt2 import hidden_of
@@ -169,7 +169,7 @@ def llama4_config(spec: Spec, cls: str = CLS) -> Any:
     import transformers
 
     specs = layers(spec, CLS, ("attention", "positional", "feedforward"))
-    theta = rotary_theta(spec, CLS, specs)
+    parameters = rotary_parameters(spec, CLS, specs)
     check_common(spec.model_copy(update={"layout": None, "positional": specs[0].positional
                                          if specs[0].positional.kind == "rotary" else
                                          spec.positional}), CLS, norm="rms", rotary=False)
@@ -203,7 +203,7 @@ def llama4_config(spec: Spec, cls: str = CLS) -> Any:
         rms_norm_eps=spec.norm.eps, attention_bias=spec.qkv_bias or spec.attn_out_bias,
         attention_dropout=spec.drop("attn"), tie_word_embeddings=spec.tie_weights,
         hidden_act=hf_activation(spec, CLS),
-        rope_parameters={"rope_type": "default", "rope_theta": theta},
+        rope_parameters=parameters,
         num_local_experts=moe.n_experts if moe else 1,
         num_experts_per_tok=moe.top_k if moe else 1, moe_layers=sparse,
         output_router_logits=bool(moe and moe.aux_loss_coef > 0),

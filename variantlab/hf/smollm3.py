@@ -27,7 +27,7 @@ from .common import (
     one,
     period,
     reject,
-    rotary_theta,
+    rotary_parameters,
     token_ids,
 )
 from .llama import llama_kwargs, llama_spec
@@ -84,7 +84,7 @@ def smollm3_config(spec: Spec, cls: str = CLS) -> Any:
     import transformers
 
     specs = layers(spec, CLS, ("attention", "positional"))
-    theta = rotary_theta(spec, CLS, specs)
+    parameters = rotary_parameters(spec, CLS, specs)
     check_common(spec.model_copy(update={"layout": None}), CLS, norm="rms", rotary=False)
     need(spec, CLS, "residual.kind", spec.residual.kind == "pre_norm",
          f"residual {spec.residual.kind!r}: SmolLM3 is pre_norm")
@@ -100,7 +100,7 @@ def smollm3_config(spec: Spec, cls: str = CLS) -> Any:
     return config(
         **kwargs, **token_ids(spec, config), hidden_act=hf_activation(spec, CLS),
         mlp_bias=spec.feedforward.bias,
-        rope_parameters={"rope_type": "default", "rope_theta": theta},
+        rope_parameters=parameters,
         no_rope_layers=[int(layer.positional.kind == "rotary") for layer in specs],
         use_sliding_window=window is not None, sliding_window=window,
         layer_types=["sliding_attention" if w else "full_attention" for w in windows])
