@@ -34,7 +34,7 @@ import torch
 from ..model.build import build_model
 from ..model.specs import ModelSpec, parse_model_spec
 from ..plugin.registry import Registry, get_registry
-from .common import ConversionError, ExportWarning, Spec, refuse
+from .common import ConversionError, ExportWarning, Spec, refuse, reject
 from .deepseek import (
     deepseek_class,
     deepseek_config,
@@ -116,6 +116,7 @@ def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
                                  f"{family(name).reason} (`variantlab families` lists what "
                                  f"converts; supported: {', '.join(sorted(CONVERTERS))})")
     make_spec, make_state = CONVERTERS[name]
+    check_per_layer(hf_model.config)
     data = make_spec(hf_model.config)
     for slots in [data, *(data.get("layout") or {}).get("kinds", {}).values()]:
         if "attention" in slots and slots["attention"].get("kind", "mha") in ("mha", "mla"):
@@ -124,15 +125,41 @@ def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
             slots["attention"]["attention"]["impl"] = impl
     spec = parse_model_spec(data, registry)
     model = build_model(spec, registry)
-    state = {k: v.detach().clone() for k, v in make_state(hf_model).items()}
+    try:
+        state = {k: v.detach().clone() for k, v in make_state(hf_model).items()}
+    except KeyError as exc:
+        raise ConversionError.at(["transformers"], f"{name} has no weight {exc.args[0]!r} "
+                                 "that its config implies: the config does not describe "
+                                 "these weights; load the two from one checkpoint") from None
     if spec.tie_weights:
         state.pop("out_head.weight")
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[-1].strip()
+        raise ConversionError.at(["transformers"], f"{name}'s weights do not have the shapes "
+                                 f"its config implies ({first}); load the two from one "
+                                 "checkpoint") from None
     left = [k for k in missing if not (spec.tie_weights and k == "out_head.weight")]
     if left or unexpected:
         raise ConversionError.at(["transformers"], f"weight mapping for {name} incomplete: "
                                  f"missing {left}, unexpected {unexpected}")
     return spec, model
+
+
+#: config options holding one entry per layer
+PER_LAYER = ("layer_types", "no_rope_layers")
+
+
+def check_per_layer(cfg: Any) -> None:
+    """Refuse a per-layer list option (:data:`PER_LAYER`) whose length is not the config's
+    ``num_hidden_layers``, naming the option, before any layer is read."""
+    n = getattr(cfg, "num_hidden_layers", None)
+    for option in PER_LAYER:
+        values = getattr(cfg, option, None)
+        if n is not None and isinstance(values, (list, tuple)) and len(values) != n:
+            reject(option, list(values), f"{len(values)} entries for num_hidden_layers={n}; "
+                   "give one per layer")
 
 
 Exporter = tuple[Callable[[Spec, str], Any], Callable[[Any], list[Pair]]]
