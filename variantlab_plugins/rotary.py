@@ -308,6 +308,42 @@ class RotaryPositions(Positions):
         return f"theta={self.theta}, fraction={self.fraction}{odd}{scaled}"
 
 
+class QueryTemperatureSpec(ComponentSpec):
+    """No position embeddings, and queries scaled by a temperature that grows with the
+    position: q_t * (scale * ln(1 + floor((t + 1) / floor_scale)) + 1) (Nakanishi 2025,
+    "Scalable-Softmax Is Superior for Attention", as Llama 4 applies it to its NoPE layers
+    with ``attn_temperature_tuning``); keys unchanged. t counts sequence indices, padding
+    included, as Llama 4's cache positions do."""
+
+    kind: Literal["query_temperature"] = "query_temperature"
+    acts_in_attention: ClassVar[bool] = True
+    walk_examples: ClassVar[tuple[dict, ...]] = (  # tests/test_registry_walk.py tries these
+        {"kind": "query_temperature", "floor_scale": 2, "scale": 0.5},)
+    floor_scale: PositiveInt = Field(
+        8192, description="positions per step of the temperature (Llama 4: 8192)")
+    scale: NonNegativeFloat = Field(
+        0.1, description="the temperature's growth per log step (Llama 4's attn_scale: 0.1)")
+
+
+class QueryTemperaturePositions(Positions):
+    """:class:`QueryTemperatureSpec`: each query times its position's temperature, computed
+    in float32 and cast back, as transformers' Llama 4 does."""
+
+    rotates = True
+
+    def __init__(self, floor_scale: int = 8192, scale: float = 0.1):
+        super().__init__()
+        self.floor_scale, self.scale = floor_scale, scale
+
+    def rotate(self, q, k, position_ids=None):  # q (B, H, T, hd), k (B, H_kv, T, hd)
+        t = torch.arange(q.shape[2], device=q.device, dtype=torch.float32)  # sequence indices
+        scales = torch.log1p(torch.floor((t + 1.0) / self.floor_scale)) * self.scale + 1.0
+        return (q * scales[:, None]).to(q.dtype), k  # scales (T, 1) over (B, H, T, hd)
+
+    def extra_repr(self) -> str:
+        return f"floor_scale={self.floor_scale}, scale={self.scale}"
+
+
 class ALiBiSpec(ComponentSpec):
     """Attention with Linear Biases (ALiBi, Press et al. 2022, "Train Short, Test Long"): no
     position embeddings; each head's scores get -slope * distance to the key."""

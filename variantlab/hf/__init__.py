@@ -185,7 +185,8 @@ SUPPORTED = ("GPT2LMHeadModel", "GPTNeoXForCausalLM", *LLAMA_LIKE, "Gemma2ForCau
 def _frontier_class(spec: Spec) -> str | None:
     """The 2025 class a spec's components name, if any: multi-head latent attention
     (DeepSeek), attention sinks (gpt-oss), a parallel hybrid (Falcon-H1), gated short
-    convolutions (LFM2), chunked attention, an L2 QK-norm or input-scaled experts (Llama 4),
+    convolutions (LFM2), chunked attention, an L2 QK-norm, input-scaled experts or NoPE
+    layers with a query temperature (Llama 4),
     NoPE layers among rotary ones (SmolLM3)."""
     specs = [spec.layer_spec(i) for i in range(spec.n_layers)]
     atts = [layer.attention for layer in specs]
@@ -200,10 +201,11 @@ def _frontier_class(spec: Spec) -> str | None:
         return "GptOssForCausalLM"
     ffs = [layer.feedforward for layer in specs]
     qk_kinds = {att.qk_norm.kind for att in atts if getattr(att, "qk_norm", None) is not None}
-    if (any(getattr(att, "chunk", None) for att in atts) or "l2" in qk_kinds
-            or any(getattr(ff, "scale_input", False) for ff in ffs)):
-        return "Llama4ForCausalLM"
     positions = {layer.positional.kind for layer in specs}
+    if (any(getattr(att, "chunk", None) for att in atts) or "l2" in qk_kinds
+            or any(getattr(ff, "scale_input", False) for ff in ffs)
+            or "query_temperature" in positions):
+        return "Llama4ForCausalLM"
     if "none" in positions and positions <= {"none", "rotary"} and kinds == {"mha"}:
         return "SmolLM3ForCausalLM"
     return None

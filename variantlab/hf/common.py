@@ -452,9 +452,11 @@ def rotary_parameters(spec: Spec, cls: str, specs: list[Spec]) -> dict[str, Any]
     included; the model's base, unscaled, when none rotates."""
     for layer in specs:
         pos = layer.positional
-        need(spec, cls, "layout.positional", pos.kind in ("rotary", "none"),
-             f"positional {pos.kind!r}: this class's layers are rotary or NoPE (none)")
-        need(spec, cls, "layout.positional.fraction", pos.kind == "none" or pos.fraction == 1.0,
+        need(spec, cls, "layout.positional", pos.kind in ("rotary", "none") or (
+            pos.kind == "query_temperature" and cls == "Llama4ForCausalLM"),
+             f"positional {pos.kind!r}: this class's layers are rotary or NoPE (none; Llama 4 "
+             "also query_temperature)")
+        need(spec, cls, "layout.positional.fraction", pos.kind != "rotary" or pos.fraction == 1.0,
              f"fraction={getattr(pos, 'fraction', None)}: this class rotates every head dim")
     rotaries = [layer.positional for layer in specs if layer.positional.kind == "rotary"]
     pos = one(spec, cls, "layout.positional", rotaries, "rotary positionals")
