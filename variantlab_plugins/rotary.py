@@ -250,7 +250,8 @@ class RotaryPositions(Positions):
                  odd_rounding: str = "down", spec: RotarySpec | None = None):
         super().__init__()
         self.theta, self.fraction, self.odd_rounding = theta, fraction, odd_rounding
-        self.spec = spec or RotarySpec(theta=theta, fraction=fraction, odd_rounding=odd_rounding)
+        self.spec = spec or RotarySpec.model_validate(
+            {"theta": theta, "fraction": fraction, "odd_rounding": odd_rounding})
         self._by_length = self.spec.scaling in ("dynamic", "longrope")
         self._cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 

@@ -109,10 +109,11 @@ def rope_scaling(cfg: Any, params: dict[str, Any], name: str = "rope_parameters"
         factor = max_len / original
     out["factor"] = float(factor)
     if kind != "linear":
-        if (max_len if kind == "dynamic" else original) is None:
+        context = max_len if kind == "dynamic" else original
+        if context is None:
             reject("max_position_embeddings", None, f"rope_type {kind!r} needs the "
                    "context it extends")
-        out["original_context"] = int(max_len if kind == "dynamic" else original)
+        out["original_context"] = int(context)
     if kind == "llama3":
         out["low_freq_factor"] = float(params["low_freq_factor"])
         out["high_freq_factor"] = float(params["high_freq_factor"])
