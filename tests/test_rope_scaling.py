@@ -172,6 +172,31 @@ def test_real_configs_convert_with_equal_logits_below_and_above_the_context(case
         assert (back(idx).logits - hf(idx).logits).abs().max().item() < 1e-5
 
 
+def test_gemma3_linear_scaling_on_its_full_layers():
+    """Gemma 3 (4B-27B): linear factor 8 on the full-attention layers, base 1e6; the sliding
+    layers unscaled, base 1e4; both ways."""
+    config = transformers.Gemma3TextConfig(
+        hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        intermediate_size=48, num_hidden_layers=4, vocab_size=64, max_position_embeddings=64,
+        sliding_window=4, query_pre_attn_scalar=8, sliding_window_pattern=2,
+        rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0,
+                                            "rope_theta": 1e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+        attn_implementation="eager")
+    torch.manual_seed(0)
+    hf = perturbed(transformers.Gemma3ForCausalLM(config))
+    spec, model = from_transformers(hf, REG)
+    full, local = spec.layer_spec(1).positional, spec.layer_spec(0).positional
+    assert (full.scaling, full.factor, full.theta) == ("linear", 8.0, 1e6)
+    assert (local.scaling, local.theta) == ("none", 1e4)
+    idx = torch.randint(0, 64, (2, 20))
+    with torch.no_grad():
+        assert (model.eval()(idx) - hf(idx).logits).abs().max().item() < 1e-5
+        back = to_transformers(spec, model)
+        assert back.config.rope_parameters["full_attention"]["factor"] == 8.0
+        assert (back(idx).logits - hf(idx).logits).abs().max().item() < 1e-5
+
+
 @pytest.mark.parametrize("case", ["llama3.1", "phi3", "dynamic", "qwen2.5"])
 def test_left_padding_with_scaled_rotary(case):
     family, rope, extra = REAL[case]
