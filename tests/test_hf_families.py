@@ -121,3 +121,26 @@ def test_refusals_name_the_option_in_one_line(family, change, kwargs, match):
     with pytest.raises(ConversionError, match=match) as info:
         from_transformers(model, REG)
     assert "\n" not in str(info.value)
+
+
+def test_a_config_transformers_rejects_is_one_line(monkeypatch):
+    """transformers' own validation of an exported config (a ValueError with its traceback
+    otherwise) becomes a ConversionError naming the class."""
+    spec = vl.parse_model_spec({**BASE_SPEC}, REG)
+    model = vl.build_model(spec, REG)
+
+    def rejected(spec, cls):
+        raise ValueError("Class validation error for validator 'validate_rope':\n"
+                         "    ValueError: `rope_parameters`'s factor is wrong")
+
+    monkeypatch.setattr(hf, "hf_config", rejected)
+    with pytest.raises(ConversionError, match="LlamaForCausalLM refuses the exported config: "
+                       "ValueError: `rope_parameters`'s factor is wrong") as info:
+        vl.to_transformers(spec, model)
+    assert "\n" not in str(info.value)
+
+
+BASE_SPEC = {"family": "gpt", "vocab_size": 64, "context_length": 16, "emb_dim": 32,
+             "n_heads": 4, "n_layers": 1, "drop_rate": 0.0, "norm": "rms",
+             "feedforward": {"kind": "glu", "hidden_dim": 48}, "activation": "silu",
+             "qkv_bias": False, "attn_out_bias": False, "positional": "rotary"}

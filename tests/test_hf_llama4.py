@@ -14,7 +14,6 @@ transformers = pytest.importorskip("transformers")
 
 import variantlab as vl  # noqa: E402
 from variantlab import from_transformers  # noqa: E402
-from variantlab.hf import ConversionError  # noqa: E402
 
 REG = vl.get_registry()
 BASE = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,

@@ -111,6 +111,10 @@ def test_refusals_name_the_option():
     biased = spec.model_copy(update={"qkv_bias": True})
     with pytest.raises(ConversionError, match="qkv_bias.*Phi-3's attention has no biases"):
         to_transformers(biased, vl.build_model(biased, REG))
+    yarn = spec.model_copy(update={"positional": spec.positional.model_copy(update={
+        "scaling": "yarn", "factor": 2.0, "original_context": 8})})
+    with pytest.raises(ConversionError, match="scaling 'yarn': Phi-3's config takes LongRoPE"):
+        to_transformers(yarn, model)
     spec, model = from_transformers(hf_model(*CASES["qwen2-gqa"]), REG)
     mlp = spec.model_copy(update={"feedforward": spec.feedforward.model_copy(
         update={"bias": True})})

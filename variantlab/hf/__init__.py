@@ -284,7 +284,14 @@ def to_transformers(spec: ModelSpec | Mapping[str, Any], model: torch.nn.Module,
     cls = choose_class(spec)
     sd = {k.removeprefix("_orig_mod."): v.detach().clone()
           for k, v in model.state_dict().items()}
-    config = hf_config(spec, cls)
+    try:
+        config = hf_config(spec, cls)
+    except ConversionError:
+        raise
+    except (ValueError, TypeError) as exc:  # transformers' own validation of the config
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1].strip()
+        raise ConversionError.at(["transformers"], f"{cls} refuses the exported config: "
+                                 f"{first}") from None
     hf = getattr(transformers, cls)(config)
     if cls in TABLED:  # the family's table, read from the exported config
         sizes = {k: v.shape for k, v in hf.state_dict().items()}

@@ -88,6 +88,9 @@ def phi3_config(spec: Spec, cls: str = CLS) -> Any:
     pos = spec.positional
     need(spec, CLS, "positional.odd_rounding", int(head_dim(spec) * pos.fraction) % 2 == 0,
          f"fraction={pos.fraction} rotates an odd count of dims; Phi-3 needs an even one")
+    need(spec, CLS, "positional.scaling", pos.scaling in ("none", "longrope"),
+         f"scaling {pos.scaling!r}: Phi-3's config takes LongRoPE only (a full rotary with "
+         "another scaling exports to Llama)")
     check_dropout(spec, CLS, ("attn", "resid"))
     parameters = rope(pos, True, spec.context_length, CLS)
     config = transformers.Phi3Config
