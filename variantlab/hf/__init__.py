@@ -7,17 +7,20 @@ Import (:func:`from_transformers`): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
 ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``, ``MixtralForCausalLM``, ``Qwen3MoeForCausalLM``,
 ``OlmoeForCausalLM``, ``Mamba2ForCausalLM``, ``JambaForCausalLM``, ``Qwen3NextForCausalLM``,
 ``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM``, ``GptOssForCausalLM``,
-``SmolLM3ForCausalLM``, ``Llama4ForCausalLM`` (text), ``Lfm2ForCausalLM`` and
-``FalconH1ForCausalLM`` become ``(spec, model)``. Other classes and config options that
-variantlab cannot express raise :class:`ConversionError` naming them.
+``SmolLM3ForCausalLM``, ``Llama4ForCausalLM`` (text), ``Lfm2ForCausalLM``,
+``FalconH1ForCausalLM``, ``Qwen2ForCausalLM`` and ``Phi3ForCausalLM`` (the registry:
+:data:`CONVERTERS`) become ``(spec, model)``, their rope scaling included. Other classes and
+config options that variantlab cannot express raise :class:`ConversionError` naming them
+(a class with its reason from :mod:`variantlab.hf.families`).
 
 Export (:func:`to_transformers`): the transformers class is chosen from the spec's
 components (multi-head latent attention: DeepSeek-V3 with sigmoid routing, else V2; a parallel
 hybrid: Falcon-H1; gated short convolutions: LFM2; attention sinks: gpt-oss; chunked attention,
-an L2 QK-norm or input-scaled experts: Llama 4; NoPE layers: SmolLM3; learned positions:
-GPT-2; rotary with a parallel residual or LayerNorm: GPT-NeoX; rotary with RMSNorm: Llama,
-Mistral (a sliding window), Qwen3 (per-head QK-norm), OLMo 2 (post-sublayer norms) or Gemma
-2/3 (sandwich norms)); its config is built from the spec and its weights from the model's
+an L2 QK-norm, input-scaled experts or a query temperature: Llama 4; NoPE layers: SmolLM3;
+learned positions: GPT-2; rotary with a parallel residual or LayerNorm: GPT-NeoX; rotary
+with RMSNorm: Llama, Mistral (a sliding window), Qwen3 (per-head QK-norm), Phi-3 (partial
+rotary or LongRoPE), Qwen2 (query, key and value biases only), OLMo 2 (post-sublayer norms)
+or Gemma 2/3 (sandwich norms)); its config is built from the spec and its weights from the model's
 (the 2025 families through the same weight table as their import, :data:`TABLED`). A
 component or option no supported class has raises :class:`ConversionError` naming its spec
 path; one the class has in another form (a bias the variant lacks, exported as zeros) gives
