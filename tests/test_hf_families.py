@@ -111,6 +111,11 @@ def built_then_changed(family, change, **kwargs):
     ("Lfm2", {"layer_types": ["full_attention", "conv"]}, dict(layer_types=["conv", "conv"]),
      "Lfm2ForCausalLM has no weight 'model.layers.0.self_attn.q_proj.weight' that its config "
      "implies"),
+    ("Phi3", {"intermediate_size": 40}, dict(intermediate_size=48, pad_token_id=0,
+                                             bos_token_id=1, eos_token_id=2),
+     "Phi3ForCausalLM's weights do not have the shapes its config implies .*split_sizes"),
+    ("Qwen2", {"vocab_size": 65}, dict(intermediate_size=48),
+     "Qwen2ForCausalLM's weights do not have the shapes .*size mismatch for out_head"),
     ("SmolLM3", {"no_rope_layers": [1, 0, 1]}, dict(intermediate_size=48, pad_token_id=0,
                                                       bos_token_id=1, eos_token_id=2),
      r"no_rope_layers=\[1, 0, 1\]: 3 entries"),

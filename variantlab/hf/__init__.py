@@ -130,15 +130,14 @@ def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
     model = build_model(spec, registry)
     try:
         state = {k: v.detach().clone() for k, v in make_state(hf_model).items()}
+        if spec.tie_weights:
+            state.pop("out_head.weight")
+        missing, unexpected = model.load_state_dict(state, strict=False)
     except KeyError as exc:
         raise ConversionError.at(["transformers"], f"{name} has no weight {exc.args[0]!r} "
                                  "that its config implies: the config does not describe "
                                  "these weights; load the two from one checkpoint") from None
-    if spec.tie_weights:
-        state.pop("out_head.weight")
-    try:
-        missing, unexpected = model.load_state_dict(state, strict=False)
-    except RuntimeError as exc:
+    except RuntimeError as exc:  # a fused tensor that does not split, a size mismatch
         first = str(exc).strip().splitlines()[-1].strip()
         raise ConversionError.at(["transformers"], f"{name}'s weights do not have the shapes "
                                  f"its config implies ({first}); load the two from one "
