@@ -27,6 +27,8 @@ CASES = {
     "qwen2-mha-tied-theta": ("Qwen2", dict(BASE, num_key_value_heads=4, tie_word_embeddings=True,
                                            rope_parameters={"rope_type": "default",
                                                             "rope_theta": 1e6})),
+    "qwen2-window-past-layer-1": ("Qwen2", dict(BASE, num_hidden_layers=3, use_sliding_window=True,
+                                                sliding_window=4, max_window_layers=1)),
     "phi3-gqa": ("Phi3", dict(BASE, **PHI_IDS)),
     "phi4mini-partial-window": ("Phi3", dict(BASE, **PHI_IDS, sliding_window=5,
                                              rope_parameters={"rope_type": "default",
@@ -103,10 +105,32 @@ def test_yaml_round_trip(case):
     assert_yaml_round_trip(spec, model, REG)
 
 
+def test_qwen2_sliding_layers():
+    """use_sliding_window: the layers from max_window_layers on see the last sliding_window
+    keys (a layout kind), the window matters past it, and it exports back."""
+    hf = hf_model(*CASES["qwen2-window-past-layer-1"])
+    spec, model = from_transformers(hf, REG)
+    assert spec.layout.layers == {1: "sliding", 2: "sliding"}
+    assert [spec.layer_spec(i).attention.window for i in range(3)] == [None, 4, 4]
+    unwindowed = vl.build_model(dict(spec.to_data(), layout=None), REG)
+    unwindowed.load_state_dict(model.state_dict())
+    idx = torch.randint(0, 64, (2, 12))
+    with torch.no_grad():
+        assert (unwindowed.eval()(idx) - hf(idx).logits).abs().max().item() > 1e-3
+    config = transformers.Qwen2Config(**BASE, use_sliding_window=True, sliding_window=4,
+                                      max_window_layers=0)
+    spec, _ = from_transformers(transformers.Qwen2ForCausalLM(config), REG)
+    assert spec.layout is None and spec.attention.window == 4
+
+
 def test_refusals_name_the_option():
-    config = transformers.Qwen2Config(**BASE, use_sliding_window=True, sliding_window=4)
-    with pytest.raises(ConversionError, match="use_sliding_window=True: Qwen2's sliding"):
+    config = transformers.Qwen2Config(**BASE, layer_types=["full_attention", "chunked_attention"])
+    with pytest.raises(ConversionError, match=r"layer_types=\[.chunked_attention.\]: supported"):
         from_transformers(transformers.Qwen2ForCausalLM(config), REG)
+    spec, model = from_transformers(hf_model(*CASES["qwen2-window-past-layer-1"]), REG)
+    two = spec.model_copy(update={"attention": spec.attention.model_copy(update={"window": 3})})
+    with pytest.raises(ConversionError, match=r"windows \[3, 4\]: this class has one"):
+        to_transformers(two, vl.build_model(two, REG))
     spec, model = from_transformers(hf_model(*CASES["phi4mini-partial-window"]), REG)
     biased = spec.model_copy(update={"qkv_bias": True})
     with pytest.raises(ConversionError, match="qkv_bias.*Phi-3's attention has no biases"):

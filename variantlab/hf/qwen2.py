@@ -2,8 +2,10 @@
 Report"; Qwen2.5 is the same class). A Llama decoder whose query, key and value projections
 have biases and whose output projection has none (``qkv_bias: true``, ``attn_out_bias:
 false``); Qwen2.5's long-context configs add YaRN rope scaling (the rotary's ``scaling:
-yarn``). Qwen2's sliding windows (``use_sliding_window``) are refused. :func:`qwen2_table`
-names every weight on both sides (Llama's names).
+yarn``). With ``use_sliding_window``, the layers ``layer_types`` marks ``sliding_attention``
+(by default those from ``max_window_layers`` on) get ``attention.window: sliding_window``: a
+``layout`` whose kind ``sliding`` holds them. :func:`qwen2_table` names every weight on both
+sides (Llama's names).
 """
 
 from __future__ import annotations
@@ -12,7 +14,18 @@ from typing import Any
 
 import torch
 
-from .common import Spec, check_attention, check_common, hf_activation, need, reject, rope, token_ids
+from .common import (
+    Spec,
+    check_attention,
+    check_common,
+    hf_activation,
+    layers,
+    need,
+    one,
+    reject,
+    rope,
+    token_ids,
+)
 from .llama import llama_kwargs, llama_spec
 from .table import ATTENTION, GLU, Pair, ends, glu, linear, load_state, norms
 
@@ -21,11 +34,21 @@ CLS = "Qwen2ForCausalLM"
 
 def qwen2_spec(cfg: Any) -> dict[str, Any]:
     """Spec data of a ``Qwen2Config``."""
-    if getattr(cfg, "use_sliding_window", False):
-        reject("use_sliding_window", True, "Qwen2's sliding windows on the layers past "
-               "max_window_layers are not imported; set it false")
+    types = list(cfg.layer_types)
+    unknown = sorted(set(types) - {"sliding_attention", "full_attention"})
+    if unknown:
+        reject("layer_types", unknown, "supported layer types: sliding_attention, "
+               "full_attention")
     data = llama_spec(cfg)
     data.update(qkv_bias=True, attn_out_bias=False)
+    window = cfg.sliding_window if getattr(cfg, "use_sliding_window", False) else None
+    sliding = [i for i, t in enumerate(types) if t == "sliding_attention" and window]
+    if len(sliding) == len(types):
+        data["attention"]["window"] = int(window)
+    elif sliding:
+        data["layout"] = {"kinds": {"sliding": {"attention": {**data["attention"],
+                                                              "window": int(window)}}},
+                          "layers": dict.fromkeys(sliding, "sliding")}
     return data
 
 
@@ -50,11 +73,18 @@ def qwen2_state(hf: Any) -> dict[str, torch.Tensor]:
 # --- export ---------------------------------------------------------------------------
 
 def qwen2_config(spec: Spec, cls: str = CLS) -> Any:
-    """The ``Qwen2Config`` of a Llama-like spec with query, key and value biases only."""
+    """The ``Qwen2Config`` of a Llama-like spec with query, key and value biases only (its
+    layers may differ in their sliding window, one for all)."""
     import transformers
 
-    check_common(spec, CLS, norm="rms", rotary=True)
-    check_attention(spec, CLS, gqa=True, head_dim_free=False)
+    specs = layers(spec, CLS, ("attention",))
+    check_common(spec.model_copy(update={"layout": None}), CLS, norm="rms", rotary=True)
+    for layer in specs:
+        check_attention(layer, CLS, gqa=True, head_dim_free=False, window=True)
+    one(spec, CLS, "layout.attention", [layer.attention.model_copy(update={"window": None})
+                                        for layer in specs], "attentions (apart from the window)")
+    windows = [layer.attention.window for layer in specs]
+    window = one(spec, CLS, "layout.attention.window", [w for w in windows if w], "windows")
     need(spec, CLS, "residual.kind", spec.residual.kind == "pre_norm",
          f"residual {spec.residual.kind!r}: Qwen2 is pre_norm")
     need(spec, CLS, "qkv_bias", spec.qkv_bias, "Qwen2's query, key and value projections "
@@ -68,4 +98,6 @@ def qwen2_config(spec: Spec, cls: str = CLS) -> Any:
         kwargs.pop(name)
     config = transformers.Qwen2Config
     return config(**kwargs, **token_ids(spec, config), hidden_act=hf_activation(spec, CLS),
-                  rope_parameters=rope(spec.positional, False, spec.context_length, CLS))
+                  rope_parameters=rope(spec.positional, False, spec.context_length, CLS),
+                  use_sliding_window=window is not None, sliding_window=window,
+                  layer_types=["sliding_attention" if w else "full_attention" for w in windows])
