@@ -465,3 +465,16 @@ def rotary_parameters(spec: Spec, cls: str, specs: list[Spec]) -> dict[str, Any]
         return {"rope_type": "default",
                 "rope_theta": float(getattr(spec.positional, "theta", 10_000.0))}
     return rope(pos, False, spec.context_length, cls)
+
+
+def sliding_windows(spec: Spec, cls: str, specs: list[Spec]) -> tuple[list[int | None], int | None]:
+    """Each layer's window among ``specs`` and the one window of the windowed layers (None
+    when none has one); refuses layers whose attentions differ apart from the window (each
+    an ``mha`` of ``cls``: grouped-query heads of width emb_dim / n_heads), or two windows."""
+    for layer in specs:
+        check_attention(layer, cls, gqa=True, head_dim_free=False, window=True)
+    one(spec, cls, "layout.attention", [layer.attention.model_copy(update={"window": None})
+                                        for layer in specs], "attentions (apart from the window)")
+    windows = [layer.attention.window for layer in specs]
+    return windows, one(spec, cls, "layout.attention.window", [w for w in windows if w],
+                        "windows")

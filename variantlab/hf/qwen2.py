@@ -16,14 +16,13 @@ import torch
 
 from .common import (
     Spec,
-    check_attention,
     check_common,
     hf_activation,
     layers,
     need,
-    one,
     reject,
     rope,
+    sliding_windows,
     token_ids,
 )
 from .llama import llama_kwargs, llama_spec
@@ -41,13 +40,13 @@ def qwen2_spec(cfg: Any) -> dict[str, Any]:
                "full_attention")
     data = llama_spec(cfg)
     data.update(qkv_bias=True, attn_out_bias=False)
-    window = cfg.sliding_window if getattr(cfg, "use_sliding_window", False) else None
+    window = int(cfg.sliding_window or 0) if getattr(cfg, "use_sliding_window", False) else 0
     sliding = [i for i, t in enumerate(types) if t == "sliding_attention" and window]
     if len(sliding) == len(types):
-        data["attention"]["window"] = int(window)
+        data["attention"]["window"] = window
     elif sliding:
         data["layout"] = {"kinds": {"sliding": {"attention": {**data["attention"],
-                                                              "window": int(window)}}},
+                                                              "window": window}}},
                           "layers": dict.fromkeys(sliding, "sliding")}
     return data
 
@@ -79,12 +78,7 @@ def qwen2_config(spec: Spec, cls: str = CLS) -> Any:
 
     specs = layers(spec, CLS, ("attention",))
     check_common(spec.model_copy(update={"layout": None}), CLS, norm="rms", rotary=True)
-    for layer in specs:
-        check_attention(layer, CLS, gqa=True, head_dim_free=False, window=True)
-    one(spec, CLS, "layout.attention", [layer.attention.model_copy(update={"window": None})
-                                        for layer in specs], "attentions (apart from the window)")
-    windows = [layer.attention.window for layer in specs]
-    window = one(spec, CLS, "layout.attention.window", [w for w in windows if w], "windows")
+    windows, window = sliding_windows(spec, CLS, specs)
     need(spec, CLS, "residual.kind", spec.residual.kind == "pre_norm",
          f"residual {spec.residual.kind!r}: Qwen2 is pre_norm")
     need(spec, CLS, "qkv_bias", spec.qkv_bias, "Qwen2's query, key and value projections "

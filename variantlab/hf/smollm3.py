@@ -19,15 +19,14 @@ import torch
 
 from .common import (
     Spec,
-    check_attention,
     check_common,
     hf_activation,
     layers,
     need,
-    one,
     period,
     reject,
     rotary_parameters,
+    sliding_windows,
     token_ids,
 )
 from .llama import llama_kwargs, llama_spec
@@ -88,12 +87,7 @@ def smollm3_config(spec: Spec, cls: str = CLS) -> Any:
     check_common(spec.model_copy(update={"layout": None}), CLS, norm="rms", rotary=False)
     need(spec, CLS, "residual.kind", spec.residual.kind == "pre_norm",
          f"residual {spec.residual.kind!r}: SmolLM3 is pre_norm")
-    for layer in specs:
-        check_attention(layer, CLS, gqa=True, head_dim_free=False, window=True)
-    one(spec, CLS, "layout.attention", [layer.attention.model_copy(update={"window": None})
-                                        for layer in specs], "attentions (apart from the window)")
-    windows = [layer.attention.window for layer in specs]
-    window = one(spec, CLS, "layout.attention.window", [w for w in windows if w], "windows")
+    windows, window = sliding_windows(spec, CLS, specs)
     kwargs = llama_kwargs(spec, CLS)
     kwargs.pop("head_dim")
     config = transformers.SmolLM3Config
