@@ -285,3 +285,17 @@ def test_dynamic_export_needs_the_original_context_as_the_context_length():
     with pytest.raises(ConversionError, match="original_context=8 differs from "
                        "context_length=16"):
         to_transformers(longer, model)
+
+
+def test_query_temperature_by_hand():
+    """Llama 4's NoPE-layer temperature: q_t * (scale ln(1 + floor((t + 1) / floor_scale)) + 1)
+    at sequence index t (position ids, e.g. of left padding, do not move it); keys as they are."""
+    from variantlab_plugins.rotary import QueryTemperaturePositions
+
+    q, k = torch.ones(1, 2, 9, 4), torch.randn(1, 1, 9, 4)
+    ids = torch.tensor([[0, 0, 0, 1, 2, 3, 4, 5, 6]])
+    for position_ids in (None, ids):
+        q2, k2 = QueryTemperaturePositions(floor_scale=3, scale=0.5).rotate(q, k, position_ids)
+        expected = [0.5 * math.log(1 + (t + 1) // 3) + 1 for t in range(9)]
+        assert q2[0, 1, :, 0].tolist() == pytest.approx(expected, rel=1e-6)
+        assert torch.equal(k2, k)
