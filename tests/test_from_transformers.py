@@ -46,8 +46,9 @@ def test_unsupported_class_and_options_are_named():
     cfg = transformers.LlamaConfig(**BASE, hidden_act="gelu_fast")
     with pytest.raises(ConversionError, match="hidden_act='gelu_fast'"):
         from_transformers(transformers.LlamaForCausalLM(cfg), REG)
-    cfg = transformers.LlamaConfig(**BASE, rope_scaling={"rope_type": "linear", "factor": 2.0})
-    with pytest.raises(ConversionError, match="rope_scaling"):
+    cfg = transformers.LlamaConfig(**BASE, rope_parameters={"rope_type": "proportional",
+                                                            "rope_theta": 1e4})
+    with pytest.raises(ConversionError, match="rope_type 'proportional' is not supported"):
         from_transformers(transformers.LlamaForCausalLM(cfg), REG)
 
 
@@ -238,8 +239,8 @@ def test_odd_rotary_count_rounds_up_as_transformers_does():
 
 
 @pytest.mark.parametrize("family, kwargs, match", [
-    ("GPTNeoX", dict(NEOX_BASE, rope_scaling={"rope_type": "linear", "factor": 2.0}),
-     "rope_scaling.*'linear'"),
+    ("GPTNeoX", dict(NEOX_BASE, rope_scaling={"rope_type": "proportional", "factor": 2.0}),
+     "rope_scaling.*'proportional'"),
     ("GPTNeoX", dict(NEOX_BASE, hidden_act="quick_gelu"), "hidden_act='quick_gelu'"),
     ("GPT2", dict(GPT2_BASE, scale_attn_by_inverse_layer_idx=True),
      "scale_attn_by_inverse_layer_idx=True"),
@@ -250,8 +251,8 @@ def test_odd_rotary_count_rounds_up_as_transformers_does():
     ("Llama", dict(BASE, rope_parameters={"rope_type": "default", "rope_theta": 1e4,
                                           "partial_rotary_factor": 0.5}),
      "partial_rotary_factor=0.5"),
-    ("Olmo2", dict(BASE, rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
-     "rope_scaling.*'dynamic'"),
+    ("Olmo2", dict(BASE, rope_scaling={"rope_type": "linear", "factor": 2.0, "beta_fast": 3.0}),
+     "rope_scaling.*'linear' with beta_fast: variantlab reads only factor"),
 ])
 def test_unsupported_options_name_option_and_value(family, kwargs, match):
     config = getattr(transformers, f"{family}Config")(**kwargs)
@@ -282,7 +283,12 @@ def test_rotary_settings_from_older_config_attributes():
     neox4 = SimpleNamespace(rope_scaling=None, rotary_emb_base=500.0, rotary_pct=0.25)
     assert rotary(neox4, partial=True, head_dim=8) == {
         "kind": "rotary", "theta": 500.0, "fraction": 0.25}
-    llama4 = SimpleNamespace(rope_scaling={"rope_type": "llama3", "factor": 8.0},
-                             rope_theta=5e5)
-    with pytest.raises(ConversionError, match="rope_scaling.*'llama3'"):
-        rotary(llama4, partial=False, head_dim=8)
+    llama31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    old = SimpleNamespace(rope_scaling=llama31, rope_theta=5e5, max_position_embeddings=131072)
+    assert rotary(old, partial=False, head_dim=8) == {
+        "kind": "rotary", "theta": 5e5, "fraction": 1.0, "scaling": "llama3", "factor": 8.0,
+        "original_context": 8192, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    old = SimpleNamespace(rope_scaling={"rope_type": "llama3", "factor": 8.0}, rope_theta=5e5)
+    with pytest.raises(ConversionError, match="rope_scaling.*'llama3' needs low_freq_factor"):
+        rotary(old, partial=False, head_dim=8)

@@ -13,7 +13,6 @@ transformers = pytest.importorskip("transformers")
 
 import variantlab as vl  # noqa: E402
 from variantlab import from_transformers  # noqa: E402
-from variantlab.hf import ConversionError  # noqa: E402
 
 REG = vl.get_registry()
 BASE = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
@@ -79,7 +78,11 @@ def test_yaml_round_trip():
     assert_yaml_round_trip(spec, model, REG)
 
 
-def test_scaled_rotary_is_named():
-    config = transformers.GptOssConfig(**dict(BASE, rope_parameters=None))  # yarn by default
-    with pytest.raises(ConversionError, match="rope_type 'yarn'"):
-        from_transformers(transformers.GptOssForCausalLM(config), REG)
+def test_the_default_yarn_rotary_is_imported():
+    """gpt-oss's own rope (YaRN, factor 32, no truncation; tests/test_rope_scaling.py checks
+    its logits at lengths past the original context)."""
+    config = transformers.GptOssConfig(**dict(BASE, rope_parameters=None))
+    spec, _ = from_transformers(transformers.GptOssForCausalLM(config), REG)
+    pos = spec.positional
+    assert (pos.scaling, pos.factor, pos.truncate, pos.beta_fast, pos.beta_slow,
+            pos.original_context, pos.theta) == ("yarn", 32.0, False, 32.0, 1.0, 4096, 150000.0)

@@ -14,7 +14,6 @@ transformers = pytest.importorskip("transformers")
 
 import variantlab as vl  # noqa: E402
 from variantlab import from_transformers  # noqa: E402
-from variantlab.hf import ConversionError  # noqa: E402
 
 REG = vl.get_registry()
 BASE = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
@@ -81,7 +80,42 @@ def test_yaml_round_trip():
     assert_yaml_round_trip(spec, model, REG)
 
 
-def test_temperature_tuning_is_named():
-    config = transformers.Llama4TextConfig(**dict(BASE, attn_temperature_tuning=True))
-    with pytest.raises(ConversionError, match="attn_temperature_tuning=True"):
-        from_transformers(transformers.Llama4ForCausalLM(config), REG)
+@pytest.mark.parametrize("impl", ["naive", "sdpa"])
+def test_temperature_tuning_on_the_nope_layers(impl):
+    """attn_temperature_tuning (the default): the NoPE layers' queries times
+    attn_scale ln(1 + floor((t + 1) / floor_scale)) + 1, as a ``query_temperature``
+    positional in the NoPE layer kind; equal logits (left padding too: t counts sequence
+    indices on both sides), it matters, and it exports back."""
+    kwargs = dict(BASE, attn_temperature_tuning=True, floor_scale=3, attn_scale=0.5)
+    hf = hf_model(kwargs)
+    spec, model = assert_imports_equal(hf, REG, impl)
+    nope = spec.layer_spec(3).positional
+    assert (nope.kind, nope.floor_scale, nope.scale) == ("query_temperature", 3, 0.5)
+    assert spec.layer_spec(0).positional.kind == "rotary"
+    plain = dict(spec.to_data())
+    plain["layout"]["kinds"]["nope"]["positional"] = {"kind": "none"}
+    untuned = vl.build_model(plain, REG)
+    untuned.load_state_dict(model.state_dict())
+    idx = torch.randint(0, 64, (2, 12))
+    with torch.no_grad():
+        assert (untuned.eval()(idx) - hf(idx).logits).abs().max().item() > 1e-3
+        back = vl.to_transformers(spec, model)
+        assert (back.config.attn_temperature_tuning, back.config.floor_scale,
+                back.config.attn_scale) == (True, 3, 0.5)
+        assert (back(idx).logits - hf(idx).logits).abs().max().item() < 1e-5
+
+
+def test_llama4_default_rope_scaling_imports():
+    """Llama 4's released rope (llama3, factor 16 in Scout's config) converts past the
+    original context."""
+    rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 16.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 1.5,
+            "original_max_position_embeddings": 8}
+    hf = hf_model(dict(BASE, rope_parameters=rope))
+    spec, model = from_transformers(hf, REG)
+    assert spec.layer_spec(0).positional.scaling == "llama3"
+    idx = torch.randint(0, 64, (2, 20))
+    with torch.no_grad():
+        assert (model.eval()(idx) - hf(idx).logits).abs().max().item() < 1e-5
+        back = vl.to_transformers(spec, model)
+        assert (back(idx).logits - hf(idx).logits).abs().max().item() < 1e-5

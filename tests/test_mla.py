@@ -25,8 +25,9 @@ def model_with(attention, **extra):
     return vl.build_model(spec, REG)
 
 
-@pytest.mark.parametrize("options", [MLA, dict(MLA, q_lora_rank=None, qkv_bias=True)],
-                         ids=["q-lora", "full-query"])
+@pytest.mark.parametrize("options", [MLA, dict(MLA, q_lora_rank=None, qkv_bias=True),
+                                     dict(MLA, scale=0.45)],
+                         ids=["q-lora", "full-query", "own-scale"])
 def test_implementations_equal_in_float64(options):
     options = dict(options)
     bias = options.pop("qkv_bias", False)
@@ -60,9 +61,9 @@ def rope(x, positions, theta):  # x (T, d) in the rotate-half layout
     return x * cos + half * sin
 
 
-def reference(att, x, theta):
+def reference(att, x, theta, scale=None):
     """DeepSeek-V2's eq. 9-19 for one sequence x (T, D), one query and one head at a time,
-    from the module's weights only."""
+    from the module's weights only (scores times ``scale``, default 1/sqrt(qk head dim))."""
     t = x.shape[0]
     nope, rope_d, rank, dv, heads = 6, 4, 12, 5, 4
 
@@ -82,13 +83,15 @@ def reference(att, x, theta):
         q_r = rope(q[:, h, nope:], torch.arange(t), theta)
         for i in range(t):
             scores = torch.stack([(q[i, h, :nope] @ k_c[j] + q_r[i] @ k_r[j])
-                                  / math.sqrt(nope + rope_d) for j in range(i + 1)])
+                                  * (scale or 1 / math.sqrt(nope + rope_d))
+                                  for j in range(i + 1)])
             out[i, h * dv:(h + 1) * dv] = torch.softmax(scores, 0) @ v[: i + 1]
     return out @ att.out_proj.weight.T + att.out_proj.bias
 
 
-def test_naive_form_equals_the_papers_equations_per_query():
-    model = model_with(MLA, qkv_bias=True).double().eval()
+@pytest.mark.parametrize("scale", [None, 0.45])
+def test_naive_form_equals_the_papers_equations_per_query(scale):
+    model = model_with(dict(MLA, scale=scale), qkv_bias=True).double().eval()
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.1)  # norm scales away from 1
@@ -96,7 +99,9 @@ def test_naive_form_equals_the_papers_equations_per_query():
     x = torch.randn(1, 7, 32, dtype=torch.float64)
     with torch.no_grad():
         # 1e-7: the model's rotary angles are float32 (as Hugging Face's), the reference's not
-        assert (att(x)[0] - reference(att, x[0], 100.0)).abs().max().item() < 1e-7
+        assert (att(x)[0] - reference(att, x[0], 100.0, scale)).abs().max().item() < 1e-7
+        if scale is not None:  # the scale matters
+            assert (att(x)[0] - reference(att, x[0], 100.0)).abs().max().item() > 1e-3
 
 
 def test_kv_cache_is_the_latent_plus_the_rotary_key():

@@ -78,14 +78,13 @@ def from_transformers(hf_model: Any, registry: Registry | None = None, impl: str
     built with ``registry`` (``None``: ``variantlab.get_registry()``; the built-in components
     suffice).
 
-    Classes: ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM``, ``LlamaForCausalLM``,
-    ``Qwen3ForCausalLM``, ``Olmo2ForCausalLM``, with their tied or untied embeddings, biases,
-    grouped-query heads, rotary base and (GPT-NeoX) partial rotary, parallel or sequential
-    residual, and the ``hidden_act`` values that map to a registered activation. ``impl``
-    (``naive`` or ``sdpa``) picks the attention implementation. Any other class or an option
-    variantlab cannot express exactly (e.g. scaled ``rope_scaling``) raises
-    ``variantlab.hf.ConversionError`` naming it. See docs/transformers.md; needs the
-    ``.[hf]`` extra."""
+    Classes: those ``variantlab families`` lists as converting (``variantlab.hf.CONVERTERS``),
+    with their tied or untied embeddings, biases, grouped-query heads, rotary base, partial
+    rotary and rope scaling (linear, dynamic, yarn, llama3, longrope), and the ``hidden_act``
+    values that map to a registered activation. ``impl`` (``naive`` or ``sdpa``) picks the
+    attention implementation. Any other class or an option variantlab cannot express exactly
+    raises ``variantlab.hf.ConversionError`` naming it and why. See docs/transformers.md;
+    needs the ``.[hf]`` extra."""
     from .hf import from_transformers as _convert
     from .plugin.registry import get_registry
 

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, PositiveInt, SerializeAsAny, ValidationInfo, field_validator
+from pydantic import Field, PositiveFloat, PositiveInt, SerializeAsAny, ValidationInfo, field_validator
 from torch import nn
 
 from variantlab import ComponentSpec, hookimpl
@@ -44,7 +44,9 @@ class MLASpec(ComponentSpec):
         {"kind": "mla", "impl": "absorbed", "kv_lora_rank": 12, "q_lora_rank": 10,
          "qk_rope_head_dim": 4, "qk_nope_head_dim": 6, "v_head_dim": 5},
         {"kind": "mla", "impl": "sdpa", "q_lora_rank": 6, "latent_norm": {"kind": "layer"}},
+        {"kind": "mla", "scale": 0.3},
     )
+    added_options: ClassVar[tuple[str, ...]] = ("scale",)
     impl: Literal["naive", "sdpa", "absorbed"] = Field(
         "naive", description="naive: keys and values expanded per head, explicit softmax; "
         "sdpa: the same through torch's fused kernel; absorbed: W_UK folded into the queries "
@@ -63,6 +65,10 @@ class MLASpec(ComponentSpec):
         "emb_dim / n_heads")
     v_head_dim: PositiveInt | None = Field(
         None, description="width of each value head; unset = emb_dim / n_heads")
+    scale: PositiveFloat | None = Field(
+        None, description="the score scale; unset = 1/sqrt(qk_nope_head_dim + "
+        "qk_rope_head_dim) (DeepSeek with YaRN: that times (0.1 mscale_all_dim ln factor + "
+        "1)^2)")
     latent_norm: SerializeAsAny[ComponentSpec] | None = Field(
         None, description="the norm on the key/value latent and on the query latent; unset = "
         "RMSNorm with eps 1e-6 (DeepSeek's)", json_schema_extra={"variantlab_slot": "norm"})
@@ -112,7 +118,7 @@ class MultiHeadLatentAttention(nn.Module):
         self.rank, self.rope = sizes["kv_lora_rank"], sizes["qk_rope_head_dim"]
         self.nope, self.dv = sizes["qk_nope_head_dim"], sizes["v_head_dim"]
         self.qk_dim = self.nope + self.rope
-        self.scale = self.qk_dim ** -0.5
+        self.scale = spec.scale or self.qk_dim ** -0.5
 
         def norm(dim: int) -> nn.Module:
             if spec.latent_norm is None or make_norm is None:

@@ -9,7 +9,14 @@ from pydantic import Field
 
 from variantlab import ComponentSpec, hookimpl
 from variantlab.model.positions import Positions
-from variantlab_plugins.rotary import ALiBiPositions, ALiBiSpec, RotaryPositions, RotarySpec
+from variantlab_plugins.rotary import (
+    ALiBiPositions,
+    ALiBiSpec,
+    QueryTemperaturePositions,
+    QueryTemperatureSpec,
+    RotaryPositions,
+    RotarySpec,
+)
 
 
 def _positions(tok_embeds, position_ids):  # (B, T, D), (B, T) or None
@@ -82,5 +89,7 @@ def register_positionals(register):
              SinusoidalPositions(emb_dim, context_length, spec.scale_embeddings))
     register("none", NoPositionsSpec, lambda spec, emb_dim, context_length: Positions())
     register("rotary", RotarySpec, lambda spec, emb_dim, context_length: RotaryPositions(
-        spec.theta, spec.fraction, spec.odd_rounding))
+        spec.theta, spec.fraction, spec.odd_rounding, spec))
     register("alibi", ALiBiSpec, lambda spec, emb_dim, context_length: ALiBiPositions())
+    register("query_temperature", QueryTemperatureSpec, lambda spec, emb_dim, context_length:
+             QueryTemperaturePositions(spec.floor_scale, spec.scale))

@@ -1,4 +1,4 @@
-"""The ``variantlab`` commands that look, not compute: describe, plugins, schema."""
+"""The ``variantlab`` commands that look, not compute: describe, plugins, schema, families."""
 
 from __future__ import annotations
 
@@ -148,3 +148,37 @@ def schema_cmd(out: str | None, plugins: Sequence[str]) -> None:
         raise SpecError.at(("--out",), f"cannot write {out}: {exc.strerror or exc}; "
                                        "choose a writable file path") from None
     consoles()[0].print(f"schema: {escape(str(path))}")
+
+
+# -- families ----------------------------------------------------------------------------
+@click.command("families")
+@click.option("--markdown", "as_markdown", is_flag=True,
+              help="The Markdown table docs/transformers.md shows.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@bad_input_exits
+def families_cmd(as_markdown: bool, as_json: bool) -> None:
+    """List every causal-LM class of the installed transformers: converts both ways
+    (from_transformers and to_transformers), import only, or refused with the reason."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise SpecError.at(("transformers",), "transformers is not installed; install the "
+                                              "hf extra (pip install 'variantlab[hf]')") from None
+    from rich.table import Table
+
+    from ..hf.families import families, markdown
+
+    rows = families()
+    if as_json:
+        click.echo(json.dumps([{"class": r.cls, "converts": r.status, "reason": r.reason}
+                               for r in rows], indent=2))
+        return
+    if as_markdown:
+        click.echo(markdown(rows), nl=False)
+        return
+    table = Table("class", "converts", "why not")
+    for r in rows:
+        table.add_row(escape(r.cls), r.status, escape(r.reason))
+    stdout = consoles()[0]
+    stdout.print(table)
+    stdout.print(markdown(rows).splitlines()[0])

@@ -1,5 +1,5 @@
-"""The ``variantlab`` command: run, validate and report here; describe, plugins and schema in
-:mod:`variantlab.cli.info`; what they share in :mod:`variantlab.cli.base`.
+"""The ``variantlab`` command: run, validate and report here; describe, plugins, schema and
+families in :mod:`variantlab.cli.info`; what they share in :mod:`variantlab.cli.base`.
 
 The library computes; this module only formats. Exit codes: 0 ok, 1 a unit failed, or a
 report part failed (the report is written, that part a notice in it),
@@ -33,7 +33,7 @@ from .base import (
 from .export import export_cmd, export_mlflow_cmd, export_results_cmd
 from .findings import findings_cmd
 from .fmt import ProgressReporter, consoles, print_summary
-from .info import describe, plugins_cmd, schema_cmd
+from .info import describe, families_cmd, plugins_cmd, schema_cmd
 
 if TYPE_CHECKING:
     from ..config.experiment import Experiment
@@ -376,6 +376,7 @@ def report(runs: Sequence[str], out: str | None, baseline: str | None,
 main.add_command(describe)
 main.add_command(plugins_cmd)
 main.add_command(schema_cmd)
+main.add_command(families_cmd)
 main.add_command(export_cmd)
 main.add_command(export_mlflow_cmd)
 main.add_command(export_results_cmd)

@@ -7,17 +7,20 @@ Import (:func:`from_transformers`): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
 ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``, ``MixtralForCausalLM``, ``Qwen3MoeForCausalLM``,
 ``OlmoeForCausalLM``, ``Mamba2ForCausalLM``, ``JambaForCausalLM``, ``Qwen3NextForCausalLM``,
 ``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM``, ``GptOssForCausalLM``,
-``SmolLM3ForCausalLM``, ``Llama4ForCausalLM`` (text), ``Lfm2ForCausalLM`` and
-``FalconH1ForCausalLM`` become ``(spec, model)``. Other classes and config options that
-variantlab cannot express raise :class:`ConversionError` naming them.
+``SmolLM3ForCausalLM``, ``Llama4ForCausalLM`` (text), ``Lfm2ForCausalLM``,
+``FalconH1ForCausalLM``, ``Qwen2ForCausalLM`` and ``Phi3ForCausalLM`` (the registry:
+:data:`CONVERTERS`) become ``(spec, model)``, their rope scaling included. Other classes and
+config options that variantlab cannot express raise :class:`ConversionError` naming them
+(a class with its reason from :mod:`variantlab.hf.families`).
 
 Export (:func:`to_transformers`): the transformers class is chosen from the spec's
 components (multi-head latent attention: DeepSeek-V3 with sigmoid routing, else V2; a parallel
 hybrid: Falcon-H1; gated short convolutions: LFM2; attention sinks: gpt-oss; chunked attention,
-an L2 QK-norm or input-scaled experts: Llama 4; NoPE layers: SmolLM3; learned positions:
-GPT-2; rotary with a parallel residual or LayerNorm: GPT-NeoX; rotary with RMSNorm: Llama,
-Mistral (a sliding window), Qwen3 (per-head QK-norm), OLMo 2 (post-sublayer norms) or Gemma
-2/3 (sandwich norms)); its config is built from the spec and its weights from the model's
+an L2 QK-norm, input-scaled experts or a query temperature: Llama 4; NoPE layers: SmolLM3;
+learned positions: GPT-2; rotary with a parallel residual or LayerNorm: GPT-NeoX; rotary
+with RMSNorm: Llama, Mistral (a sliding window), Qwen3 (per-head QK-norm), Phi-3 (partial
+rotary or LongRoPE), Qwen2 (query, key and value biases only), OLMo 2 (post-sublayer norms)
+or Gemma 2/3 (sandwich norms)); its config is built from the spec and its weights from the model's
 (the 2025 families through the same weight table as their import, :data:`TABLED`). A
 component or option no supported class has raises :class:`ConversionError` naming its spec
 path; one the class has in another form (a bias the variant lacks, exported as zeros) gives
@@ -34,7 +37,7 @@ import torch
 from ..model.build import build_model
 from ..model.specs import ModelSpec, parse_model_spec
 from ..plugin.registry import Registry, get_registry
-from .common import ConversionError, ExportWarning, Spec, refuse
+from .common import ConversionError, ExportWarning, Spec, refuse, reject
 from .deepseek import (
     deepseek_class,
     deepseek_config,
@@ -64,6 +67,8 @@ from .llama4 import llama4_config, llama4_spec, llama4_state, llama4_table
 from .mamba import jamba_spec, jamba_state, mamba2_spec, mamba2_state
 from .moe import mixtral_spec, mixtral_state, olmoe_spec, olmoe_state, qwen3moe_spec, qwen3moe_state
 from .neox import neox_config, neox_hf_state, neox_spec, neox_state
+from .phi3 import phi3_config, phi3_spec, phi3_state, phi3_table
+from .qwen2 import qwen2_config, qwen2_spec, qwen2_state, qwen2_table
 from .qwen3next import qwen3next_spec, qwen3next_state
 from .smollm3 import smollm3_config, smollm3_spec, smollm3_state, smollm3_table
 from .table import Pair, save_state, tied
@@ -91,6 +96,8 @@ CONVERTERS: dict[str, Converter] = {
     "MistralForCausalLM": (mistral_spec, llama_state),
     "MixtralForCausalLM": (mixtral_spec, mixtral_state),
     "OlmoeForCausalLM": (olmoe_spec, olmoe_state),
+    "Phi3ForCausalLM": (phi3_spec, phi3_state),
+    "Qwen2ForCausalLM": (qwen2_spec, qwen2_state),
     "Olmo2ForCausalLM": (olmo2_spec, olmo2_state),
     "Qwen3ForCausalLM": (qwen3_spec, qwen3_state),
     "Qwen3MoeForCausalLM": (qwen3moe_spec, qwen3moe_state),
@@ -106,9 +113,13 @@ def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
     ``impl`` picks the implementation of the mha and mla attentions."""
     name = type(hf_model).__name__
     if name not in CONVERTERS:
-        raise ConversionError.at(["transformers"], f"class {name} is not supported; "
-                                 f"supported: {', '.join(sorted(CONVERTERS))}")
+        from .families import family
+
+        raise ConversionError.at(["transformers"], f"class {name} is not supported: "
+                                 f"{family(name).reason} (`variantlab families` lists what "
+                                 f"converts; supported: {', '.join(sorted(CONVERTERS))})")
     make_spec, make_state = CONVERTERS[name]
+    check_per_layer(hf_model.config)
     data = make_spec(hf_model.config)
     for slots in [data, *(data.get("layout") or {}).get("kinds", {}).values()]:
         if "attention" in slots and slots["attention"].get("kind", "mha") in ("mha", "mla"):
@@ -117,15 +128,40 @@ def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
             slots["attention"]["attention"]["impl"] = impl
     spec = parse_model_spec(data, registry)
     model = build_model(spec, registry)
-    state = {k: v.detach().clone() for k, v in make_state(hf_model).items()}
-    if spec.tie_weights:
-        state.pop("out_head.weight")
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        state = {k: v.detach().clone() for k, v in make_state(hf_model).items()}
+        if spec.tie_weights:
+            state.pop("out_head.weight")
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except KeyError as exc:
+        raise ConversionError.at(["transformers"], f"{name} has no weight {exc.args[0]!r} "
+                                 "that its config implies: the config does not describe "
+                                 "these weights; load the two from one checkpoint") from None
+    except RuntimeError as exc:  # a fused tensor that does not split, a size mismatch
+        first = str(exc).strip().splitlines()[-1].strip()
+        raise ConversionError.at(["transformers"], f"{name}'s weights do not have the shapes "
+                                 f"its config implies ({first}); load the two from one "
+                                 "checkpoint") from None
     left = [k for k in missing if not (spec.tie_weights and k == "out_head.weight")]
     if left or unexpected:
         raise ConversionError.at(["transformers"], f"weight mapping for {name} incomplete: "
                                  f"missing {left}, unexpected {unexpected}")
     return spec, model
+
+
+#: config options holding one entry per layer
+PER_LAYER = ("layer_types", "no_rope_layers")
+
+
+def check_per_layer(cfg: Any) -> None:
+    """Refuse a per-layer list option (:data:`PER_LAYER`) whose length is not the config's
+    ``num_hidden_layers``, naming the option, before any layer is read."""
+    n = getattr(cfg, "num_hidden_layers", None)
+    for option in PER_LAYER:
+        values = getattr(cfg, option, None)
+        if n is not None and isinstance(values, (list, tuple)) and len(values) != n:
+            reject(option, list(values), f"{len(values)} entries for num_hidden_layers={n}; "
+                   "give one per layer")
 
 
 Exporter = tuple[Callable[[Spec, str], Any], Callable[[Any], list[Pair]]]
@@ -139,6 +175,8 @@ TABLED: dict[str, Exporter] = {
     "SmolLM3ForCausalLM": (smollm3_config, smollm3_table),
     "FalconH1ForCausalLM": (falconh1_config, falconh1_table),
     "Lfm2ForCausalLM": (lfm2_config, lfm2_table),
+    "Phi3ForCausalLM": (phi3_config, phi3_table),
+    "Qwen2ForCausalLM": (qwen2_config, qwen2_table),
 }
 
 #: the classes a spec exports to (:func:`choose_class`)
@@ -149,7 +187,8 @@ SUPPORTED = ("GPT2LMHeadModel", "GPTNeoXForCausalLM", *LLAMA_LIKE, "Gemma2ForCau
 def _frontier_class(spec: Spec) -> str | None:
     """The 2025 class a spec's components name, if any: multi-head latent attention
     (DeepSeek), attention sinks (gpt-oss), a parallel hybrid (Falcon-H1), gated short
-    convolutions (LFM2), chunked attention, an L2 QK-norm or input-scaled experts (Llama 4),
+    convolutions (LFM2), chunked attention, an L2 QK-norm, input-scaled experts or NoPE
+    layers with a query temperature (Llama 4),
     NoPE layers among rotary ones (SmolLM3)."""
     specs = [spec.layer_spec(i) for i in range(spec.n_layers)]
     atts = [layer.attention for layer in specs]
@@ -164,10 +203,11 @@ def _frontier_class(spec: Spec) -> str | None:
         return "GptOssForCausalLM"
     ffs = [layer.feedforward for layer in specs]
     qk_kinds = {att.qk_norm.kind for att in atts if getattr(att, "qk_norm", None) is not None}
-    if (any(getattr(att, "chunk", None) for att in atts) or "l2" in qk_kinds
-            or any(getattr(ff, "scale_input", False) for ff in ffs)):
-        return "Llama4ForCausalLM"
     positions = {layer.positional.kind for layer in specs}
+    if (any(getattr(att, "chunk", None) for att in atts) or "l2" in qk_kinds
+            or any(getattr(ff, "scale_input", False) for ff in ffs)
+            or "query_temperature" in positions):
+        return "Llama4ForCausalLM"
     if "none" in positions and positions <= {"none", "rotary"} and kinds == {"mha"}:
         return "SmolLM3ForCausalLM"
     return None
@@ -198,6 +238,10 @@ def choose_class(spec: Spec) -> str:
     if residual == "pre_norm":
         if spec.attention.qk_norm is not None:
             return "Qwen3ForCausalLM"
+        if spec.positional.fraction != 1.0 or spec.positional.scaling == "longrope":
+            return "Phi3ForCausalLM"
+        if spec.qkv_bias and not spec.attn_out_bias:
+            return "Qwen2ForCausalLM"
         window = getattr(spec.attention, "window", None) is not None
         return "MistralForCausalLM" if window else "LlamaForCausalLM"
     refuse("residual.kind", "transformers", f"residual {residual!r} has no equivalent in the "
@@ -242,7 +286,14 @@ def to_transformers(spec: ModelSpec | Mapping[str, Any], model: torch.nn.Module,
     cls = choose_class(spec)
     sd = {k.removeprefix("_orig_mod."): v.detach().clone()
           for k, v in model.state_dict().items()}
-    config = hf_config(spec, cls)
+    try:
+        config = hf_config(spec, cls)
+    except ConversionError:
+        raise
+    except (ValueError, TypeError) as exc:  # transformers' own validation of the config
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1].strip()
+        raise ConversionError.at(["transformers"], f"{cls} refuses the exported config: "
+                                 f"{first}") from None
     hf = getattr(transformers, cls)(config)
     if cls in TABLED:  # the family's table, read from the exported config
         sizes = {k: v.shape for k, v in hf.state_dict().items()}

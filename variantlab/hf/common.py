@@ -60,27 +60,99 @@ def rope_params(cfg: Any) -> dict[str, Any]:
     return dict(params)
 
 
+#: Hugging Face rope_type -> (its keys in rope_parameters, past rope_theta and
+#: partial_rotary_factor) and our rotary ``scaling``
+ROPE_KEYS: dict[str, tuple[str, ...]] = {
+    "default": (), "linear": ("factor",), "dynamic": ("factor",),
+    "yarn": ("factor", "original_max_position_embeddings", "attention_factor", "beta_fast",
+             "beta_slow", "mscale", "mscale_all_dim", "truncate"),
+    "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor",
+               "high_freq_factor"),
+    "longrope": ("factor", "original_max_position_embeddings", "attention_factor",
+                 "short_factor", "long_factor"),
+}
+_PLAIN_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
+#: the keys a kind cannot do without (besides a factor, which yarn and longrope may infer)
+_NEEDED = {"llama3": ("low_freq_factor", "high_freq_factor"),
+           "longrope": ("short_factor", "long_factor")}
+
+
+def rope_scaling(cfg: Any, params: dict[str, Any], name: str = "rope_parameters",
+                 ) -> dict[str, Any]:
+    """The rotary ``scaling`` options of Hugging Face rope parameters ``params`` (a config's
+    ``rope_parameters``, ``name`` in messages): {} for the default kind; refuses a kind or a
+    key variantlab does not compute. A missing ``factor`` of yarn or longrope is
+    max_position_embeddings / original_max_position_embeddings, as Hugging Face reads it;
+    dynamic grows its base past max_position_embeddings."""
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in ROPE_KEYS:
+        reject(name, params, f"rope_type {kind!r} is not supported; supported: "
+               f"{', '.join(ROPE_KEYS)}")
+    extra = sorted(k for k, v in params.items() if v is not None
+                   and k not in _PLAIN_KEYS + ROPE_KEYS[kind])
+    if extra:
+        reject(name, params, f"rope_type {kind!r} with {', '.join(extra)}: variantlab reads "
+               f"only {', '.join(ROPE_KEYS[kind]) or 'rope_theta'} for this kind")
+    if kind == "default":
+        return {}
+    missing = [k for k in _NEEDED.get(kind, ()) if params.get(k) is None]
+    if missing:
+        reject(name, params, f"rope_type {kind!r} needs {', '.join(missing)}")
+    out: dict[str, Any] = {"scaling": kind}
+    max_len = getattr(cfg, "max_position_embeddings", None)
+    original = (params.get("original_max_position_embeddings")
+                or getattr(cfg, "original_max_position_embeddings", None) or max_len)
+    factor = params.get("factor")
+    if factor is None:
+        if kind not in ("yarn", "longrope") or max_len is None:
+            reject(name, params, f"rope_type {kind!r} needs a factor")
+        factor = max_len / original
+    out["factor"] = float(factor)
+    if kind != "linear":
+        context = max_len if kind == "dynamic" else original
+        if context is None:
+            reject("max_position_embeddings", None, f"rope_type {kind!r} needs the "
+                   "context it extends")
+        out["original_context"] = int(context)
+    if kind == "llama3":
+        out["low_freq_factor"] = float(params["low_freq_factor"])
+        out["high_freq_factor"] = float(params["high_freq_factor"])
+    if kind == "yarn":
+        out["beta_fast"] = float(params.get("beta_fast") or 32)
+        out["beta_slow"] = float(params.get("beta_slow") or 1)
+        out["truncate"] = bool(params.get("truncate", True))
+        for key in ("mscale", "mscale_all_dim"):
+            if params.get(key) is not None:
+                out[key] = float(params[key])
+    if kind == "longrope":
+        out["short_factor"] = [float(f) for f in params["short_factor"]]
+        out["long_factor"] = [float(f) for f in params["long_factor"]]
+    if kind in ("yarn", "longrope") and params.get("attention_factor") is not None:
+        out["attention_factor"] = float(params["attention_factor"])
+    return out
+
+
 def rotary(cfg: Any, partial: bool, head_dim: int) -> dict[str, Any]:
-    """The ``rotary`` positional spec of ``cfg``; refuses scaled rotary (any ``rope_type``
-    but ``default``) and partial rotary where the model has none (``partial`` false). An odd
+    """The ``rotary`` positional spec of ``cfg``, its scaling (:func:`rope_scaling`)
+    included; refuses partial rotary where the model has none (``partial`` false). An odd
     ``r = int(head_dim * fraction)`` gets ``odd_rounding: up``: Hugging Face's ``inv_freq``
     has ceil(r/2) frequencies theta^(-2i/r), each turning a pair, so r + 1 dims rotate."""
     params = rope_params(cfg)
-    rope_type = params.get("rope_type", params.get("type", "default"))
-    if rope_type != "default":
-        reject("rope_scaling", params, f"rope_type {rope_type!r} (scaled rotary) is not "
-               "supported; only unscaled rotary (rope_type 'default')")
+    scaling = rope_scaling(cfg, params, "rope_scaling")
     theta = params.get("rope_theta")
     if theta is None:
         reject("rope_theta", theta, "a rotary base is needed")
     fraction = float(params.get("partial_rotary_factor", 1.0) or 1.0)
     if fraction != 1.0 and not partial:
         reject("partial_rotary_factor", fraction, "this class rotates every head dim")
-    out = {"kind": "rotary", "theta": float(theta), "fraction": fraction}
+    out = {"kind": "rotary", "theta": float(theta), "fraction": fraction, **scaling}
     if int(head_dim * fraction) % 2:
         if int(head_dim * fraction) + 1 > head_dim:
             reject("partial_rotary_factor", fraction, f"rotates int({head_dim} * {fraction}) "
                    "dims, an odd count that rounded up to a pair exceeds the head")
+        if scaling:
+            reject("partial_rotary_factor", fraction, f"rotates int({head_dim} * {fraction}) "
+                   "dims, an odd count, with scaled rotary; variantlab scales an even count")
         out["odd_rounding"] = "up"
     return out
 
@@ -256,11 +328,40 @@ def warn_zero_biases(cls: str, warned: list[str]) -> None:
              "so the logits are the same, but training the exported model trains them")
 
 
-def rope(spec: Any, fraction: bool = False) -> dict[str, Any]:
-    """``rope_parameters`` of a rotary positional."""
-    out = {"rope_type": "default", "rope_theta": float(spec.theta)}
+def rope(spec: Any, fraction: bool = False, context: int | None = None,
+         cls: str = "transformers") -> dict[str, Any]:
+    """``rope_parameters`` of a rotary positional (the inverse of :func:`rotary`, scaling
+    included); ``context``: the exported max_position_embeddings, which must be the
+    original context of a dynamic scaling (Hugging Face grows its base past it)."""
+    out: dict[str, Any] = {"rope_type": "default", "rope_theta": float(spec.theta)}
     if fraction:
         out["partial_rotary_factor"] = float(spec.fraction)
+    kind = getattr(spec, "scaling", "none")
+    if kind == "none":
+        return out
+    out["rope_type"] = kind
+    out["factor"] = float(spec.factor)
+    if kind == "dynamic":
+        if context is not None and spec.original_context != context:
+            raise ConversionError.at(["positional", "original_context"], (
+                f"dynamic scaling from original_context={spec.original_context} differs from "
+                f"context_length={context}; Hugging Face grows the base past "
+                f"max_position_embeddings, so set them equal (exporting to {cls})"))
+        return out
+    if kind != "linear":
+        out["original_max_position_embeddings"] = int(spec.original_context)
+    if kind == "llama3":
+        out["low_freq_factor"] = float(spec.low_freq_factor)
+        out["high_freq_factor"] = float(spec.high_freq_factor)
+    if kind == "yarn":
+        out.update(beta_fast=float(spec.beta_fast), beta_slow=float(spec.beta_slow),
+                   truncate=bool(spec.truncate))
+        out.update({k: float(getattr(spec, k)) for k in ("mscale", "mscale_all_dim")
+                    if getattr(spec, k) is not None})
+    if kind == "longrope":
+        out.update(short_factor=list(spec.short_factor), long_factor=list(spec.long_factor))
+    if kind in ("yarn", "longrope") and spec.attention_factor is not None:
+        out["attention_factor"] = float(spec.attention_factor)
     return out
 
 
@@ -346,15 +447,34 @@ def check_moe(spec: Spec, cls: str, ff: Spec, loc: str, *, free: tuple[str, ...]
              f"{name}={value!r}: this class has {plain!r} only")
 
 
-def rotary_theta(spec: Spec, cls: str, specs: list[Spec]) -> float:
-    """The one rotary base of the rotary layers among ``specs`` (each rotary over every head
-    dim, or NoPE: ``positional: none``); the model's when none rotates."""
+def rotary_parameters(spec: Spec, cls: str, specs: list[Spec]) -> dict[str, Any]:
+    """The ``rope_parameters`` of the one rotary positional of the rotary layers among
+    ``specs`` (each rotary over every head dim, or NoPE: ``positional: none``), scaling
+    included; the model's base, unscaled, when none rotates."""
     for layer in specs:
         pos = layer.positional
-        need(spec, cls, "layout.positional", pos.kind in ("rotary", "none"),
-             f"positional {pos.kind!r}: this class's layers are rotary or NoPE (none)")
-        need(spec, cls, "layout.positional.fraction", pos.kind == "none" or pos.fraction == 1.0,
+        need(spec, cls, "layout.positional", pos.kind in ("rotary", "none") or (
+            pos.kind == "query_temperature" and cls == "Llama4ForCausalLM"),
+             f"positional {pos.kind!r}: this class's layers are rotary or NoPE (none; Llama 4 "
+             "also query_temperature)")
+        need(spec, cls, "layout.positional.fraction", pos.kind != "rotary" or pos.fraction == 1.0,
              f"fraction={getattr(pos, 'fraction', None)}: this class rotates every head dim")
-    thetas = [float(layer.positional.theta) for layer in specs if layer.positional.kind == "rotary"]
-    theta = one(spec, cls, "layout.positional.theta", thetas, "rotary bases")
-    return theta if theta is not None else float(getattr(spec.positional, "theta", 10_000.0))
+    rotaries = [layer.positional for layer in specs if layer.positional.kind == "rotary"]
+    pos = one(spec, cls, "layout.positional", rotaries, "rotary positionals")
+    if pos is None:
+        return {"rope_type": "default",
+                "rope_theta": float(getattr(spec.positional, "theta", 10_000.0))}
+    return rope(pos, False, spec.context_length, cls)
+
+
+def sliding_windows(spec: Spec, cls: str, specs: list[Spec]) -> tuple[list[int | None], int | None]:
+    """Each layer's window among ``specs`` and the one window of the windowed layers (None
+    when none has one); refuses layers whose attentions differ apart from the window (each
+    an ``mha`` of ``cls``: grouped-query heads of width emb_dim / n_heads), or two windows."""
+    for layer in specs:
+        check_attention(layer, cls, gqa=True, head_dim_free=False, window=True)
+    one(spec, cls, "layout.attention", [layer.attention.model_copy(update={"window": None})
+                                        for layer in specs], "attentions (apart from the window)")
+    windows = [layer.attention.window for layer in specs]
+    return windows, one(spec, cls, "layout.attention.window", [w for w in windows if w],
+                        "windows")

@@ -26,6 +26,7 @@ too); the dense layers must be the first ``first_k_dense_replace``.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -42,6 +43,7 @@ from .common import (
     reject,
     rms_decoder,
     rope,
+    rope_params,
     rotary,
     token_ids,
 )
@@ -82,6 +84,9 @@ def deepseek_spec(cfg: Any, v3: bool) -> dict[str, Any]:
                       "qk_nope_head_dim": cfg.qk_nope_head_dim, "v_head_dim": cfg.v_head_dim},
         "positional": rotary(cfg, partial=False, head_dim=cfg.qk_rope_head_dim),
     }
+    scale = mla_scale(cfg.qk_nope_head_dim + cfg.qk_rope_head_dim, rope_params(cfg))
+    if scale is not None:
+        data["attention"]["scale"] = scale
     first_dense = int(cfg.first_k_dense_replace or 0)
     if first_dense >= cfg.num_hidden_layers:
         return data
@@ -90,6 +95,18 @@ def deepseek_spec(cfg: Any, v3: bool) -> dict[str, Any]:
         data["layout"] = {"kinds": {"dense": {"feedforward": dense}},
                           "layers": dict.fromkeys(range(first_dense), "dense")}
     return data
+
+
+def mla_scale(qk_dim: int, params: dict[str, Any]) -> float | None:
+    """DeepSeek's score scale under YaRN with ``mscale_all_dim`` (transformers'
+    ``yarn_apply_mscale``): 1/sqrt(qk_dim) times (0.1 mscale_all_dim ln factor + 1)^2; None
+    (the plain 1/sqrt(qk_dim)) otherwise."""
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind == "default" or not params.get("mscale_all_dim"):
+        return None
+    factor = float(params["factor"])
+    mscale = 1.0 if factor <= 1 else 0.1 * params["mscale_all_dim"] * math.log(factor) + 1.0
+    return qk_dim ** -0.5 * mscale * mscale
 
 
 def _moe(cfg: Any, v3: bool) -> dict[str, Any]:
@@ -255,6 +272,12 @@ def deepseek_config(spec: Spec, cls: str) -> Any:
          f"emb_dim {spec.emb_dim} is not a multiple of n_heads {spec.n_heads}, which "
          "transformers' DeepSeek config requires")
     sizes = att.sizes(spec.emb_dim, spec.n_heads)
+    parameters = rope(spec.positional, False, spec.context_length, cls=cls)
+    qk_dim = sizes["qk_nope_head_dim"] + sizes["qk_rope_head_dim"]
+    implied = mla_scale(qk_dim, parameters) or qk_dim ** -0.5
+    need(spec, cls, "attention.scale", abs((att.scale or qk_dim ** -0.5) - implied) < 1e-12,
+         f"scale={att.scale}: DeepSeek's score scale is {implied!r}, 1/sqrt(qk head dim) times "
+         "the square of YaRN's mscale_all_dim factor when the rotary has one")
     config = getattr(transformers, cls.replace("ForCausalLM", "Config"))
     kwargs = dict(
         vocab_size=spec.vocab_size, max_position_embeddings=spec.context_length,
@@ -265,7 +288,7 @@ def deepseek_config(spec: Spec, cls: str) -> Any:
         attention_bias=spec.qkv_bias or spec.attn_out_bias,
         attention_dropout=spec.drop("attn"), tie_word_embeddings=spec.tie_weights,
         first_k_dense_replace=first, hidden_act=hf_activation(spec, cls),
-        rope_parameters=rope(spec.positional), **sizes,
+        rope_parameters=parameters, **sizes,
         **(_moe_kwargs(spec, cls, moe) if moe is not None else {}))
     if cls == CLASSES[1]:
         kwargs["rope_interleave"] = True

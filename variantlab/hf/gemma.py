@@ -29,6 +29,7 @@ from .common import (
     refuse,
     reject,
     rope,
+    rope_scaling,
     token_ids,
 )
 from .llama import llama_hf_state, llama_kwargs, llama_spec, llama_state
@@ -45,11 +46,11 @@ NORMS_IN = (NORMS["att.norm_in"], NORMS["ff.norm_in"])
 
 # --- import ---------------------------------------------------------------------------
 
-def _rotary(params: dict[str, Any], name: str) -> dict[str, Any]:
-    rope_type = params.get("rope_type", "default")
-    if rope_type != "default":
-        reject(name, params, f"rope_type {rope_type!r} (scaled rotary) is not supported")
-    return {"kind": "rotary", "theta": float(params["rope_theta"]), "fraction": 1.0}
+def _rotary(cfg: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """The rotary of one layer type's rope parameters, its scaling included (Gemma 3's
+    full-attention layers: linear, factor 8, in the released 4B-27B configs)."""
+    return {"kind": "rotary", "theta": float(params["rope_theta"]), "fraction": 1.0,
+            **rope_scaling(cfg, params, "rope_parameters")}
 
 
 def gemma_spec(cfg: Any) -> dict[str, Any]:
@@ -63,8 +64,8 @@ def gemma_spec(cfg: Any) -> dict[str, Any]:
         reject("layer_types", unknown, f"supported layer types: {', '.join(_KINDS)}")
     params = cfg.rope_parameters
     per_type = isinstance(params.get("full_attention"), dict)  # Gemma 3: a base per layer type
-    data = llama_spec(cfg, positional=_rotary(params["full_attention"] if per_type else params,
-                                              "rope_parameters"))
+    data = llama_spec(cfg, positional=_rotary(cfg, params["full_attention"] if per_type
+                                              else params))
     data.update({
         "norm": {"kind": "rms", "eps": cfg.rms_norm_eps},
         "residual": {"kind": "sandwich"},
@@ -84,7 +85,7 @@ def gemma_spec(cfg: Any) -> dict[str, Any]:
         attention["qk_norm_scope"] = "head"
     sliding = {"attention": {**attention, "window": int(cfg.sliding_window)}}
     if per_type:
-        sliding["positional"] = _rotary(params["sliding_attention"], "rope_parameters")
+        sliding["positional"] = _rotary(cfg, params["sliding_attention"])
     kinds = {"sliding": sliding, "full": {}}
     data["layout"] = {"kinds": kinds, "pattern": [_KINDS[t] for t in period(layer_types)]}
     return data
@@ -111,20 +112,20 @@ def gemma_state(hf: Any) -> dict[str, torch.Tensor]:
 
 # --- export ---------------------------------------------------------------------------
 
-def _layer_types(spec: Spec, cls: str) -> tuple[list[str], int | None, dict[str, float]]:
-    """Each layer's HF type, the sliding window, and the rotary base per type; refuses a
-    layer that differs from the model in anything but its window and (Gemma 3) rotary base."""
+def _layer_types(spec: Spec, cls: str) -> tuple[list[str], int | None, dict[str, Any]]:
+    """Each layer's HF type, the sliding window, and the rotary per type; refuses a layer
+    that differs from the model in anything but its window and (Gemma 3) rotary."""
     base = spec.attention.model_copy(update={"window": None})
     types: list[str] = []
     windows: set[int] = set()
-    thetas: dict[str, float] = {}
+    rotaries: dict[str, Any] = {}
     for i in range(spec.n_layers):
         layer = spec.layer_spec(i)
         loc = "layout" if spec.layout is not None else "attention"
         for slot, comp in layer.components().items():
             if slot not in ("attention", "positional") and comp != getattr(spec, slot):
                 refuse(f"{loc}.{slot}", cls, f"layer {i}'s {slot} differs from the model's; "
-                       "Gemma layers differ only in their window and rotary base")
+                       "Gemma layers differ only in their window and rotary")
         need(spec, cls, loc, layer.attention.model_copy(update={"window": None}) == base,
              f"layer {i}'s attention differs from the model's in more than its window")
         kind = SLIDING if layer.attention.window else FULL
@@ -132,13 +133,13 @@ def _layer_types(spec: Spec, cls: str) -> tuple[list[str], int | None, dict[str,
             windows.add(layer.attention.window)
         need(spec, cls, f"{loc}.positional", layer.positional.kind == "rotary" and
              layer.positional.fraction == 1.0, f"layer {i}: Gemma rotates every head dim")
-        theta = float(layer.positional.theta)
-        need(spec, cls, f"{loc}.positional", thetas.setdefault(kind, theta) == theta,
-             f"layer {i}: the {kind} layers of Gemma share one rotary base")
+        need(spec, cls, f"{loc}.positional", rotaries.setdefault(kind, layer.positional)
+             == layer.positional, f"layer {i}: the {kind} layers of Gemma share one rotary "
+             "(base and scaling)")
         types.append(kind)
     need(spec, cls, f"{loc}.attention.window", len(windows) <= 1,
          f"windows {sorted(windows)}: Gemma's sliding layers share one sliding_window")
-    return types, (windows.pop() if windows else None), thetas
+    return types, (windows.pop() if windows else None), rotaries
 
 
 def gemma_config(spec: Spec, cls: str) -> Any:
@@ -159,19 +160,19 @@ def gemma_config(spec: Spec, cls: str) -> Any:
          "Gemma multiplies the embeddings by sqrt(hidden_size); set scale_embeddings: true")
     need(spec, cls, "feedforward.bias", not spec.feedforward.bias,
          "Gemma has no feed-forward biases")
-    types, window, thetas = _layer_types(spec, cls)
+    types, window, rotaries = _layer_types(spec, cls)
     if not gemma3:
-        need(spec, cls, "layout.positional", len(set(thetas.values())) == 1,
-             "Gemma 2 has one rotary base; a base per layer type is Gemma 3's")
+        need(spec, cls, "layout.positional", len(set(map(repr, rotaries.values()))) == 1,
+             "Gemma 2 has one rotary; a base (and scaling) per layer type is Gemma 3's")
     scale = att.scale if att.scale is not None else (att.head_dim or
                                                      spec.emb_dim // spec.n_heads) ** -0.5
     scalar = round(scale ** -2)
     need(spec, cls, "attention.scale", abs(scalar ** -0.5 - scale) <= 1e-6 * scale,
          f"scale={scale}: Gemma's query_pre_attn_scalar is an integer n, scale n^-0.5")
-    theta = thetas.get(FULL, thetas.get(SLIDING))
-    full = rope(spec.positional.model_copy(update={"theta": theta}))
+    full_pos = rotaries.get(FULL, rotaries.get(SLIDING))
+    full = rope(full_pos, False, spec.context_length, cls)
     if gemma3:
-        local = rope(spec.positional.model_copy(update={"theta": thetas.get(SLIDING, theta)}))
+        local = rope(rotaries.get(SLIDING, full_pos), False, spec.context_length, cls)
         params: dict[str, Any] = {"full_attention": full, "sliding_attention": local}
         config_cls: Any = transformers.Gemma3TextConfig
     else:

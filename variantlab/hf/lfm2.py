@@ -139,6 +139,7 @@ def lfm2_config(spec: Spec, cls: str = CLS) -> Any:
         num_key_value_heads=getattr(base, "n_kv_heads", None) or spec.n_heads,
         intermediate_size=hidden_of(spec), block_auto_adjust_ff_dim=False,
         norm_eps=spec.norm.eps, tie_word_embeddings=spec.tie_weights,
-        rope_parameters=rope(spec.positional), conv_bias=bias, conv_L_cache=width,
+        rope_parameters=rope(spec.positional, False, spec.context_length, cls=cls),
+        conv_bias=bias, conv_L_cache=width,
         layer_types=["conv" if layer.attention.kind == "gated_short_conv" else
                      "full_attention" for layer in specs], **token_ids(spec, config))

@@ -186,7 +186,7 @@ def llama_config(spec: Spec, cls: str) -> Any:
     config = getattr(transformers, config_cls)
     return config(
         **kwargs, **token_ids(spec, config), hidden_act=hf_activation(spec, cls),
-        rope_parameters=rope(spec.positional))
+        rope_parameters=rope(spec.positional, False, spec.context_length, cls=cls))
 
 
 def llama_hf_state(spec: Spec, sd: dict[str, torch.Tensor], cls: str,

@@ -38,7 +38,7 @@ from .common import (
     one,
     period,
     reject,
-    rotary_theta,
+    rotary_parameters,
     token_ids,
 )
 from .gpt2 import hidden_of
@@ -63,9 +63,6 @@ BIASES = "attention biases"
 
 def llama4_spec(cfg: Any) -> dict[str, Any]:
     """Spec data of a ``Llama4TextConfig``."""
-    if cfg.attn_temperature_tuning:
-        reject("attn_temperature_tuning", True, "the NoPE layers' position-dependent query "
-               "scaling is not in variantlab's attention; set it false")
     unknown = sorted(set(cfg.layer_types) - {"chunked_attention", "full_attention"})
     if unknown:
         reject("layer_types", unknown, "supported: chunked_attention, full_attention")
@@ -91,6 +88,10 @@ def llama4_spec(cfg: Any) -> dict[str, Any]:
         slots: dict[str, Any] = {"attention": attention}
         if not rope:
             slots["positional"] = {"kind": "none"}
+            if cfg.attn_temperature_tuning:  # the NoPE layers' queries scaled by position
+                slots["positional"] = {"kind": "query_temperature",
+                                       "floor_scale": int(cfg.floor_scale),
+                                       "scale": float(cfg.attn_scale)}
         if name.endswith("_dense"):
             slots["feedforward"] = dense
         names.append(name)
@@ -169,7 +170,7 @@ def llama4_config(spec: Spec, cls: str = CLS) -> Any:
     import transformers
 
     specs = layers(spec, CLS, ("attention", "positional", "feedforward"))
-    theta = rotary_theta(spec, CLS, specs)
+    parameters = rotary_parameters(spec, CLS, specs)
     check_common(spec.model_copy(update={"layout": None, "positional": specs[0].positional
                                          if specs[0].positional.kind == "rotary" else
                                          spec.positional}), CLS, norm="rms", rotary=False)
@@ -177,6 +178,9 @@ def llama4_config(spec: Spec, cls: str = CLS) -> Any:
          f"residual {spec.residual.kind!r}: Llama 4 is pre_norm")
     check_dropout(spec, CLS, ("attn",))
     rope = [layer.positional.kind == "rotary" for layer in specs]
+    nope = [layer.positional for layer in specs if layer.positional.kind != "rotary"]
+    tuning = one(spec, CLS, "layout.positional", nope, "NoPE positionals (none, or "
+                 "query_temperature with one floor_scale and scale)")
     for layer, rotates in zip(specs, rope):
         qk = layer.attention.qk_norm
         check_attention(layer, CLS, gqa=True, head_dim_free=True, chunk=True, qk_kind="l2",
@@ -203,12 +207,14 @@ def llama4_config(spec: Spec, cls: str = CLS) -> Any:
         rms_norm_eps=spec.norm.eps, attention_bias=spec.qkv_bias or spec.attn_out_bias,
         attention_dropout=spec.drop("attn"), tie_word_embeddings=spec.tie_weights,
         hidden_act=hf_activation(spec, CLS),
-        rope_parameters={"rope_type": "default", "rope_theta": theta},
+        rope_parameters=parameters,
         num_local_experts=moe.n_experts if moe else 1,
         num_experts_per_tok=moe.top_k if moe else 1, moe_layers=sparse,
         output_router_logits=bool(moe and moe.aux_loss_coef > 0),
         router_aux_loss_coef=moe.aux_loss_coef if moe and moe.aux_loss_coef > 0 else 0.001,
         use_qk_norm=bool(qk_norm), no_rope_layers=[int(r) for r in rope],
-        attention_chunk_size=chunk, attn_temperature_tuning=False,
+        attention_chunk_size=chunk,
+        attn_temperature_tuning=getattr(tuning, "kind", None) == "query_temperature",
+        floor_scale=getattr(tuning, "floor_scale", 8192), attn_scale=getattr(tuning, "scale", 0.1),
         layer_types=["chunked_attention" if c else "full_attention" for c in chunks],
         **token_ids(spec, config))

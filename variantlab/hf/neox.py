@@ -129,7 +129,7 @@ def neox_config(spec: Spec) -> Any:
         hidden_size=spec.emb_dim, num_hidden_layers=spec.n_layers,
         num_attention_heads=spec.n_heads, intermediate_size=hidden_of(spec),
         hidden_act=hf_activation(spec, CLS), layer_norm_eps=spec.norm.eps,
-        rope_parameters=rope(spec.positional, fraction=True),
+        rope_parameters=rope(spec.positional, True, spec.context_length, cls=CLS),
         use_parallel_residual=res.kind == "parallel",
         attention_bias=spec.qkv_bias or spec.attn_out_bias,
         hidden_dropout=spec.drop("resid"), attention_dropout=spec.drop("attn"),

@@ -19,15 +19,14 @@ import torch
 
 from .common import (
     Spec,
-    check_attention,
     check_common,
     hf_activation,
     layers,
     need,
-    one,
     period,
     reject,
-    rotary_theta,
+    rotary_parameters,
+    sliding_windows,
     token_ids,
 )
 from .llama import llama_kwargs, llama_spec
@@ -84,23 +83,18 @@ def smollm3_config(spec: Spec, cls: str = CLS) -> Any:
     import transformers
 
     specs = layers(spec, CLS, ("attention", "positional"))
-    theta = rotary_theta(spec, CLS, specs)
+    parameters = rotary_parameters(spec, CLS, specs)
     check_common(spec.model_copy(update={"layout": None}), CLS, norm="rms", rotary=False)
     need(spec, CLS, "residual.kind", spec.residual.kind == "pre_norm",
          f"residual {spec.residual.kind!r}: SmolLM3 is pre_norm")
-    for layer in specs:
-        check_attention(layer, CLS, gqa=True, head_dim_free=False, window=True)
-    one(spec, CLS, "layout.attention", [layer.attention.model_copy(update={"window": None})
-                                        for layer in specs], "attentions (apart from the window)")
-    windows = [layer.attention.window for layer in specs]
-    window = one(spec, CLS, "layout.attention.window", [w for w in windows if w], "windows")
+    windows, window = sliding_windows(spec, CLS, specs)
     kwargs = llama_kwargs(spec, CLS)
     kwargs.pop("head_dim")
     config = transformers.SmolLM3Config
     return config(
         **kwargs, **token_ids(spec, config), hidden_act=hf_activation(spec, CLS),
         mlp_bias=spec.feedforward.bias,
-        rope_parameters={"rope_type": "default", "rope_theta": theta},
+        rope_parameters=parameters,
         no_rope_layers=[int(layer.positional.kind == "rotary") for layer in specs],
         use_sliding_window=window is not None, sliding_window=window,
         layer_types=["sliding_attention" if w else "full_attention" for w in windows])

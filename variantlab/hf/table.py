@@ -110,6 +110,13 @@ def halves(ours: tuple[str, str], theirs: str, dim: int, transposed: bool = Fals
     return Pair(ours, theirs, load=load, save=save, zeros=zeros)
 
 
+def stacked(ours: tuple[str, ...], theirs: str, rows: tuple[int, ...]) -> Pair:
+    """A fused tensor whose rows are ours one after another (``rows`` each): Phi-3's
+    ``qkv_proj`` (query, key, value) and ``gate_up_proj`` (gate, up)."""
+    return Pair(ours, theirs, load=lambda t: tuple(t.split(list(rows), dim=0)),
+                save=lambda ts: torch.cat(ts, dim=0))
+
+
 def transposed(ours: str, theirs: str) -> Pair:
     """Ours = theirs with its last two dims swapped (stacked experts stored (E, in, out))."""
     return Pair((ours,), theirs, load=lambda t: (t.transpose(-1, -2),),
