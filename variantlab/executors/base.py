@@ -52,6 +52,7 @@ class RunContext:
     probe_fn: Callable[..., list] = run_probe
     extra_plugins: tuple[str, ...] = ()  # --plugin modules and files
     run_dir: Path | None = None  # where the store is (OUT/<experiment name>)
+    threads: int | None = None  # --threads: torch threads per process (None: the policy)
 
 
 class Executor(ABC):

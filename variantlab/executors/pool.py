@@ -8,9 +8,9 @@ and path (the same ``--plugin`` modules; plugin files are loaded from disk again
 unit up by its key in its own :func:`~variantlab.sweep.units.plan_units` and sends back plain
 data, the :class:`~variantlab.store.store.UnitRecord` and the rows. A unit whose code raises
 ``SystemExit`` (``sys.exit()`` in a plugin) or another ``BaseException`` fails alone, in a
-worker as in process; the worker and the pool go on. Each worker uses
-``cpu_count // N`` torch threads (at least 1; ``N`` is the pool's size, no more processes
-than units to compute). Every unit seeds torch itself, so on CPU the rows are the
+worker as in process; the worker and the pool go on. Each worker uses one torch thread
+(:mod:`variantlab.executors.threads`: ``--threads`` or the user's ``OMP_NUM_THREADS`` wins;
+``N`` is the pool's size, no more processes than units to compute). Every unit seeds torch itself, so on CPU the rows are the
 in-process ones bit for bit (``tests/test_executors.py``).
 
 The driver alone writes the store, one transaction per unit as results arrive, and emits
@@ -55,6 +55,7 @@ from ..store.store import UnitRecord
 from ..sweep.units import Unit
 from .base import Executor, ExperimentSource, RunContext, compute, split_units, store_result
 from .inprocess import run_in_process
+from .threads import choose_threads
 from .unit import ResultSink, error_text, now_iso, unit_record
 
 if TYPE_CHECKING:
@@ -69,9 +70,11 @@ def cpu_count() -> int:
     return cores()
 
 
-def threads_per_worker(workers: int) -> int:
-    """Torch threads for each of ``workers`` processes: the CPUs shared out, at least 1."""
-    return max(1, cpu_count() // workers)
+def threads_per_worker(workers: int, threads: int | None = None) -> int:
+    """Torch threads for each of ``workers`` processes: ``threads`` (``--threads``), else the
+    user's choice or the policy (:func:`variantlab.executors.threads.choose_threads`: one
+    each for more than one worker)."""
+    return choose_threads(workers, threads).count
 
 
 class PoolOptions(Strict):
@@ -102,7 +105,7 @@ class PoolExecutor(Executor):
         if work.leaders:
             source = ExperimentSource.of(experiment, context.extra_plugins, context.device)
             if not _pool(sink, work.leaders, work.twins, source, self.workers,
-                         context.fail_fast, context.probe_fn):
+                         context.fail_fast, context.probe_fn, context.threads):
                 return False
         return run_in_process(sink, work.serial, experiment, context.probe_fn,
                               context.fail_fast)
@@ -139,11 +142,11 @@ def _compute(key: str) -> tuple[UnitRecord, list]:
 # -- the driver side ---------------------------------------------------------------------
 def _pool(sink: ResultSink, leaders: list[tuple[int, Unit]],
           twins: dict[str, list[tuple[int, Unit]]], source: ExperimentSource, workers: int,
-          fail_fast: bool, probe_fn: Callable[..., list]) -> bool:
+          fail_fast: bool, probe_fn: Callable[..., list], threads: int | None = None) -> bool:
     n = min(workers, len(leaders))
     pool = ProcessPoolExecutor(
         max_workers=n, mp_context=multiprocessing.get_context("spawn"),
-        initializer=_init_worker, initargs=(source, threads_per_worker(n), probe_fn),
+        initializer=_init_worker, initargs=(source, threads_per_worker(n, threads), probe_fn),
     )
     queue = deque(leaders)
     in_flight: dict[Future, tuple[int, Unit, str, float]] = {}

@@ -11,21 +11,21 @@ unit with :func:`variantlab.executors.unit.run_unit` and the probe runner
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..probes import checkpoint, machine, run_probe
+from ..probes import checkpoint, run_probe
 from ..store.contract import RunMeta
 from ..store.store import STORE_FILE, StoreWriteError
 from ..sweep.runfolder import open_run
 from ..sweep.units import plain, plan_units
 from ..version import __version__
 from .base import Executor, RunContext, make_executor
+from .threads import choose_threads, torch_threads
 from .unit import ResultSink, RunSummary, UnitEvent
 
 if TYPE_CHECKING:
@@ -95,6 +95,7 @@ def run_experiment(
     rerun: str | None = None,
     executor: str | Executor | None = None,
     executor_options: Mapping[str, Any] | None = None,
+    threads: int | None = None,
 ) -> RunSummary:
     """Run every unit not yet stored ok; store each with its rows or its error.
 
@@ -132,7 +133,8 @@ def run_experiment(
     todo = [(i, u) for i, u in enumerate(u for u in plan if u.variant.name in selected)]
     again = {u.key for _, u in todo if rerun in ("all", u.probe)}
     summary = RunSummary(run_dir=run_dir, store=run_dir / STORE_FILE, total=len(todo))
-    context = RunContext(device, fail_fast, probe_fn, tuple(extra_plugins), run_dir)
+    chosen = choose_threads(1, threads)  # this process's share; the pool asks for its own
+    context = RunContext(device, fail_fast, probe_fn, tuple(extra_plugins), run_dir, threads)
     try:
         executor.prepare(experiment, todo, context)
         with open_run(run_dir, experiment_file(experiment)) as store:
@@ -144,7 +146,8 @@ def run_experiment(
             sink = ResultSink(store, summary, progress or (lambda event: None), again)
             try:
                 with checkpoint.directory(executor.checkpoint_dir(run_dir),
-                                          keep={u.key for _, u in todo}), capped_threads():
+                                          keep={u.key for _, u in todo}), \
+                        torch_threads(chosen.count):
                     executor.run(sink, todo, experiment, context)
             except KeyboardInterrupt:
                 summary.interrupted = True
@@ -153,19 +156,6 @@ def run_experiment(
     finally:
         executor.close()
     return summary
-
-
-@contextlib.contextmanager
-def capped_threads() -> Iterator[None]:
-    """Torch's threads in this process at most the cores the run may use
-    (:func:`variantlab.probes.machine.cores`; torch's default counts the machine's cores,
-    not the affinity mask or a cgroup quota) while the run computes here."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(max(1, min(before, machine.cores())))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def check_rerun(experiment: Experiment, rerun: str | None) -> None:
