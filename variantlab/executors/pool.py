@@ -10,8 +10,8 @@ data, the :class:`~variantlab.store.store.UnitRecord` and the rows. A unit whose
 ``SystemExit`` (``sys.exit()`` in a plugin) or another ``BaseException`` fails alone, in a
 worker as in process; the worker and the pool go on. Each worker uses one torch thread
 (:mod:`variantlab.executors.threads`: ``--threads`` or the user's ``OMP_NUM_THREADS`` wins;
-``N`` is the pool's size, no more processes than units to compute). Every unit seeds torch itself, so on CPU the rows are the
-in-process ones bit for bit (``tests/test_executors.py``).
+``N`` is the pool's size, no more processes than units to compute). Every unit seeds torch
+itself, so on CPU the rows are the in-process ones bit for bit (``tests/test_executors.py``).
 
 The driver alone writes the store, one transaction per unit as results arrive, and emits
 the same progress events as the in-process executor (``start`` when a unit is handed to a
