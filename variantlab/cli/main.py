@@ -175,15 +175,20 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     rounds: list[Experiment] = []
     try:
         with ProgressReporter(stdout) as report_progress:
-            def run_once(e: Experiment) -> Any:
+            def run_once(e: Experiment, grow: Any = None) -> Any:
                 again = rerun if not rounds else None  # an extension round computes only new units
                 rounds.append(e)
                 return run_experiment(e, out, only=only, device=device, fail_fast=fail_fast,
                                       progress=report_progress, executor=runner_,
-                                      extra_plugins=plugins, rerun=again, threads=threads)
+                                      extra_plugins=plugins, rerun=again, threads=threads,
+                                      grow=grow)
 
-            summary = run_once(exp) if not extend else \
-                _run_extended(stdout, err, exp, run_once, extend, tuple(plugins))
+            if not extend:
+                summary = run_once(exp)
+            elif runner_.feeds:  # each group's extension as soon as its grid is stored
+                summary = _run_growing(stdout, err, exp, run_once, extend, tuple(plugins), out)
+            else:
+                summary = _run_extended(stdout, err, exp, run_once, extend, tuple(plugins))
     finally:
         signal.signal(signal.SIGTERM, previous)
     print_summary(stdout, err, summary)
@@ -193,6 +198,25 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
                                  exp.registry)
         code = max(code, reported if reported == EXIT_WRITE else min(reported, EXIT_FAILED))
     sys.exit(code)
+
+
+def _run_growing(stdout: Any, err: Any, exp: Experiment, run_once: Any,
+                 extend: dict[str, int], plugins: tuple[str, ...], out: str) -> Any:
+    """The run with edge extension inside it (:class:`variantlab.report.fair.extension.EdgeFeed`):
+    each added value is printed as it is added."""
+    from ..executors.runner import run_dir_for
+    from ..report.fair.extension import EdgeFeed
+
+    def said(number: int, added: list) -> None:
+        stdout.print("edge extension: "
+                     + "; ".join(escape(f"{e.group}: {e.axis}={e.value}") for e in added),
+                     soft_wrap=True)
+
+    feed = EdgeFeed(exp, run_dir_for(exp, out), extend, plugins, said)
+    summary = run_once(exp, feed)
+    for line in feed.skipped:
+        err.print(f"warning: edge extension: not added: {escape(line)}", soft_wrap=True)
+    return summary
 
 
 def _run_extended(stdout: Any, err: Any, exp: Experiment, run_once: Any,

@@ -12,6 +12,7 @@ unit with :func:`variantlab.executors.unit.run_unit` and the probe runner
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ from ..probes import checkpoint, run_probe
 from ..store.contract import RunMeta
 from ..store.store import STORE_FILE, StoreWriteError
 from ..sweep.runfolder import open_run
-from ..sweep.units import plain, plan_units
+from ..sweep.units import Unit, plain, plan_units
 from ..version import __version__
 from .base import Executor, RunContext, make_executor
 from .threads import choose_threads, torch_threads
@@ -96,6 +97,7 @@ def run_experiment(
     executor: str | Executor | None = None,
     executor_options: Mapping[str, Any] | None = None,
     threads: int | None = None,
+    grow: Callable[[Unit | None], Experiment | None] | None = None,
 ) -> RunSummary:
     """Run every unit not yet stored ok; store each with its rows or its error.
 
@@ -144,6 +146,9 @@ def run_experiment(
                 [(u.key, u.variant.name, u.seed, u.probe) for u in plan],
             )
             sink = ResultSink(store, summary, progress or (lambda event: None), again)
+            if grow is not None and executor.feeds:
+                context = replace(context, feed=Growing(grow, experiment, store, summary,
+                                                        device, len(todo)))
             try:
                 with checkpoint.directory(executor.checkpoint_dir(run_dir),
                                           keep={u.key for _, u in todo}), \
@@ -156,6 +161,34 @@ def run_experiment(
     finally:
         executor.close()
     return summary
+
+
+class Growing:
+    """A run's :class:`~variantlab.executors.base.Feed` while its experiment grows: the
+    variants ``grow`` adds are written to the store (variants and plan) and their units
+    indexed after those planned so far, counted in the summary's total."""
+
+    def __init__(self, grow: Callable[[Unit | None], Experiment | None], experiment: Experiment,
+                 store: Any, summary: RunSummary, device: str | None, count: int) -> None:
+        self.grow, self.experiment, self.store, self.summary = grow, experiment, store, summary
+        self.device, self.count = device, count
+        self.names = {v.name for v in experiment.variants}
+
+    def __call__(self, unit: Unit | None) -> list[tuple[int, Unit]]:
+        bigger = self.grow(unit)
+        if bigger is None:
+            return []
+        plan = plan_units(bigger, self.device)
+        self.store.write_experiment(experiment_meta(bigger), _variant_rows(bigger.variants),
+                                    [(u.key, u.variant.name, u.seed, u.probe) for u in plan])
+        added = {v.name for v in bigger.variants} - self.names
+        self.names |= added
+        self.experiment = bigger
+        new = [u for u in plan if u.variant.name in added]
+        out = list(enumerate(new, self.count))
+        self.count += len(new)
+        self.summary.total += len(new)
+        return out
 
 
 def check_rerun(experiment: Experiment, rerun: str | None) -> None:
