@@ -174,7 +174,8 @@ def compare(before: dict[str, float], after: dict[str, float]) -> str:
     losses = [abs(before[k] - after[k]) for k in before if k.endswith("test_loss") and k in after]
     worst = max(losses) if losses else math.nan
     choice = ("same choices" if same else "DIFFERENT choices") if rates else "no choices"
-    return f"{choice}, max |Δ test loss| {worst:.2e} ({'within' if worst <= TOLERANCE else 'ABOVE'} {TOLERANCE:g})"
+    within = "within" if worst <= TOLERANCE else "ABOVE"
+    return f"{choice}, max |Δ test loss| {worst:.2e} ({within} {TOLERANCE:g})"
 
 
 def main() -> None:
@@ -217,9 +218,10 @@ def main() -> None:
 
 
 def table(args: argparse.Namespace, runs: dict, found: dict, repeats: int) -> str:
+    smoke = ", SMOKE (not a measurement)" if args.smoke else ""
     lines = [f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} logical "
              f"CPUs, Python {platform.python_version()}; before = {args.before}, after = this "
-             f"checkout; {repeats} interleaved repeat(s){', SMOKE (not a measurement)' if args.smoke else ''}.",
+             f"checkout; {repeats} interleaved repeat(s){smoke}.",
              "", "| job | condition | version | median wall (s) | median CPU (s) | load before -> after "
              "| after / before | busy / quiet |", "|---|---|---|---:|---:|---|---:|---:|"]
     for (job, condition, version), got in runs.items():
