@@ -119,3 +119,22 @@ def test_the_pool_runs_the_extension_inside_the_run_with_the_in_process_results(
     frames = [vl.results(tmp_path / f / "runs" / "roles")[cols].sort_values(key)
               .reset_index(drop=True) for f in ("pool", "one")]
     assert frames[0].equals(frames[1])
+
+
+def test_a_group_half_stored_by_an_earlier_run_is_extended_when_this_run_completes_it(
+        tmp_path, monkeypatch):
+    from variantlab.report.fair import extension
+
+    e = fake_experiment(tmp_path, GRID)
+    gelu = [v.name for v in e.variants if "relu" not in v.name]
+    run_experiment(e, tmp_path / "runs", probe_fn=fake_training, only=gelu[:1])  # half gelu
+    reads = []
+    original = extension.gather
+    monkeypatch.setattr(extension, "gather", lambda runs: reads.append(1) or original(runs))
+    _, feed, summary, _ = growing_run(tmp_path)
+    assert summary.ok and summary.skipped == 2
+    assert [[(a.group, a.value) for a in r] for r in feed.rounds] == \
+        [[("activation=gelu", 0.1)], [("activation=gelu", 1.0)], [("activation=relu", 0.1)]]
+    # the store is read at the start and each time a group is complete (gelu's grid, its
+    # 0.1, its 1.0, relu's grid, its 0.1), not after every unit
+    assert len(reads) == 1 + 5 < summary.done == 12

@@ -162,10 +162,12 @@ def run_extended(experiment: Experiment, run: Callable[[Experiment], Any],
 
 class EdgeFeed:
     """Edge extension inside one run (``run_experiment(grow=EdgeFeed(...))``): called after
-    each stored unit (``None``: at the start), it reads the run's store and, for every group
-    whose training units are all stored, adds what :func:`beyond` gives that group (each
-    value once; one a model or probe refuses is skipped, as in :func:`run_extended`).
-    Returns the experiment with the added variants, or None when nothing was added."""
+    each stored unit (``None``: at the start), it adds, for every group whose training units
+    are all stored, what :func:`beyond` gives that group (each value once; one a model or
+    probe refuses is skipped, as in :func:`run_extended`). It reads the run's store only
+    when a group may have just been completed: at the start, and when the stored unit was
+    the last training unit of its group still missing. Returns the experiment with the
+    added variants, or None when nothing was added."""
 
     def __init__(self, experiment: Experiment, run_dir: Path | str, extend: Mapping[str, int],
                  extra_plugins: Sequence[str] = (),
@@ -176,14 +178,45 @@ class EdgeFeed:
         self.rounds: list[list[Extension]] = []  # what each call added, in order
         self.skipped: list[str] = []
         self.tried: set[str] = set()  # added variants' names, accepted or not
+        self.group_of: dict[str, str] | None = None  # variant -> group (None: not read yet)
+        self.stored: set[str] = set()  # training unit keys stored in this run
+        self.keys = self._training_keys()
+
+    def _training_keys(self) -> dict[str, list[str]]:
+        """Variant -> the keys of its training units (one per seed)."""
+        from ...sweep.units import plan_units
+
+        out: dict[str, list[str]] = {}
+        for unit in plan_units(self.experiment):
+            if unit.probe == TRAINING:
+                out.setdefault(unit.variant.name, []).append(unit.key)
+        return out
+
+    def _maybe_complete(self, unit: Any) -> bool:
+        """Whether ``unit``'s group may be complete now that ``unit`` is stored."""
+        self.stored.add(unit.key)
+        if self.group_of is None:
+            return True
+        group = self.group_of.get(unit.variant.name)
+        mates = [v for v, g in self.group_of.items() if g == group]
+        return group is not None and all(k in self.stored for v in mates
+                                         for k in self.keys.get(v, []))
 
     def __call__(self, unit: Any = None) -> Experiment | None:
-        if unit is not None and getattr(unit, "probe", None) != TRAINING:
+        if unit is not None and (getattr(unit, "probe", None) != TRAINING
+                                 or not self._maybe_complete(unit)):
             return None
         data = gather([self.run_dir])
         sweep = find_sweep(data, TRAINING)
         if sweep is None:
             return None
+        shown = dict(zip(sweep.cells["variant"], sweep.cells["arch"]))
+        self.group_of = {str(stored): shown[name] for stored, name in
+                         zip(data.variants["stored_name"], data.variants["variant"])
+                         if name in shown}
+        units = data.units
+        self.stored |= set(units.loc[(units["probe"] == TRAINING)
+                                     & units["status"].isin(["ok", "failed"]), "key"])
         ready = complete_groups(data, sweep, self.experiment.seeds)
         overrides = dict(zip(data.variants["variant"], data.variants["overrides"]))
         doc = self.experiment.doc
@@ -203,6 +236,8 @@ class EdgeFeed:
         if not accepted:
             return None
         self.experiment = with_variants(self.experiment, accepted, self.extra_plugins)
+        self.keys = self._training_keys()
+        self.group_of.update({ext.name: ext.group for ext in accepted})
         self.rounds.append(accepted)
         if self.on_added is not None:
             self.on_added(len(self.rounds), accepted)
