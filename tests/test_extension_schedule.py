@@ -112,8 +112,9 @@ def test_the_pool_runs_the_extension_inside_the_run_with_the_in_process_results(
     summary = run_experiment(e, tmp_path / "pool" / "runs", probe_fn=fake_training, grow=feed,
                              workers=2)
     assert summary.ok and summary.done == summary.total == 14
-    assert [[(a.group, a.value) for a in r] for r in feed.rounds] == \
-        [[("activation=gelu", 0.1)], [("activation=gelu", 1.0)], [("activation=relu", 0.1)]]
+    # which group completes first depends on the workers' timing; what is added does not
+    assert sorted((a.group, a.value) for r in feed.rounds for a in r) == \
+        [("activation=gelu", 0.1), ("activation=gelu", 1.0), ("activation=relu", 0.1)]
     growing_run(tmp_path / "one")
     cols, key = ["variant", "seed", "metric", "value"], ["variant", "seed", "metric"]
     frames = [vl.results(tmp_path / f / "runs" / "roles")[cols].sort_values(key)
