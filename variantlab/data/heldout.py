@@ -17,8 +17,8 @@ were scored on.
   distribution, so fewer of them give a steady score).
 
 The windows are scored without gradients in batches of :func:`eval_rows` rows, as large as
-the size guard's bound on a scoring batch allows (``EVAL_LOGITS`` logits, at least
-``batch_size`` rows; the last may be smaller); a score over them weights every batch by the
+the memory bound on a scoring batch allows (``EVAL_LOGITS`` logits, the bound the scoring
+had before; at least ``batch_size`` rows; the last may be smaller); a score over them weights every batch by the
 targets it scores (:func:`scored`), so the grouping changes a score only in float rounding.
 A validation curve point scores :func:`spread` rows of the set (``CURVE_TOKENS`` targets at
 most, spread evenly over it); the final scores take the whole set.
@@ -41,8 +41,8 @@ from .splits import HELD_TOKENS, SPLIT_NAMES, Split
 SYNTHETIC_SEEDS: dict[Split, int] = {"val": 1_000_003, "test": 2_000_029}
 #: Targets of a synthetic scoring set when no cap is given.
 SYNTHETIC_TOKENS = 8_192
-#: A scoring batch holds at most this many logits (:func:`eval_rows`; 16 MiB at float32):
-#: the size guard's bound on held-out scoring, whose no-grad forward keeps no activations
+#: A scoring batch holds at most this many logits (:func:`eval_rows`; 16 MiB at float32);
+#: its no-grad forward keeps no activations for backward
 EVAL_LOGITS = 2 ** 22
 #: Targets a validation curve point scores at most (:func:`spread`)
 CURVE_TOKENS = 8_192
