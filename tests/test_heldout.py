@@ -352,3 +352,82 @@ def test_the_training_report_draws_the_validation_curves():
         assert list(lines[name].get_xdata()) == [4, 9]
         assert list(lines[name].get_ydata()) == pytest.approx(
             [4.2 - 0.1 * step * (1 - 0.1 * i) + 0.005 for step in (4, 9)])
+
+
+# -- cheaper scoring (issue 39, item 3) -------------------------------------------------------
+def old_eval_rows(spec, batch_size, seq_len):
+    """The grouping before issue 39: at most 8,192 tokens and 2^22 logits per batch."""
+    per_row = seq_len * spec.vocab_size
+    return max(batch_size, min(8192 // seq_len, 2 ** 22 // per_row))
+
+
+@pytest.mark.parametrize("kind", ["corpus", "recall"])
+def test_final_scores_equal_the_old_grouping_on_the_same_windows(tmp_path, spec, kind):
+    from variantlab.data.heldout import in_parts, joined
+
+    data = corpus(tmp_path / "docs", n=80, size=2000) if kind == "corpus" else \
+        SyntheticData(task="recall", n_pairs=3)
+    settings = TrainingSettings(steps=2, batch_size=4, seq_len=16, device="cpu",
+                                eval_tokens=32768)
+    held = HeldOut(data, spec, settings, tmp_path, REG)
+    torch.manual_seed(0)
+    model = vl.build_model(spec, REG)
+    loss = training.Objective(task_for(spec, REG), spec)
+    dev = torch.device("cpu")
+    for split in ("val", "test"):
+        new = held.batches(split)
+        old = in_parts(joined(new), old_eval_rows(spec, 4, 16))
+        assert len(new) < len(old)  # larger batches now: fewer of them
+        assert torch.equal(joined(new).inputs["idx"], joined(old).inputs["idx"])
+        assert torch.equal(joined(new).target, joined(old).target)  # the same windows
+        got = held.score(split, model, loss, dev)
+        want = heldout.evaluate(model, loss, old, dev)
+        assert got.tokens == want.tokens > 0
+        assert got.loss == pytest.approx(want.loss, rel=1e-6, abs=1e-6)
+        assert got.recall == want.recall  # counts: exact
+        assert (got.recall is None) == (kind == "corpus")
+
+
+def test_each_set_is_made_and_moved_once_per_unit(tmp_path, spec, monkeypatch):
+    data = corpus(tmp_path / "docs", n=60, size=600)
+    made = []
+    original = heldout.held_out_set
+    monkeypatch.setattr(heldout, "held_out_set",
+                        lambda *a, **kw: made.append(a[4]) or original(*a, **kw))
+    settings = TrainingSettings(steps=8, batch_size=4, seq_len=16, device="cpu", eval_every=2,
+                                lr=3e-3)
+    rows = training.run(spec, settings, seed=0, data=data, base_dir=tmp_path, registry=REG)
+    assert sorted(made) == ["test", "val"]  # once per split, not once per curve point
+    curve = [r for r in rows if r["metric"] == "val_loss_curve"]
+    assert [r["step"] for r in curve] == [2, 4, 6, 8]
+    held = HeldOut(data, spec, settings, tmp_path, REG)
+    cpu = torch.device("cpu")
+    first = held.ready("val", cpu, curve=True)
+    assert held.ready("val", cpu, curve=True) is first  # placed on the device once
+    assert held.ready("val", cpu) is held.ready("val", cpu)
+    assert len(made) == 3  # the second HeldOut made its validation set once
+
+
+def test_curve_points_score_a_stated_subset_and_the_last_point_the_whole_set(tmp_path, spec,
+                                                                           monkeypatch):
+    from variantlab.data import heldout as sets
+
+    data = corpus(tmp_path / "docs", n=60, size=600)
+    monkeypatch.setattr(sets, "CURVE_TOKENS", 64)  # 4 windows of 16 targets per curve point
+    settings = TrainingSettings(steps=6, batch_size=4, seq_len=16, device="cpu", eval_every=2,
+                                lr=3e-3)
+    rows = training.run(spec, settings, seed=0, data=data, base_dir=tmp_path, registry=REG)
+    m = model_rows(rows)
+    assert m["val_curve_tokens"] == 64.0 and m["val_tokens"] > 64
+    curve = {r["step"]: r["value"] for r in rows if r["metric"] == "val_loss_curve"}
+    assert sorted(curve) == [2, 4, 6]
+    assert curve[6] == m["val_loss"]  # the last point: the whole set
+    # a point before it is the model's loss on the 4 windows spread over the set
+    held = HeldOut(data, spec, settings, tmp_path, REG)
+    subset = sets.spread(held.batches("val"))
+    whole = sets.joined(held.batches("val")).target
+    n = whole.shape[0]
+    assert torch.equal(sets.joined(subset).target, whole[torch.arange(4) * n // 4])
+    plain = training.run(spec, TrainingSettings(**{**settings.model_dump(), "eval_every": None}),
+                         seed=0, data=data, base_dir=tmp_path, registry=REG)
+    assert model_rows(plain)["val_loss"] == m["val_loss"]  # curves leave the run alone

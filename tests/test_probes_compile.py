@@ -149,3 +149,79 @@ def test_a_padded_gpt_compiles_as_one_graph_and_matches_eager(tiny):
         eager = model(idx, attention_mask=mask)
         compiled = torch.compile(model)(idx, attention_mask=mask)
     assert torch.allclose(compiled, eager, atol=1e-5)
+
+
+# -- compile: auto (issue 39, item 2) ------------------------------------------------------
+def test_auto_compiles_from_the_stated_step_count():
+    from variantlab.probes.compiled import AUTO_STEPS, use_compile
+
+    assert AUTO_STEPS == 1000
+    assert [use_compile("auto", n) for n in (1, 200, 999, 1000, 1500)] == \
+        [False, False, False, True, True]
+    assert use_compile(True, 1) and not use_compile(False, 5000)
+
+
+def test_a_short_auto_run_stays_eager_with_the_key_and_rows_of_compile_false(tiny, monkeypatch):
+    """The fast suite's runs are short: auto never starts torch.compile there, writes its
+    settings as compile: false (the same unit key) and gives eager's rows bit for bit."""
+    from variantlab.probes.training import TrainingSettings
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("torch.compile was called")
+
+    monkeypatch.setattr(torch, "compile", no_compile)
+    assert TrainingSettings().compile == "auto"
+    assert TrainingSettings(**TRAIN).model_dump() == \
+        TrainingSettings(**TRAIN, compile=False).model_dump()
+    assert TrainingSettings(steps=1000).model_dump()["compile"] == "auto"  # may compile
+    assert TrainingSettings(tokens=4096).model_dump()["compile"] == "auto"  # steps unknown yet
+    auto = run_probe("training", tiny, TRAIN, seed=0, registry=REG)
+    eager = run_probe("training", tiny, {**TRAIN, "compile": False}, seed=0, registry=REG)
+    assert auto == eager and by_metric(auto, "training")["compiled"] == 0.0
+
+    def keys(extra):
+        text = (f"name: k\nseeds: [0]\nmodel: {tiny}\nmeasure:\n"
+                f"  training: {{steps: 2, seq_len: 16{extra}}}\n")
+        return [u.key for u in plan_units(experiment_from_text(text))]
+
+    assert keys("") == keys(", compile: auto") == keys(", compile: false") != \
+        keys(", compile: true")
+
+
+def test_auto_falls_back_to_eager_on_a_compile_failure_and_says_so(tiny, monkeypatch):
+    """A run long enough to compile whose compile fails runs eager from the start: eager's
+    rows exactly, ``compiled`` 0, and a ``compile_fallback`` row with the compiler's error."""
+    from variantlab.probes import compiled as compiled_mod
+
+    class Broken(torch.nn.Module):
+        def forward(self, *args, **kwargs):
+            raise torch._dynamo.exc.TorchDynamoException("inductor: no C++ compiler")
+
+    calls = []
+    monkeypatch.setattr(compiled_mod, "AUTO_STEPS", 5)
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: calls.append(1) or Broken())
+    auto = run_probe("training", tiny, TRAIN, seed=0, registry=REG)
+    eager = run_probe("training", tiny, {**TRAIN, "compile": False}, seed=0, registry=REG)
+    assert calls == [1]  # tried once, then eager
+    fallback = [r for r in auto if r["metric"] == "compile_fallback"]
+    assert len(fallback) == 1 and fallback[0]["value"] == 1.0 and fallback[0]["scope"] == "info"
+    assert "no C++ compiler" in fallback[0]["name"]
+    assert [r for r in auto if r["metric"] != "compile_fallback"] == eager
+    assert by_metric(auto, "training")["compiled"] == 0.0
+    # compile: true still fails the unit instead
+    with pytest.raises(CompileError, match="no C\\+\\+ compiler"):
+        run_probe("training", tiny, {**TRAIN, "compile": True}, seed=0, registry=REG)
+
+
+@pytest.mark.slow
+def test_a_long_auto_run_compiles_and_matches_eager_within_1e4(tiny, monkeypatch):
+    from variantlab.probes import compiled as compiled_mod
+
+    monkeypatch.setattr(compiled_mod, "AUTO_STEPS", 5)  # "long" at 5 steps
+    eager = run_probe("training", tiny, {**TRAIN, "compile": False}, seed=0, registry=REG)
+    auto = run_probe("training", tiny, TRAIN, seed=0, registry=REG)
+    assert by_metric(auto, "training")["compiled"] == 1.0
+    assert not [r for r in auto if r["metric"] == "compile_fallback"]
+    assert losses(auto) == pytest.approx(losses(eager), abs=1e-4)
+    assert by_metric(auto, "training")["val_loss"] == \
+        pytest.approx(by_metric(eager, "training")["val_loss"], abs=1e-4)

@@ -75,10 +75,14 @@ def _no_final_collection() -> None:
 @click.option("--workers", type=int, default=None, metavar="N",
               help="Processes that compute the units. 1 (the default): all in this process. "
                    "N > 1: params, gradients and training units run in N spawned worker "
-                   "processes with cpu_count/N torch threads each; timing units still run in "
+                   "processes with one torch thread each; timing units still run in "
                    "this process, one at a time, after the pool has finished (concurrent work "
                    "would distort timings). With --executor ray: the CPUs of the local Ray "
                    "instance. Results are the same either way.")
+@click.option("--threads", type=int, default=None, metavar="N",
+              help="Torch threads per process (default: VARIANTLAB_THREADS or OMP_NUM_THREADS "
+                   "when set, else the cores the load leaves free at the start, one per "
+                   "process with --workers N > 1). See docs/distributed.md.")
 @click.option("--executor", default=None, metavar="NAME",
               help="What computes the units: inprocess, pool, ray or a plugin's executor "
                    "(default: inprocess, or pool with --workers N > 1). See docs/distributed.md.")
@@ -111,7 +115,8 @@ def _no_final_collection() -> None:
 @plugin_option
 @bad_input_exits
 def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail_fast: bool,
-        no_report: bool, workers: int | None, executor: str | None, address: str | None,
+        no_report: bool, workers: int | None, threads: int | None, executor: str | None,
+        address: str | None,
         retries: int | None, max_upload: float | None, checkpoint_dir: str | None,
         executor_options: Sequence[str], rerun: str | None, extend_edges: bool,
         max_variants: int, plugins: Sequence[str]) -> None:
@@ -124,11 +129,13 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     from ..config.experiment import load_experiment
     from ..executors.base import command_line_options, make_executor
     from ..executors.runner import check_rerun, plan_units, run_experiment, select_variants
+    from ..executors.threads import choose_threads
 
     stdout, err = consoles()
     if workers is not None and workers < 1:
         raise SpecError.at(("--workers",), f"{workers} is not a number of processes; use 1 "
                                            "(everything in this process, the default) or more")
+    choose_threads(workers or 1, threads)  # a bad --threads or VARIANTLAB_THREADS: exit 2 now
     options = command_line_options(workers=workers, address=address, retries=retries,
                                    max_upload=max_upload, checkpoint_dir=checkpoint_dir,
                                    pairs=executor_options)
@@ -169,15 +176,20 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     rounds: list[Experiment] = []
     try:
         with ProgressReporter(stdout) as report_progress:
-            def run_once(e: Experiment) -> Any:
+            def run_once(e: Experiment, grow: Any = None) -> Any:
                 again = rerun if not rounds else None  # an extension round computes only new units
                 rounds.append(e)
                 return run_experiment(e, out, only=only, device=device, fail_fast=fail_fast,
                                       progress=report_progress, executor=runner_,
-                                      extra_plugins=plugins, rerun=again)
+                                      extra_plugins=plugins, rerun=again, threads=threads,
+                                      grow=grow)
 
-            summary = run_once(exp) if not extend else \
-                _run_extended(stdout, err, exp, run_once, extend, tuple(plugins))
+            if not extend:
+                summary = run_once(exp)
+            elif runner_.feeds:  # each group's extension as soon as its grid is stored
+                summary = _run_growing(stdout, err, exp, run_once, extend, tuple(plugins), out)
+            else:
+                summary = _run_extended(stdout, err, exp, run_once, extend, tuple(plugins))
     finally:
         signal.signal(signal.SIGTERM, previous)
     print_summary(stdout, err, summary)
@@ -187,6 +199,25 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
                                  exp.registry)
         code = max(code, reported if reported == EXIT_WRITE else min(reported, EXIT_FAILED))
     sys.exit(code)
+
+
+def _run_growing(stdout: Any, err: Any, exp: Experiment, run_once: Any,
+                 extend: dict[str, int], plugins: tuple[str, ...], out: str) -> Any:
+    """The run with edge extension inside it (:class:`variantlab.report.fair.extension.EdgeFeed`):
+    each added value is printed as it is added."""
+    from ..executors.runner import run_dir_for
+    from ..report.fair.extension import EdgeFeed
+
+    def said(number: int, added: list) -> None:
+        stdout.print("edge extension: "
+                     + "; ".join(escape(f"{e.group}: {e.axis}={e.value}") for e in added),
+                     soft_wrap=True)
+
+    feed = EdgeFeed(exp, run_dir_for(exp, out), extend, plugins, said)
+    summary = run_once(exp, feed)
+    for line in feed.skipped:
+        err.print(f"warning: edge extension: not added: {escape(line)}", soft_wrap=True)
+    return summary
 
 
 def _run_extended(stdout: Any, err: Any, exp: Experiment, run_once: Any,

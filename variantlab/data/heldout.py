@@ -16,9 +16,13 @@ were scored on.
   ``SYNTHETIC_TOKENS`` (8,192: the rows of a synthetic task are independent draws of one
   distribution, so fewer of them give a steady score).
 
-The windows are scored in batches of :func:`eval_rows` rows (up to 8,192 tokens, at least
-``batch_size`` rows; the last may be smaller); a score over them weights every batch by the
-targets it scores (:func:`scored`).
+The windows are scored without gradients in batches of :func:`eval_rows` rows, as large as
+the memory bound on a scoring batch allows (``EVAL_LOGITS`` logits, the bound the scoring
+had before; at least ``batch_size`` rows; the last may be smaller); a score over them
+weights every batch by the targets it scores (:func:`scored`), so the grouping changes a
+score only in float rounding.
+A validation curve point scores :func:`spread` rows of the set (``CURVE_TOKENS`` targets at
+most, spread evenly over it); the final scores take the whole set.
 """
 
 from __future__ import annotations
@@ -38,9 +42,11 @@ from .splits import HELD_TOKENS, SPLIT_NAMES, Split
 SYNTHETIC_SEEDS: dict[Split, int] = {"val": 1_000_003, "test": 2_000_029}
 #: Targets of a synthetic scoring set when no cap is given.
 SYNTHETIC_TOKENS = 8_192
-#: A scoring batch holds at most this many tokens and logits (:func:`eval_rows`).
-EVAL_BATCH_TOKENS = 8_192
+#: A scoring batch holds at most this many logits (:func:`eval_rows`; 16 MiB at float32);
+#: its no-grad forward keeps no activations for backward
 EVAL_LOGITS = 2 ** 22
+#: Targets a validation curve point scores at most (:func:`spread`)
+CURVE_TOKENS = 8_192
 
 
 def held_out_set(data: AnyData | None, spec: ModelSpec, batch_size: int, seq_len: int,
@@ -77,11 +83,37 @@ def held_out_set(data: AnyData | None, spec: ModelSpec, batch_size: int, seq_len
 
 
 def eval_rows(spec: ModelSpec, batch_size: int, seq_len: int) -> int:
-    """Rows per scoring batch: as many as fit ``EVAL_BATCH_TOKENS`` tokens and
-    ``EVAL_LOGITS`` logits (``seq_len x vocab_size`` per row), never fewer than the training
-    batch's ``batch_size`` (what is scored is the same whatever the grouping)."""
+    """Rows per scoring batch: as many as fit ``EVAL_LOGITS`` logits (``seq_len x
+    vocab_size`` per row), never fewer than the training batch's ``batch_size`` (what is
+    scored is the same whatever the grouping)."""
     per_row = seq_len * max(1, getattr(spec, "vocab_size", 1))
-    return max(batch_size, min(EVAL_BATCH_TOKENS // seq_len, EVAL_LOGITS // per_row))
+    return max(batch_size, EVAL_LOGITS // per_row)
+
+
+def joined(parts: list[Batch]) -> Batch:
+    """The batches of a scoring set as one batch (inverse of :func:`in_parts`)."""
+    first = parts[0]
+    inputs = {k: torch.cat([p.inputs[k] for p in parts]) for k in first.inputs}
+    extra = {k: torch.cat([p.extra[k] for p in parts]) if isinstance(v, torch.Tensor) else v
+             for k, v in first.extra.items()}
+    return Batch(inputs, torch.cat([p.target for p in parts]),
+                 n_tokens=sum(p.n_tokens for p in parts), extra=extra)
+
+
+def spread(parts: list[Batch], max_tokens: int | None = None) -> list[Batch]:
+    """At most ``max_tokens // seq_len`` rows (unset: ``CURVE_TOKENS``) of a scoring set (at least one), rows
+    ``i * n // m`` of its ``n`` (spread evenly, as a capped corpus set picks its windows),
+    in batches of the set's own size; the set itself when it is that small already."""
+    whole = joined(parts)
+    n, length = whole.target.shape[0], max(1, whole.target[0].numel())
+    m = min(n, max(1, (max_tokens or CURVE_TOKENS) // length))
+    if m == n:
+        return parts
+    pick = torch.arange(m) * n // m
+    inputs = {k: v[pick] for k, v in whole.inputs.items()}
+    extra = {k: v[pick] if isinstance(v, torch.Tensor) else v for k, v in whole.extra.items()}
+    chosen = Batch(inputs, whole.target[pick], n_tokens=whole.n_tokens * m // n, extra=extra)
+    return in_parts(chosen, parts[0].target.shape[0])
 
 
 def in_parts(batch: Batch, rows: int) -> list[Batch]:

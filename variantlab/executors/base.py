@@ -21,10 +21,11 @@ rebuilds the experiment from.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
@@ -43,6 +44,34 @@ FLAGS = {"workers": "--workers", "address": "--address", "retries": "--retries",
          "max_upload": "--ray-max-upload", "checkpoint_dir": "--checkpoint-dir"}
 
 
+class Feed(Protocol):
+    """Units a run adds while it goes on (edge extension): called with each unit once it is
+    stored (``None``: once at the start, for what is stored already), it returns the units
+    to compute next, indexed after the others; ``experiment`` is the run's experiment as it
+    now stands (the one worker processes rebuild)."""
+
+    experiment: Experiment
+
+    def __call__(self, unit: Unit | None) -> list[tuple[int, Unit]]: ...
+
+
+def fed(sink: ResultSink, feed: Feed | None, unit: Unit | None) -> list[tuple[int, Unit]]:
+    """What ``feed`` adds after ``unit`` was stored; units it adds that are stored already
+    are reported skipped and fed on in turn."""
+    if feed is None:
+        return []
+    out: list[tuple[int, Unit]] = []
+    todo = deque(feed(unit))
+    while todo:
+        index, new = todo.popleft()
+        if sink.stored_ok(new):
+            sink.skip(index, new)
+            todo.extend(feed(new))
+        else:
+            out.append((index, new))
+    return out
+
+
 @dataclass(frozen=True)
 class RunContext:
     """What the run asks of every executor besides its own options."""
@@ -52,6 +81,8 @@ class RunContext:
     probe_fn: Callable[..., list] = run_probe
     extra_plugins: tuple[str, ...] = ()  # --plugin modules and files
     run_dir: Path | None = None  # where the store is (OUT/<experiment name>)
+    threads: int | None = None  # --threads: torch threads per process (None: the policy)
+    feed: Feed | None = None  # units added while the run goes on (edge extension)
 
 
 class Executor(ABC):
@@ -60,6 +91,9 @@ class Executor(ABC):
     #: the units run on this machine, so its devices and memory are checked before the run
     #: (false for a cluster elsewhere: ``device: cuda`` on a driver without a GPU is fine)
     runs_here: bool = True
+    #: it computes the units a :class:`Feed` adds while the run goes on (edge extension in
+    #: the same run); one without runs each extension round as a run of its own
+    feeds: bool = False
 
     def describe(self) -> str:
         """A few words for the run's first line (``2 worker processes``); may be empty."""

@@ -4,6 +4,7 @@ process pool also uses for the serial units it keeps out of its workers)."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal
 
@@ -12,7 +13,7 @@ from pydantic import Field
 from ..plugin.settings import Strict
 from ..probes import run_probe
 from ..sweep.units import Unit
-from .base import Executor, RunContext
+from .base import Executor, Feed, RunContext, fed
 from .unit import ResultSink, run_unit
 
 if TYPE_CHECKING:
@@ -26,12 +27,15 @@ class InProcessOptions(Strict):
 
 
 class InProcessExecutor(Executor):
+    feeds = True
+
     def __init__(self, options: InProcessOptions | None = None) -> None:
         self.options = options or InProcessOptions()
 
     def run(self, sink: ResultSink, units: Sequence[tuple[int, Unit]], experiment: Experiment,
             context: RunContext) -> bool:
-        return run_in_process(sink, units, experiment, context.probe_fn, context.fail_fast)
+        return run_in_process(sink, units, experiment, context.probe_fn, context.fail_fast,
+                              context.feed)
 
 
 def run_in_process(
@@ -40,15 +44,22 @@ def run_in_process(
     experiment: Experiment,
     probe_fn: Callable[..., list] = run_probe,
     fail_fast: bool = False,
+    feed: Feed | None = None,
 ) -> bool:
-    """``(index, unit)`` pairs one after another in this process, each stored as it ends.
-    Returns ``False`` when ``fail_fast`` stopped it; KeyboardInterrupt propagates."""
-    for index, unit in units:
+    """``(index, unit)`` pairs one after another in this process, each stored as it ends;
+    the units ``feed`` adds once a unit is stored run next. Returns ``False`` when ``fail_fast`` stopped
+    it; KeyboardInterrupt propagates."""
+    queue = deque(units)
+    queue.extend(fed(sink, feed, None))
+    while queue:
+        index, unit = queue.popleft()
         if sink.stored_ok(unit):
             sink.skip(index, unit)
+            queue.extendleft(reversed(fed(sink, feed, unit)))
             continue
         sink.start(index, unit)
         record, rows = run_unit(unit, experiment, probe_fn)
         if not sink.save(index, unit, record, rows) and fail_fast:
             return False
+        queue.extendleft(reversed(fed(sink, feed, unit)))  # next: it may need another round
     return True

@@ -8,10 +8,10 @@ and path (the same ``--plugin`` modules; plugin files are loaded from disk again
 unit up by its key in its own :func:`~variantlab.sweep.units.plan_units` and sends back plain
 data, the :class:`~variantlab.store.store.UnitRecord` and the rows. A unit whose code raises
 ``SystemExit`` (``sys.exit()`` in a plugin) or another ``BaseException`` fails alone, in a
-worker as in process; the worker and the pool go on. Each worker uses
-``cpu_count // N`` torch threads (at least 1; ``N`` is the pool's size, no more processes
-than units to compute). Every unit seeds torch itself, so on CPU the rows are the
-in-process ones bit for bit (``tests/test_executors.py``).
+worker as in process; the worker and the pool go on. Each worker uses one torch thread
+(:mod:`variantlab.executors.threads`: ``--threads`` or the user's ``OMP_NUM_THREADS`` wins;
+``N`` is the pool's size, no more processes than units to compute). Every unit seeds torch
+itself, so on CPU the rows are the in-process ones bit for bit (``tests/test_executors.py``).
 
 The driver alone writes the store, one transaction per unit as results arrive, and emits
 the same progress events as the in-process executor (``start`` when a unit is handed to a
@@ -53,8 +53,18 @@ from pydantic import Field, PositiveInt
 from ..plugin.settings import Strict
 from ..store.store import UnitRecord
 from ..sweep.units import Unit
-from .base import Executor, ExperimentSource, RunContext, compute, split_units, store_result
+from .base import (
+    Executor,
+    ExperimentSource,
+    RunContext,
+    Work,
+    compute,
+    fed,
+    split_units,
+    store_result,
+)
 from .inprocess import run_in_process
+from .threads import choose_threads
 from .unit import ResultSink, error_text, now_iso, unit_record
 
 if TYPE_CHECKING:
@@ -69,9 +79,11 @@ def cpu_count() -> int:
     return cores()
 
 
-def threads_per_worker(workers: int) -> int:
-    """Torch threads for each of ``workers`` processes: the CPUs shared out, at least 1."""
-    return max(1, cpu_count() // workers)
+def threads_per_worker(workers: int, threads: int | None = None) -> int:
+    """Torch threads for each of ``workers`` processes: ``threads`` (``--threads``), else the
+    user's choice or the policy (:func:`variantlab.executors.threads.choose_threads`: one
+    each for more than one worker)."""
+    return choose_threads(workers, threads).count
 
 
 class PoolOptions(Strict):
@@ -81,6 +93,8 @@ class PoolOptions(Strict):
 
 
 class PoolExecutor(Executor):
+    feeds = True
+
     def __init__(self, options: PoolOptions | None = None) -> None:
         self.workers = (options or PoolOptions()).workers
 
@@ -97,15 +111,15 @@ class PoolExecutor(Executor):
 
     def run(self, sink: ResultSink, units: Sequence[tuple[int, Unit]], experiment: Experiment,
             context: RunContext) -> bool:
-        """Compute the units in the pool, then the timing units here, one at a time."""
+        """Compute the units in the pool (and those ``context.feed`` adds as they are
+        stored), then the timing units here, one at a time."""
         work = split_units(sink, units)
-        if work.leaders:
-            source = ExperimentSource.of(experiment, context.extra_plugins, context.device)
-            if not _pool(sink, work.leaders, work.twins, source, self.workers,
-                         context.fail_fast, context.probe_fn):
+        if work.leaders or context.feed is not None:
+            if not _pool(sink, work, self.workers, context,
+                         ExperimentSource.of(experiment, context.extra_plugins, context.device)):
                 return False
-        return run_in_process(sink, work.serial, experiment, context.probe_fn,
-                              context.fail_fast)
+        now = context.feed.experiment if context.feed is not None else experiment
+        return run_in_process(sink, work.serial, now, context.probe_fn, context.fail_fast)
 
 
 # -- the worker side ---------------------------------------------------------------------
@@ -131,31 +145,55 @@ def _exit_with(parent: Any) -> None:
     os._exit(1)
 
 
-def _compute(key: str) -> tuple[UnitRecord, list]:
-    """Run the unit ``key`` in this worker (loading the experiment on first use)."""
-    return compute(_STATE["source"], key, _STATE["probe_fn"])
+def _compute(key: str, source: ExperimentSource | None = None) -> tuple[UnitRecord, list]:
+    """Run the unit ``key`` in this worker (loading the experiment on first use): of
+    ``source`` when given (the experiment grew during the run), else the pool's."""
+    return compute(source or _STATE["source"], key, _STATE["probe_fn"])
 
 
 # -- the driver side ---------------------------------------------------------------------
-def _pool(sink: ResultSink, leaders: list[tuple[int, Unit]],
-          twins: dict[str, list[tuple[int, Unit]]], source: ExperimentSource, workers: int,
-          fail_fast: bool, probe_fn: Callable[..., list]) -> bool:
-    n = min(workers, len(leaders))
+def _pool(sink: ResultSink, work: Work, workers: int, context: RunContext,
+          source: ExperimentSource) -> bool:
+    """Compute ``work``'s leaders, and the units ``context.feed`` adds as units are stored,
+    in ``workers`` processes (no more than there are leaders when nothing can be added);
+    added serial units join ``work.serial``. ``False`` when the run stopped early."""
+    feed, first = context.feed, source
+    queue: deque[tuple[int, Unit, ExperimentSource]] = deque(
+        (index, unit, source) for index, unit in work.leaders)
+
+    def add(new: list[tuple[int, Unit]]) -> None:
+        nonlocal source
+        if new and feed is not None:
+            source = ExperimentSource.of(feed.experiment, context.extra_plugins, context.device)
+        first_now = []
+        for index, unit in new:
+            if unit.serial:
+                work.serial.append((index, unit))
+            elif unit.key in work.twins:  # queued or running already: reuse its result
+                work.twins[unit.key].append((index, unit))
+            else:
+                work.twins[unit.key] = []
+                first_now.append((index, unit, source))
+        queue.extendleft(reversed(first_now))  # next: an extension may need another round
+
+    add(fed(sink, feed, None))
+    if not queue:
+        return True
+    n = workers if feed is not None else min(workers, len(queue))
     pool = ProcessPoolExecutor(
-        max_workers=n, mp_context=multiprocessing.get_context("spawn"),
-        initializer=_init_worker, initargs=(source, threads_per_worker(n), probe_fn),
+        max_workers=n, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
+        initargs=(first, threads_per_worker(n, context.threads), context.probe_fn),
     )
-    queue = deque(leaders)
     in_flight: dict[Future, tuple[int, Unit, str, float]] = {}
     processes: dict[int, Any] = {}  # pid -> Process, to say which one died
     stopped = False
     try:
         while queue or in_flight:
             while queue and not stopped and len(in_flight) < n:
-                index, unit = queue.popleft()
+                index, unit, where = queue.popleft()
                 sink.start(index, unit)
-                in_flight[pool.submit(_compute, unit.key)] = (index, unit, now_iso(),
-                                                              time.perf_counter())
+                task = pool.submit(_compute, unit.key, None if where is first else where)
+                in_flight[task] = (index, unit, now_iso(), time.perf_counter())
             processes.update(getattr(pool, "_processes", None) or {})
             if not in_flight:
                 break
@@ -163,8 +201,10 @@ def _pool(sink: ResultSink, leaders: list[tuple[int, Unit]],
             for future in sorted(done, key=lambda f: in_flight[f][0]):
                 index, unit, started, t0 = in_flight.pop(future)
                 record, rows, broken = _outcome(future, unit, started, t0, processes)
-                ok = store_result(sink, index, unit, record, rows, twins, fail_fast)
-                stopped = stopped or broken or (fail_fast and not ok)
+                ok = store_result(sink, index, unit, record, rows, work.twins, context.fail_fast)
+                stopped = stopped or broken or (context.fail_fast and not ok)
+                if not stopped:
+                    add(fed(sink, feed, unit))
     except BaseException:  # Ctrl-C, SIGTERM, a store that cannot be written: stop now
         _terminate(pool)
         raise

@@ -11,21 +11,22 @@ unit with :func:`variantlab.executors.unit.run_unit` and the probe runner
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..probes import checkpoint, machine, run_probe
+from ..probes import checkpoint, run_probe
 from ..store.contract import RunMeta
 from ..store.store import STORE_FILE, StoreWriteError
 from ..sweep.runfolder import open_run
-from ..sweep.units import plain, plan_units
+from ..sweep.units import Unit, plain, plan_units
 from ..version import __version__
 from .base import Executor, RunContext, make_executor
+from .threads import choose_threads, torch_threads
 from .unit import ResultSink, RunSummary, UnitEvent
 
 if TYPE_CHECKING:
@@ -95,6 +96,8 @@ def run_experiment(
     rerun: str | None = None,
     executor: str | Executor | None = None,
     executor_options: Mapping[str, Any] | None = None,
+    threads: int | None = None,
+    grow: Callable[[Unit | None], Experiment | None] | None = None,
 ) -> RunSummary:
     """Run every unit not yet stored ok; store each with its rows or its error.
 
@@ -132,7 +135,8 @@ def run_experiment(
     todo = [(i, u) for i, u in enumerate(u for u in plan if u.variant.name in selected)]
     again = {u.key for _, u in todo if rerun in ("all", u.probe)}
     summary = RunSummary(run_dir=run_dir, store=run_dir / STORE_FILE, total=len(todo))
-    context = RunContext(device, fail_fast, probe_fn, tuple(extra_plugins), run_dir)
+    chosen = choose_threads(1, threads)  # this process's share; the pool asks for its own
+    context = RunContext(device, fail_fast, probe_fn, tuple(extra_plugins), run_dir, threads)
     try:
         executor.prepare(experiment, todo, context)
         with open_run(run_dir, experiment_file(experiment)) as store:
@@ -142,9 +146,13 @@ def run_experiment(
                 [(u.key, u.variant.name, u.seed, u.probe) for u in plan],
             )
             sink = ResultSink(store, summary, progress or (lambda event: None), again)
+            if grow is not None and executor.feeds:
+                context = replace(context, feed=Growing(grow, experiment, store, summary,
+                                                        device, len(todo)))
             try:
                 with checkpoint.directory(executor.checkpoint_dir(run_dir),
-                                          keep={u.key for _, u in todo}), capped_threads():
+                                          keep={u.key for _, u in todo}), \
+                        torch_threads(chosen.count):
                     executor.run(sink, todo, experiment, context)
             except KeyboardInterrupt:
                 summary.interrupted = True
@@ -155,17 +163,32 @@ def run_experiment(
     return summary
 
 
-@contextlib.contextmanager
-def capped_threads() -> Iterator[None]:
-    """Torch's threads in this process at most the cores the run may use
-    (:func:`variantlab.probes.machine.cores`; torch's default counts the machine's cores,
-    not the affinity mask or a cgroup quota) while the run computes here."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(max(1, min(before, machine.cores())))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+class Growing:
+    """A run's :class:`~variantlab.executors.base.Feed` while its experiment grows: the
+    variants ``grow`` adds are written to the store (variants and plan) and their units
+    indexed after those planned so far, counted in the summary's total."""
+
+    def __init__(self, grow: Callable[[Unit | None], Experiment | None], experiment: Experiment,
+                 store: Any, summary: RunSummary, device: str | None, count: int) -> None:
+        self.grow, self.experiment, self.store, self.summary = grow, experiment, store, summary
+        self.device, self.count = device, count
+        self.names = {v.name for v in experiment.variants}
+
+    def __call__(self, unit: Unit | None) -> list[tuple[int, Unit]]:
+        bigger = self.grow(unit)
+        if bigger is None:
+            return []
+        plan = plan_units(bigger, self.device)
+        self.store.write_experiment(experiment_meta(bigger), _variant_rows(bigger.variants),
+                                    [(u.key, u.variant.name, u.seed, u.probe) for u in plan])
+        added = {v.name for v in bigger.variants} - self.names
+        self.names |= added
+        self.experiment = bigger
+        new = [u for u in plan if u.variant.name in added]
+        out = list(enumerate(new, self.count))
+        self.count += len(new)
+        self.summary.total += len(new)
+        return out
 
 
 def check_rerun(experiment: Experiment, rerun: str | None) -> None:

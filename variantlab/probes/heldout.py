@@ -12,7 +12,11 @@ converged.
   ``eval_lengths``);
 - with ``eval_every: N``: ``val_loss_curve`` (and ``val_recall_accuracy_curve``) at steps
   N, 2N, ... and at the last step, ``step`` = optimizer steps done; test is scored once,
-  after training, so that nothing chosen along the way has seen it;
+  after training, so that nothing chosen along the way has seen it. A curve point scores
+  a subset of the validation set (:func:`variantlab.data.heldout.spread`: at most
+  ``CURVE_TOKENS`` = 8,192 targets spread evenly over it; the whole set when it is that
+  small, as synthetic sets are by default), ``val_curve_tokens`` says how many; the point
+  at the last step is the final ``val_loss`` over the whole set;
 - ``steps_to_solve`` (recall data): the first of those evaluations (the final one counts)
   whose validation recall accuracy reaches ``SOLVED``; absent when none does;
 - ``still_improving``: :func:`still_improving` of the training loss curve.
@@ -27,7 +31,7 @@ from typing import Any
 
 import torch
 
-from ..data.heldout import held_out_set, scored
+from ..data.heldout import held_out_set, scored, spread
 from ..data.sources import SyntheticData
 from ..data.splits import Split
 from ..model.specs import ModelSpec
@@ -80,13 +84,15 @@ def evaluate(model: torch.nn.Module, loss_fn: Any, batches: list[Batch], dev: to
 
 
 class HeldOut:
-    """The fixed validation and test sets of a run (made on first use) and its scores."""
+    """The fixed validation and test sets of a run and its scores. Each set is made once, on
+    first use, and moved to the device once (:meth:`ready`); a unit scores from those."""
 
     def __init__(self, data: Any, spec: ModelSpec, settings: Any, base_dir: Path | str,
                  registry: Registry) -> None:
         self.data, self.spec, self.settings = data, spec, settings
         self.base_dir, self.registry = base_dir, registry
         self.sets: dict[str, list[Batch]] = {}  # "test", or "test@N" at length N
+        self.placed: dict[tuple[str, int | None, bool, str], list[Batch]] = {}
 
     def batches(self, split: Split, length: int | None = None) -> list[Batch]:
         """The split's fixed set of windows of ``length`` tokens (unset: ``seq_len``; on
@@ -107,9 +113,21 @@ class HeldOut:
                                           base_dir=self.base_dir)
         return self.sets[key]
 
+    def ready(self, split: Split, dev: torch.device, length: int | None = None,
+              curve: bool = False) -> list[Batch]:
+        """The split's set on ``dev`` (``curve``: the curve's subset of it), made and moved
+        on the first call only."""
+        key = (split, length, curve, str(dev))
+        if key not in self.placed:
+            parts = self.batches(split, length)
+            self.placed[key] = [b.to(dev) for b in (spread(parts) if curve else parts)]
+        return self.placed[key]
+
     def score(self, split: Split, model: torch.nn.Module, loss_fn: Any,
-              dev: torch.device, length: int | None = None) -> Scores:
-        return evaluate(model, loss_fn, self.batches(split, length), dev, self.settings.dtype)
+              dev: torch.device, length: int | None = None, curve: bool = False) -> Scores:
+        """``model``'s scores over the split's set (``curve``: the curve's subset)."""
+        return evaluate(model, loss_fn, self.ready(split, dev, length, curve), dev,
+                        self.settings.dtype)
 
 
 def scores_held_out(settings: Any) -> bool:
@@ -137,15 +155,16 @@ class Curve:
 
     def after_step(self, step: int) -> None:
         if self.every and (step + 1) % self.every == 0:
-            got = self.held.score("val", self.model, self.loss_fn, self.dev)
+            got = self.held.score("val", self.model, self.loss_fn, self.dev, curve=True)
             self.raw.append((step + 1, got.loss, got.tokens, got.recall))
             self.model.train()
 
 
 def final_rows(probe: str, val: Scores, test: Scores, curve: list[tuple[int, Scores]],
                steps: int) -> list[Row]:
-    """The held-out rows of a run: final scores, curves (``curve`` plus the final
-    validation score at ``steps``) and ``steps_to_solve``."""
+    """The held-out rows of a run: final scores, curves (``curve``, scored on the curve's
+    subset, then the final validation score at ``steps``, in place of a curve point there),
+    the curve's targets per point (``val_curve_tokens``) and ``steps_to_solve``."""
     rows = [row(probe, "eval_loss", val.loss), row(probe, "val_loss", val.loss),
             row(probe, "test_loss", test.loss),
             row(probe, "val_tokens", float(val.tokens), unit="count"),
@@ -157,7 +176,8 @@ def final_rows(probe: str, val: Scores, test: Scores, curve: list[tuple[int, Sco
     if not curve:
         points = [(steps, val)]
     else:
-        points = curve if curve[-1][0] == steps else [*curve, (steps, val)]
+        points = [*(p for p in curve if p[0] != steps), (steps, val)]
+        rows.append(row(probe, "val_curve_tokens", float(curve[0][1].tokens), unit="count"))
         rows += [row(probe, "val_loss_curve", s.loss, step=at) for at, s in points]
         rows += [row(probe, "val_recall_accuracy_curve", s.recall, unit="fraction", step=at)
                  for at, s in points if s.recall is not None]

@@ -36,8 +36,11 @@ schedule, optimizer, weight-decay groups and a token budget in place of ``steps`
 - ``init_loss``, ``loss_noise``, ``chance_loss`` / ``chance_recall_accuracy`` and
   ``recall_noise``: the run's starting point and noise (:mod:`variantlab.probes.start`), which
   the report's "learned nothing" is judged against;
-- ``compiled``: 1 when the run was compiled (``compile: true``: the model runs under
-  ``torch.compile``, :mod:`variantlab.probes.compiled`), else 0.
+- ``compiled``: 1 when the run was compiled (the model runs under ``torch.compile``,
+  :mod:`variantlab.probes.compiled`): ``compile: true``, or ``auto`` (the default) for a run
+  of at least :data:`~variantlab.probes.compiled.AUTO_STEPS` steps; else 0;
+  ``compile_fallback`` (``auto`` only, scope ``info``, the compiler's error in ``name``):
+  compiling failed, so the unit ran again eager from the start (its rows are eager's).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_serializer
@@ -61,7 +64,7 @@ from ..plugin.rows import Row, row
 from ..plugin.settings import Device, DType
 from . import checkpoint
 from .common import autocast, resolve_device
-from .compiled import compile_errors, compile_model
+from .compiled import CompileError, compile_errors, compile_model, use_compile
 from .flops import model_flops_per_token
 from .heldout import Curve, HeldOut, final_rows, length_rows, scores_held_out, still_improving
 from .noise import step_noise
@@ -101,7 +104,9 @@ class TrainingSettings(TrainRunSettings):
 
     added_options: ClassVar[tuple[str, ...]] = (*TrainRunSettings.added_options, "eval_every",
                                                 "eval_lengths")
-    compile: bool = Field(False, description="run the model under torch.compile")
+    compile: bool | Literal["auto"] = Field(
+        "auto", description="run the model under torch.compile: true, false, or auto (compile "
+        "a run of at least 1,000 steps, where it pays back; eager again when compiling fails)")
     eval_every: PositiveInt | None = Field(
         None, description="score the validation set every N steps during training "
                           "(val_loss_curve; unset: after training only)")
@@ -110,6 +115,17 @@ class TrainingSettings(TrainRunSettings):
         "of these lengths (test_loss_at_N, test_tokens_at_N; recall data: "
         "test_recall_accuracy_at_N): length generalisation beyond seq_len; each at most "
         "the model's context_length")
+
+    @model_serializer(mode="wrap")
+    def _omit_added_defaults(self, handler: Any) -> Any:
+        """``compile: auto`` is written as ``false`` when the run's ``steps`` leave it eager
+        (the key of an eager run whichever way it was asked for); a run that may compile,
+        or whose steps follow from a token budget, keeps ``auto``."""
+        data = omit_added_defaults(self, handler(self))
+        if isinstance(data, dict) and data.get("compile") == "auto" and self.tokens is None \
+                and self.tokens_per_param is None and not use_compile("auto", self.steps):
+            data["compile"] = False
+        return data
 
     @field_validator("eval_lengths")
     @classmethod
@@ -198,13 +214,28 @@ def run(
     if too_long:  # before any training (validate says so first, at the YAML line)
         raise ValueError(f"eval_lengths: {too_long[0]} is above context_length={ctx}; score "
                          f"at most {ctx} tokens or raise context_length")
+    args = (spec, seed, data, base_dir, device, registry)
+    if settings.compile != "auto":
+        return trained(settings, *args)
+    try:
+        return trained(settings, *args)
+    except CompileError as exc:  # auto: the unit runs eager instead, and says so
+        rows = trained(settings.model_copy(update={"compile": False}), *args)
+        return [*rows, row("training", "compile_fallback", 1.0, scope="info", name=str(exc))]
+
+
+def trained(settings: TrainingSettings, spec: ModelSpec, seed: int, data: Any,
+            base_dir: Path | str, device: str | None, registry: Registry) -> list[Row]:
+    """The rows of one training run, compiled or eager as ``settings.compile`` and its
+    steps say (:func:`variantlab.probes.compiled.use_compile`)."""
     dev, model, opt, batches, loss = setup(spec, settings, seed, data, base_dir, device, registry)
-    compiled = compile_model(model, settings.compile)
+    on = use_compile(settings.compile, len(batches))
+    compiled = compile_model(model, on)
     log: list[Record] = []
     held = HeldOut(data, spec, settings, base_dir, registry)
     curve = Curve(held, compiled, loss, dev, settings.eval_every if scores_held_out(settings)
                   else None)
-    with compile_errors(settings.compile):
+    with compile_errors(on):
         losses = train(model, compiled, opt, loss, batches, dev, settings, log,
                        on_step=curve.after_step, kept={"curve": curve.raw})
 
@@ -220,18 +251,18 @@ def run(
         row("training", "best_loss", min(finite) if finite else math.nan),
         row("training", "diverged", float(diverged(losses))),
         row("training", "still_improving", float(still_improving(losses))),
-        row("training", "compiled", float(settings.compile)),
+        row("training", "compiled", float(on)),
         row("training", "tokens", float(tokens), unit="count"),
         row("training", "flops", tokens * model_flops_per_token(model, spec, settings.seq_len),
             unit="FLOP"),
     ]
     rows += training_rows(log)
     if scores_held_out(settings) and math.isfinite(final):
-        with compile_errors(settings.compile):
+        with compile_errors(on):
             val, test = (held.score(split, compiled, loss, dev) for split in ("val", "test"))
         rows += final_rows("training", val, test, curve.points, len(losses))
         for length in settings.eval_lengths or ():
-            with compile_errors(settings.compile):
+            with compile_errors(on):
                 got = held.score("test", compiled, loss, dev, length)
             rows += length_rows("training", length, got)
     test_set = held.batches("test") if scores_held_out(settings) and math.isfinite(final) else None

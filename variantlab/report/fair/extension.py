@@ -9,6 +9,13 @@ one more value beyond that edge is run (the grid's own ratio or step,
 Rounds repeat until no best sits at an extendable edge or an edge has been extended its
 number of times (``extend: N``; ``true``: :data:`~variantlab.config.roles.DEFAULT_EXTENSIONS`).
 
+Within one run (:class:`EdgeFeed`, what ``variantlab run`` does with the in-process and
+pool executors) a group's extension does not wait for the whole grid: as soon as every
+training unit of that group is stored, its next value beyond an edge is added and its units
+are scheduled beside the grid's still running; a further value follows once those are
+stored. :func:`run_extended` runs the same rounds as runs of their own, after the whole grid
+(executors that cannot add units to a run, such as Ray).
+
 The added values run as named variants appended to the experiment (so a worker process
 rebuilds them from the experiment's text like any other); their units are ordinary units
 with ordinary keys, stored beside the grid's, and a rerun finds them stored. The report
@@ -18,8 +25,9 @@ says what was added (tuned.csv ``extended``) and calls a best that still sits at
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -152,4 +160,103 @@ def run_extended(experiment: Experiment, run: Callable[[Experiment], Any],
     return out
 
 
-__all__ = ["Extended", "Extension", "beyond", "run_extended", "with_variants"]
+class EdgeFeed:
+    """Edge extension inside one run (``run_experiment(grow=EdgeFeed(...))``): called after
+    each stored unit (``None``: at the start), it adds, for every group whose training units
+    are all stored, what :func:`beyond` gives that group (each value once; one a model or
+    probe refuses is skipped, as in :func:`run_extended`). It reads the run's store only
+    when a group may have just been completed: at the start, and when the stored unit was
+    the last training unit of its group still missing. Returns the experiment with the
+    added variants, or None when nothing was added."""
+
+    def __init__(self, experiment: Experiment, run_dir: Path | str, extend: Mapping[str, int],
+                 extra_plugins: Sequence[str] = (),
+                 on_added: Callable[[int, list[Extension]], None] | None = None) -> None:
+        self.experiment, self.run_dir = experiment, Path(run_dir)
+        self.extend, self.extra_plugins = dict(extend), tuple(extra_plugins)
+        self.on_added = on_added
+        self.rounds: list[list[Extension]] = []  # what each call added, in order
+        self.skipped: list[str] = []
+        self.tried: set[str] = set()  # added variants' names, accepted or not
+        self.group_of: dict[str, str] | None = None  # variant -> group (None: not read yet)
+        self.stored: set[str] = set()  # training unit keys stored in this run
+        self.keys = self._training_keys()
+
+    def _training_keys(self) -> dict[str, list[str]]:
+        """Variant -> the keys of its training units (one per seed)."""
+        from ...sweep.units import plan_units
+
+        out: dict[str, list[str]] = {}
+        for unit in plan_units(self.experiment):
+            if unit.probe == TRAINING:
+                out.setdefault(unit.variant.name, []).append(unit.key)
+        return out
+
+    def _maybe_complete(self, unit: Any) -> bool:
+        """Whether ``unit``'s group may be complete now that ``unit`` is stored."""
+        self.stored.add(unit.key)
+        if self.group_of is None:
+            return True
+        group = self.group_of.get(unit.variant.name)
+        mates = [v for v, g in self.group_of.items() if g == group]
+        return group is not None and all(k in self.stored for v in mates
+                                         for k in self.keys.get(v, []))
+
+    def __call__(self, unit: Any = None) -> Experiment | None:
+        if unit is not None and (getattr(unit, "probe", None) != TRAINING
+                                 or not self._maybe_complete(unit)):
+            return None
+        data = gather([self.run_dir])
+        sweep = find_sweep(data, TRAINING)
+        if sweep is None:
+            return None
+        shown = dict(zip(sweep.cells["variant"], sweep.cells["arch"]))
+        self.group_of = {str(stored): shown[name] for stored, name in
+                         zip(data.variants["stored_name"], data.variants["variant"])
+                         if name in shown}
+        units = data.units
+        self.stored |= set(units.loc[(units["probe"] == TRAINING)
+                                     & units["status"].isin(["ok", "failed"]), "key"])
+        ready = complete_groups(data, sweep, self.experiment.seeds)
+        overrides = dict(zip(data.variants["variant"], data.variants["overrides"]))
+        doc = self.experiment.doc
+        names = value_names(doc.data) if doc is not None else {}
+        order = list(self.experiment.roles)
+        new = [e for e in beyond(sweep, overrides, self.extend, order, names)
+               if e.group in ready and e.name not in self.tried]
+        accepted: list[Extension] = []
+        for ext in new:
+            self.tried.add(ext.name)
+            try:
+                with_variants(self.experiment, [*accepted, ext], self.extra_plugins)
+            except InputError as exc:
+                self.skipped.append(f"{ext.name}: {'; '.join(exc.messages)}")
+            else:
+                accepted.append(ext)
+        if not accepted:
+            return None
+        self.experiment = with_variants(self.experiment, accepted, self.extra_plugins)
+        self.keys = self._training_keys()
+        self.group_of.update({ext.name: ext.group for ext in accepted})
+        self.rounds.append(accepted)
+        if self.on_added is not None:
+            self.on_added(len(self.rounds), accepted)
+        return self.experiment
+
+
+def complete_groups(data: Any, sweep: Sweep, seeds: Sequence[int]) -> set[str]:
+    """The groups of ``sweep`` whose every variant has a stored (ok or failed) training
+    unit for every seed."""
+    units = data.units
+    stored = units[(units["probe"] == TRAINING) & units["status"].isin(["ok", "failed"])]
+    have = {(str(v), int(s)) for v, s in zip(stored["variant"], stored["seed"])}
+    out = set()
+    for group in sweep.archs:
+        variants = sweep.cells.loc[sweep.cells["arch"] == group, "variant"]
+        if all((str(v), int(s)) in have for v in variants for s in seeds):
+            out.add(group)
+    return out
+
+
+__all__ = ["EdgeFeed", "Extended", "Extension", "beyond", "complete_groups", "run_extended",
+           "with_variants"]

@@ -1,0 +1,244 @@
+"""Throughput of whole runs, before and after a change, on a quiet machine and beside busy
+processes (issue 39).
+
+Two jobs, each a ``variantlab run`` in its own process with the environment's thread
+settings removed (``OMP_NUM_THREADS``, ``VARIANTLAB_THREADS``), so that each version runs
+at its own default:
+
+- **sweep**: a fixed small tuned sweep, the design of ``experiments/gelu-vs-relu.yaml`` at
+  width 32, seeds 0 and 1, 100 training steps (GELU, ReLU, ReLU², SwiGLU at five learning
+  rates), ``--workers 2``;
+- **main**: ``experiments/pre-vs-post-norm.yaml`` as committed (``--workers 1``).
+
+"before" is a git ref (``--before``, default ``main``) checked out into a temporary
+worktree and run from there; "after" is this checkout. Runs are interleaved: for each
+condition (quiet, then beside ``--busy`` busy processes), each repeat, each job, before then
+after, so that drift of the machine hits both alike. The busy processes are spinning Python
+loops the script starts in a process group of their own and ends by that group's id.
+
+Printed: per job, condition and version the median wall time and CPU time (the run and its
+workers) over the repeats, the load average before and after each run, the ratio after /
+before, the ratio busy / quiet, and whether both versions reached the same verdicts (the
+sweep: the same chosen learning rate per activation; both: the largest difference of the
+chosen / per-variant test loss).
+
+    .venv/bin/python benchmarks/throughput.py [--before main] [--busy 2] [--repeats 3]
+        [--smoke] [--markdown FILE]
+
+``--smoke`` checks that the script works: a few steps, one seed, two rates, one repeat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SWEEP_LRS = [1.0e-3, 3.0e-3, 1.0e-2, 3.0e-2, 1.0e-1]
+#: test losses of the two versions may differ by this much and still count as the same
+#: numbers (float rounding of a different thread count or grouping; compile is off below
+#: 1,000 steps)
+TOLERANCE = 1e-4
+
+
+def sweep_yaml(smoke: bool) -> dict:
+    """The tuned sweep: gelu-vs-relu at width 32, 2 seeds, 100 steps."""
+    doc = yaml.safe_load((ROOT / "experiments" / "gelu-vs-relu.yaml").read_text())
+    lrs = SWEEP_LRS[1:4:2] if smoke else SWEEP_LRS
+    doc["name"] = "throughput-sweep"
+    doc["seeds"] = [0] if smoke else [0, 1]
+    doc["model"]["emb_dim"] = 32
+    doc["grid"] = {"activation.kind": ["gelu", "relu", "relu2"], "measure.training.lr": lrs}
+    doc["variants"] = [
+        {"name": f"swiglu-32-lr{lr:.0e}".replace("e-0", "e-"),
+         "set": {"feedforward.kind": "glu", "activation.kind": "silu",
+                 "measure.training.lr": lr}} for lr in lrs]
+    steps = 4 if smoke else 100
+    doc["measure"]["training"].update(steps=steps, warmup_steps=1 if smoke else 20)
+    if smoke:
+        doc["measure"]["training"]["eval_tokens"] = 1024
+    return doc
+
+
+def main_yaml(smoke: bool) -> dict:
+    """The main job as committed (smoke: a few steps and one seed)."""
+    doc = yaml.safe_load((ROOT / "experiments" / "pre-vs-post-norm.yaml").read_text())
+    if smoke:
+        doc["seeds"] = [0]
+        doc["measure"]["training"].update(steps=4, warmup_steps=1, eval_tokens=1024)
+    return doc
+
+
+JOBS = {"sweep": (sweep_yaml, 2), "main": (main_yaml, 1)}
+
+
+@contextmanager
+def worktree(ref: str) -> Iterator[Path]:
+    """``ref`` checked out in a temporary worktree, removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="throughput-before-"))
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(folder), ref],
+                   check=True, capture_output=True, text=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(folder)],
+                       check=False, capture_output=True)
+
+
+@contextmanager
+def busy(n: int) -> Iterator[None]:
+    """``n`` spinning processes in a process group of their own, ended by its id."""
+    if n <= 0:
+        yield
+        return
+    first = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                             start_new_session=True)
+    group = os.getpgid(first.pid)
+    procs = [first] + [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                        process_group=group) for _ in range(n - 1)]
+    try:
+        time.sleep(5)  # let them show in the load average's first seconds
+        yield
+    finally:
+        os.killpg(group, signal.SIGTERM)
+        for proc in procs:
+            proc.wait(timeout=30)
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_once(tree: Path, yaml_file: Path, out: Path, workers: int) -> dict:
+    """One ``variantlab run`` of ``yaml_file`` with ``tree``'s code: wall and CPU seconds,
+    load averages before and after."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_NUM_THREADS", "VARIANTLAB_THREADS", "MKL_NUM_THREADS")}
+    env["PYTHONPATH"] = str(tree)
+    command = [sys.executable, "-m", "variantlab", "run", str(yaml_file), "--out", str(out),
+               "--no-report", "--workers", str(workers)]
+    load0, cpu0, t0 = os.getloadavg()[0], children_cpu(), time.perf_counter()
+    done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"{tree}: variantlab run failed ({done.returncode}):\n{done.stderr}")
+    return {"wall": wall, "cpu": children_cpu() - cpu0, "load0": load0,
+            "load1": os.getloadavg()[0]}
+
+
+def verdicts(run_dir: Path, job: str) -> dict[str, float]:
+    """What the run concluded: the sweep's chosen learning rate and its test loss per
+    activation (chosen on mean validation loss over seeds); the main job's mean test loss
+    per variant."""
+    sys.path.insert(0, str(ROOT))
+    import variantlab as vl
+
+    frame = vl.results(run_dir)
+    rows = frame[(frame["probe"] == "training") & frame["step"].isna()]
+    table = rows.pivot_table(index=["variant", "seed"], columns="metric", values="value")
+    means = table.groupby(level="variant")[["val_loss", "test_loss"]].mean()
+    if job != "sweep":
+        return {f"{v} test_loss": float(t) for v, t in means["test_loss"].items()}
+    out: dict[str, float] = {}
+    groups: dict[str, list[str]] = {}
+    for variant in means.index:
+        kind = "swiglu" if variant.startswith("swiglu") else variant.split(",")[0]
+        groups.setdefault(kind, []).append(variant)
+    lr_of = frame.drop_duplicates("variant").set_index("variant")["measure.training.lr"]
+    for kind, names in sorted(groups.items()):
+        best = means.loc[names, "val_loss"].idxmin()
+        out[f"{kind} lr"] = float(lr_of[best])
+        out[f"{kind} test_loss"] = float(means.loc[best, "test_loss"])
+    return out
+
+
+def compare(before: dict[str, float], after: dict[str, float]) -> str:
+    """Same verdicts? The chosen rates equal, the largest test-loss difference."""
+    rates = [k for k in before if k.endswith(" lr")]
+    same = all(before[k] == after.get(k) for k in rates)
+    losses = [abs(before[k] - after[k]) for k in before if k.endswith("test_loss") and k in after]
+    worst = max(losses) if losses else math.nan
+    choice = ("same choices" if same else "DIFFERENT choices") if rates else "no choices"
+    within = "within" if worst <= TOLERANCE else "ABOVE"
+    return f"{choice}, max |Δ test loss| {worst:.2e} ({within} {TOLERANCE:g})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", default="main", help="git ref of the version to beat")
+    parser.add_argument("--busy", type=int, default=2, help="busy processes beside the runs")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=list(JOBS))
+    parser.add_argument("--smoke", action="store_true",
+                        help="check the script: a few steps, one seed, two rates, one repeat")
+    parser.add_argument("--markdown", type=Path, help="also write the table to this file")
+    args = parser.parse_args()
+    repeats = 1 if args.smoke else args.repeats
+    work = Path(tempfile.mkdtemp(prefix="throughput-"))
+    files = {}
+    for job in args.jobs:
+        make, _workers = JOBS[job]
+        files[job] = work / f"{job}.yaml"
+        files[job].write_text(yaml.safe_dump(make(args.smoke), sort_keys=False))
+    runs: dict[tuple[str, str, str], list[dict]] = {}
+    found: dict[tuple[str, str, str], dict[str, float]] = {}
+    with worktree(args.before) as old:
+        trees = {"before": old, "after": ROOT}
+        for condition, n_busy in (("quiet", 0), (f"busy x{args.busy}", args.busy)):
+            with busy(n_busy):
+                for repeat in range(repeats):
+                    for job in args.jobs:
+                        for version, tree in trees.items():
+                            out = work / f"{condition}-{repeat}-{job}-{version}".replace(" ", "")
+                            got = run_once(tree, files[job], out, JOBS[job][1])
+                            runs.setdefault((job, condition, version), []).append(got)
+                            found[(job, condition, version)] = verdicts(
+                                out / yaml.safe_load(files[job].read_text())["name"], job)
+                            print(f"{job} {condition} {version} repeat {repeat + 1}: "
+                                  f"{got['wall']:.1f} s wall, {got['cpu']:.1f} s CPU, load "
+                                  f"{got['load0']:.2f} -> {got['load1']:.2f}", flush=True)
+    print(table(args, runs, found, repeats))
+    if args.markdown:
+        args.markdown.write_text(table(args, runs, found, repeats) + "\n")
+
+
+def table(args: argparse.Namespace, runs: dict, found: dict, repeats: int) -> str:
+    smoke = ", SMOKE (not a measurement)" if args.smoke else ""
+    lines = [f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} logical "
+             f"CPUs, Python {platform.python_version()}; before = {args.before}, after = this "
+             f"checkout; {repeats} interleaved repeat(s){smoke}.",
+             "", "| job | condition | version | median wall (s) | median CPU (s) | load before -> after "
+             "| after / before | busy / quiet |", "|---|---|---|---:|---:|---|---:|---:|"]
+    for (job, condition, version), got in runs.items():
+        wall = statistics.median(r["wall"] for r in got)
+        cpu = statistics.median(r["cpu"] for r in got)
+        loads = ", ".join(f"{r['load0']:.2f} -> {r['load1']:.2f}" for r in got)
+        base = statistics.median(r["wall"] for r in runs[(job, condition, "before")])
+        quiet = statistics.median(r["wall"] for r in runs[(job, "quiet", version)])
+        lines.append(f"| {job} | {condition} | {version} | {wall:.1f} | {cpu:.1f} | {loads} | "
+                     f"{wall / base:.2f} | {wall / quiet:.2f} |")
+    lines.append("")
+    for (job, condition, version), got in found.items():
+        if version == "after":
+            lines.append(f"- {job}, {condition}: "
+                         f"{compare(found[(job, condition, 'before')], got)}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
