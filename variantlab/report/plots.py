@@ -185,6 +185,47 @@ def panels_legend(fig: Figure, axes: Sequence[Any]) -> None:
                fontsize=8 if n <= 10 else 7, frameon=False, title="variant")
 
 
+def curve_panels(data: ReportData, part: pd.DataFrame, x: str, title: str, xlabel: str,
+                 ylabel: str, band: bool = True) -> tuple[Figure, str]:
+    """Per-variant curves of ``part`` (``value`` against column ``x``; mean over seeds, and
+    with ``band`` the min-max over seeds shaded where a variant has several), one panel per
+    condition on shared axes (:func:`condition_groups`) with one legend (:func:`line_labels`);
+    a line drawn over an equal one is dashed and marked (:func:`mark_coinciding`). Returns
+    the figure and the caption's sentences on panels and coinciding lines."""
+    groups = condition_groups(data)
+    names = line_labels(data)
+    order = list(dict.fromkeys(names[v] for v in data.order))
+    style = dict(zip(order, styles(len(order))))
+    stats = part.groupby(["variant", x], sort=False)["value"].agg(["mean", "min", "max",
+                                                                  "count"]).reset_index()
+    fig, axes = small_multiples(len(groups))
+    for ax, (condition, variants) in zip(axes, groups):
+        for variant in variants:
+            line = stats[stats["variant"] == variant].sort_values(x)
+            if not len(line):
+                continue
+            look = dict(style[names[variant]], marker=None)
+            ax.plot(line[x].astype(float), line["mean"], label=names[variant], **look)
+            if band and (line["count"] > 1).any():
+                ax.fill_between(line[x].astype(float), line["min"], line["max"],
+                                color=look["color"], alpha=0.12, linewidth=0)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        if condition:
+            ax.set_title(condition, fontsize=9)
+    said = mark_coinciding(axes)
+    if len(groups) > 1:
+        fig.suptitle(title)
+        panels_legend(fig, axes)
+        said = " One panel per condition, on shared axes." + said
+    else:
+        axes[0].set_title(title)
+        legend(fig, axes[0], len(order))
+    if band:
+        said = " Shaded: min-max over seeds." + said
+    return fig, said
+
+
 def coinciding(lines: Sequence[Any]) -> list[list[Any]]:
     """Groups of lines (matplotlib Line2D) that lie on one another: the same x, and y within
     0.1% of the panel's y range at every point; each group in drawing order."""
@@ -235,9 +276,11 @@ def mark_coinciding(axes: Sequence[Any], labels: dict[Any, str] | None = None) -
             + "; ".join(said) + ".")
 
 
-def stack_lines(ax, part: pd.DataFrame, order: list[str], st: dict[str, dict]) -> None:
+def stack_lines(ax, part: pd.DataFrame, order: list[str], st: dict[str, dict],
+                names: dict[str, str] | None = None) -> None:
     """One line per variant and stack: an encoder's and a decoder's layers are not joined
-    into one curve (their layer indices run on, encoder first)."""
+    into one curve (their layer indices run on, encoder first). ``names``: each variant's
+    legend label (default: its name)."""
     part = part.assign(stack=part["stack"].fillna("")) if "stack" in part.columns \
         else part.assign(stack="")
     mean = mean_by(part, ["variant", "stack", "layer"])
@@ -246,7 +289,8 @@ def stack_lines(ax, part: pd.DataFrame, order: list[str], st: dict[str, dict]) -
         for i, stack in enumerate(dict.fromkeys(mine["stack"])):
             line = mine[mine["stack"] == stack].sort_values("layer")
             ax.plot(line["layer"].astype(int), line["value"], markersize=3,
-                    label=variant if i == 0 else "_nolegend_", **st[variant])
+                    label=(names or {}).get(variant, variant) if i == 0 else "_nolegend_",
+                    **st[variant])
 
 
 def step_lines(part: pd.DataFrame, variants: list[str], metrics: list[str],
