@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-
 from test_report_tuned import tuning_run
 
 import variantlab as vl
