@@ -171,6 +171,15 @@ def line_labels(data: ReportData) -> dict[str, str]:
     return {v: rest.get(v) or v for v in data.order}
 
 
+def variant_styles(data: ReportData) -> tuple[dict[str, str], dict[str, dict]]:
+    """Each variant's legend label (:func:`line_labels`) and line style: variants that share
+    a label (one compared variant in several conditions) share a style."""
+    labels = line_labels(data)
+    order = list(dict.fromkeys(labels[v] for v in data.order))
+    look = dict(zip(order, styles(len(order))))
+    return labels, {v: look[labels[v]] for v in data.order}
+
+
 def panels_legend(fig: Figure, axes: Sequence[Any]) -> None:
     """One figure legend for the lines of every panel, each label once (:func:`legend`)."""
     handles: dict[str, Any] = {}
@@ -193,9 +202,7 @@ def curve_panels(data: ReportData, part: pd.DataFrame, x: str, title: str, xlabe
     a line drawn over an equal one is dashed and marked (:func:`mark_coinciding`). Returns
     the figure and the caption's sentences on panels and coinciding lines."""
     groups = condition_groups(data)
-    names = line_labels(data)
-    order = list(dict.fromkeys(names[v] for v in data.order))
-    style = dict(zip(order, styles(len(order))))
+    names, style = variant_styles(data)
     stats = part.groupby(["variant", x], sort=False)["value"].agg(["mean", "min", "max",
                                                                   "count"]).reset_index()
     fig, axes = small_multiples(len(groups))
@@ -204,7 +211,7 @@ def curve_panels(data: ReportData, part: pd.DataFrame, x: str, title: str, xlabe
             line = stats[stats["variant"] == variant].sort_values(x)
             if not len(line):
                 continue
-            look = dict(style[names[variant]], marker=None)
+            look = dict(style[variant], marker=None)
             ax.plot(line[x].astype(float), line["mean"], label=names[variant], **look)
             if band and (line["count"] > 1).any():
                 ax.fill_between(line[x].astype(float), line["min"], line["max"],
@@ -220,7 +227,7 @@ def curve_panels(data: ReportData, part: pd.DataFrame, x: str, title: str, xlabe
         said = " One panel per condition, on shared axes." + said
     else:
         axes[0].set_title(title)
-        legend(fig, axes[0], len(order))
+        legend(fig, axes[0], len(set(names.values())))
     if band:
         said = " Shaded: min-max over seeds." + said
     return fig, said

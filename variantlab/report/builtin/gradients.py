@@ -14,7 +14,6 @@ from ..frame import ReportData
 from ..plots import (
     Plot,
     condition_groups,
-    line_labels,
     log_scale,
     mark_coinciding,
     new_axes,
@@ -22,7 +21,7 @@ from ..plots import (
     small_multiples,
     stack_caption,
     stack_lines,
-    styles,
+    variant_styles,
 )
 from ..tables import (
     MetricRows,
@@ -88,10 +87,7 @@ def gradient_plot(data: ReportData) -> Plot:
     fig, axes = new_axes(len(groups), len(names), width=3.4 * len(names) + 1,
                          height=3.6 if len(groups) == 1 else 2.8 * len(groups) + 0.6,
                          share=len(groups) > 1)
-    labels = line_labels(data)
-    order = list(dict.fromkeys(labels[v] for v in data.order))
-    look = dict(zip(order, styles(len(order))))
-    st = {v: look[labels[v]] for v in data.order}
+    labels, st = variant_styles(data)
     for row, (condition, variants) in enumerate(groups):
         for col, name in enumerate(names):
             ax = axes[row * len(names) + col]
@@ -121,10 +117,7 @@ def residual_plot(data: ReportData) -> Plot:
         return Plot("residual", title, caption, skipped="no residual_rms rows")
     groups = condition_groups(data)
     fig, axes = small_multiples(len(groups))
-    labels = line_labels(data)
-    order = list(dict.fromkeys(labels[v] for v in data.order))
-    look = dict(zip(order, styles(len(order))))
-    st = {v: look[labels[v]] for v in data.order}
+    labels, st = variant_styles(data)
     for ax, (condition, variants) in zip(axes, groups):
         stack_lines(ax, part, variants, st, labels)
         ax.set_title(condition or title, fontsize=9 if condition else None)
