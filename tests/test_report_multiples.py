@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 from test_report_tuned import tuning_run
 
 import variantlab as vl
 from variantlab.config.roles import TUNED
 from variantlab.report import build_context, gather
+from variantlab.report.plots import step_lines
 
 REG = vl.get_registry()
 LRS = [1e-3, 3e-3, 1e-2]
@@ -148,3 +150,20 @@ def test_loss_vs_size_draws_every_compared_variant_through_the_sizes_it_has():
     assert all(len(line.get_xdata()) == 2 for line in lines.values())  # both widths
     for line in lines.values():  # test loss at the chosen setting, mean over 3 seeds
         assert list(line.get_ydata()) == pytest.approx([3.01, 2.81])
+
+
+def test_step_lines_give_a_row_of_metric_panels_per_condition():
+    """The dynamics and routing views' curves over steps (plots.step_lines)."""
+    run = tuning_run({"activation.kind": ["gelu", "relu"], "emb_dim": [32, 64]}, val, val)
+    data = gather([run])
+    part = pd.DataFrame([{"variant": v, "metric": m, "step": s, "value": s * (1 + i)}
+                         for i, v in enumerate(data.order) for m in ("a", "b")
+                         for s in range(4)])
+    fig, said = step_lines(data, part, list(data.order), ["a", "b"], {"a": "A", "b": "B"})
+    panels = [ax for ax in fig.axes if ax.get_subplotspec() is not None]
+    assert [ax.get_title() for ax in panels] == ["A — emb_dim=32", "B — emb_dim=32",
+                                                 "A — emb_dim=64", "B — emb_dim=64"]
+    assert all(len(ax.get_lines()) == 2 for ax in panels)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["activation=gelu",
+                                                                  "activation=relu"]
+    assert said == " One row of panels per condition, on shared axes."

@@ -300,23 +300,40 @@ def stack_lines(ax, part: pd.DataFrame, order: list[str], st: dict[str, dict],
                     **st[variant])
 
 
-def step_lines(part: pd.DataFrame, variants: list[str], metrics: list[str],
-               labels: dict[str, str]) -> Figure:
-    """One panel per metric: each variant's mean over rows (layers, seeds) at each step."""
-    st = styles(len(variants))
-    fig, axes = subplots(1, len(metrics), (2.8 * len(metrics), 2.8))
+def step_lines(data: ReportData, part: pd.DataFrame, variants: list[str], metrics: list[str],
+               labels: dict[str, str]) -> tuple[Figure, str]:
+    """One panel per metric and condition (a row of metrics per condition, shared axes
+    within a metric's column): each variant's mean over rows (layers, seeds) at each step,
+    one legend; returns the figure and the caption's sentences on conditions and
+    coinciding lines (:func:`mark_coinciding`)."""
+    keep = set(variants)
+    groups = [(c, [v for v in vs if v in keep]) for c, vs in condition_groups(data)]
+    groups = [g for g in groups if g[1]]
+    names, look = variant_styles(data)
+    many = len(groups) > 1
+    fig, axes = subplots(len(groups), len(metrics),
+                         (2.8 * len(metrics) + 1.8, 2.6 * len(groups) + 0.4))
     with matplotlib.rc_context(RC):
-        for c, metric in enumerate(metrics):
-            ax = axes[0][c]
-            for k, variant in enumerate(variants):
-                mine = part[(part["variant"] == variant) & (part["metric"] == metric)]
-                curve = mine.groupby("step")["value"].mean()
-                ax.plot(curve.index, curve.to_numpy(), label=shown(variant), **st[k])
-            ax.set_title(labels[metric], fontsize=8)
-            ax.set_xlabel("step")
-        axes[0][0].legend(fontsize=7)
-        fig.tight_layout()
-    return fig
+        for r, (condition, mine) in enumerate(groups):
+            for c, metric in enumerate(metrics):
+                ax = axes[r][c]
+                if r:
+                    ax.sharex(axes[0][c])
+                    ax.sharey(axes[0][c])
+                for variant in mine:
+                    rows = part[(part["variant"] == variant) & (part["metric"] == metric)]
+                    curve = rows.groupby("step")["value"].mean()
+                    ax.plot(curve.index, curve.to_numpy(), label=names.get(variant, variant),
+                            **look.get(variant, {}))
+                ax.set_title(labels[metric] + (f" — {condition}" if condition else ""),
+                             fontsize=8)
+                ax.set_xlabel("step")
+    flat = list(axes.flat)
+    said = mark_coinciding(flat)
+    panels_legend(fig, flat)
+    if many:
+        said = " One row of panels per condition, on shared axes." + said
+    return fig, said
 
 
 def stack_caption(part: pd.DataFrame) -> str:

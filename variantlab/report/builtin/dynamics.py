@@ -90,8 +90,8 @@ def lines(data: Any) -> Sequence[Any]:
         return [Plot("dynamics-lines", title, caption, skipped="no dynamics rows")]
     variants = [v for v in data.order if v in set(part["variant"])]
     metrics = [m for m in RECORDED if m in set(part["metric"])]
-    fig = step_lines(part, variants, metrics, LABELS)
-    return [Plot("dynamics-lines", title, caption, fig)]
+    fig, said = step_lines(data, part, variants, metrics, LABELS)
+    return [Plot("dynamics-lines", title, caption + "." + said if said else caption, fig)]
 
 
 __all__ = ["dynamics_views", "heatmaps", "lines", "reading"]

@@ -103,8 +103,8 @@ def balance_lines(data: Any) -> Sequence[Any]:
                "unweighted (the training objective adds them times their coefficients)")
     variants = [v for v in data.order if v in set(part["variant"])]
     metrics = [m for m in LAYER_METRICS if m in set(part["metric"])]
-    fig = step_lines(part, variants, metrics, LABELS)
-    return [Plot("moe-balance", title, caption, fig)]
+    fig, said = step_lines(data, part, variants, metrics, LABELS)
+    return [Plot("moe-balance", title, caption + "." + said if said else caption, fig)]
 
 
 __all__ = ["balance_lines", "expert_load", "routing_views"]
