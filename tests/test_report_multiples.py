@@ -13,7 +13,7 @@ from test_report_tuned import tuning_run
 import variantlab as vl
 from variantlab.config.roles import TUNED
 from variantlab.report import build_context, gather
-from variantlab.report.plots import step_lines
+from variantlab.report.panels import step_lines
 
 REG = vl.get_registry()
 LRS = [1e-3, 3e-3, 1e-2]

@@ -81,7 +81,8 @@ def heatmaps(data: Any) -> Sequence[Any]:
 
 def lines(data: Any) -> Sequence[Any]:
     """One panel per quantity: its mean over layers (and seeds) against step, per variant."""
-    from ..plots import Plot, step_lines
+    from ..panels import step_lines
+    from ..plots import Plot
 
     part = _layer_rows(data)
     title = "Training dynamics over steps"

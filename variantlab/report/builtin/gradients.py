@@ -11,18 +11,8 @@ import pandas as pd
 from ...plugin.probe import ProbeView
 from ..findings import listing, means
 from ..frame import ReportData
-from ..plots import (
-    Plot,
-    condition_groups,
-    log_scale,
-    mark_coinciding,
-    new_axes,
-    panels_legend,
-    small_multiples,
-    stack_caption,
-    stack_lines,
-    variant_styles,
-)
+from ..panels import condition_groups, mark_coinciding, panels_legend, small_multiples, variant_styles
+from ..plots import Plot, log_scale, new_axes, stack_caption, stack_lines
 from ..tables import (
     MetricRows,
     Table,

@@ -93,7 +93,8 @@ def expert_load(data: Any) -> Sequence[Any]:
 
 def balance_lines(data: Any) -> Sequence[Any]:
     """One panel per balance quantity: its mean over routed layers (and seeds) per step."""
-    from ..plots import Plot, step_lines
+    from ..panels import step_lines
+    from ..plots import Plot
 
     part = _rows(data, LAYER_METRICS)
     if not len(part):

@@ -15,7 +15,8 @@ from ...plugin.probe import ProbeView
 from ..fair.compare import fair_piece
 from ..fair.gaps import baseline_gaps
 from ..frame import ReportData
-from ..plots import Plot, curve_panels
+from ..panels import curve_panels
+from ..plots import Plot
 from ..tables import MetricRows, Table, select, summary_section
 
 PROBE = "training"

@@ -21,8 +21,9 @@ from ..frame import ReportData
 from ..headline import tuned_leads
 from ..labels import value_text
 from ..learned import nothing_learned
+from ..panels import mark_coinciding, panels_legend, small_multiples
 from ..parts import pieces
-from ..plots import Plot, legend, log_scale, mark_coinciding, panels_legend, small_multiples, styles
+from ..plots import Plot, legend, log_scale, styles
 from ..tables import Table, apart, fmt
 from ..verdict import Lead, across_conditions, condition_part, margin
 from .conditions import axes_table, condition_table, condition_values, effects_by_condition

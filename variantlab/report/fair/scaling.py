@@ -26,7 +26,8 @@ from ...config.roles import COMPARED, CONDITION, stored_roles
 from ..effects import interval
 from ..frame import ReportData
 from ..labels import GridLabels
-from ..plots import Plot, log_scale, mark_coinciding, new_axes, panels_legend, styles
+from ..panels import mark_coinciding, panels_legend
+from ..plots import Plot, log_scale, new_axes, styles
 from ..tables import Table, fmt
 from .tuned import REPORT, SETTING, SIZE_AXES, Sweep, arch_name, choose
 
