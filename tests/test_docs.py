@@ -1,5 +1,6 @@
 """The experiment YAML shown in README.md and the docs validates as printed, the plugin
-quickstart's code works, and every relative link in the docs reaches a file (and heading)."""
+quickstart's code works, every relative link in the docs reaches a file (and heading), the
+README stays short, and the docs site's navigation holds every page of docs/."""
 
 import re
 from pathlib import Path
@@ -88,8 +89,8 @@ def test_the_architecture_page_names_every_folder_of_the_core_once():
     assert len(rows) == len(set(rows))
 
 
-def test_the_readme_python_example_runs_without_a_registry():
-    page = (ROOT / "README.md").read_text()
+def test_the_python_page_example_runs_without_a_registry():
+    page = (ROOT / "docs" / "python.md").read_text()
     code = next(b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "vl.build_model(" in b)
     code = code.replace('"n_layers": 12', '"n_layers": 1').replace("50257", "64")
     code = code.split("\ndf = vl.results")[0]  # no run folder here
@@ -124,3 +125,37 @@ def test_the_transformers_page_examples_run_with_the_default_registry(tmp_path, 
     with torch.no_grad():
         diff = (back(idx).logits - scope["model"].eval()(idx)).abs().max().item()
     assert diff < 1e-4
+
+
+def test_the_readme_is_two_screens_that_lead_into_the_docs():
+    """Issue 40.4: at most 150 lines, the two quick-start commands with what to expect, the
+    findings between their markers, and a link to every page of the docs site."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    assert "./scripts/setup && .venv/bin/variantlab run experiments/pre-vs-post-norm.yaml" in text
+    assert '.venv/bin/python -m pytest -q -n 2 -m "not slow"' in text
+    assert re.search(r"about [\d,]+ tests, about \d+ s", text)
+    assert text.index("<!-- findings:start -->") < text.index("<!-- findings:end -->")
+    linked = {Path(t.partition("#")[0]).name for d, t in LINKS if d.name == "README.md"}
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")}
+    assert pages - linked == set(), "pages the README does not link"
+
+
+def _nav_pages(node) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [p for v in node.values() for p in _nav_pages(v)]
+    return [p for v in node for p in _nav_pages(v)]
+
+
+def test_the_site_navigation_lists_every_docs_page_once():
+    """mkdocs.yml's nav: each docs/*.md once, nothing else (mkdocs build --strict in .ci/run
+    checks the links and the API reference)."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    nav = _nav_pages(config["nav"])
+    assert sorted(nav) == sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+    assert len(nav) == len(set(nav))
+    assert config["strict"] is True and config["theme"]["name"] == "material"

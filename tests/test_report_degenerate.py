@@ -81,7 +81,7 @@ def test_loss_vs_size_without_params_counts_the_spec_and_keeps_log_axes_positive
     assert plot.figure is not None
     params_axes = plot.figure.axes[0]
     assert (params_axes.get_xscale(), params_axes.get_yscale()) == ("log", "log")
-    xs = sorted(x for line in params_axes.get_lines() if line.get_marker() == "o"
+    xs = sorted(x for line in params_axes.get_lines() if line.get_gid() != "guide"
                 for x in line.get_xdata())  # the points, not the fitted power laws
     counts = sorted(spec_non_embedding(s) for s in gather([run]).variants["spec"])
     assert xs == pytest.approx(counts)  # sizes from the specs, the params probe absent

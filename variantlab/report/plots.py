@@ -118,16 +118,22 @@ def subplots(rows: int, cols: int, figsize: tuple[float, float],
     return fig, axes
 
 
-def new_axes(rows: int = 1, cols: int = 1, height: float = 3.6, width: float = 6.4):
+def new_axes(rows: int = 1, cols: int = 1, height: float = 3.6, width: float = 6.4,
+             share: bool = False):
     """A figure of ``rows`` x ``cols`` panels and no layout engine: :func:`to_svg` lays it
-    out once (constrained layout would run at each of the saving's two draws, twice each)."""
-    fig, axes = subplots(rows, cols, (width, height))
+    out once (constrained layout would run at each of the saving's two draws, twice each).
+    ``share``: every panel on the same x and y axes."""
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(width, height))
+        axes = fig.subplots(rows, cols, squeeze=False, sharex=share, sharey=share)
     return fig, list(axes.flat)
 
 
-def stack_lines(ax, part: pd.DataFrame, order: list[str], st: dict[str, dict]) -> None:
+def stack_lines(ax, part: pd.DataFrame, order: list[str], st: dict[str, dict],
+                names: dict[str, str] | None = None) -> None:
     """One line per variant and stack: an encoder's and a decoder's layers are not joined
-    into one curve (their layer indices run on, encoder first)."""
+    into one curve (their layer indices run on, encoder first). ``names``: each variant's
+    legend label (default: its name)."""
     part = part.assign(stack=part["stack"].fillna("")) if "stack" in part.columns \
         else part.assign(stack="")
     mean = mean_by(part, ["variant", "stack", "layer"])
@@ -136,26 +142,8 @@ def stack_lines(ax, part: pd.DataFrame, order: list[str], st: dict[str, dict]) -
         for i, stack in enumerate(dict.fromkeys(mine["stack"])):
             line = mine[mine["stack"] == stack].sort_values("layer")
             ax.plot(line["layer"].astype(int), line["value"], markersize=3,
-                    label=variant if i == 0 else "_nolegend_", **st[variant])
-
-
-def step_lines(part: pd.DataFrame, variants: list[str], metrics: list[str],
-               labels: dict[str, str]) -> Figure:
-    """One panel per metric: each variant's mean over rows (layers, seeds) at each step."""
-    st = styles(len(variants))
-    fig, axes = subplots(1, len(metrics), (2.8 * len(metrics), 2.8))
-    with matplotlib.rc_context(RC):
-        for c, metric in enumerate(metrics):
-            ax = axes[0][c]
-            for k, variant in enumerate(variants):
-                mine = part[(part["variant"] == variant) & (part["metric"] == metric)]
-                curve = mine.groupby("step")["value"].mean()
-                ax.plot(curve.index, curve.to_numpy(), label=shown(variant), **st[k])
-            ax.set_title(labels[metric], fontsize=8)
-            ax.set_xlabel("step")
-        axes[0][0].legend(fontsize=7)
-        fig.tight_layout()
-    return fig
+                    label=(names or {}).get(variant, variant) if i == 0 else "_nolegend_",
+                    **st[variant])
 
 
 def stack_caption(part: pd.DataFrame) -> str:

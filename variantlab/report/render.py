@@ -97,12 +97,22 @@ def _settings_dtype(meta: RunMeta, probes: Sequence[str]) -> str:
     return ""
 
 
+def unbroken_words(text: object, number: bool = False) -> Markup:
+    """``text`` escaped, each of its words in a ``span.w`` that does not break, so a label
+    wraps between words only, never inside ``pattern=[mamba2]`` (the browser would break
+    before its bracket); a ``number`` cell's words are its value and its bracketed interval
+    or ratio (``-0.68 [-0.70, -0.66]`` wraps before the bracket or not at all)."""
+    words = re.split(r" (?=[\[(])", str(text).strip()) if number else str(text).split()
+    return Markup(" ").join(Markup('<span class="w">{}</span>').format(w) for w in words)
+
+
 def _env(autoescape: bool) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
                              autoescape=autoescape, undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
     env.filters["md"] = md_escape
     env.filters["md_table"] = md_table
+    env.filters["words"] = unbroken_words
     env.tests["number"] = is_number
     return env
 
@@ -117,6 +127,69 @@ def is_number(cell: object) -> bool:
     return bool(NUMBER_CELL.match(str(cell)))
 
 
+#: columns that carry a table's answer: in HTML they follow the label columns (issue 40.3)
+ANSWER_COLUMNS = ("rank", "group", "verdict", "clear", "at edge", "diverged", "still improving",
+                  "improving", "across conditions", "across sizes", "across")
+#: the first column that measures (a label column never does): the labels end before it
+_MEASURE = re.compile(r"^(effect|interaction|95% interval|n seeds|lr sensitivity|(val|test)[_ ].*"
+                      r"|.* \(chose\))$")
+#: short HTML headers; the table's legend spells each shortened one out
+SHORT_NAMES = {"95% interval": "95% CI", "n seeds": "n", "still improving": "improving",
+               "lr sensitivity": "lr sens.", "across conditions": "across", "across sizes": "across"}
+
+
+def is_answer(column: str) -> bool:
+    """Whether a column carries the table's answer: a rank, a verdict word, a flag, or a
+    difference against the baseline (``vs NAME``)."""
+    return column in ANSWER_COLUMNS or column.startswith("vs ")
+
+
+def short_name(column: str, columns: Sequence[str]) -> str:
+    """A header of at most a few characters' width: a dotted axis by its last key (when no
+    other column ends in it), the chosen-on and reported metrics as ``val`` and ``test``, a
+    baseline difference as ``vs base``, a few long words cut (:data:`SHORT_NAMES`)."""
+    if column in SHORT_NAMES:
+        return SHORT_NAMES[column]
+    if column.startswith("vs "):
+        return "vs base"
+    if column.endswith(" (chose)"):
+        return column.split("_", 1)[0].split(" ", 1)[0] + " (chose)"
+    if re.fullmatch(r"(val|test)_\w+", column):
+        return column.split("_", 1)[0]
+    last = column.rsplit(".", 1)[-1]
+    if re.fullmatch(r"\w+(\.\w+)+", column) and sum(c.rsplit(".", 1)[-1] == last
+                                                  for c in columns) == 1:
+        return last
+    return column
+
+
+@dataclass
+class Fitted:
+    """A table laid out for a page: its answer columns beside its labels, short headers, and
+    a legend that spells out each shortened one."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    note: str
+    legend: str
+
+
+def fitted(table: Table) -> Fitted:
+    """``table`` for report.html: the label columns (those before the first answer or
+    measuring column), then the answer columns (:func:`is_answer`), then the rest, each
+    header shortened (:func:`short_name`)."""
+    cols = table.columns
+    end = next((i for i, c in enumerate(cols) if is_answer(c) or _MEASURE.match(c)), len(cols))
+    end = max(end, 1)
+    order = [*range(end), *[i for i in range(end, len(cols)) if is_answer(cols[i])],
+             *[i for i in range(end, len(cols)) if not is_answer(cols[i])]]
+    names = [short_name(cols[i], cols) for i in order]
+    legend = "; ".join(f"{s}: {cols[i]}" for s, i in zip(names, order) if s != cols[i])
+    return Fitted(table.title, names, [[row[i] for i in order] for row in table.rows],
+                  table.note, legend)
+
+
 def render_markdown(context: dict[str, Any]) -> str:
     """report.md; plots are linked as SVG files beside it."""
     return _env(False).get_template("report.md.j2").render(**context)
@@ -125,8 +198,26 @@ def render_markdown(context: dict[str, Any]) -> str:
 def render_html(context: dict[str, Any], svgs: dict[str, str]) -> str:
     """report.html: one file, inline CSS, SVG and script, no external references."""
     inline = {k: Markup(v) for k, v in svgs.items()}  # matplotlib escapes the text it writes
-    return _env(True).get_template("report.html.j2").render(**context, svgs=inline,
+    laid_out = {"effects": context["effects"] and fitted(context["effects"]),
+                "interactions": context["interactions"] and fitted(context["interactions"]),
+                "fair": [fitted(t) for t in context["fair"]]}
+    return _env(True).get_template("report.html.j2").render(**{**context, **laid_out},
+                                                            svgs=inline,
                                                             script=Markup(browse_script()))
+
+
+def table_html(table: Table | Fitted, cls: str, baseline: str,
+               legend: str | None = None) -> Markup:
+    """One table as report.html writes it (templates/table.html.j2): ``legend`` is a fitted
+    table's (its words then never break), None for a table shown as it is."""
+    module = _env(True).get_template("table.html.j2").make_module({"baseline": baseline})
+    return Markup(module.table(table, cls, legend))  # type: ignore[attr-defined]  # the macro
+
+
+def style_sheet() -> str:
+    """report.html's ``<style>`` element, as the template writes it."""
+    text = (TEMPLATES / "report.html.j2").read_text(encoding="utf-8")
+    return text[text.index("<style>"):text.index("</style>") + len("</style>")]
 
 
 def browse_script() -> str:

@@ -89,7 +89,8 @@ def heatmaps(data: Any) -> Sequence[Any]:
 
 def lines(data: Any) -> Sequence[Any]:
     """One panel per quantity: its mean over layers (and seeds) against step, per variant."""
-    from ..plots import Plot, step_lines
+    from ..panels import step_lines
+    from ..plots import Plot
 
     part = _layer_rows(data)
     title = "Training dynamics over steps"
@@ -98,8 +99,8 @@ def lines(data: Any) -> Sequence[Any]:
         return [Plot("dynamics-lines", title, caption, skipped="no dynamics rows")]
     variants = [v for v in data.order if v in set(part["variant"])]
     metrics = [m for m in RECORDED if m in set(part["metric"])]
-    fig = step_lines(part, variants, metrics, LABELS)
-    return [Plot("dynamics-lines", title, caption, fig)]
+    fig, said = step_lines(data, part, variants, metrics, LABELS)
+    return [Plot("dynamics-lines", title, caption + "." + said if said else caption, fig)]
 
 
 __all__ = ["dynamics_views", "heatmaps", "lines", "metrics", "reading"]

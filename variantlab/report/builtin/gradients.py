@@ -11,7 +11,8 @@ import pandas as pd
 from ...plugin.probe import ProbeView
 from ..findings import listing, means
 from ..frame import ReportData
-from ..plots import Plot, legend, log_scale, new_axes, stack_caption, stack_lines, styles
+from ..panels import condition_groups, mark_coinciding, panels_legend, small_multiples, variant_styles
+from ..plots import Plot, log_scale, new_axes, stack_caption, stack_lines
 from ..tables import (
     MetricRows,
     Table,
@@ -72,18 +73,27 @@ def gradient_plot(data: ReportData) -> Plot:
                     "gradients probe did not run)")
     names = [n for n in ("all", "attention", "feedforward") if n in set(part["name"])]
     names = names or sorted(set(part["name"]))[:3]
-    fig, axes = new_axes(1, len(names), width=3.4 * len(names) + 1)
-    st = dict(zip(data.order, styles(len(data.order))))
-    for ax, name in zip(axes, names):
-        stack_lines(ax, part[part["name"] == name], data.order, st)
-        log_scale(ax, "y")
-        ax.set_title("all slots" if name == "all" else name)
-        ax.set_xlabel("layer index")
-        ax.set_ylabel("gradient L2 norm (log scale)")
-        ax.xaxis.get_major_locator().set_params(integer=True)
-    legend(fig, axes[0], len(data.order))
+    groups = condition_groups(data)
+    fig, axes = new_axes(len(groups), len(names), width=3.4 * len(names) + 1,
+                         height=3.6 if len(groups) == 1 else 2.8 * len(groups) + 0.6,
+                         share=len(groups) > 1)
+    labels, st = variant_styles(data)
+    for row, (condition, variants) in enumerate(groups):
+        for col, name in enumerate(names):
+            ax = axes[row * len(names) + col]
+            stack_lines(ax, part[part["name"] == name], variants, st, labels)
+            log_scale(ax, "y")
+            ax.set_title(("all slots" if name == "all" else name)
+                         + (f" — {condition}" if condition else ""), fontsize=9)
+            ax.set_xlabel("layer index")
+            ax.set_ylabel("gradient L2 norm (log scale)")
+            ax.xaxis.get_major_locator().set_params(integer=True)
+    said = mark_coinciding(axes)
+    if len(groups) > 1:
+        said = " One row of panels per condition, on shared axes." + said
+    panels_legend(fig, axes)
     fig.suptitle(title)
-    return Plot("gradients", title, caption + stack_caption(part), fig)
+    return Plot("gradients", title, caption + stack_caption(part) + said, fig)
 
 
 def residual_plot(data: ReportData) -> Plot:
@@ -95,14 +105,21 @@ def residual_plot(data: ReportData) -> Plot:
     part = rows[(rows["metric"] == "residual_rms") & rows["layer"].notna()]
     if not len(part):
         return Plot("residual", title, caption, skipped="no residual_rms rows")
-    fig, (ax,) = new_axes()
-    stack_lines(ax, part, data.order, dict(zip(data.order, styles(len(data.order)))))
-    ax.set_title(title)
-    ax.set_xlabel("layer index")
-    ax.set_ylabel("residual RMS (activation units)")
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    legend(fig, ax, len(data.order))
-    return Plot("residual", title, caption + stack_caption(part), fig)
+    groups = condition_groups(data)
+    fig, axes = small_multiples(len(groups))
+    labels, st = variant_styles(data)
+    for ax, (condition, variants) in zip(axes, groups):
+        stack_lines(ax, part, variants, st, labels)
+        ax.set_title(condition or title, fontsize=9 if condition else None)
+        ax.set_xlabel("layer index")
+        ax.set_ylabel("residual RMS (activation units)")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    said = mark_coinciding(axes)
+    if len(groups) > 1:
+        fig.suptitle(title)
+        said = " One panel per condition, on shared axes." + said
+    panels_legend(fig, axes)
+    return Plot("residual", title, caption + stack_caption(part) + said, fig)
 
 
 def plots(data: ReportData) -> list[Plot]:

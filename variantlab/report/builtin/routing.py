@@ -93,7 +93,8 @@ def expert_load(data: Any) -> Sequence[Any]:
 
 def balance_lines(data: Any) -> Sequence[Any]:
     """One panel per balance quantity: its mean over routed layers (and seeds) per step."""
-    from ..plots import Plot, step_lines
+    from ..panels import step_lines
+    from ..plots import Plot
 
     part = _rows(data, LAYER_METRICS)
     if not len(part):
@@ -103,8 +104,8 @@ def balance_lines(data: Any) -> Sequence[Any]:
                "unweighted (the training objective adds them times their coefficients)")
     variants = [v for v in data.order if v in set(part["variant"])]
     metrics = [m for m in LAYER_METRICS if m in set(part["metric"])]
-    fig = step_lines(part, variants, metrics, LABELS)
-    return [Plot("moe-balance", title, caption, fig)]
+    fig, said = step_lines(data, part, variants, metrics, LABELS)
+    return [Plot("moe-balance", title, caption + "." + said if said else caption, fig)]
 
 
 __all__ = ["balance_lines", "expert_load", "routing_views"]

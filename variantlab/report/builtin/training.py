@@ -15,7 +15,8 @@ from ...plugin.probe import ProbeView
 from ..fair.compare import fair_piece
 from ..fair.gaps import baseline_gaps
 from ..frame import ReportData
-from ..plots import Plot, legend, mean_by, new_axes, styles
+from ..panels import curve_panels
+from ..plots import Plot
 from ..tables import MetricRows, Table, select, summary_section
 
 PROBE = "training"
@@ -65,18 +66,9 @@ def loss_plot(data: ReportData) -> Plot:
     if not len(part):
         return Plot("training", title, caption, skipped="no training curves (the training "
                     "probe did not run)")
-    fig, (ax,) = new_axes()
-    mean = mean_by(part, ["variant", "step"])
-    for variant, style in zip(data.order, styles(len(data.order))):
-        line = mean[mean["variant"] == variant].sort_values("step")
-        if len(line):
-            style = dict(style, marker=None)
-            ax.plot(line["step"].astype(int), line["value"], label=variant, **style)
-    ax.set_title(title)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("loss (nats per token)" if _is_lm(data) else "loss")
-    legend(fig, ax, len(data.order))
-    return Plot("training", title, caption, fig)
+    fig, said = curve_panels(data, part, "step", title, "training step",
+                             "loss (nats per token)" if _is_lm(data) else "loss")
+    return Plot("training", title, caption + said, fig)
 
 
 def val_curve_plot(data: ReportData) -> Plot | None:
@@ -88,18 +80,11 @@ def val_curve_plot(data: ReportData) -> Plot | None:
                 & rows["step"].notna()]
     if not len(part):
         return None
-    fig, (ax,) = new_axes()
-    mean = mean_by(part, ["variant", "step"])
-    for variant, style in zip(data.order, styles(len(data.order))):
-        line = mean[mean["variant"] == variant].sort_values("step")
-        if len(line):
-            ax.plot(line["step"].astype(int), line["value"], label=variant, **style)
-    ax.set_title(title)
-    ax.set_xlabel("optimizer steps done")
-    ax.set_ylabel("validation loss (nats per token)" if _is_lm(data) else "validation loss")
-    legend(fig, ax, len(data.order))
+    fig, said = curve_panels(data, part, "step", title, "optimizer steps done",
+                             "validation loss (nats per token)" if _is_lm(data)
+                             else "validation loss")
     return Plot("training-val", title, "Loss over the fixed validation windows every eval_every "
-                "steps and at the end (mean over seeds).", fig)
+                "steps and at the end (mean over seeds)." + said, fig)
 
 
 def _is_lm(data: ReportData) -> bool:

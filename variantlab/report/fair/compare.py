@@ -21,8 +21,9 @@ from ..frame import ReportData
 from ..headline import tuned_leads
 from ..labels import value_text
 from ..learned import nothing_learned
+from ..panels import mark_coinciding, panels_legend, small_multiples
 from ..parts import pieces
-from ..plots import Plot, legend, log_scale, new_axes, styles
+from ..plots import Plot, legend, log_scale, styles
 from ..tables import Table, apart, fmt
 from ..verdict import Lead, across_conditions, condition_part, margin
 from .conditions import axes_table, condition_table, condition_values, effects_by_condition
@@ -360,39 +361,56 @@ def ranking_flips(sweep: Sweep, frame: pd.DataFrame, named: set[str] | None = No
 
 
 def lr_plot(sweep: Sweep, frame: pd.DataFrame) -> Plot:
-    """The choice metric against learning rate (log x), one line per compared variant and
-    condition, seed spread as a band; for a loss, diverged points are marked at the loss
-    at init (dashed), for a metric where higher is better at the bottom of the axes."""
+    """The choice metric against learning rate (log x), one panel per condition (shared
+    axes), one line per compared variant in each, seed spread as a band; for a loss,
+    diverged points are marked at the loss at init (dashed), for a metric where higher is
+    better at the bottom of the axes."""
     loss = sweep.head.lower_is_better
     title = "Loss vs learning rate" if loss else f"{sweep.head.name} vs learning rate"
     where = "drawn at the loss at init; the dashed line is the loss at init" if loss else \
         "drawn at the bottom of the axes"
+    conditions = list(dict.fromkeys(sweep.sizes.get(g, "") for g in sweep.archs))
+    per = (f" One panel per condition ({', '.join(sweep.condition_axes)}), on shared axes."
+           if len(conditions) > 1 else "")
     caption = (f"Mean {sweep.chosen_on} over seeds at each learning rate (other settings at "
                "each variant's chosen values), min-max over seeds shaded; x: a learning "
-               f"rate with a diverged run ({where}).")
-    fig, (ax,) = new_axes()
+               f"rate with a diverged run ({where}).{per}")
+    compared = list(dict.fromkeys(sweep.compared.get(g, g) for g in sweep.archs))
+    style = dict(zip(compared, styles(len(compared))))
+    fig, axes = small_multiples(len(conditions))
     inits, marks = [], []
-    for arch, style in zip(sweep.archs, styles(len(sweep.archs))):
-        curve = lr_curves(sweep, arch, choose(sweep, arch))
-        if not len(curve):
-            continue
-        ax.plot(curve["lr"], curve["mean"], label=arch, color=style["color"],
-                linestyle=style["linestyle"], marker="o")
-        ax.fill_between(curve["lr"], curve["low"], curve["high"], color=style["color"],
-                        alpha=0.15, linewidth=0)
-        bad = curve[curve["diverged"] > 0]
-        if len(bad):
-            marks.append((bad, style["color"]))
-        inits += curve["init"].dropna().tolist()
-    bottom = ax.get_ylim()[0]
-    for bad, color in marks:
+    for ax, condition in zip(axes, conditions):
+        for group in sweep.groups_of(condition):
+            curve = lr_curves(sweep, group, choose(sweep, group))
+            if not len(curve):
+                continue
+            name = sweep.compared.get(group, group)
+            color = style[name]["color"]
+            ax.plot(curve["lr"], curve["mean"], label=name, color=color,
+                    linestyle=style[name]["linestyle"], marker="o")
+            ax.fill_between(curve["lr"], curve["low"], curve["high"], color=color, alpha=0.15,
+                            linewidth=0)
+            bad = curve[curve["diverged"] > 0]
+            if len(bad):
+                marks.append((ax, bad, color))
+            inits += curve["init"].dropna().tolist()
+        if len(conditions) > 1:
+            ax.set_title(condition, fontsize=9)
+    caption += mark_coinciding(axes)
+    bottom = axes[0].get_ylim()[0]  # shared: the same in every panel
+    for ax, bad, color in marks:
         ax.scatter(bad["lr"], bad["init"] if loss else [bottom] * len(bad), marker="x",
                    color=color, s=40)
-    if inits and loss:
-        ax.axhline(sum(inits) / len(inits), color="grey", linestyle="--", linewidth=0.8)
-    log_scale(ax, "x")
-    ax.set_title(title)
-    ax.set_xlabel("learning rate")
-    ax.set_ylabel(sweep.chosen_on)
-    legend(fig, ax, len(sweep.archs))
+    for ax in axes:
+        if inits and loss:
+            ax.axhline(sum(inits) / len(inits), color="grey", linestyle="--", linewidth=0.8)
+        ax.set_xlabel("learning rate")
+        ax.set_ylabel(sweep.chosen_on)
+    log_scale(axes[0], "x")  # shared
+    if len(conditions) > 1:
+        fig.suptitle(title)
+        panels_legend(fig, axes)
+    else:
+        axes[0].set_title(title)
+        legend(fig, axes[0], len(compared))
     return Plot("loss_vs_lr", title, caption, fig)

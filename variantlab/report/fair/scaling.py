@@ -26,7 +26,8 @@ from ...config.roles import COMPARED, CONDITION, stored_roles
 from ..effects import interval
 from ..frame import ReportData
 from ..labels import GridLabels
-from ..plots import Plot, legend, log_scale, new_axes, styles
+from ..panels import mark_coinciding, panels_legend
+from ..plots import Plot, log_scale, new_axes, styles
 from ..tables import Table, fmt
 from .tuned import REPORT, SETTING, SIZE_AXES, Sweep, arch_name, choose
 
@@ -53,7 +54,8 @@ def scaling_parts(data: ReportData, sweep: Sweep | None, probe: str, size_probe:
     if said:
         lines.append("The sign of an effect flips across sizes for " + ", ".join(said[:4])
                      + " (see Effects by size).")
-    return [scaling_plot(frame, metric)], lines, tables, by_size
+    higher = sweep is not None and not sweep.head.lower_is_better  # an accuracy: linear
+    return [scaling_plot(frame, metric, log_y=not higher)], lines, tables, by_size
 
 
 def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: str,
@@ -71,6 +73,7 @@ def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: s
         rows = data.rows[data.rows["run"] == meta.run]
         roles = stored_roles(meta, [o for o in mine["overrides"] if isinstance(o, Mapping)])
         arch = [a for a in grid if a not in sizes and roles.get(a) in (COMPARED, CONDITION)]
+        tuned = {a for a in grid if a not in sizes and a not in arch}
         metrics = set(rows.loc[rows["probe"] == probe, "metric"])
         metric = next((m for m in REPORT if m in metrics), None)
         if sweep is not None and sweep.run == meta.run:
@@ -80,10 +83,13 @@ def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: s
         chosen = _chosen_variants(sweep, meta.run)
         labels = GridLabels.of(meta)
         records, seeds = [], []
+        compared = [a for a in arch if roles.get(a) == COMPARED]
+        panels = [a for a in arch if roles.get(a) == CONDITION]
         for variant, over, spec in zip(mine["variant"], mine["overrides"], mine["spec"]):
             over = dict(over) if isinstance(over, Mapping) else {}
-            if set(over) != set(grid):
-                continue  # a named variant outside the grid (it sets other keys, or fewer)
+            if not set(over) <= set(grid) or not set(grid) - set(over) <= tuned:
+                continue  # a named variant outside the grid (it sets other keys, or fewer);
+                # a tuned axis may be missing (a key under tune: that only some variants have)
             if chosen is not None and variant not in chosen:
                 continue  # not its group's chosen setting
             loss = _values(rows, variant, probe, metric)
@@ -91,11 +97,13 @@ def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: s
             if not len(params) and count is not None:  # the size probe did not run
                 params = pd.Series([_counted(count, spec)])
             flops = _flops(rows, variant, params, meta.measure, over, probe)
-            line = arch_name({k: v for k, v in over.items() if k not in sizes}, labels=labels) \
-                if arch else "all"
+            line = arch_name({k: over[k] for k in compared if k in over}, labels=labels) \
+                if compared else "all"  # one line per compared variant, its sizes its points
+            panel = ", ".join(f"{labels.short.get(a, a)}={labels.value(a, over[a])}"
+                              for a in panels if a in over)
             size = ",".join(f"{a}={labels.value(a, over[a])}" for a in sizes)
-            records.append({"line": line, "size": size, "params": params.mean(),
-                            "flops": flops, "loss": loss.mean()})
+            records.append({"line": line, "panel": panel, "size": size,
+                            "params": params.mean(), "flops": flops, "loss": loss.mean()})
             for seed, value in loss.items():
                 seeds.append({"seed": seed, "size": size, "value": value,
                               **{a: labels.value(a, over[a]) for a in arch}})
@@ -105,7 +113,7 @@ def size_points(data: ReportData, sweep: Sweep | None, probe: str, size_probe: s
         base_over = dict(base.iloc[0]) if len(base) and isinstance(base.iloc[0], Mapping) else {}
         baseline = {a: labels.value(a, base_over[a] if a in base_over else grid[a][0])
                     for a in arch}
-        frame = pd.DataFrame(records).sort_values(["line", "params"], kind="stable")
+        frame = pd.DataFrame(records).sort_values(["panel", "line", "params"], kind="stable")
         return frame, pd.DataFrame(seeds), arch, baseline, metric
     return None
 
@@ -166,10 +174,13 @@ def power_law(x: pd.Series, y: pd.Series) -> tuple[float, float] | None:
 
 def fit_lines(frame: pd.DataFrame, metric: str) -> list[str]:
     fits = []
-    for line, part in frame.groupby("line", sort=False):
+    keys = ["panel", "line"] if "panel" in frame.columns else ["line"]
+    for key, part in frame.groupby(keys, sort=False):
+        *panel, line = key
         fit = power_law(part["params"], part["loss"])
         if fit is not None:
-            fits.append(f"{line}: {metric} ∝ N^-{fmt(fit[1])}")
+            where = f" ({panel[0]})" if panel and panel[0] else ""
+            fits.append(f"{line}{where}: {metric} ∝ N^-{fmt(fit[1])}")
     if not fits:
         return [f"Size varies; fewer than {MIN_FIT} sizes per line, so no power law is fitted "
                 "(see Loss vs size)."]
@@ -177,48 +188,63 @@ def fit_lines(frame: pd.DataFrame, metric: str) -> list[str]:
             + "; ".join(fits[:4]) + "."]
 
 
-def scaling_plot(frame: pd.DataFrame, metric: str) -> Plot:
-    """Loss against non-embedding parameters and training FLOPs; an axis is logarithmic
-    only when every value drawn on it is positive (else linear), points without a size
-    or a loss are left off, and with none left the plot is skipped saying why."""
-    title = "Loss vs size"
+def scaling_plot(frame: pd.DataFrame, metric: str, log_y: bool = True) -> Plot:
+    """Loss against non-embedding parameters and training FLOPs, one row of panels per
+    condition (shared axes) and in each one line per compared variant through the sizes it
+    has; an axis is logarithmic only when every value drawn on it is positive (else linear),
+    y only when ``log_y`` (a loss: an accuracy stays linear); points without a size or a
+    loss are left off, and with none left the plot is skipped saying why."""
+    title = "Loss vs size" if log_y else f"{metric} vs size"
+    panels = list(dict.fromkeys(frame["panel"])) if "panel" in frame.columns else [""]
+    per = (" One row of panels per condition, on shared axes." if len(panels) > 1 else "")
+    scale = "log axes where every value is positive" if log_y else \
+        "log x where every value is positive, linear y"
     caption = (f"{metric} against non-embedding parameters (left) and training FLOPs (right, "
-               "the probe's count, else 6·N·tokens), one line per architecture variant, "
-               "log axes where every value is positive; dashed: a power law fitted where a "
-               f"line has at least {MIN_FIT} sizes.")
+               "the probe's count, else 6·N·tokens), one line per compared variant through "
+               f"every size it has, {scale}; dashed: a power law fitted where a "
+               f"line has at least {MIN_FIT} sizes.{per}")
     finite = frame[np.isfinite(frame["loss"].astype(float))]
     drawn = {x: finite[np.isfinite(finite[x].astype(float))] for x in ("params", "flops")}
     if not len(drawn["params"]) and not len(drawn["flops"]):
         return Plot("loss_vs_size", title, caption, skipped="no variant has both a loss and "
                     "a parameter count (or FLOPs) to draw")
-    fig, axes = new_axes(1, 2, width=9.0)
+    fig, axes = new_axes(len(panels), 2, width=9.0, height=3.2 * len(panels) + 0.4,
+                         share=len(panels) > 1)
+    rows = [axes[2 * i:2 * i + 2] for i in range(len(panels))]
     lines = list(dict.fromkeys(frame["line"]))
     for line, style in zip(lines, styles(len(lines))):
-        for ax, x in zip(axes, ("params", "flops")):
-            part = drawn[x][drawn[x]["line"] == line]
+        for (ax_p, ax_f), panel in zip(rows, panels):
+            for ax, x in ((ax_p, "params"), (ax_f, "flops")):
+                part = drawn[x][(drawn[x]["line"] == line)
+                                & ((drawn[x]["panel"] == panel) if "panel" in frame else True)]
+                if not len(part):
+                    continue
+                ax.plot(part[x], part["loss"], marker="o", color=style["color"],
+                        linestyle=style["linestyle"], label=line)
+                fit = power_law(part[x], part["loss"]) if log_y else None
+                if fit is not None:
+                    pos = part[x][part[x] > 0]
+                    xs = np.geomspace(float(pos.min()), float(pos.max()), 20)
+                    ax.plot(xs, fit[0] * xs ** (-fit[1]), color=style["color"],
+                            linestyle="--", linewidth=0.8, label="_fit", gid="guide")
+    caption += mark_coinciding(axes)
+    for (ax_p, ax_f), panel in zip(rows, panels):
+        for ax, x, label in ((ax_p, "params", "non-embedding parameters"),
+                             (ax_f, "flops", "training FLOPs")):
+            part = drawn[x]
             if not len(part):
-                continue
-            ax.plot(part[x], part["loss"], marker="o", color=style["color"],
-                    linestyle=style["linestyle"], label=line if x == "params" else None)
-            fit = power_law(part[x], part["loss"])
-            if fit is not None:
-                pos = part[x][part[x] > 0]
-                xs = np.geomspace(float(pos.min()), float(pos.max()), 20)
-                ax.plot(xs, fit[0] * xs ** (-fit[1]), color=style["color"], linestyle="--",
-                        linewidth=0.8)
-    for ax, x, label in zip(axes, ("params", "flops"),
-                            ("non-embedding parameters", "training FLOPs")):
-        part = drawn[x]
-        if not len(part):
-            ax.text(0.5, 0.5, f"no {label}", ha="center", va="center", transform=ax.transAxes)
-        if len(part) and (part[x] > 0).all():
-            log_scale(ax, "x")
-        if len(part) and (part["loss"] > 0).all():
-            log_scale(ax, "y")
-        ax.set_xlabel(label)
-        ax.set_ylabel(metric)
+                ax.text(0.5, 0.5, f"no {label}", ha="center", va="center",
+                        transform=ax.transAxes)
+            if len(part) and (part[x] > 0).all():
+                log_scale(ax, "x")
+            if log_y and len(part) and (part["loss"] > 0).all():
+                log_scale(ax, "y")
+            ax.set_xlabel(label)
+            ax.set_ylabel(metric)
+            if len(panels) > 1:
+                ax.set_title(panel, fontsize=9)
     fig.suptitle(title)
-    legend(fig, axes[0], len(lines))
+    panels_legend(fig, axes)
     return Plot("loss_vs_size", title, caption, fig)
 
 
