@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -52,6 +53,7 @@ class RunSummary:
     failed: list[tuple[Unit, str]] = field(default_factory=list)
     interrupted: bool = False
     write_error: str | None = None  # the store refused a write (disk full): the run stopped
+    warnings: list[str] = field(default_factory=list)  # the units' (each once, in order)
 
     @property
     def not_run(self) -> int:
@@ -106,6 +108,9 @@ class ResultSink:
     def save(self, index: int, unit: Unit, record: UnitRecord, rows: Sequence[Any]) -> bool:
         """Store one unit and report it; ``True`` when it is ``ok``."""
         self.store.save_unit(record, rows)  # one transaction: rolled back if interrupted
+        for note in record.notes:  # a checkpoint set aside or not written: said once
+            if note not in self.summary.warnings:
+                self.summary.warnings.append(note)
         if record.status == "ok":  # done: its mid-training checkpoint goes (a failed unit,
             checkpoint.remove(unit.key)  # a lost worker's among them, resumes from it)
         self.rerun.discard(unit.key)  # computed now: a variant with the same spec reuses it
@@ -128,8 +133,10 @@ def run_unit(unit: Unit, experiment: Experiment, probe_fn: Callable[..., list]) 
     t0, cpu0, load0 = time.perf_counter(), time.process_time(), machine.load()
     rows: list = []
     error = tb = None
+    caught: list[warnings.WarningMessage] = []
     try:
-        with checkpoint.for_unit(unit.key):  # a training unit resumes from its checkpoint
+        with checkpoint.for_unit(unit.key), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", checkpoint.CheckpointWarning)
             rows = list(probe_fn(
                 unit.probe, unit.variant.spec, unit.settings, seed=unit.seed,
                 data=getattr(unit.variant, "data", None) or experiment.data,
@@ -148,9 +155,16 @@ def run_unit(unit: Unit, experiment: Experiment, probe_fn: Callable[..., list]) 
             _free_memory()
         tb = traceback_text(exc)
         _free_memory()
-    usage = {"cpu_s": time.process_time() - cpu0, "load_start": load0,
-             "load_end": machine.load(), "torch_threads": torch.get_num_threads(),
-             "cores": machine.cores()}
+    usage: dict[str, Any] = {"cpu_s": time.process_time() - cpu0, "load_start": load0,
+                             "load_end": machine.load(), "torch_threads": torch.get_num_threads(),
+                             "cores": machine.cores()}
+    notes = []
+    for w in caught:  # a checkpoint's warnings go to the run's output; others as they were
+        if issubclass(w.category, checkpoint.CheckpointWarning):
+            notes.append(f"checkpoint: {w.message}")
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    usage["notes"] = tuple(notes)
     return unit_record(unit, started, time.perf_counter() - t0, error, tb, usage), rows
 
 

@@ -1,0 +1,199 @@
+"""The hostile and careless-user cases of issue 38 (C1-C10 and the two new-user findings),
+each run as the repro was: a warning and the right numbers, or one line and exit 2; never a
+traceback, a wrong number stored, or something computed lost."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from variantlab.cli.main import main
+from variantlab.probes import checkpoint
+
+MODEL = ("model: {family: gpt, vocab_size: 64, context_length: 32, emb_dim: 32, n_heads: 4, "
+         "n_layers: 2, drop_rate: 0.0")
+TRAIN = "  training: {steps: 6, batch_size: 2, seq_len: 8, eval_batches: 1}\n"
+
+
+def experiment(tmp: Path, *, model_extra: str = "", grid: str = "", data: str = "",
+               measure: str = TRAIN, name: str = "demo") -> Path:
+    exp = tmp / f"{name}.yaml"
+    exp.write_text(f"name: {name}\nseeds: [0]\n{MODEL}{model_extra}}}\n{data}{grid}"
+                   f"measure:\n{measure}")
+    return exp
+
+
+def cli(*args: object) -> tuple[int, list[str]]:
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert not (result.exception and not isinstance(result.exception, SystemExit)), result.output
+    assert "Traceback (most recent" not in result.output
+    return result.exit_code, [x for x in result.output.splitlines() if x.strip()]
+
+
+def rows_of(run: Path) -> dict[str, list[float]]:
+    """Each variant's training loss per step and its final loss, as stored."""
+    import variantlab as vl
+
+    frame = vl.results(run)
+    out: dict[str, list[float]] = {}
+    for variant, part in frame.groupby("variant"):
+        loss = part[part["metric"] == "loss"].sort_values("step")
+        out[str(variant)] = [*loss["value"], *part[part["metric"] == "final_loss"]["value"]]
+    return out
+
+
+def unit_key(exp: Path) -> str:
+    from variantlab.config.experiment import load_experiment
+    from variantlab.sweep.units import plan_units
+
+    (unit,) = plan_units(load_experiment(exp))
+    return unit.key
+
+
+# -- C1, C2: a checkpoint that does not fit its unit -------------------------------------------
+@pytest.fixture(scope="module")
+def real_checkpoint(tmp_path_factory) -> tuple[Path, dict[str, list[float]]]:
+    """A checkpoint a 6-step unit left after 4 steps (of another model: emb_dim 48), and the
+    stored rows of a clean run of the experiment the tests resume."""
+    tmp = tmp_path_factory.mktemp("ckpt")
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setenv(checkpoint.STEPS_VAR, "2")
+        mp.setattr(checkpoint, "remove", lambda key: None)  # kept although stored ok
+        other = experiment(tmp, name="other")
+        other.write_text(other.read_text().replace("emb_dim: 32", "emb_dim: 48"))
+        code, lines = cli("run", other, "--out", tmp / "runs", "--no-report")
+        assert code == 0, lines
+        (found,) = (tmp / "runs" / "other" / "checkpoints").glob("*.pt")
+        mp.delenv(checkpoint.STEPS_VAR)
+        code, lines = cli("run", experiment(tmp), "--out", tmp / "clean", "--no-report")
+        assert code == 0, lines
+    finally:
+        mp.undo()
+    return found, rows_of(tmp / "clean" / "demo")
+
+
+def _edit(state: dict, **changes: object) -> dict:
+    return {**state, **changes}
+
+
+CASES = {
+    "another-units": (None, "it belongs to unit"),
+    "another-model": ("model", "its embed.tok_emb.weight is [64, 48], this model's is [64, 32]"),
+    "empty": ("empty", "it holds no step count ('done')"),
+    "negative-done": (-5, "its step -5 is not inside this unit's 6 steps"),
+    "done-past-the-end": (1000, "its step 1000 is not inside this unit's 6 steps"),
+    "garbage": ("garbage", "it cannot be read: "),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_c1_c2_a_checkpoint_that_does_not_fit_is_set_aside_and_the_unit_starts_over(
+        tmp_path, monkeypatch, real_checkpoint, case):
+    found, clean = real_checkpoint
+    edit, why = CASES[case]
+    exp = experiment(tmp_path)
+    key = unit_key(exp)
+    folder = tmp_path / "runs" / "demo" / "checkpoints"
+    folder.mkdir(parents=True)
+    planted = folder / f"{key}.pt"
+    state = torch.load(found, weights_only=True)
+    if edit == "empty":
+        torch.save({}, planted)
+    elif edit == "garbage":
+        planted.write_bytes(b"\x00not a checkpoint" * 10)
+    elif edit == "model":  # its key and steps made to fit: only the tensors give it away
+        torch.save(_edit(state, key=key), planted)
+    elif isinstance(edit, int):  # this unit's own key, a step outside the run
+        torch.save(_edit(state, key=key, done=edit, model={}), planted)
+    else:
+        shutil.copy(found, planted)
+    monkeypatch.setenv(checkpoint.STEPS_VAR, "2")
+    for attempt in range(2):  # never sticky: the rerun finds the unit stored
+        code, lines = cli("run", exp, "--out", tmp_path / "runs", "--no-report")
+        assert code == 0, lines
+        warned = [line for line in lines if line.startswith("warning: checkpoint:")]
+        if attempt == 0:
+            assert len(warned) == 1, lines
+            assert f"checkpoint {planted} does not fit its unit ({why}" in warned[0]
+            assert f"set aside as {planted}.unusable" in warned[0]
+            assert "the unit starts over from step 0" in warned[0]
+        else:
+            assert not warned and any("stored already" in line for line in lines), lines
+    assert (folder / f"{key}.pt.unusable").exists()  # renamed, not deleted
+    assert not planted.exists()  # the unit finished: its own checkpoints were removed
+    assert rows_of(tmp_path / "runs" / "demo") == clean  # 6 loss rows, the clean final loss
+
+
+def test_c2_a_checkpoint_of_the_unit_itself_resumes_as_before(tmp_path, monkeypatch,
+                                                              real_checkpoint):
+    """The checks keep a real checkpoint: killed after 4 steps, the unit resumes from it."""
+    _, clean = real_checkpoint
+    exp = experiment(tmp_path)
+    monkeypatch.setenv(checkpoint.STEPS_VAR, "2")
+    monkeypatch.setattr(checkpoint, "remove", lambda key: None)
+    code, lines = cli("run", exp, "--out", tmp_path / "first", "--no-report")
+    assert code == 0, lines
+    (own,) = (tmp_path / "first" / "demo" / "checkpoints").glob("*.pt")
+    assert torch.load(own, weights_only=True)["done"] == 4
+    folder = tmp_path / "runs" / "demo" / "checkpoints"
+    folder.mkdir(parents=True)
+    shutil.copy(own, folder / own.name)
+    drawn: list[int] = []
+    from variantlab.data.sources import BatchStream
+
+    original = BatchStream.next
+    monkeypatch.setattr(BatchStream, "next", lambda self: (
+        drawn.append(self.drawn) if self.n == 6 else None) or original(self))
+    code, lines = cli("run", exp, "--out", tmp_path / "runs", "--no-report")
+    assert code == 0 and not any("warning" in line for line in lines), lines
+    assert drawn == [4, 5]  # resumed after step 4
+    assert rows_of(tmp_path / "runs" / "demo") == clean
+
+
+# -- C3: a checkpoint folder that cannot be written --------------------------------------------
+@pytest.mark.parametrize("how", ["file-in-its-place", "disk-full"])
+def test_c3_an_unwritable_checkpoint_folder_is_one_warning_and_the_run_finishes(
+        tmp_path, monkeypatch, real_checkpoint, how):
+    _, clean = real_checkpoint
+    exp = experiment(tmp_path)
+    folder = tmp_path / "runs" / "demo" / "checkpoints"
+    if how == "file-in-its-place":
+        folder.parent.mkdir(parents=True)
+        folder.write_text("a file where the checkpoint folder goes")
+        reason = "File exists"
+    else:
+        def full(*args: object, **kwargs: object) -> None:
+            raise OSError(28, "No space left on device")
+        monkeypatch.setattr(checkpoint.torch, "save", full)
+        reason = "No space left on device"
+    monkeypatch.setenv(checkpoint.STEPS_VAR, "1")  # five checkpoints due: one warning
+    code, lines = cli("run", exp, "--out", tmp_path / "runs", "--no-report")
+    assert code == 0, lines
+    warned = [line for line in lines if line.startswith("warning: checkpoint:")]
+    assert warned == [f"warning: checkpoint: cannot write checkpoints in {folder} ({reason}); "
+                      "units go on without them (one killed now would start over)"], lines
+    assert rows_of(tmp_path / "runs" / "demo") == clean
+    if folder.is_dir():  # no temporary left behind by the refused writes
+        assert not list(folder.iterdir())
+
+
+# -- C4: checkpoint settings from the environment ----------------------------------------------
+@pytest.mark.parametrize(("variable", "value"), [
+    (checkpoint.STEPS_VAR, "abc"), (checkpoint.STEPS_VAR, "1.5"), (checkpoint.STEPS_VAR, "-3"),
+    (checkpoint.SECONDS_VAR, "soon"), (checkpoint.SECONDS_VAR, "nan")])
+def test_c4_a_bad_checkpoint_setting_is_refused_before_anything_runs(tmp_path, monkeypatch,
+                                                                     variable, value):
+    exp = experiment(tmp_path)
+    monkeypatch.setenv(variable, value)
+    for command in ("validate", "run"):
+        args = [command, exp] + (["--out", tmp_path / "runs"] if command == "run" else [])
+        code, lines = cli(*args)
+        assert code == 2 and len(lines) == 1, lines
+        assert lines[0].startswith(f"{variable}: {value!r} is not a number of "), lines
+        assert "or unset it" in lines[0]
+    assert not (tmp_path / "runs").exists()
