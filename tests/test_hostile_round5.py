@@ -197,3 +197,65 @@ def test_c4_a_bad_checkpoint_setting_is_refused_before_anything_runs(tmp_path, m
         assert lines[0].startswith(f"{variable}: {value!r} is not a number of "), lines
         assert "or unset it" in lines[0]
     assert not (tmp_path / "runs").exists()
+
+
+# -- C5: a token cache folder that cannot be used ----------------------------------------------
+def text_experiment(tmp: Path) -> Path:
+    docs = tmp / "docs"
+    docs.mkdir(exist_ok=True)
+    words = ["alpha", "beta", "gamma", "delta", "the", "a", "of"]
+    for i in range(12):
+        (docs / f"d{i:02d}.txt").write_text(" ".join(words[(i * j) % 7] for j in range(80)))
+    return experiment(tmp, data="data: {source: text, path: 'docs/*.txt', tokenizer: gpt2}\n")
+
+
+@pytest.mark.parametrize("how", ["file-in-its-place", "read-only", "disk-full",
+                                 "entry-replaced-by-a-folder"])
+def test_c5_an_unusable_token_cache_falls_back_to_memory_with_one_warning(tmp_path, monkeypatch,
+                                                                          how):
+    from variantlab.data import cache as cachelib
+    from variantlab.data import sources as datalib
+
+    exp = text_experiment(tmp_path)
+    monkeypatch.setenv("VARIANTLAB_CACHE", str(tmp_path / "good"))
+    datalib._SPLITS.clear()
+    code, lines = cli("run", exp, "--out", tmp_path / "clean", "--no-report")
+    assert code == 0, lines
+    folder = tmp_path / "cache" / "tokens"
+    monkeypatch.setenv("VARIANTLAB_CACHE", str(tmp_path / "cache"))
+    if how == "file-in-its-place":
+        folder.parent.mkdir()
+        folder.write_text("not a folder")
+        reason = "File exists"
+    elif how == "read-only":  # root writes anywhere: the refusal is simulated
+        def read_only(path: Path, write: object) -> None:
+            raise OSError(30, "Read-only file system", str(path))
+        monkeypatch.setattr(cachelib, "_replace", read_only)
+        reason = "Read-only file system at "
+    elif how == "disk-full":  # the offsets are written, the tokens are not
+        original = cachelib._write_atomic
+
+        def full(path: Path, array: object) -> None:
+            if path.name.endswith(".tokens.npy"):
+                raise OSError(28, "No space left on device", str(path))
+            original(path, array)  # type: ignore[arg-type]
+        monkeypatch.setattr(cachelib, "_write_atomic", full)
+        reason = "No space left on device at "
+    else:
+        (entry,) = (tmp_path / "good" / "tokens").glob("*.tokens.npy")
+        (folder / entry.name).mkdir(parents=True)
+        reason = "Is a directory"
+    for command in ("validate", "run"):
+        datalib._SPLITS.clear()  # a new process would not have the corpus in memory
+        args = [command, exp] + (["--out", tmp_path / "runs", "--no-report"]
+                                 if command == "run" else [])
+        code, lines = cli(*args)
+        assert code == 0, lines
+        warned = [line for line in lines if line.startswith("warning: data: token cache")]
+        assert len(warned) == 1, lines
+        assert warned[0].startswith(f"warning: data: token cache folder {folder} cannot be "
+                                    f"used ({reason}"), warned
+        assert "the corpus is tokenised in memory for this run" in warned[0]
+    assert rows_of(tmp_path / "runs" / "demo") == rows_of(tmp_path / "clean" / "demo")
+    if folder.is_dir():  # no partial entry: no file of an entry without its digest
+        assert not [p for p in folder.iterdir() if p.is_file()], list(folder.iterdir())

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..data.cache import CacheWarning
 from ..probes import checkpoint, machine
 from ..store.store import Store, UnitRecord
 from ..sweep.units import Unit, canonical_json, plain
@@ -137,6 +138,7 @@ def run_unit(unit: Unit, experiment: Experiment, probe_fn: Callable[..., list]) 
     try:
         with checkpoint.for_unit(unit.key), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", checkpoint.CheckpointWarning)
+            warnings.simplefilter("always", CacheWarning)
             rows = list(probe_fn(
                 unit.probe, unit.variant.spec, unit.settings, seed=unit.seed,
                 data=getattr(unit.variant, "data", None) or experiment.data,
@@ -159,9 +161,11 @@ def run_unit(unit: Unit, experiment: Experiment, probe_fn: Callable[..., list]) 
                              "load_end": machine.load(), "torch_threads": torch.get_num_threads(),
                              "cores": machine.cores()}
     notes = []
-    for w in caught:  # a checkpoint's warnings go to the run's output; others as they were
+    for w in caught:  # a checkpoint's or the token cache's warnings go to the run's output
         if issubclass(w.category, checkpoint.CheckpointWarning):
             notes.append(f"checkpoint: {w.message}")
+        elif issubclass(w.category, CacheWarning):
+            notes.append(f"data: {w.message}")
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     usage["notes"] = tuple(notes)
