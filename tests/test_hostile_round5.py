@@ -259,3 +259,71 @@ def test_c5_an_unusable_token_cache_falls_back_to_memory_with_one_warning(tmp_pa
     assert rows_of(tmp_path / "runs" / "demo") == rows_of(tmp_path / "clean" / "demo")
     if folder.is_dir():  # no partial entry: no file of an entry without its digest
         assert not [p for p in folder.iterdir() if p.is_file()], list(folder.iterdir())
+
+
+# -- C6: edge extension inside the rules -------------------------------------------------------
+def steps_training(name, spec, settings, *, seed, data=None, **_):
+    """A training run without compute whose validation loss is lowest at the fewest steps
+    when warmup is set (the low edge is best) and at the most steps otherwise."""
+    from variantlab.plugin.rows import row
+
+    steps = settings.steps
+    loss = 2.0 + (steps / 1000 if settings.warmup_steps else 1 / steps) + 0.01 * seed
+    return [row(name, "loss", 4.0, step=0), row(name, "diverged", 0.0),
+            row(name, "val_loss", loss), row(name, "eval_loss", loss),
+            row(name, "test_loss", loss + 0.1)]
+
+
+@pytest.mark.parametrize(("measure", "axis", "why"), [
+    ("  training: {steps: 10, warmup_steps: 15, batch_size: 2, seq_len: 8, eval_batches: 1}\n",
+     "{values: [20, 40], extend: 1}",
+     "measure.training.steps=10: warmup_steps=15 is above the 10 steps of the run: the "
+     "learning rate would never reach lr"),
+    (TRAIN, "{values: [1, 2000], extend: 1}",
+     "measure.training.steps=4000000: the budget works out to 4,000,000 steps, more than "
+     "the bound of 1,000,000 steps a run may take"),
+])
+def test_c6_an_extended_value_that_fails_a_grid_check_is_not_added(tmp_path, monkeypatch,
+                                                                   measure, axis, why):
+    import functools
+
+    from variantlab.executors import runner
+
+    monkeypatch.setattr(runner, "run_experiment", functools.partial(
+        runner.run_experiment, probe_fn=steps_training))
+    exp = experiment(tmp_path, measure=measure,
+                     grid=f"grid:\n  activation.kind: [gelu, relu]\n"
+                          f"  measure.training.steps: {axis}\n")
+    code, lines = cli("run", exp, "--out", tmp_path / "runs", "--no-report")
+    assert code == 0, lines
+    skipped = [line for line in lines if line.startswith("warning: edge extension: not added:")]
+    assert len(skipped) == 2, lines  # gelu's and relu's
+    assert skipped[0].startswith(f"warning: edge extension: not added: activation.kind=gelu,"
+                                 f"{why}"), skipped
+    assert not any(line.startswith("edge extension, round") for line in lines), lines
+    import variantlab as vl
+
+    steps = set(vl.results(tmp_path / "runs" / "demo")["measure.training.steps"])
+    assert steps == set(yaml_values(axis))  # nothing beyond the grid was run
+
+
+def yaml_values(axis: str) -> list[int]:
+    import yaml
+
+    return yaml.safe_load(axis)["values"]
+
+
+def test_c6_the_size_guard_refuses_an_extended_batch_size(tmp_path, monkeypatch):
+    from variantlab.config.experiment import load_experiment
+    from variantlab.report.fair.extension import Extension, extension_problems, with_variants
+    from variantlab.sweep import sizeguard
+
+    exp = load_experiment(experiment(tmp_path, grid="grid:\n  measure.training.batch_size: "
+                                                    "{values: [2, 4], extend: 1}\n"))
+    added = Extension("base", "measure.training.batch_size", "high", 1 << 24,
+                      {"measure.training.batch_size": 1 << 24})
+    bigger = with_variants(exp, [added])
+    monkeypatch.setattr(sizeguard, "available_bytes", lambda device: 8 << 30)  # 8 GiB
+    (problem,) = extension_problems(bigger, added.name)
+    assert problem.startswith("training needs about "), problem
+    assert extension_problems(bigger, "measure.training.batch_size=4") == []

@@ -14,11 +14,15 @@ rebuilds them from the experiment's text like any other); their units are ordina
 with ordinary keys, stored beside the grid's, and a rerun finds them stored. The report
 says what was added (tuned.csv ``extended``) and calls a best that still sits at an edge
 *unresolved*.
+
+An added value passes the checks a grid value passes before it is scheduled
+(:func:`extension_problems`: the experiment's budget checks, the steps bound, the size
+guard); one that fails is not added, and the run says why (``Extended.skipped``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +31,7 @@ import yaml
 from ...config.experiment import Experiment, experiment_from_text
 from ...config.named import key_of, value_names
 from ...config.roles import next_value, numeric
+from ...config.yamlio import YamlDoc
 from ...errors import InputError
 from ..frame import gather
 from ..labels import value_text
@@ -110,6 +115,27 @@ def with_variants(experiment: Experiment, added: list[Extension],
                                 max_variants=None)
 
 
+class _Unplaced(YamlDoc):
+    """Messages about an added variant without a place: its YAML is generated, so a line,
+    a column or a key path would point nowhere the user wrote."""
+
+    def message(self, loc: Sequence[object], message: str, at: str = "auto") -> str:
+        return message
+
+
+def extension_problems(experiment: Experiment, name: str) -> list[str]:
+    """Why the added variant ``name`` of ``experiment`` may not run (empty: it may): the
+    checks a grid value passes before a run (:mod:`variantlab.sweep.preflight`: the budget
+    in steps, its bound and warmup, and the size guard on its probes' devices)."""
+    from ...sweep.preflight import budget_problems, size_problems  # torch: only when run
+
+    only = {name}
+    doc = _Unplaced({})
+    found = budget_problems(experiment, doc, only) + size_problems(experiment, doc, None,
+                                                                   only=only)
+    return [message.removeprefix(f"variant {name!r}: ") for message in found]
+
+
 def run_extended(experiment: Experiment, run: Callable[[Experiment], Any],
                  extend: Mapping[str, int], extra_plugins: tuple[str, ...] = (),
                  on_round: Callable[[int, list[Extension]], None] | None = None) -> Extended:
@@ -134,9 +160,13 @@ def run_extended(experiment: Experiment, run: Callable[[Experiment], Any],
         accepted: list[Extension] = []
         for ext in added:  # each value on its own: one the model or probe refuses is skipped
             try:
-                with_variants(out.experiment, [*accepted, ext], extra_plugins)
+                trial = with_variants(out.experiment, [*accepted, ext], extra_plugins)
             except InputError as exc:
                 out.skipped.append(f"{ext.name}: {'; '.join(exc.messages)}")
+                continue
+            problems = extension_problems(trial, ext.name)
+            if problems:
+                out.skipped.append(f"{ext.name}: {'; '.join(problems)}")
             else:
                 accepted.append(ext)
         if not accepted:
@@ -152,4 +182,5 @@ def run_extended(experiment: Experiment, run: Callable[[Experiment], Any],
     return out
 
 
-__all__ = ["Extended", "Extension", "beyond", "run_extended", "with_variants"]
+__all__ = ["Extended", "Extension", "beyond", "extension_problems", "run_extended",
+           "with_variants"]
