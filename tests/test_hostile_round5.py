@@ -327,3 +327,40 @@ def test_c6_the_size_guard_refuses_an_extended_batch_size(tmp_path, monkeypatch)
     (problem,) = extension_problems(bigger, added.name)
     assert problem.startswith("training needs about "), problem
     assert extension_problems(bigger, "measure.training.batch_size=4") == []
+
+
+# -- C7: a norm that pools over positions, wherever it sits -----------------------------------
+@pytest.mark.parametrize(("extra", "where"), [
+    (",\n        norm: {kind: batch}", "norm"),
+    (",\n        attention: {kind: mha, qk_norm: {kind: batch}}", "attention.qk_norm"),
+    (",\n        layout: {pattern: [a, b], kinds: {a: {}, b: {norm: {kind: batch}}}}",
+     "layout.kinds.b.norm"),
+    (",\n        layout: {pattern: [a, b], kinds: {a: {}, b: {attention: {kind: mha, qk_norm: "
+     "{kind: batch}}}}}", "layout.kinds.b.attention.qk_norm"),
+])
+def test_c7_a_norm_pooling_over_positions_warns_wherever_it_sits(tmp_path, extra, where):
+    exp = experiment(tmp_path, model_extra=extra, measure="  params: {}\n")
+    code, lines = cli("run", exp, "--out", tmp_path / "runs", "--no-report")
+    assert code == 0, lines
+    warned = [line for line in lines if line.startswith("warning: base:")]
+    assert warned == [f"warning: base: {where} 'batch' in causal family 'gpt': its batch "
+                      "statistics pool over future positions, so in training each token's "
+                      "output depends on later tokens"], lines
+
+
+def test_c7_the_warning_is_true_a_qk_batch_norm_leaks_the_future(tiny):
+    """The leak itself: in training mode, changing token 7 changes the logits at 3."""
+    import variantlab as vl
+
+    from variantlab.model.build import VariantWarning
+
+    torch.manual_seed(0)
+    with pytest.warns(VariantWarning, match="attention.qk_norm 'batch'"):
+        model = vl.build_model({**tiny, "attention": {"kind": "mha",
+                                                      "qk_norm": {"kind": "batch"}}})
+    model.train()
+    ids = torch.randint(0, tiny["vocab_size"], (2, 8))
+    other = ids.clone()
+    other[:, 7] = (other[:, 7] + 1) % tiny["vocab_size"]
+    gap = (model(ids)[:, 3] - model(other)[:, 3]).abs().max().item()
+    assert gap > 1e-4
