@@ -364,3 +364,22 @@ def test_c7_the_warning_is_true_a_qk_batch_norm_leaks_the_future(tiny):
     other[:, 7] = (other[:, 7] + 1) % tiny["vocab_size"]
     gap = (model(ids)[:, 3] - model(other)[:, 3]).abs().max().item()
     assert gap > 1e-4
+
+
+# -- C8: a setting that turns off what another asks for ----------------------------------------
+@pytest.mark.parametrize(("extra", "where", "asks"), [
+    ("eval_every: 2", "5:80: measure.training.eval_every", "validation curves"),
+    ("eval_lengths: [16]", "5:68: measure.training.eval_lengths", "test scores at other lengths"),
+])
+def test_c8_eval_every_without_held_out_batches_is_refused(tmp_path, extra, where, asks):
+    exp = experiment(tmp_path, measure="  training: {steps: 6, batch_size: 2, seq_len: 8, "
+                                       f"eval_batches: 0, {extra}}}\n")
+    for command in ("validate", "run"):
+        args = [command, exp] + (["--out", tmp_path / "runs"] if command == "run" else [])
+        code, lines = cli(*args)
+        assert code == 2 and len(lines) == 1, lines
+        name = extra.split(":")[0]
+        assert lines[0] == (f"{exp}:{where}: {name} asks for {asks}, but eval_batches: 0 "
+                            "turns held-out scoring off, so nothing would be recorded; remove "
+                            f"{name} or eval_batches: 0"), lines
+    assert not (tmp_path / "runs").exists()
