@@ -351,7 +351,6 @@ def test_c7_a_norm_pooling_over_positions_warns_wherever_it_sits(tmp_path, extra
 def test_c7_the_warning_is_true_a_qk_batch_norm_leaks_the_future(tiny):
     """The leak itself: in training mode, changing token 7 changes the logits at 3."""
     import variantlab as vl
-
     from variantlab.model.build import VariantWarning
 
     torch.manual_seed(0)
@@ -383,3 +382,66 @@ def test_c8_eval_every_without_held_out_batches_is_refused(tmp_path, extra, wher
                             "turns held-out scoring off, so nothing would be recorded; remove "
                             f"{name} or eval_batches: 0"), lines
     assert not (tmp_path / "runs").exists()
+
+
+# -- C9: control and bidirectional characters written as YAML escapes ---------------------------
+def test_c9_escaped_control_and_bidi_characters_are_refused_with_their_place(tmp_path):
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        'name: "demo\\u0000"\nseeds: [0]\n'
+        f"{MODEL}}}\n"
+        "variants:\n"
+        '  - {name: "red\\u001b[31m", set: {norm.kind: rms}}\n'
+        '  - {name: ok, label: "exe.\\u202egnp", set: {norm.kind: layer}}\n'
+        "measure:\n  params: {}\n")
+    for command in ("validate", "run"):
+        args = [command, exp] + (["--out", tmp_path / "runs"] if command == "run" else [])
+        code, lines = cli(*args)
+        assert code == 2, lines
+        assert lines == [
+            f"{exp}:1:7: name: 'demo\\x00' holds U+0000, a control character; names, labels "
+            "and values are plain text: remove it",
+            f"{exp}:5:12: variants[0].name: 'red\\x1b[31m' holds U+001B, a control character; "
+            "names, labels and values are plain text: remove it",
+            f"{exp}:6:23: variants[1].label: 'exe.\\u202egnp' holds U+202E, a bidirectional "
+            "formatting character: it makes text read other than it is; names, labels and "
+            "values are plain text: remove it"], lines
+    assert not (tmp_path / "runs").exists()
+
+
+def test_c9_a_description_may_span_lines_but_a_name_may_not(tmp_path):
+    exp = experiment(tmp_path, measure="  params: {}\n")
+    exp.write_text(exp.read_text().replace("seeds: [0]", 'seeds: [0]\ndescription: "a\\n\\tb"'))
+    code, lines = cli("validate", exp)
+    assert code == 0, lines
+    exp.write_text(exp.read_text().replace("name: demo", 'name: "de\\tmo"'))
+    code, lines = cli("validate", exp)
+    assert code == 2 and "holds U+0009, a control character" in lines[0], lines
+
+
+def test_c9_the_report_writers_escape_them_anyway(tmp_path):
+    """A store written another way (an older version, the API) may hold them: every report
+    file shows them as escapes, never raw."""
+    import sqlite3
+
+    exp = experiment(tmp_path, measure="  params: {}\n",
+                     grid="variants:\n  - {name: evil, set: {norm.kind: rms}}\n")
+    code, lines = cli("run", exp, "--out", tmp_path / "runs", "--no-report")
+    assert code == 0, lines
+    run = tmp_path / "runs" / "demo"
+    bad_name, bad_label = "e\x1b[31mvil\u202e", "mi\x00ne"
+    with sqlite3.connect(run / "results.sqlite") as db:
+        db.execute("UPDATE variants SET name = ?, label = ? WHERE name = 'evil'",
+                   (bad_name, bad_label))
+        for table in ("units", "plan"):
+            db.execute(f"UPDATE {table} SET variant = ? WHERE variant = 'evil'", (bad_name,))
+    code, lines = cli("report", run)
+    assert code == 0, lines
+    written = {p.name: p.read_text() for p in (run / "report").iterdir() if p.is_file()}
+    assert {"report.md", "report.html", "summary.csv"} <= set(written)
+    for name, text in written.items():
+        for raw in ("\x1b", "\x00", "\u202e"):
+            assert raw not in text, (name, raw)
+    assert "e\\x1b[31mvil\\u202e" in written["summary.csv"]
+    assert r"e\\x1b\[31mvil\\u202e" in written["report.md"]  # Markdown's own escapes too
+    assert "e\\x1b[31mvil\\u202e" in written["report.html"]
