@@ -445,3 +445,46 @@ def test_c9_the_report_writers_escape_them_anyway(tmp_path):
     assert "e\\x1b[31mvil\\u202e" in written["summary.csv"]
     assert r"e\\x1b\[31mvil\\u202e" in written["report.md"]  # Markdown's own escapes too
     assert "e\\x1b[31mvil\\u202e" in written["report.html"]
+
+
+# -- C10: export-mlflow to a tracking URI that is not a usable store ---------------------------
+@pytest.mark.parametrize("case", ["text-file", "folder", "no-folder", "another-database",
+                                  "broken-mlflow-database"])
+def test_c10_a_tracking_uri_that_is_not_a_store_is_one_line(tmp_path, case):
+    pytest.importorskip("mlflow")
+    import sqlite3
+
+    exp = experiment(tmp_path, measure="  params: {}\n")
+    code, _ = cli("run", exp, "--out", tmp_path / "runs", "--no-report")
+    assert code == 0
+    target = tmp_path / "mlflow.db"
+    if case == "text-file":
+        target.write_text("these are my notes, not a database\n" * 20)
+        why = f"{target} is not an SQLite database; name an MLflow database or a new file"
+    elif case == "folder":
+        target.mkdir()
+        why = f"{target} is a folder; name a database file"
+    elif case == "no-folder":
+        target = tmp_path / "missing" / "mlflow.db"
+        why = f"the folder {target.parent} does not exist"
+    elif case == "another-database":  # refused before MLflow adds its tables to it
+        with sqlite3.connect(target) as db:
+            db.execute("CREATE TABLE notes (id TEXT)")
+        why = (f"{target} is another program's SQLite database (tables: notes), not "
+               "MLflow's; MLflow would add its tables to it")
+    else:  # MLflow's tables at a revision its migrations do not know
+        with sqlite3.connect(target) as db:
+            for table in ("experiments", "runs", "metrics", "params", "alembic_version"):
+                db.execute(f"CREATE TABLE {table} (version_num TEXT)")
+            db.execute("INSERT INTO alembic_version VALUES ('not-a-revision')")
+        why = ("not a usable MLflow store (CommandError: Can't locate revision identified by "
+               "'not-a-revision')")
+    before = target.read_bytes() if target.is_file() and case != "broken-mlflow-database" \
+        else None
+    code, lines = cli("export-mlflow", tmp_path / "runs" / "demo", "--tracking-uri",
+                      f"sqlite:///{target}")
+    lines = [line for line in lines if " INFO mlflow" not in line]  # MLflow's own logging
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"--tracking-uri: sqlite:///{target}: {why}"), lines
+    if before is not None:
+        assert target.read_bytes() == before  # left as it was
