@@ -488,3 +488,22 @@ def test_c10_a_tracking_uri_that_is_not_a_store_is_one_line(tmp_path, case):
     assert lines[0].startswith(f"--tracking-uri: sqlite:///{target}: {why}"), lines
     if before is not None:
         assert target.read_bytes() == before  # left as it was
+
+
+# -- a new user: from_transformers keeps the HF model's mode -----------------------------------
+def test_from_transformers_returns_the_model_in_the_hf_models_mode():
+    transformers = pytest.importorskip("transformers")
+    import variantlab as vl
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_embd=32, n_head=4, n_layer=2, vocab_size=64,
+                                     n_positions=32, resid_pdrop=0.2, embd_pdrop=0.2,
+                                     attn_pdrop=0.2, attn_implementation="eager")
+    hf = transformers.GPT2LMHeadModel(config).eval()
+    ids = torch.randint(0, 64, (2, 12))
+    _, model = vl.from_transformers(hf)
+    assert not model.training and not any(m.training for m in model.modules())
+    with torch.no_grad():  # dropout off on both sides: the same logits at once
+        assert torch.allclose(model(ids), hf(ids).logits, atol=1e-5)
+    _, trained = vl.from_transformers(hf.train())
+    assert trained.training
