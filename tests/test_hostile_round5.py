@@ -507,3 +507,49 @@ def test_from_transformers_returns_the_model_in_the_hf_models_mode():
         assert torch.allclose(model(ids), hf(ids).logits, atol=1e-5)
     _, trained = vl.from_transformers(hf.train())
     assert trained.training
+
+
+# -- a new user: a plugin whose build cannot work fails validate, not every unit ---------------
+BAD_ACTIVATION = '''
+from typing import Literal
+
+import torch
+from torch import nn
+
+from variantlab import ComponentSpec, hookimpl
+
+
+class SquashSpec(ComponentSpec):
+    """tanh, under another name."""
+
+    kind: Literal["squash"] = "squash"
+
+
+class Squash(nn.Module):
+    def __init__(self, spec, extra):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.tanh(x)
+
+
+@hookimpl
+def register_activations(register):
+    register("squash", SquashSpec, lambda spec, extra: Squash(spec, extra))  # one too many
+'''
+
+
+def test_a_plugin_that_cannot_build_fails_validate_naming_it(tmp_path):
+    plugin = tmp_path / "squash.py"
+    plugin.write_text(BAD_ACTIVATION)
+    exp = experiment(tmp_path, grid="grid: {activation.kind: [gelu, squash]}\n")
+    for command in ("validate", "run"):
+        args = [command, exp, "--plugin", plugin] + (
+            ["--out", tmp_path / "runs"] if command == "run" else [])
+        code, lines = cli(*args)
+        assert code == 2 and len(lines) == 1, lines
+        assert lines[0].startswith(
+            f"{exp}:4:32: grid.activation.kind[1]: variant 'activation.kind=squash': "
+            f"activation 'squash' (registered by {plugin}) cannot be built: TypeError: "), lines
+        assert "missing 1 required positional argument: 'extra'" in lines[0]
+    assert not (tmp_path / "runs").exists()
