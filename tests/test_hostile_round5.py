@@ -282,7 +282,7 @@ def steps_training(name, spec, settings, *, seed, data=None, **_):
     (TRAIN, "{values: [1, 2000], extend: 1}",
      "measure.training.steps=4000000: the budget works out to 4,000,000 steps, more than "
      "the bound of 1,000,000 steps a run may take"),
-])
+], ids=["warmup-above-the-steps", "steps-past-the-bound"])
 def test_c6_an_extended_value_that_fails_a_grid_check_is_not_added(tmp_path, monkeypatch,
                                                                    measure, axis, why):
     import functools
@@ -337,7 +337,7 @@ def test_c6_the_size_guard_refuses_an_extended_batch_size(tmp_path, monkeypatch)
      "layout.kinds.b.norm"),
     (",\n        layout: {pattern: [a, b], kinds: {a: {}, b: {attention: {kind: mha, qk_norm: "
      "{kind: batch}}}}}", "layout.kinds.b.attention.qk_norm"),
-])
+], ids=["norm", "qk-norm", "layer-kind-norm", "layer-kind-qk-norm"])
 def test_c7_a_norm_pooling_over_positions_warns_wherever_it_sits(tmp_path, extra, where):
     exp = experiment(tmp_path, model_extra=extra, measure="  params: {}\n")
     code, lines = cli("run", exp, "--out", tmp_path / "runs", "--no-report")
@@ -369,7 +369,7 @@ def test_c7_the_warning_is_true_a_qk_batch_norm_leaks_the_future(tiny):
 @pytest.mark.parametrize(("extra", "where", "asks"), [
     ("eval_every: 2", "5:80: measure.training.eval_every", "validation curves"),
     ("eval_lengths: [16]", "5:68: measure.training.eval_lengths", "test scores at other lengths"),
-])
+], ids=["eval_every", "eval_lengths"])
 def test_c8_eval_every_without_held_out_batches_is_refused(tmp_path, extra, where, asks):
     exp = experiment(tmp_path, measure="  training: {steps: 6, batch_size: 2, seq_len: 8, "
                                        f"eval_batches: 0, {extra}}}\n")
