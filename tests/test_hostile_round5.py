@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from click.testing import CliRunner
+from test_hostile_round4 import cli  # CliRunner: the exit code and the lines, no traceback
 
-from variantlab.cli.main import main
 from variantlab.probes import checkpoint
 
 MODEL = ("model: {family: gpt, vocab_size: 64, context_length: 32, emb_dim: 32, n_heads: 4, "
@@ -25,13 +24,6 @@ def experiment(tmp: Path, *, model_extra: str = "", grid: str = "", data: str = 
     exp.write_text(f"name: {name}\nseeds: [0]\n{MODEL}{model_extra}}}\n{data}{grid}"
                    f"measure:\n{measure}")
     return exp
-
-
-def cli(*args: object) -> tuple[int, list[str]]:
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    assert not (result.exception and not isinstance(result.exception, SystemExit)), result.output
-    assert "Traceback (most recent" not in result.output
-    return result.exit_code, [x for x in result.output.splitlines() if x.strip()]
 
 
 def rows_of(run: Path) -> dict[str, list[float]]:

@@ -260,15 +260,15 @@ def test_a_best_at_the_ceiling_of_its_metric_is_neither_extended_nor_unresolved(
     assert not tuned["unresolved"].any() and list(tuned["rank"]) == [1, 1]
 
 
-def recall_report(tmp_path, lrs: str) -> tuple[pd.DataFrame, str]:
+def recall_report(tmp_path, lrs: str, probe_fn=fake_training) -> tuple[pd.DataFrame, str]:
     """tuned.csv and report.md of activation x data.n_pairs x lr with compare_on:
-    recall_accuracy (the fake training probe)."""
+    recall_accuracy (a fake training probe)."""
     e = fake_experiment(tmp_path, "  activation.kind: [gelu, relu]\n  data.n_pairs: [2, 4]\n"
                                   f"  measure.training.lr: {lrs}\n",
                         "compare_on: recall_accuracy\n"
                         "data: {source: synthetic, task: recall}\n")
     assert e.roles["data.n_pairs"] == "condition"
-    fake_run(e, tmp_path / "runs")
+    run_experiment(e, tmp_path / "runs", probe_fn=probe_fn)
     files = write_report([tmp_path / "runs" / "roles"], tmp_path / "rep", registry=REG)
     assert files.by_condition == tmp_path / "rep" / "effects_by_condition.csv"
     return pd.read_csv(files.tuned), files.markdown.read_text()
@@ -521,17 +521,12 @@ def test_an_unresolved_best_gives_no_effect_in_its_condition(tmp_path):
     """relu's best with 4 pairs sits at the edge: that condition has no effect, so the
     verdict stands in one condition, not "holds" across both (issue 38: a mutant that
     kept the edge's effect turned it into "holds")."""
-    e = fake_experiment(tmp_path, "  activation.kind: [gelu, relu]\n  data.n_pairs: [2, 4]\n"
-                                  "  measure.training.lr: [1.0e-3, 1.0e-2, 1.0e-1, 1.0]\n",
-                        "compare_on: recall_accuracy\n"
-                        "data: {source: synthetic, task: recall}\n")
-    run_experiment(e, tmp_path / "runs", probe_fn=edge_training)
-    files = write_report([tmp_path / "runs" / "roles"], tmp_path / "rep", registry=REG)
-    tuned = pd.read_csv(files.tuned).set_index(["variant", "data.n_pairs"])
+    tuned, _ = recall_report(tmp_path, "[1.0e-3, 1.0e-2, 1.0e-1, 1.0]", edge_training)
+    tuned = tuned.set_index(["variant", "data.n_pairs"])
     assert tuned["unresolved"].to_dict() == {
         ("activation=gelu", 2): False, ("activation=gelu", 4): False,
         ("activation=relu", 2): False, ("activation=relu", 4): True}
-    by_cond = pd.read_csv(files.by_condition)
+    by_cond = pd.read_csv(tmp_path / "rep" / "effects_by_condition.csv")
     assert list(by_cond["condition"]) == ["n_pairs=2"]  # none for n_pairs=4
     assert list(by_cond["effect"]) == pytest.approx([0.05])
     assert list(by_cond["across_conditions"]) == ["one condition"]
