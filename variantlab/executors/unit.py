@@ -134,11 +134,12 @@ def run_unit(unit: Unit, experiment: Experiment, probe_fn: Callable[..., list]) 
     t0, cpu0, load0 = time.perf_counter(), time.process_time(), machine.load()
     rows: list = []
     error = tb = None
-    caught: list[warnings.WarningMessage] = []
+    notes: list[str] = []
     try:
-        with checkpoint.for_unit(unit.key), warnings.catch_warnings(record=True) as caught:
+        with checkpoint.for_unit(unit.key), warnings.catch_warnings():
             warnings.simplefilter("always", checkpoint.CheckpointWarning)
             warnings.simplefilter("always", CacheWarning)
+            warnings.showwarning = _noting(notes, warnings.showwarning)
             rows = list(probe_fn(
                 unit.probe, unit.variant.spec, unit.settings, seed=unit.seed,
                 data=getattr(unit.variant, "data", None) or experiment.data,
@@ -160,16 +161,23 @@ def run_unit(unit: Unit, experiment: Experiment, probe_fn: Callable[..., list]) 
     usage: dict[str, Any] = {"cpu_s": time.process_time() - cpu0, "load_start": load0,
                              "load_end": machine.load(), "torch_threads": torch.get_num_threads(),
                              "cores": machine.cores()}
-    notes = []
-    for w in caught:  # a checkpoint's or the token cache's warnings go to the run's output
-        if issubclass(w.category, checkpoint.CheckpointWarning):
-            notes.append(f"checkpoint: {w.message}")
-        elif issubclass(w.category, CacheWarning):
-            notes.append(f"data: {w.message}")
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     usage["notes"] = tuple(notes)
     return unit_record(unit, started, time.perf_counter() - t0, error, tb, usage), rows
+
+
+def _noting(notes: list[str], show: Callable[..., None]) -> Callable[..., None]:
+    """A ``warnings.showwarning`` that keeps a checkpoint's or the token cache's warnings in
+    ``notes`` (the run prints them, each once, in any executor) and shows the others as
+    ``show`` does."""
+    def showwarning(message: Any, category: type[Warning], filename: str, lineno: int,
+                    file: Any = None, line: str | None = None) -> None:
+        if issubclass(category, checkpoint.CheckpointWarning):
+            notes.append(f"checkpoint: {message}")
+        elif issubclass(category, CacheWarning):
+            notes.append(f"data: {message}")
+        else:
+            show(message, category, filename, lineno, file, line)
+    return showwarning
 
 
 def out_of_memory(exc: BaseException) -> bool:
