@@ -121,6 +121,25 @@ def test_c1_c2_a_checkpoint_that_does_not_fit_is_set_aside_and_the_unit_starts_o
     assert rows_of(tmp_path / "runs" / "demo") == clean  # 6 loss rows, the clean final loss
 
 
+@pytest.mark.slow
+def test_c1_a_pool_worker_sets_a_checkpoint_aside_and_the_driver_says_so(tmp_path, monkeypatch,
+                                                                         real_checkpoint):
+    """The warning comes back from a worker process with its unit (``--workers 2``)."""
+    found, clean = real_checkpoint
+    exp = experiment(tmp_path)
+    folder = tmp_path / "runs" / "demo" / "checkpoints"
+    folder.mkdir(parents=True)
+    planted = folder / f"{unit_key(exp)}.pt"
+    shutil.copy(found, planted)  # another unit's
+    monkeypatch.setenv(checkpoint.STEPS_VAR, "2")
+    code, lines = cli("run", exp, "--out", tmp_path / "runs", "--no-report", "--workers", "2")
+    assert code == 0, lines
+    warned = [line for line in lines if line.startswith("warning: checkpoint:")]
+    assert len(warned) == 1 and f"checkpoint {planted} does not fit its unit (it belongs to " \
+        "unit" in warned[0], lines
+    assert rows_of(tmp_path / "runs" / "demo") == clean
+
+
 def test_c2_a_checkpoint_of_the_unit_itself_resumes_as_before(tmp_path, monkeypatch,
                                                               real_checkpoint):
     """The checks keep a real checkpoint: killed after 4 steps, the unit resumes from it."""
