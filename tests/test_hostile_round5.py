@@ -80,6 +80,7 @@ CASES = {
     "negative-done": (-5, "its step -5 is not inside this unit's 6 steps"),
     "done-past-the-end": (1000, "its step 1000 is not inside this unit's 6 steps"),
     "garbage": ("garbage", "it cannot be read: "),
+    "losses-short": ("losses", "it holds 2 losses for 4 steps"),
 }
 
 
@@ -100,6 +101,9 @@ def test_c1_c2_a_checkpoint_that_does_not_fit_is_set_aside_and_the_unit_starts_o
         planted.write_bytes(b"\x00not a checkpoint" * 10)
     elif edit == "model":  # its key and steps made to fit: only the tensors give it away
         torch.save(_edit(state, key=key), planted)
+    elif edit == "losses":  # its key, steps and tensors fit; its records do not
+        records = {**state["records"], "losses": state["records"]["losses"][:2]}
+        torch.save(_edit(state, key=key, records=records, model={}), planted)
     elif isinstance(edit, int):  # this unit's own key, a step outside the run
         torch.save(_edit(state, key=key, done=edit, model={}), planted)
     else:

@@ -295,6 +295,9 @@ def misfit(state: dict[str, Any], key: str, model: torch.nn.Module, total: int) 
         return f"its data stream is not at step {done}"
     if not isinstance(state["records"], dict) or not isinstance(state["model"], dict):
         return "its records or model state are not what a checkpoint writes"
+    losses = state["records"].get("losses")
+    if losses is not None and len(losses) != done:  # training keeps one loss per step
+        return f"it holds {len(losses)} losses for {done} steps"
     want = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     got = {name: tuple(getattr(t, "shape", ())) for name, t in state["model"].items()}
     if want.keys() != got.keys():
