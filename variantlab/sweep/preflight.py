@@ -8,7 +8,6 @@ tokens for a batch; recall needs vocab_size >= 4) and the size guard
 from __future__ import annotations
 
 import codecs
-import functools
 import os
 import warnings
 from collections.abc import Callable
@@ -248,12 +247,14 @@ CPU_RETRY_PARAMS = 20_000_000
 
 def build_problems(exp: Experiment, doc: YamlDoc, only: set[str] | None = None) -> list[str]:
     """Variants whose model cannot be built (a plugin's build function with the wrong
-    signature, one that raises), each built once on the meta device (no memory, no compute)
-    and named by the component whose build failed, its kind and its plugin. A build that
-    fails only on the meta device (the plugin reads a tensor's values) is tried again on the
-    CPU when the model is small, and passes if it builds there."""
+    signature, one that raises), named by the component whose build failed, its kind and
+    its plugin. The builds are the size guard's (:func:`variantlab.sweep.sizeguard.model_cost`:
+    on the meta device, no memory or compute, 1 and 2 layers of each layer kind, cached for
+    the size guard after it). A build that fails only on the meta device (the plugin reads a
+    tensor's values) is tried again on the CPU when the model is small, and passes if it
+    builds there."""
     from ..model.build import build_model
-    from .metarun import meta_run
+    from .sizeguard import EstimateError, model_cost
 
     out, seen = [], set()
     for v in exp.variants:
@@ -262,29 +263,20 @@ def build_problems(exp: Experiment, doc: YamlDoc, only: set[str] | None = None) 
             continue
         seen.add(text)
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                meta_run(functools.partial(_build_on, "meta", build_model, v.spec,
-                                           exp.registry))
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # plugin code: anything, sys.exit() included
+            model_cost(v.spec, exp.registry)
+        except EstimateError as exc:
             if _small(v.spec) and _builds_on_cpu(build_model, v.spec, exp.registry):
                 continue
-            slot, what = failed_component(exc)
+            cause = exc.__cause__ or exc
+            slot, what = failed_component(cause)
             written = [k for k in (slot, f"{slot}.kind") if slot and k in v.overrides] + \
                 sorted(k for k in v.overrides if slot and k.startswith(f"{slot}."))
             loc = override_loc(exp, v, (written or [slot])[0]) if slot else ("model",)
-            message = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            message = " ".join(f"{type(cause).__name__}: {cause}".split())[:300]
             out.append(doc.message(loc, f"variant {v.name!r}: {what} cannot be built: "
                                         f"{message}; fix the plugin's build (see "
                                         "docs/plugins-reference.md) or use another kind"))
     return out
-
-
-def _build_on(device: str, build_model: Callable[..., Any], spec: Any, registry: Any) -> Any:
-    with torch.device(device):
-        return build_model(spec, registry)
 
 
 def _small(spec: Any) -> bool:
@@ -297,7 +289,8 @@ def _builds_on_cpu(build_model: Callable[..., Any], spec: Any, registry: Any) ->
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            _build_on("cpu", build_model, spec, registry)
+            with torch.device("cpu"):
+                build_model(spec, registry)
     except KeyboardInterrupt:
         raise
     except BaseException:
