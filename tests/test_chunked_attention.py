@@ -3,6 +3,7 @@
 counted from the first real token under left padding), sdpa equals naive in float64, the
 l2 norm is x / sqrt(mean x^2 + eps) and commutes with rotary."""
 
+import pytest
 import torch
 
 import variantlab as vl
@@ -11,9 +12,9 @@ from variantlab_plugins.rotary import RotaryPositions
 REG = vl.get_registry()
 
 
-def model_with(**attention):
+def model_with(positional="rotary", **attention):
     spec = {"family": "gpt", "vocab_size": 64, "context_length": 32, "emb_dim": 32, "n_heads": 4,
-            "n_layers": 2, "drop_rate": 0.0, "positional": "rotary",
+            "n_layers": 2, "drop_rate": 0.0, "positional": positional,
             "attention": {"kind": "mha", "chunk": 3, **attention}}
     torch.manual_seed(0)
     return vl.build_model(spec, REG)
@@ -32,8 +33,13 @@ def test_a_query_sees_its_chunk_only():
             assert torch.equal(moved, expected), j
 
 
-def test_chunks_count_from_the_first_real_token():
-    model = model_with().eval()
+@pytest.mark.parametrize("positional", ["rotary", "learned"])
+@pytest.mark.parametrize("impl", ["naive", "sdpa"])
+def test_chunks_count_from_the_first_real_token(positional, impl):
+    """Under left padding, with rotary (the positions come with position_ids) and with
+    learned positions (no position_ids reach the attention: the chunks are counted from the
+    padding mask), for both implementations (issue 38: only rotary was tested)."""
+    model = model_with(positional, impl=impl).eval()
     idx = torch.randint(0, 64, (1, 7))
     padded = torch.cat([torch.zeros(1, 2, dtype=torch.long), idx], 1)
     mask = torch.ones(1, 9, dtype=torch.long)

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from conftest import store_of
 
 from variantlab.cli.main import main
+from variantlab.report.frame import visible
 from variantlab.report.render import browse_script
 from variantlab.report.tables import csv_safe, summary_csv
 from variantlab.testing.sample import sample_run
@@ -142,10 +143,11 @@ def hostile_report(tmp_path) -> Path:
 def test_hostile_names_are_neutralised_in_the_csv(hostile_report):
     text = (hostile_report / "summary.csv").read_text(encoding="utf-8")
     cells = [c for row in csv.reader(io.StringIO(text)) for c in row]
-    for name in HOSTILE:
+    for name in map(visible, HOSTILE):  # the tab shown as "\\t" (issue 38 C9)
         if name[0] in "=+-@\t":
             assert name not in cells  # never a bare cell a spreadsheet would evaluate
             assert "'" + name in cells
+    assert "\\tTabbed" in cells and "\tTabbed" not in cells
     for c in cells:
         assert not c.startswith(("=", "+", "@", "\t", "\r")), c
         assert not c.startswith("-") or c[1:2].isdigit() and float(c) < 0, c

@@ -61,11 +61,12 @@ def rope(x, positions, theta):  # x (T, d) in the rotate-half layout
     return x * cos + half * sin
 
 
-def reference(att, x, theta, scale=None):
+def reference(att, x, theta, scale=None, dv=5):
     """DeepSeek-V2's eq. 9-19 for one sequence x (T, D), one query and one head at a time,
-    from the module's weights only (scores times ``scale``, default 1/sqrt(qk head dim))."""
+    from the module's weights only (scores times ``scale``, default 1/sqrt(qk head dim);
+    ``dv``: the spec's v_head_dim)."""
     t = x.shape[0]
-    nope, rope_d, rank, dv, heads = 6, 4, 12, 5, 4
+    nope, rope_d, rank, heads = 6, 4, 12, 4
 
     def rms(v, scale):
         return scale * v / torch.sqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6)
@@ -141,3 +142,76 @@ def test_default_sizes_follow_the_head_width():
                                 "attention": {"kind": "mla"}}, REG)
     assert spec.attention.sizes(64, 4) == {"kv_lora_rank": 64, "qk_rope_head_dim": 8,
                                            "qk_nope_head_dim": 16, "v_head_dim": 16}
+
+
+def cross_reference(att, x, memory):
+    """Cross-attention of MLA from its weights (DeepSeek-V2 eq. 9-19 without a mask and with
+    no rotation: the target's queries and the memory's keys have no common positions), one
+    query and one head at a time: x (T, D) attends to memory (S, D)."""
+    t, s = x.shape[0], memory.shape[0]
+    nope, rope_d, rank, dv, heads = 6, 4, 12, 5, 4
+
+    def rms(v, scale):
+        return scale * v / torch.sqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+    def linear(layer, v):
+        return v @ layer.weight.T + (0 if layer.bias is None else layer.bias)
+
+    c_q = rms(linear(att.q_a_proj, x), att.q_a_norm.scale)
+    q = linear(att.q_b_proj, c_q).view(t, heads, nope + rope_d)
+    kv_a = linear(att.kv_a_proj, memory)  # (S, rank + rope)
+    c_kv, k_r = rms(kv_a[:, :rank], att.kv_a_norm.scale), kv_a[:, rank:]
+    up = att.kv_b_proj.weight.view(heads, nope + dv, rank)
+    out = torch.zeros(t, heads * dv, dtype=x.dtype)
+    for h in range(heads):
+        k_c, v = c_kv @ up[h, :nope].T, c_kv @ up[h, nope:].T  # (S, nope), (S, dv)
+        for i in range(t):
+            scores = torch.stack([(q[i, h, :nope] @ k_c[j] + q[i, h, nope:] @ k_r[j])
+                                  / math.sqrt(nope + rope_d) for j in range(s)])
+            out[i, h * dv:(h + 1) * dv] = torch.softmax(scores, 0) @ v
+    return linear(att.out_proj, out)
+
+
+@pytest.mark.parametrize("impl", ["naive", "sdpa", "absorbed"])
+def test_cross_attention_to_a_memory_of_another_length_equals_the_reference(impl):
+    """An encoder-decoder with MLA and rotary: the decoder's cross-attention to a memory of
+    7 positions from a target of 5 neither rotates (its positions are not the memory's) nor
+    masks; every impl equals the per-query reference (issue 38: a mutant rotated them)."""
+    spec = {"family": "encoder_decoder", "vocab_size": 64, "context_length": 32,
+            "emb_dim": 32, "n_heads": 4, "n_layers": 1, "drop_rate": 0.0,
+            "positional": {"kind": "rotary", "theta": 100.0}, "norm": {"kind": "rms"},
+            "attention": dict(MLA, impl=impl)}
+    torch.manual_seed(0)
+    model = vl.build_model(spec, REG).double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    att = model.decoder.layers[0].cross_att.sublayer
+    x, memory = torch.randn(2, 5, 32, dtype=torch.float64), torch.randn(2, 7, 32,
+                                                                         dtype=torch.float64)
+    with torch.no_grad():
+        got = att(x, memory=memory)
+        for row in range(2):
+            assert (got[row] - cross_reference(att, x[row], memory[row])).abs().max() < 1e-10
+        src, tgt = torch.randint(0, 64, (2, 7)), torch.randint(0, 64, (2, 5))
+        assert model(src, tgt).shape == (2, 5, 64)  # the whole model, lengths apart
+
+
+@pytest.mark.parametrize("impl", ["naive", "sdpa", "absorbed"])
+def test_values_wider_than_queries_and_keys_equal_the_reference(impl):
+    """v_head_dim (12) above the query/key width (6 + 4): the fused causal path pads the
+    narrower to one width and must keep the scale of the query/key width; every impl, with
+    and without a mask, equals the per-query reference (issue 38: a mutant dropped
+    ``scale=``)."""
+    wide = dict(MLA, v_head_dim=12, impl=impl)
+    model = model_with(wide, qkv_bias=True).double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    att = model.trf_blocks[0].att.sublayer
+    x = torch.randn(1, 7, 32, dtype=torch.float64)
+    with torch.no_grad():
+        want = reference(att, x[0], 100.0, dv=12)
+        assert (att(x)[0] - want).abs().max().item() < 1e-7  # plain causal: the fused path
+        pad = torch.zeros(1, 7, dtype=torch.bool)  # a key padding mask: the masked path
+        assert (att(x, key_padding_mask=pad)[0] - want).abs().max().item() < 1e-7

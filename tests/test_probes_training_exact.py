@@ -139,21 +139,27 @@ def test_eval_lengths_above_the_context_are_refused_before_training():
     from tests.conftest import TINY
     from variantlab.probes import run_probe
 
-    settings = {"steps": 1, "batch_size": 1, "seq_len": 8, "eval_batches": 0,
+    settings = {"steps": 1, "batch_size": 1, "seq_len": 8, "eval_batches": 1,
                 "eval_lengths": [16, 32, 64, 128], "device": "cpu"}
     with pytest.raises(ValueError, match=r"eval_lengths: 64 is above context_length=32"):
         run_probe("training", TINY, settings, seed=0, registry=vl.get_registry())
 
 
 def test_no_validation_curve_when_held_out_scoring_is_off():
+    """``eval_batches: 0``: no held-out row; asking for a curve as well is refused rather
+    than recording nothing (issue 38, C8)."""
+    import pydantic
+
     import variantlab as vl
     from tests.conftest import TINY
     from variantlab.probes import run_probe
 
-    rows = run_probe("training", TINY, {"steps": 2, "batch_size": 1, "seq_len": 8,
-                                        "eval_batches": 0, "eval_every": 1, "device": "cpu"},
-                     seed=0, registry=vl.get_registry())
-    assert not [r for r in rows if r["metric"].startswith("val_")]
+    off = {"steps": 2, "batch_size": 1, "seq_len": 8, "eval_batches": 0, "device": "cpu"}
+    with pytest.raises(pydantic.ValidationError, match="eval_every asks for validation curves"):
+        run_probe("training", TINY, {**off, "eval_every": 1}, seed=0,
+                  registry=vl.get_registry())
+    rows = run_probe("training", TINY, off, seed=0, registry=vl.get_registry())
+    assert not [r for r in rows if r["metric"].startswith(("val_", "test_"))]
     assert [r["step"] for r in rows if r["metric"] == "loss"] == [0, 1]
     m = {r["metric"]: r["value"] for r in rows if r["scope"] == "model" and r["step"] is None}
     # 2 steps of 1 x 8 tokens; per token 6N + 12 L H Q T, N = 30,400 - 64*32 - 32*32

@@ -260,15 +260,15 @@ def test_a_best_at_the_ceiling_of_its_metric_is_neither_extended_nor_unresolved(
     assert not tuned["unresolved"].any() and list(tuned["rank"]) == [1, 1]
 
 
-def recall_report(tmp_path, lrs: str) -> tuple[pd.DataFrame, str]:
+def recall_report(tmp_path, lrs: str, probe_fn=fake_training) -> tuple[pd.DataFrame, str]:
     """tuned.csv and report.md of activation x data.n_pairs x lr with compare_on:
-    recall_accuracy (the fake training probe)."""
+    recall_accuracy (a fake training probe)."""
     e = fake_experiment(tmp_path, "  activation.kind: [gelu, relu]\n  data.n_pairs: [2, 4]\n"
                                   f"  measure.training.lr: {lrs}\n",
                         "compare_on: recall_accuracy\n"
                         "data: {source: synthetic, task: recall}\n")
     assert e.roles["data.n_pairs"] == "condition"
-    fake_run(e, tmp_path / "runs")
+    run_experiment(e, tmp_path / "runs", probe_fn=probe_fn)
     files = write_report([tmp_path / "runs" / "roles"], tmp_path / "rep", registry=REG)
     assert files.by_condition == tmp_path / "rep" / "effects_by_condition.csv"
     return pd.read_csv(files.tuned), files.markdown.read_text()
@@ -500,3 +500,33 @@ def test_a_tuned_axis_only_some_compared_variants_have_is_left_out_for_the_other
         fake_experiment(tmp_path, "  norm.kind: [layer, rms]\n  norm.alpha0: [0.5, 1.0]\n",
                         "tune: [norm.alpha0]\n")
     assert any("'norm.alpha0' names no field of the model" in m for m in info.value.messages)
+
+
+def edge_training(name, spec, settings, *, seed, data=None, **_):
+    """As :func:`fake_training`, but relu's best rate with 4 pairs is 1.0, the top of the
+    grid [1e-3, 1e-2, 1e-1, 1.0]: unresolved there; every other best is 1e-2, inside it.
+    relu is 0.05 ahead of gelu at its best in both conditions."""
+    kind, pairs = spec.activation.kind, getattr(data, "n_pairs", None) or 2
+    best = 1.0 if (kind, pairs) == ("relu", 4) else 1e-2
+    gap = (math.log10(settings.lr) - math.log10(best)) ** 2
+    acc = 0.9 + 0.05 * (kind == "relu") - 0.1 * gap
+    loss = 2.0 + gap + 0.01 * seed
+    return [row(name, "loss", 4.0, step=0), row(name, "diverged", 0.0),
+            row(name, "val_loss", loss), row(name, "test_loss", loss + 0.1),
+            row(name, "val_recall_accuracy", acc - 0.01 * seed),
+            row(name, "test_recall_accuracy", acc - 0.02 * seed)]
+
+
+def test_an_unresolved_best_gives_no_effect_in_its_condition(tmp_path):
+    """relu's best with 4 pairs sits at the edge: that condition has no effect, so the
+    verdict stands in one condition, not "holds" across both (issue 38: a mutant that
+    kept the edge's effect turned it into "holds")."""
+    tuned, _ = recall_report(tmp_path, "[1.0e-3, 1.0e-2, 1.0e-1, 1.0]", edge_training)
+    tuned = tuned.set_index(["variant", "data.n_pairs"])
+    assert tuned["unresolved"].to_dict() == {
+        ("activation=gelu", 2): False, ("activation=gelu", 4): False,
+        ("activation=relu", 2): False, ("activation=relu", 4): True}
+    by_cond = pd.read_csv(tmp_path / "rep" / "effects_by_condition.csv")
+    assert list(by_cond["condition"]) == ["n_pairs=2"]  # none for n_pairs=4
+    assert list(by_cond["effect"]) == pytest.approx([0.05])
+    assert list(by_cond["across_conditions"]) == ["one condition"]

@@ -1,13 +1,13 @@
 """Normalisation layers: (..., dim) -> (..., dim)."""
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
 from pydantic import Field, PositiveFloat
 from torch import nn
 
-from variantlab import ComponentSpec, ModelSpec, hookimpl
+from variantlab import ComponentSpec, hookimpl
 
 
 class LayerNormSpec(ComponentSpec):
@@ -49,13 +49,7 @@ class BatchNormSpec(ComponentSpec):
         0.1, gt=0.0, le=1.0, description="weight of each batch in the running mean and variance "
         "used in eval mode")
 
-    def warnings(self, model: ModelSpec) -> list[str]:
-        if not model.causal:
-            return []
-        return [
-            f"norm 'batch' in causal family {model.family!r}: its batch statistics pool over "
-            "future positions, so in training each token's output depends on later tokens"
-        ]
+    pools_positions: ClassVar[bool] = True  # warned in a causal model, wherever it sits
 
 
 class BatchNorm(nn.Module):

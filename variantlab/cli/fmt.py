@@ -89,6 +89,8 @@ def print_summary(stdout: Console, err: Console, summary: Any) -> None:
     if summary.not_run:
         parts.append(f"{summary.not_run} not run")
     stdout.print(f"{summary.total} unit(s): " + ", ".join(parts))
+    for note in getattr(summary, "warnings", ()):
+        err.print(f"warning: {escape(note)}", soft_wrap=True)
     for unit, error in summary.failed:
         err.print(f"failed: {escape(unit.title)}: {escape(error)}", soft_wrap=True)
     if summary.failed:

@@ -132,6 +132,7 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     from ..executors.threads import choose_threads
 
     stdout, err = consoles()
+    _check_environment()
     if workers is not None and workers < 1:
         raise SpecError.at(("--workers",), f"{workers} is not a number of processes; use 1 "
                                            "(everything in this process, the default) or more")
@@ -235,10 +236,22 @@ def _run_extended(stdout: Any, err: Any, exp: Experiment, run_once: Any,
     for line in done.skipped:
         err.print(f"warning: edge extension: not added: {escape(line)}", soft_wrap=True)
     summary = done.summaries[-1]
+    notes = [n for s in done.summaries for n in s.warnings]
+    summary.warnings = list(dict.fromkeys(notes))
     earlier = sum(s.done for s in done.summaries[:-1])
     summary.done += earlier
     summary.skipped = max(0, summary.skipped - earlier)
     return summary
+
+
+def _check_environment() -> None:
+    """The settings read from the environment while units run (the checkpoint triggers),
+    checked before anything runs."""
+    from ..probes.checkpoint import environment_problem
+
+    problem = environment_problem()
+    if problem is not None:
+        raise SpecError.at((problem[0],), problem[1])
 
 
 def _valid_device(device: str) -> bool:
@@ -330,6 +343,7 @@ def validate(experiment: str, device: str | None, max_variants: int,
     from ..config.experiment import load_experiment
 
     stdout, err = consoles()
+    _check_environment()
     exp = load_experiment(experiment, extra_plugins=plugins, max_variants=max_variants)
     _check_device_option(device)
     _print_checks(err, exp, device)

@@ -33,6 +33,12 @@ MAX_BYTES = 1 << 20  # 1 MiB: larger files are refused before parsing
 MAX_DEPTH = 50  # nesting levels of mappings and lists
 #: Control characters other than tab, newline and carriage return (C0, DEL, C1).
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+#: what no decoded string may hold (escapes such as "\u001b" pass the raw-text check):
+#: control characters, tab and line breaks included, and the bidirectional formatting
+#: characters that make text read other than it is stored (a right-to-left override)
+UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+#: the keys whose strings may span lines (a tab or a line break there is text)
+MULTILINE = frozenset({"description"})
 
 
 @dataclass(frozen=True)
@@ -169,10 +175,13 @@ class StrictLoader(yaml.SafeLoader):
             if node.tag not in SCALAR_TAGS:
                 return self.refuse_tag(node, loc)
             try:
-                return self.construct_object(node, deep=True)
+                value = self.construct_object(node, deep=True)
             except yaml.YAMLError as exc:
                 self.fail(node, loc, f"cannot read this value: {getattr(exc, 'problem', exc)}")
                 return None
+            if isinstance(value, str):
+                self.check_string(node, loc, value)
+            return value
         active = active | {id(node)}
         if isinstance(node, SequenceNode):
             if node.tag != SEQ_TAG:
@@ -185,6 +194,19 @@ class StrictLoader(yaml.SafeLoader):
         if node.tag != MAP_TAG:
             return self.refuse_tag(node, loc)
         return self.mapping(node, loc, active)
+
+    def check_string(self, node: Node, loc: Loc, value: str) -> None:
+        """Refuse a decoded string holding a character of :data:`UNSAFE` (a key's too)."""
+        multiline = bool(loc) and loc[-1] in MULTILINE
+        for found in UNSAFE.finditer(value):
+            char = found.group()
+            if multiline and char in "\t\n\r":
+                continue
+            what = ("a bidirectional formatting character: it makes text read other than it "
+                    "is" if char >= "\u0600" else "a control character")
+            self.fail(node, loc, f"{value[:40]!r} holds U+{ord(char):04X}, {what}; names, "
+                                 "labels and values are plain text: remove it")
+            return
 
     def refuse_tag(self, node: Node, loc: Loc) -> None:
         self.fail(
@@ -207,6 +229,8 @@ class StrictLoader(yaml.SafeLoader):
                 self.fail(key_node, loc, "keys must be plain strings or numbers")
                 continue
             key = self.construct_object(key_node)
+            if isinstance(key, str):
+                self.check_string(key_node, loc + (key,), key)
             pos = Position.of(key_node.start_mark)
             if key in first:
                 prev = first[key]

@@ -17,11 +17,15 @@ Where: ``$VARIANTLAB_CACHE/tokens`` when that variable is set, else
 ``$XDG_CACHE_HOME/variantlab/tokens`` (``~/.cache/variantlab/tokens``). Entries can be
 deleted at any time. Writers never clash: each writes a temporary file in the folder and
 renames it into place (atomic on one file system); the offsets go first, then the tokens,
-then the digest, and a reader takes an entry only when its digest file exists.
+then the digest, and a reader takes an entry only when its digest file exists. A folder that
+cannot take an entry (read-only, a file in its place, a full disk) is a :class:`CacheWarning`
+naming it: the corpus is tokenised in memory instead, and any file of the entry already
+written is removed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -40,7 +44,8 @@ CACHE_FORMAT = "tokens-v2"
 
 
 class CacheWarning(UserWarning):
-    """A token cache entry was damaged and is being rebuilt."""
+    """A token cache entry was damaged and is being rebuilt, or the cache folder cannot be
+    written (the corpus is then tokenised in memory)."""
 
 
 @dataclass(frozen=True)
@@ -177,8 +182,33 @@ def corpus_tokens(content_hash: str, tokenizer: str, documents: Callable[[], lis
     dtype = id_dtype(tokenizer)
     ids = np.fromiter((t for doc in encoded for t in doc), dtype=dtype,
                       count=int(offsets[-1]))  # (N,)
-    folder.mkdir(parents=True, exist_ok=True)
-    _write_atomic(folder / f"{key}.offsets.npy", offsets)
-    _write_atomic(folder / f"{key}.tokens.npy", ids)
-    _write_text_atomic(folder / f"{key}.sha256", digest(ids, offsets) + "\n")
+    if not store(folder, key, ids, offsets):
+        return Tokens(ids, offsets, key)  # in memory only, for this process
     return load(key, folder) or Tokens(ids, offsets, key)
+
+
+def store(folder: Path, key: str, ids: np.ndarray, offsets: np.ndarray) -> bool:
+    """Write the entry ``key`` (offsets, tokens, then the digest); False when the folder
+    cannot take it (read-only, a file in its place, a full disk, an entry's file replaced
+    by a folder): a :class:`CacheWarning` naming the folder, and no file of the entry left
+    behind, so no partial entry is ever there."""
+    written: list[Path] = []
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for path, write in ((folder / f"{key}.offsets.npy", lambda p: _write_atomic(p, offsets)),
+                            (folder / f"{key}.tokens.npy", lambda p: _write_atomic(p, ids)),
+                            (folder / f"{key}.sha256",
+                             lambda p: _write_text_atomic(p, digest(ids, offsets) + "\n"))):
+            write(path)
+            written.append(path)
+    except OSError as exc:
+        for path in written:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        why = exc.strerror or str(exc)
+        where = f" at {exc.filename}" if exc.filename and Path(exc.filename) != folder else ""
+        warnings.warn(f"token cache folder {folder} cannot be used ({why}{where}); the corpus "
+                      "is tokenised in memory for this run (set VARIANTLAB_CACHE to a "
+                      "writable folder to keep it)", CacheWarning, stacklevel=3)
+        return False
+    return True

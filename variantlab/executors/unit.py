@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..data.cache import CacheWarning
 from ..probes import checkpoint, machine
 from ..store.store import Store, UnitRecord
 from ..sweep.units import Unit, canonical_json, plain
@@ -52,6 +54,7 @@ class RunSummary:
     failed: list[tuple[Unit, str]] = field(default_factory=list)
     interrupted: bool = False
     write_error: str | None = None  # the store refused a write (disk full): the run stopped
+    warnings: list[str] = field(default_factory=list)  # the units' (each once, in order)
 
     @property
     def not_run(self) -> int:
@@ -106,6 +109,9 @@ class ResultSink:
     def save(self, index: int, unit: Unit, record: UnitRecord, rows: Sequence[Any]) -> bool:
         """Store one unit and report it; ``True`` when it is ``ok``."""
         self.store.save_unit(record, rows)  # one transaction: rolled back if interrupted
+        for note in record.notes:  # a checkpoint set aside or not written: said once
+            if note not in self.summary.warnings:
+                self.summary.warnings.append(note)
         if record.status == "ok":  # done: its mid-training checkpoint goes (a failed unit,
             checkpoint.remove(unit.key)  # a lost worker's among them, resumes from it)
         self.rerun.discard(unit.key)  # computed now: a variant with the same spec reuses it
@@ -128,8 +134,12 @@ def run_unit(unit: Unit, experiment: Experiment, probe_fn: Callable[..., list]) 
     t0, cpu0, load0 = time.perf_counter(), time.process_time(), machine.load()
     rows: list = []
     error = tb = None
+    notes: list[str] = []
     try:
-        with checkpoint.for_unit(unit.key):  # a training unit resumes from its checkpoint
+        with checkpoint.for_unit(unit.key), warnings.catch_warnings():
+            warnings.simplefilter("always", checkpoint.CheckpointWarning)
+            warnings.simplefilter("always", CacheWarning)
+            warnings.showwarning = _noting(notes, warnings.showwarning)
             rows = list(probe_fn(
                 unit.probe, unit.variant.spec, unit.settings, seed=unit.seed,
                 data=getattr(unit.variant, "data", None) or experiment.data,
@@ -148,10 +158,26 @@ def run_unit(unit: Unit, experiment: Experiment, probe_fn: Callable[..., list]) 
             _free_memory()
         tb = traceback_text(exc)
         _free_memory()
-    usage = {"cpu_s": time.process_time() - cpu0, "load_start": load0,
-             "load_end": machine.load(), "torch_threads": torch.get_num_threads(),
-             "cores": machine.cores()}
+    usage: dict[str, Any] = {"cpu_s": time.process_time() - cpu0, "load_start": load0,
+                             "load_end": machine.load(), "torch_threads": torch.get_num_threads(),
+                             "cores": machine.cores()}
+    usage["notes"] = tuple(notes)
     return unit_record(unit, started, time.perf_counter() - t0, error, tb, usage), rows
+
+
+def _noting(notes: list[str], show: Callable[..., None]) -> Callable[..., None]:
+    """A ``warnings.showwarning`` that keeps a checkpoint's or the token cache's warnings in
+    ``notes`` (the run prints them, each once, in any executor) and shows the others as
+    ``show`` does."""
+    def showwarning(message: Any, category: type[Warning], filename: str, lineno: int,
+                    file: Any = None, line: str | None = None) -> None:
+        if issubclass(category, checkpoint.CheckpointWarning):
+            notes.append(f"checkpoint: {message}")
+        elif issubclass(category, CacheWarning):
+            notes.append(f"data: {message}")
+        else:
+            show(message, category, filename, lineno, file, line)
+    return showwarning
 
 
 def out_of_memory(exc: BaseException) -> bool:

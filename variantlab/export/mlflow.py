@@ -182,6 +182,9 @@ def export_mlflow(runs: str | Path | Iterable[str | Path], tracking_uri: str,
     ``report``, the report as artifacts of a parent run per variantlab run."""
     mlflow = _mlflow()
     refs = find_runs(runs)  # every path checked before MLflow is touched
+    problem = sqlite_problem(tracking_uri)
+    if problem is not None:
+        raise SpecError.at(["--tracking-uri"], f"{tracking_uri}: {problem}")
     remote = tracking_uri.lower().startswith(("http://", "https://"))
     try:
         with bounded_http() if remote else contextlib.nullcontext():
@@ -194,6 +197,65 @@ def export_mlflow(runs: str | Path | Iterable[str | Path], tracking_uri: str,
                            ) from None
     except OSError as exc:  # the HTTP library's connection errors
         raise SpecError.at(["--tracking-uri"], _no_answer(tracking_uri, str(exc))) from None
+    except Exception as exc:  # the database layer under MLflow's store refused it
+        if type(exc).__module__.split(".")[0] not in ("sqlalchemy", "alembic"):
+            raise
+        first = " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]
+        raise SpecError.at(["--tracking-uri"], f"{tracking_uri}: not a usable MLflow store "
+                           f"({type(exc).__name__}: {first}); name another database file or "
+                           "a tracking server") from None
+
+
+#: the first bytes of every SQLite database file
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+#: tables every MLflow SQLite store has
+MLFLOW_TABLES = frozenset({"experiments", "runs", "metrics", "params", "alembic_version"})
+
+
+def _tables(path: Path) -> set[str]:
+    """The tables of the SQLite database ``path``, read without writing (empty when it
+    cannot be read: MLflow then says why)."""
+    import sqlite3
+
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            return {name for (name,) in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return set()
+
+
+def sqlite_problem(uri: str) -> str | None:
+    """Why an ``sqlite:///PATH`` tracking URI cannot hold MLflow's store (None: it can, or
+    the URI is not SQLite): a folder, a file that is not an SQLite database, a folder that
+    does not exist."""
+    if not uri.lower().startswith("sqlite:///"):
+        return None
+    path = Path(uri[len("sqlite:///"):].split("?")[0])
+    if path.is_dir():
+        return f"{path} is a folder; name a database file (it is made if missing)"
+    if path.is_file() and path.stat().st_size:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(len(SQLITE_HEADER))
+        except OSError as exc:
+            return f"cannot read {path}: {exc.strerror or exc}"
+        if head != SQLITE_HEADER:
+            return (f"{path} is not an SQLite database; name an MLflow database or a new "
+                    "file (it is made), or move this one away")
+        tables = _tables(path)
+        if tables and not MLFLOW_TABLES <= tables:
+            return (f"{path} is another program's SQLite database (tables: "
+                    f"{', '.join(sorted(tables)[:5])}), not MLflow's; MLflow would add its "
+                    "tables to it: name an MLflow database or a new file")
+    elif not path.exists() and not path.parent.is_dir():
+        return f"the folder {path.parent} does not exist; make it or name another file"
+    return None
 
 
 #: MLflow's HTTP settings while exporting to a tracking server, unless already set in the

@@ -110,7 +110,8 @@ def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
                       ) -> tuple[ModelSpec, torch.nn.Module]:
     """The variantlab spec equal to ``hf_model`` and a variantlab model holding copies of its
     weights (logits equal in float32), built with the built-in components of ``registry``.
-    ``impl`` picks the implementation of the mha and mla attentions."""
+    ``impl`` picks the implementation of the mha and mla attentions. The model is in the HF
+    model's mode (``eval()`` when it is, so dropout is off as there)."""
     name = type(hf_model).__name__
     if name not in CONVERTERS:
         from .families import family
@@ -146,6 +147,7 @@ def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
     if left or unexpected:
         raise ConversionError.at(["transformers"], f"weight mapping for {name} incomplete: "
                                  f"missing {left}, unexpected {unexpected}")
+    model.train(bool(getattr(hf_model, "training", True)))
     return spec, model
 
 

@@ -44,6 +44,10 @@ class ComponentSpec(BaseModel):
     #: options added after the component was first released: left out of its data while at
     #: their defaults, so a spec written before they existed keeps its data and unit keys
     added_options: ClassVar[tuple[str, ...]] = ()
+    #: a norm whose statistics pool over positions (BatchNorm): in a causal model each
+    #: token's output then depends on later tokens; warned wherever it sits in the spec
+    #: (:meth:`ModelSpec.warnings`)
+    pools_positions: ClassVar[bool] = False
     kind: str
 
     @model_serializer(mode="wrap")
@@ -314,13 +318,44 @@ class ModelSpec(BaseModel):
         return {slot: getattr(self, slot) for slot in SLOTS}
 
     def warnings(self) -> list[str]:
-        """Warnings of every component in this model (e.g. BatchNorm in a causal model),
-        and of each layer kind's components in the layer they build."""
+        """Warnings of every component in this model and of each layer kind's components in
+        the layer they build, and a norm that pools over positions in a causal model
+        wherever it sits (:meth:`pooling_norms`)."""
         out = [w for comp in self.components().values() for w in comp.warnings(self)]
         for slots in (self.layout.kinds.values() if self.layout else ()):
             layer = self.model_copy(update=slots)
             out += [w for comp in slots.values() for w in comp.warnings(layer) if w not in out]
+        if self.causal:
+            out += [f"{path} {kind!r} in causal family {self.family!r}: its batch statistics "
+                    "pool over future positions, so in training each token's output depends "
+                    "on later tokens" for path, kind in self.pooling_norms()]
         return out
+
+    def pooling_norms(self) -> list[tuple[str, str]]:
+        """(where, kind) of every component spec whose class says it pools over positions
+        (``pools_positions``): the model's slots, the specs inside them (an attention's
+        ``qk_norm``, a mixer's norm) and each layout layer kind's, at any depth."""
+        found: list[tuple[str, str]] = []
+
+        def walk(value: Any, path: str) -> None:
+            if isinstance(value, ComponentSpec):
+                if type(value).pools_positions:
+                    found.append((path, value.kind))
+                for name in type(value).model_fields:
+                    walk(getattr(value, name), f"{path}.{name}")
+            elif isinstance(value, (list, tuple)):
+                for i, item in enumerate(value):
+                    walk(item, f"{path}[{i}]")
+            elif isinstance(value, dict):
+                for key, item in value.items():
+                    walk(item, f"{path}.{key}")
+
+        for slot, comp in self.components().items():
+            walk(comp, slot)
+        for kind, slots in (self.layout.kinds.items() if self.layout else ()):
+            for slot, comp in slots.items():
+                walk(comp, f"layout.kinds.{kind}.{slot}")
+        return found
 
     def to_data(self) -> dict[str, Any]:
         """Plain data (JSON-safe) that :func:`parse_model_spec` turns back into this spec."""

@@ -52,7 +52,14 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_serializer
+from pydantic import (
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+)
 
 from ..data import sources as datalib
 from ..model.build import make_model
@@ -131,6 +138,19 @@ class TrainingSettings(TrainRunSettings):
     @classmethod
     def _distinct_lengths(cls, value: list[int] | None) -> list[int] | None:
         return None if value is None else sorted(set(value))
+
+    @field_validator("eval_every", "eval_lengths")
+    @classmethod
+    def _scored_at_all(cls, value: Any, info: ValidationInfo) -> Any:
+        """``eval_every`` and ``eval_lengths`` ask for held-out scores that
+        ``eval_batches: 0`` turns off: refused rather than silently recording nothing."""
+        if value is not None and info.data.get("eval_batches") == 0:
+            asks = "validation curves" if info.field_name == "eval_every" else \
+                "test scores at other lengths"
+            raise ValueError(f"{info.field_name} asks for {asks}, but eval_batches: 0 turns "
+                             f"held-out scoring off, so nothing would be recorded; remove "
+                             f"{info.field_name} or eval_batches: 0")
+        return value
 
 
 @dataclass(frozen=True)

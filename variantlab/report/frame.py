@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..config.yamlio import UNSAFE
 from ..store.contract import RESULTS, UNITS, VARIANTS, RunData, RunMeta, conform
 from .labels import display_names
 
@@ -81,11 +82,21 @@ def checked(run: RunData, label: str) -> RunData:
                    rows=conform(run.rows, RESULTS, f"run {label}: rows"))
 
 
+def visible(text: Any) -> Any:
+    """``text`` with each control or bidirectional formatting character written as its
+    escape (``\\x1b``, ``\\u202e``), so no report shows it raw; other values as they are.
+    Experiment files refuse such characters (:data:`variantlab.config.yamlio.UNSAFE`); a
+    store written another way may still hold them."""
+    if not isinstance(text, str) or UNSAFE.search(text) is None:
+        return text
+    return UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 def _variants_frame(variants: pd.DataFrame, experiment: str, label: str) -> pd.DataFrame:
     return pd.DataFrame({
         "experiment": experiment,
         "stored_name": variants["name"].tolist(),
-        "label": variants["label"].tolist(),
+        "label": [visible(x) for x in variants["label"].tolist()],
         "spec": variants["spec"].tolist(),
         "overrides": variants["overrides"].tolist(),
         "warnings": variants["warnings"].tolist(),
@@ -102,11 +113,12 @@ def gather(runs: Sequence[Any], baseline: str | None = None) -> ReportData:
     metas, frames, unit_frames, row_frames = [], [], [], []
     for i, (given, label) in enumerate(load_runs(list(runs))):
         run = checked(given, label)
-        experiment = run.meta.experiment or f"run{i + 1}"
-        metas.append(replace(run.meta, experiment=experiment, run=label))
+        experiment = visible(run.meta.experiment) or f"run{i + 1}"
+        metas.append(replace(run.meta, experiment=experiment, run=label,
+                             description=visible(run.meta.description)))
         frame = _variants_frame(run.variants, experiment, label)
-        frame["display"] = display_names(run.meta, frame["stored_name"].tolist(),
-                                         frame["overrides"].tolist())
+        frame["display"] = [visible(name) for name in display_names(
+            run.meta, frame["stored_name"].tolist(), frame["overrides"].tolist())]
         frames.append(frame)
         units = run.units[run.units["current"]]  # units of an older YAML version stay out
         units = units.assign(experiment=experiment, run=label)

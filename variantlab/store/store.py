@@ -24,7 +24,7 @@ import os
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import closing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,6 +77,8 @@ class UnitRecord:
     load_end: float | None = None  # ... and when it ended
     torch_threads: int | None = None  # torch's intra-op threads while it ran
     cores: int | None = None  # the CPUs the computing process may use
+    #: warnings of the unit for the run's output (a checkpoint set aside); not stored
+    notes: tuple[str, ...] = field(default=(), compare=False, metadata={"stored": False})
 
 
 _OPENED = itertools.count(1)
@@ -258,7 +260,8 @@ class Store:
         ]
         if unit.invocation is None:
             unit = replace(unit, invocation=self.invocation)
-        names = list(UnitRecord.__dataclass_fields__)
+        names = [name for name, f in UnitRecord.__dataclass_fields__.items()
+                 if f.metadata.get("stored", True)]
         fields = [getattr(unit, f) for f in names]
         self._transaction([
             ("DELETE FROM rows WHERE unit_key = ?", (unit.key,), False),

@@ -240,6 +240,84 @@ def budget_problems(exp: Experiment, doc: YamlDoc, only: set[str] | None = None)
     return out
 
 
+#: a model whose meta build failed is built again on the CPU (is it the meta device?) only
+#: when it has about this many parameters or fewer
+CPU_RETRY_PARAMS = 20_000_000
+
+
+def build_problems(exp: Experiment, doc: YamlDoc, only: set[str] | None = None) -> list[str]:
+    """Variants whose model cannot be built (a plugin's build function with the wrong
+    signature, one that raises), named by the component whose build failed, its kind and
+    its plugin. The builds are the size guard's (:func:`variantlab.sweep.sizeguard.model_cost`:
+    on the meta device, no memory or compute, 1 and 2 layers of each layer kind, cached for
+    the size guard after it). A build that fails only on the meta device (the plugin reads a
+    tensor's values) is tried again on the CPU when the model is small, and passes if it
+    builds there."""
+    from ..model.build import build_model
+    from .sizeguard import EstimateError, model_cost
+
+    out, seen = [], set()
+    for v in exp.variants:
+        text = repr(v.spec.to_data())
+        if (only is not None and v.name not in only) or text in seen:
+            continue
+        seen.add(text)
+        try:
+            model_cost(v.spec, exp.registry)
+        except EstimateError as exc:
+            if _small(v.spec) and _builds_on_cpu(build_model, v.spec, exp.registry):
+                continue
+            cause = exc.__cause__ or exc
+            slot, what = failed_component(cause)
+            written = [k for k in (slot, f"{slot}.kind") if slot and k in v.overrides] + \
+                sorted(k for k in v.overrides if slot and k.startswith(f"{slot}."))
+            loc = override_loc(exp, v, (written or [slot])[0]) if slot else ("model",)
+            message = " ".join(f"{type(cause).__name__}: {cause}".split())[:300]
+            out.append(doc.message(loc, f"variant {v.name!r}: {what} cannot be built: "
+                                        f"{message}; fix the plugin's build (see "
+                                        "docs/plugins-reference.md) or use another kind"))
+    return out
+
+
+def _small(spec: Any) -> bool:
+    width, layers = getattr(spec, "emb_dim", 0) or 0, getattr(spec, "n_layers", 0) or 0
+    vocab = getattr(spec, "vocab_size", 0) or 0
+    return 12 * width * width * layers + 2 * vocab * width <= CPU_RETRY_PARAMS
+
+
+def _builds_on_cpu(build_model: Callable[..., Any], spec: Any, registry: Any) -> bool:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch.device("cpu"):
+                build_model(spec, registry)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        return False
+    return True
+
+
+def failed_component(exc: BaseException) -> tuple[str | None, str]:
+    """(slot, description) of the innermost component whose build raised ``exc`` (from
+    the frames of :meth:`variantlab.model.build.Parts.component`); (None, "the model")
+    when none did (the family's own build)."""
+    from ..model.build import Parts
+
+    code = Parts.component.__code__
+    found: dict[str, Any] | None = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            found = tb.tb_frame.f_locals
+        tb = tb.tb_next
+    if not found or "comp" not in found:
+        return None, "the model"
+    comp = found["comp"]
+    return str(found["slot"]), (f"{found['slot']} {comp.kind!r} (registered by "
+                                f"{comp.plugin})")
+
+
 def override_loc(exp: Experiment, variant: Variant, field: str) -> tuple:
     """Where ``field`` of ``variant`` is written: its grid value, its named ``set:`` entry,
     else ``model.FIELD`` (or ``model``)."""
@@ -276,6 +354,9 @@ def preflight(exp: Experiment, doc: YamlDoc, device: str | None = None,
         problem = device_problem(asked) if asked and device is None else None
         if problem:
             errors.append(doc.message(("measure", probe, "device"), problem))
+    if errors:
+        raise InputError(errors)
+    errors = build_problems(exp, doc, only)
     if errors:
         raise InputError(errors)
     data_errors, warns = data_problems(exp, doc)

@@ -21,6 +21,10 @@ rebuilds them from the experiment's text like any other); their units are ordina
 with ordinary keys, stored beside the grid's, and a rerun finds them stored. The report
 says what was added (tuned.csv ``extended``) and calls a best that still sits at an edge
 *unresolved*.
+
+An added value passes the checks a grid value passes before it is scheduled
+(:func:`extension_problems`: the experiment's budget checks, the steps bound, the size
+guard); one that fails is not added, and the run says why (``Extended.skipped``).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import yaml
 from ...config.experiment import Experiment, experiment_from_text
 from ...config.named import key_of, value_names
 from ...config.roles import next_value, numeric
+from ...config.yamlio import YamlDoc
 from ...errors import InputError
 from ..frame import gather
 from ..labels import value_text
@@ -118,6 +123,27 @@ def with_variants(experiment: Experiment, added: list[Extension],
                                 max_variants=None)
 
 
+class _Unplaced(YamlDoc):
+    """Messages about an added variant without a place: its YAML is generated, so a line,
+    a column or a key path would point nowhere the user wrote."""
+
+    def message(self, loc: Sequence[object], message: str, at: str = "auto") -> str:
+        return message
+
+
+def extension_problems(experiment: Experiment, name: str) -> list[str]:
+    """Why the added variant ``name`` of ``experiment`` may not run (empty: it may): the
+    checks a grid value passes before a run (:mod:`variantlab.sweep.preflight`: the budget
+    in steps, its bound and warmup, and the size guard on its probes' devices)."""
+    from ...sweep.preflight import budget_problems, size_problems  # torch: only when run
+
+    only = {name}
+    doc = _Unplaced({})
+    found = budget_problems(experiment, doc, only) + size_problems(experiment, doc, None,
+                                                                   only=only)
+    return [message.removeprefix(f"variant {name!r}: ") for message in found]
+
+
 def run_extended(experiment: Experiment, run: Callable[[Experiment], Any],
                  extend: Mapping[str, int], extra_plugins: tuple[str, ...] = (),
                  on_round: Callable[[int, list[Extension]], None] | None = None) -> Extended:
@@ -142,9 +168,13 @@ def run_extended(experiment: Experiment, run: Callable[[Experiment], Any],
         accepted: list[Extension] = []
         for ext in added:  # each value on its own: one the model or probe refuses is skipped
             try:
-                with_variants(out.experiment, [*accepted, ext], extra_plugins)
+                trial = with_variants(out.experiment, [*accepted, ext], extra_plugins)
             except InputError as exc:
                 out.skipped.append(f"{ext.name}: {'; '.join(exc.messages)}")
+                continue
+            problems = extension_problems(trial, ext.name)
+            if problems:
+                out.skipped.append(f"{ext.name}: {'; '.join(problems)}")
             else:
                 accepted.append(ext)
         if not accepted:
@@ -228,9 +258,13 @@ class EdgeFeed:
         for ext in new:
             self.tried.add(ext.name)
             try:
-                with_variants(self.experiment, [*accepted, ext], self.extra_plugins)
+                trial = with_variants(self.experiment, [*accepted, ext], self.extra_plugins)
             except InputError as exc:
                 self.skipped.append(f"{ext.name}: {'; '.join(exc.messages)}")
+                continue
+            problems = extension_problems(trial, ext.name)
+            if problems:
+                self.skipped.append(f"{ext.name}: {'; '.join(problems)}")
             else:
                 accepted.append(ext)
         if not accepted:
@@ -258,5 +292,6 @@ def complete_groups(data: Any, sweep: Sweep, seeds: Sequence[int]) -> set[str]:
     return out
 
 
-__all__ = ["EdgeFeed", "Extended", "Extension", "beyond", "complete_groups", "run_extended",
+__all__ = ["EdgeFeed", "Extended", "Extension", "beyond", "complete_groups",
+           "extension_problems", "run_extended",
            "with_variants"]
