@@ -84,9 +84,10 @@ def test_interval_and_t_quantiles():
     assert interval(pd.Series([0.3, 0.3])) == (0.3, 0.3, 0.3, 2)
     one = interval(pd.Series([0.7]))
     assert one[0] == 0.7 and math.isnan(one[1]) and one[3] == 1
-    assert t975(1) == 12.706 and t975(30) == 2.042
-    assert t975(40) == pytest.approx(2.0211, abs=1e-3)
-    assert t975(120) == pytest.approx(1.9799, abs=1e-3)
+    assert t975(1) == pytest.approx(12.7062047, abs=1e-6)
+    assert t975(30) == pytest.approx(2.0422725, abs=1e-6)
+    assert t975(40) == pytest.approx(2.0210754, abs=1e-6)
+    assert t975(120) == pytest.approx(1.9799304, abs=1e-6)
 
 
 def test_interactions_find_an_effect_that_depends_on_another_axis():

@@ -37,7 +37,7 @@ from variantlab.report.frame import ReportData
 from variantlab.report.labels import GridLabels
 from variantlab.store.contract import RunMeta
 
-T1 = 12.706  # the two-sided 95% critical value of t with 1 degree of freedom (a printed table)
+T1 = 12.706204736  # the two-sided 95% critical value of t with 1 degree of freedom (tan 0.475 pi)
 LR = "measure.training.lr"
 ACT = "activation.kind"
 Fn = Callable[[dict, int], Any]
