@@ -94,14 +94,17 @@ def condition_phrase(claims: pd.DataFrame, condition: str) -> str:
     rows = pairs_of(claims, condition)
     named = [r for r in rows.itertuples() if r.verdict in CLEAR or r.verdict.startswith("equal")
              or r.verdict == "unresolved"]
-    rest = [r for r in rows.itertuples() if r not in named]
+    unsure = [r for r in rows.itertuples() if r.verdict == "not clearly different"]
+    missing = [r for r in rows.itertuples() if r.verdict == "not estimated"]
     said = [phrase(r) for r in named[:MAX_SAID]]
-    if len(rest) == 1 or (rest and not said):
-        said += [phrase(r) for r in rest[:max(1, MAX_SAID - len(said))]]
-    elif rest:
-        worst = max((up_to(r) for r in rest if _finite(up_to(r))), default=math.nan)
-        said.append(f"the other {len(rest)} pairs not clearly different (differences up to "
-                    f"{_num(worst)} not ruled out)")
+    if len(unsure) == 1 or (unsure and not said):
+        said += [phrase(r) for r in unsure[:max(1, MAX_SAID - len(said))]]
+    elif unsure:
+        worst = max((up_to(r) for r in unsure if _finite(up_to(r))), default=math.nan)
+        said.append(f"the other {len(unsure)} pairs not clearly different (differences up "
+                    f"to {_num(worst)} not ruled out)")
+    if missing:
+        said.append(f"{len(missing)} pair(s) not estimated (one seed or no paired seeds)")
     where = f"{condition}: " if condition else ""
     return where + "; ".join(said)
 
@@ -117,12 +120,20 @@ def verdict_lines(claims: pd.DataFrame, question: str = "") -> list[str]:
     parts = [condition_phrase(claims, c) for c in conds[:MAX_SAID]]
     more = f"; and {len(conds) - MAX_SAID} more conditions in verdicts.csv" \
         if len(conds) > MAX_SAID else ""
-    lead = f"{question.rstrip('.?')}? " if question else ""
+    lead = f"{question.strip()} Answer: " if question else ""
     within = " within each condition" if any(conds) else ""
     family = "Holm over each condition's pairs" if any(conds) else "Holm over all pairs"
     line = (f"{lead}On {metric}, every pair compared{within} (a minus b, 95% interval; "
             f"{family}): " + " — ".join(parts) + more + ".")
     return [line, *across_lines(claims)]
+
+
+def across_word(verdicts: Sequence[str]) -> str:
+    """``flips`` when one verdict is ``lower`` and another ``higher``; ``holds`` when every
+    one is the same clear verdict; else ``unclear`` (module docstring)."""
+    said = set(verdicts)
+    return ("flips" if set(CLEAR) <= said else
+            "holds" if len(said) == 1 and said <= set(CLEAR) else "unclear")
 
 
 def across(claims: pd.DataFrame) -> dict[tuple[str, str], str]:
@@ -133,9 +144,7 @@ def across(claims: pd.DataFrame) -> dict[tuple[str, str], str]:
     for (a, b), part in pairs.groupby(["a", "b"], sort=False):
         if part["condition"].nunique() < 2:
             continue
-        said = set(part["verdict"])
-        out[(str(a), str(b))] = ("flips" if set(CLEAR) <= said else
-                                 "holds" if len(said) == 1 and said <= set(CLEAR) else "unclear")
+        out[(str(a), str(b))] = across_word(list(part["verdict"]))
     return out
 
 
@@ -249,6 +258,6 @@ def averages_note(claims: pd.DataFrame) -> str:
             "the verdicts are per condition, in verdicts.csv")
 
 
-__all__ = ["MAX_READING", "across", "across_lines", "averages_note", "compose",
+__all__ = ["MAX_READING", "across", "across_lines", "across_word", "averages_note", "compose",
            "condition_phrase", "groups", "pairs_of", "phrase", "power_line",
            "question_of", "seed_lines", "up_to", "verdict_lines"]
