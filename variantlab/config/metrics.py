@@ -55,9 +55,6 @@ AT_LENGTH = re.compile(r"(.+)_at_\d+")
 #: headline -> the best value it can take (an accuracy cannot beat 1): a choice there is
 #: not unresolved at an edge of the sweep, since no value beyond it can do better
 CEILINGS: dict[str, float] = {"recall_accuracy": 1.0}
-#: Recall accuracy at which the task counts as solved (``steps_to_solve``; a seed's
-#: test recall at or above it is a solved seed in the report's claims)
-SOLVED = 0.99
 
 
 def finite(x: Any) -> bool:

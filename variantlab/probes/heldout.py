@@ -27,7 +27,6 @@ from typing import Any
 
 import torch
 
-from ..config.metrics import SOLVED
 from ..data.heldout import held_out_set, scored
 from ..data.sources import SyntheticData
 from ..data.splits import Split
@@ -39,6 +38,8 @@ from .common import autocast
 from .noise import step_noise
 from .recall import recall_hits
 
+#: Recall accuracy at which the task counts as solved (``steps_to_solve``).
+SOLVED = 0.99
 #: ``still_improving``: the fall over the last fifth must exceed this many standard errors.
 IMPROVING_SIGMAS = 2.0
 #: ... measured over at least this many steps (a shorter curve is never "still improving").

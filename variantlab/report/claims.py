@@ -33,7 +33,7 @@ power from the observed spread of the paired differences, and ``seeds_for_delta`
 setting tied with another, :func:`.fair.tuned.tied`), ``still improving (k of n)``,
 ``seeds that did not learn (k of n)`` (:func:`.learned.seed_learning`), ``one rate only
 (not tuned)``, ``averaged over (axes)``. Recall rows carry ``solved_share``: the seeds
-whose test recall reaches :data:`..config.metrics.SOLVED`.
+that solved the task (a ``steps_to_solve`` row: validation recall reached 0.99).
 
 **Averages.** A grid's main effects (:mod:`.effects`) are averages over the grid's other
 axes; with two or more axes they are rows too (``kind`` ``average``, condition
@@ -51,7 +51,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from ..config.metrics import CEILINGS, SOLVED, Headline, headline_of
+from ..config.metrics import CEILINGS, Headline, headline_of
 from ..config.metrics import finite as _finite
 from .effects import Effects, rounding
 from .fair.tuned import Sweep, at_edge, choose, find_sweep, improving, tie_broken
@@ -114,11 +114,19 @@ def _learning(data: ReportData, variant: str, seeds: Sequence[Any]) -> str:
     return f"seeds that did not learn ({stuck} of {len(mine)})" if stuck else ""
 
 
-def _solved(head: Headline, values: pd.Series) -> str:
+def _solved(data: ReportData, head: Headline, variant: str, values: pd.Series) -> str:
+    """``k/n``: of the seeds with a value, those the probe counted as solved (a
+    ``steps_to_solve`` row); empty for a metric without a ceiling or a store without
+    those rows."""
     if head.name not in CEILINGS or head.lower_is_better:
         return ""
-    known = values[values.map(_finite)]
-    return f"{int((known >= SOLVED).sum())}/{len(known)}" if len(known) else ""
+    rows = data.rows[(data.rows["metric"] == "steps_to_solve") & (data.rows["probe"] == PROBE)]
+    if not len(rows):
+        return ""
+    seeds = [s for s, v in values.items() if _finite(v)]
+    mine = rows[(rows["variant"] == variant) & rows["seed"].isin(seeds)
+                & rows["value"].map(_finite)]
+    return f"{mine['seed'].nunique()}/{len(seeds)}" if seeds else ""
 
 
 def sweep_arms(data: ReportData, sweep: Sweep) -> list[Arm]:
@@ -147,7 +155,7 @@ def sweep_arms(data: ReportData, sweep: Sweep) -> list[Arm]:
             caveats.append("one rate only (not tuned)")
         arms.append(Arm(sweep.compared.get(group, group), sweep.sizes.get(group, ""),
                         _setting(sweep, chosen), values, bool(edges), caveats,
-                        _solved(sweep.head, values)))
+                        _solved(data, sweep.head, str(chosen["variant"]), values)))
     return arms
 
 
@@ -169,7 +177,8 @@ def plain_arms(data: ReportData) -> tuple[Headline, str, list[Arm]]:
         caveats = [c for c in [_learning(data, variant, list(values.index))] if c]
         if head.probe == PROBE:
             caveats.append("one rate only (not tuned)")
-        arms.append(Arm(variant, "", "", values, False, caveats, _solved(head, values)))
+        arms.append(Arm(variant, "", "", values, False, caveats,
+                        _solved(data, head, variant, values)))
     return head, column, arms
 
 
