@@ -134,7 +134,10 @@ def sweep_arms(data: ReportData, sweep: Sweep) -> list[Arm]:
     arms = []
     for group in sweep.archs:
         chosen = choose(sweep, group)
-        if chosen is None:
+        if chosen is None:  # every setting has a seed without a finite value: no pair
+            arms.append(Arm(sweep.compared.get(group, group), sweep.sizes.get(group, ""), "",
+                            pd.Series(dtype=float), False,
+                            ["no setting finished on every seed"]))
             continue
         mine = sweep.per_seed[sweep.per_seed["variant"] == chosen["variant"]]
         values = mine.set_index("seed")["test"]
@@ -272,15 +275,24 @@ def compute_claims(data: ReportData, effects: Effects | None = None) -> pd.DataF
     margins = margins_of(data)
     sweep = find_sweep(data, PROBE) or find_sweep(data, PROBE, untuned=True)
     if sweep is not None:
-        head, metric, arms = sweep.head, sweep.reported_on, sweep_arms(data, sweep)
-    else:
-        head, metric, arms = plain_arms(data)
-    rows = pair_rows(arms, metric, margins.get(head.name, math.nan))
+        return sweep_claims(data, sweep, average_rows(effects, margins))
+    head, metric, arms = plain_arms(data)
+    return _frame(pair_rows(arms, metric, margins.get(head.name, math.nan))
+                  + average_rows(effects, margins))
+
+
+def sweep_claims(data: ReportData, sweep: Sweep, more: Sequence[dict[str, Any]] = ()
+                 ) -> pd.DataFrame:
+    """The pair rows of a tuned or condition ``sweep`` (then ``more`` rows)."""
+    delta = margins_of(data).get(sweep.head.name, math.nan)
+    return _frame(pair_rows(sweep_arms(data, sweep), sweep.reported_on, delta) + list(more))
+
+
+def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     for r in rows:
-        r["verdict"] = verdict_of(r)
-    rows += average_rows(effects, margins)
-    frame = pd.DataFrame(rows, columns=list(COLUMNS))
-    return frame
+        if not r["verdict"]:
+            r["verdict"] = verdict_of(r)
+    return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
 def claims_table(data: ReportData, effects: Effects | None = None) -> pd.DataFrame:
@@ -338,4 +350,4 @@ def csv_text(frame: pd.DataFrame) -> str:
 
 __all__ = ["AVERAGED", "CLEAR", "COLUMNS", "DEFAULT_MARGINS", "VERDICT_COLUMNS", "Arm",
            "claims_table", "compute_claims", "csv_text", "margins_of",
-           "seeds_frame", "verdict_of"]
+           "seeds_frame", "sweep_claims", "verdict_of"]
