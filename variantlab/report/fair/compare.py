@@ -28,7 +28,7 @@ from ..tables import Table, apart, fmt
 from ..verdict import Lead, margin
 from ..words import groups
 from .conditions import axes_table, condition_table, condition_values, effects_by_condition
-from .gaps import condition_gaps, group_values
+from .gaps import group_values
 from .improving import improving_cell, improving_lines
 from .scaling import scaling_parts
 from .tuned import (
@@ -274,10 +274,9 @@ def condition_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True,
              "condition and effects_by_condition.csv."]
     if not learned:
         return lines
-    gaps = condition_gaps(sweep)
     if named is not None:  # the claims' verdicts name every group
         named.update(sweep.archs)
-    return lines + ([gaps] if gaps else [])
+    return lines
 
 
 def _lead(sweep: Sweep, a: str, b: str, column: str = "test", lr: float | None = None
