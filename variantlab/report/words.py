@@ -39,6 +39,8 @@ def pairs_of(claims: pd.DataFrame, condition: str | None = None) -> pd.DataFrame
 def groups(claims: pd.DataFrame, condition: str, order: Sequence[str]) -> dict[str, str]:
     """Variant -> its group letters within ``condition`` (module docstring); ``order``:
     the variants, best mean first."""
+    if not order:
+        return {}
     rows = pairs_of(claims, condition)
     apart = {frozenset((r.a, r.b)) for r in rows.itertuples() if r.verdict in CLEAR}
     columns: list[set[str]] = [set(order)]
@@ -86,7 +88,10 @@ def phrase(row: Any) -> str:
                 f"{_num(up_to(row))} is not ruled out{solved})")
     if verdict == "unresolved":
         return f"{a} vs {b} unresolved (a best setting at an edge of the sweep)"
-    return f"{a} vs {b} not estimated ({'one seed: no interval' if n == 1 else 'no paired seeds'})"
+    if n == 1:
+        return (f"{a} {_num(row.a_mean)}, {b} {_num(row.b_mean)} (one seed: no interval, so "
+                "no verdict)")
+    return f"{a} vs {b} not estimated (no paired seeds)"
 
 
 def condition_phrase(claims: pd.DataFrame, condition: str) -> str:
@@ -103,8 +108,10 @@ def condition_phrase(claims: pd.DataFrame, condition: str) -> str:
         worst = max((up_to(r) for r in unsure if _finite(up_to(r))), default=math.nan)
         said.append(f"the other {len(unsure)} pairs not clearly different (differences up "
                     f"to {_num(worst)} not ruled out)")
-    if missing:
-        said.append(f"{len(missing)} pair(s) not estimated (one seed or no paired seeds)")
+    if len(missing) <= 3:
+        said += [phrase(r) for r in missing]
+    else:
+        said.append(f"{len(missing)} pairs not estimated (one seed or no paired seeds)")
     where = f"{condition}: " if condition else ""
     return where + "; ".join(said)
 
@@ -151,7 +158,7 @@ def across(claims: pd.DataFrame) -> dict[tuple[str, str], str]:
 def across_lines(claims: pd.DataFrame) -> list[str]:
     """Whether each pair's verdict holds across conditions, in one sentence."""
     found = across(claims)
-    if not found:
+    if not found or not pairs_of(claims)["verdict"].isin(CLEAR).any():
         return []
     pairs = pairs_of(claims)
     said = []
@@ -165,8 +172,8 @@ def across_lines(claims: pd.DataFrame) -> list[str]:
                         f"{where['higher']}")
     unclear = sum(1 for how in found.values() if how == "unclear")
     if unclear:
-        said.append(f"{unclear} pair(s) have no verdict that holds across conditions (some "
-                    "condition's interval includes 0)")
+        said.append(f"{unclear} pair(s) without one clear verdict in every condition, so "
+                    "nothing holds across conditions for them")
     return ["Across conditions: " + "; ".join(said[:MAX_SAID]) + "."]
 
 
