@@ -42,10 +42,12 @@ def groups(claims: pd.DataFrame, condition: str, order: Sequence[str]) -> dict[s
     if not order:
         return {}
     rows = pairs_of(claims, condition)
-    apart = {frozenset((r.a, r.b)) for r in rows.itertuples() if r.verdict in CLEAR}
+    rank = {v: k for k, v in enumerate(order)}
+    apart = sorted({tuple(sorted((r.a, r.b), key=lambda v: rank.get(v, len(rank))))
+                    for r in rows.itertuples() if r.verdict in CLEAR
+                    and r.a in rank and r.b in rank}, key=lambda p: (rank[p[0]], rank[p[1]]))
     columns: list[set[str]] = [set(order)]
-    for pair in apart:
-        i, j = tuple(pair)
+    for i, j in apart:
         grown: list[set[str]] = []
         for col in columns:
             if i in col and j in col:
@@ -54,8 +56,7 @@ def groups(claims: pd.DataFrame, condition: str, order: Sequence[str]) -> dict[s
                 grown.append(col)
         columns = [c for c in grown if c and not any(c < d for d in grown)]
         columns = [c for k, c in enumerate(columns) if c not in columns[:k]]
-    rank = {v: k for k, v in enumerate(order)}
-    columns.sort(key=lambda c: min(rank[v] for v in c))
+    columns.sort(key=lambda c: sorted(rank[v] for v in c))
     letters = string.ascii_lowercase
     return {v: "".join(letters[k % 26] for k, c in enumerate(columns) if v in c)
             for v in order}
