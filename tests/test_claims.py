@@ -161,14 +161,17 @@ def _tiny(tmp_path, grid: str, seeds: str, more: str = "", probe_fn=None):
 
 
 def _words_are_in_rows(lines: list[str], verdicts: pd.DataFrame) -> None:
-    """Every verdict word the reading says is one its rows carry."""
+    """Every verdict word the reading says is one its rows carry (a line that says nothing
+    was learned names no verdict: "no variant is named best")."""
     carried = " ".join(verdicts["verdict"])
     assert len(lines) <= MAX_READING
+    said = [line for line in lines if not line.startswith("Nothing was learned")]
     for word in WORDS:
-        if any(re.search(rf"\b{word}\b", line) for line in lines):
+        if any(re.search(rf"\b{word}\b", line) for line in said):
             assert word in carried, (word, lines)
 
 
+@pytest.mark.slow
 def test_naive_and_sdpa_attention_are_equal_within_delta(tmp_path):
     lines, verdicts, files = _tiny(tmp_path, "  attention.impl: [naive, sdpa]\n", "[0, 1, 2]")
     assert list(verdicts.columns[:12]) == list(VERDICT_COLUMNS)
@@ -193,6 +196,7 @@ def test_a_real_gap_is_lower_or_higher_with_its_interval(tmp_path):
     _words_are_in_rows(lines, verdicts)
 
 
+@pytest.mark.slow
 def test_two_seeds_say_what_difference_they_could_detect(tmp_path):
     lines, verdicts, _ = _tiny(tmp_path, "  attention.impl: [naive, sdpa]\n", "[0, 1]",
                                more="equivalence_margin: {loss: 1.0e-9}\n")

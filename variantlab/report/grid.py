@@ -144,12 +144,14 @@ def best_sentence(data: ReportData, effects: Effects, losses: bool = True) -> st
 
 def grid_reading(data: ReportData, summary: pd.DataFrame, effects: Effects,
                  problems: list[str], extra: Sequence[str] = (),
-                 heads: Sequence[str] = (), best: bool = True) -> list[str]:
+                 heads: Sequence[str] = (), best: bool = True,
+                 averages: Sequence[str] | None = None) -> list[str]:
     """At most MAX_READING sentences: the grid, what matters per metric, ``extra`` (the
     per-variant sentences of a small grid), the headline metric's leader and the metrics
     that disagree (``heads``, :mod:`.headline`), the best variants (``best`` False: none,
     for a tuned or condition run, whose fair comparison names them within each
-    condition), the problems."""
+    condition), the problems. ``averages``: the claims' sentence on the main effects, in
+    place of the per-metric axis sentences."""
     g = effects.grid
     seeds = len(data.seeds)
     axes = f"{len(g.axes)} ax{'is' if len(g.axes) == 1 else 'es'}"
@@ -161,6 +163,8 @@ def grid_reading(data: ReportData, summary: pd.DataFrame, effects: Effects,
         lines[0] = lines[0].replace("(see Effects of each axis)", f"(averaged over settings "
                                     f"and conditions: see {AVERAGES}, not verdicts)")
         flat = []
+    elif averages is not None:  # the claims' average rows (:func:`.words.average_lines`)
+        lines += list(averages)
     else:
         lines += [s for s in (axis_sentence(effects, m) for m, _, _ in g.metrics) if s]
     lines += list(extra)

@@ -257,6 +257,24 @@ def compose(data: ReportData, claims: pd.DataFrame, lines: Sequence[str],
     return (head + rest)[:MAX_READING]
 
 
+def average_lines(claims: pd.DataFrame) -> list[str]:
+    """The ``average`` rows (a grid's main effects over its other axes) in one sentence:
+    each value against its axis's baseline value, its row's verdict with its interval."""
+    rows = claims[claims["kind"] == "average"]
+    if not len(rows):
+        return []
+    clear = [r for r in rows.itertuples() if r.verdict in CLEAR]
+    said = [f"{r.a} {r.verdict} than {r.b} ({_num(r.estimate)} [{_num(r.low)}, "
+            f"{_num(r.high)}])" for r in clear[:MAX_SAID]]
+    rest = sorted({str(r.a).split("=", 1)[0] for r in rows.itertuples()
+                   if r.verdict not in CLEAR})
+    if rest:
+        said.append("not clearly different from the baseline value: " + ", ".join(rest[:4]))
+    metric = str(rows["metric"].iloc[0])
+    return [f"Averaged over the grid's other axes (on {metric}; averages, not verdicts on one "
+            "combination): " + "; ".join(said) + "."]
+
+
 def averages_note(claims: pd.DataFrame) -> str:
     """What the averaged rows are, for the table that shows them."""
     rows = claims[claims["condition"] == AVERAGED]
@@ -266,6 +284,6 @@ def averages_note(claims: pd.DataFrame) -> str:
             "the verdicts are per condition, in verdicts.csv")
 
 
-__all__ = ["MAX_READING", "across", "across_lines", "across_word", "averages_note", "compose",
-           "condition_phrase", "groups", "pairs_of", "phrase", "power_line",
+__all__ = ["MAX_READING", "across", "across_lines", "across_word", "average_lines",
+           "averages_note", "compose", "condition_phrase", "groups", "pairs_of", "phrase", "power_line",
            "question_of", "seed_lines", "up_to", "verdict_lines"]
