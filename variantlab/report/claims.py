@@ -36,7 +36,7 @@ setting tied with another, :func:`.fair.tuned.tied`), ``still improving (k of n)
 that solved the task (a ``steps_to_solve`` row: validation recall reached 0.99).
 
 **Averages.** A grid's main effects (:mod:`.effects`) are averages over the grid's other
-axes; with two or more axes they are rows too (``kind`` ``average``, condition
+axes; with two or more axes those on the pairs' metric are rows too (``kind`` ``average``, condition
 ``averaged``), judged on their 95% interval and never a verdict on one condition.
 """
 
@@ -244,13 +244,16 @@ def pair_rows(arms: list[Arm], metric: str, delta: float) -> list[dict[str, Any]
     return rows
 
 
-def average_rows(effects: Effects | None, margins: dict[str, float]) -> list[dict[str, Any]]:
-    """A grid's main effects on its primary metric as ``average`` rows (module docstring);
-    none for a grid of one axis (its effects are the pairs)."""
-    if effects is None or len(effects.grid.axes) < 2:
+def average_rows(effects: Effects | None, metric: str) -> list[dict[str, Any]]:
+    """A grid's main effects on the pairs' ``metric`` (else the grid's headline metric) as
+    ``average`` rows (module docstring); none for a grid of one axis (its effects are the
+    pairs)."""
+    if effects is None or len(effects.grid.axes) < 2 or not effects.grid.metrics:
         return []
+    present = set(effects.main["metric"])
+    metric = metric if metric in present else effects.grid.metrics[0][0]
     rows = []
-    main = effects.main[effects.main["metric"] == effects.primary]
+    main = effects.main[effects.main["metric"] == metric]
     for r in main.itertuples():
         others = [a for a in effects.grid.axes if a != r.axis]
         base = effects.grid.baseline[str(r.axis)]
@@ -275,10 +278,10 @@ def compute_claims(data: ReportData, effects: Effects | None = None) -> pd.DataF
     margins = margins_of(data)
     sweep = find_sweep(data, PROBE) or find_sweep(data, PROBE, untuned=True)
     if sweep is not None:
-        return sweep_claims(data, sweep, average_rows(effects, margins))
+        return sweep_claims(data, sweep, average_rows(effects, sweep.reported_on))
     head, metric, arms = plain_arms(data)
     return _frame(pair_rows(arms, metric, margins.get(head.name, math.nan))
-                  + average_rows(effects, margins))
+                  + average_rows(effects, metric))
 
 
 def sweep_claims(data: ReportData, sweep: Sweep, more: Sequence[dict[str, Any]] = ()
