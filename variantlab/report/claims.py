@@ -71,19 +71,25 @@ CLEAR = ("lower", "higher")
 AVERAGED = "averaged"
 
 
-def margins_of(data: ReportData) -> dict[str, float]:
-    """Headline metric -> δ: the first run's ``equivalence_margin`` (read from the
-    experiment text it stored) over :data:`DEFAULT_MARGINS`."""
-    out = dict(DEFAULT_MARGINS)
+def stored_doc(data: ReportData) -> dict[str, Any]:
+    """The first run's experiment text as it ran (its meta's ``yaml``), safely loaded;
+    empty when there is none or it does not parse."""
     for meta in data.runs[:1]:
         try:
             doc = yaml.safe_load(meta.yaml or "") or {}
         except yaml.YAMLError:
             doc = {}
-        given = doc.get("equivalence_margin") if isinstance(doc, dict) else None
-        if isinstance(given, dict):
-            out.update({str(k): float(v) for k, v in given.items()
-                        if _finite(v) and float(v) > 0})
+        return doc if isinstance(doc, dict) else {}
+    return {}
+
+
+def margins_of(data: ReportData) -> dict[str, float]:
+    """Headline metric -> δ: the first run's ``equivalence_margin`` (read from the
+    experiment text it stored) over :data:`DEFAULT_MARGINS`."""
+    out = dict(DEFAULT_MARGINS)
+    given = stored_doc(data).get("equivalence_margin")
+    if isinstance(given, dict):
+        out.update({str(k): float(v) for k, v in given.items() if _finite(v) and float(v) > 0})
     return out
 
 
@@ -353,4 +359,4 @@ def csv_text(frame: pd.DataFrame) -> str:
 
 __all__ = ["AVERAGED", "CLEAR", "COLUMNS", "DEFAULT_MARGINS", "VERDICT_COLUMNS", "Arm",
            "claims_table", "compute_claims", "csv_text", "margins_of",
-           "seeds_frame", "sweep_claims", "verdict_of"]
+           "seeds_frame", "stored_doc", "sweep_claims", "verdict_of"]

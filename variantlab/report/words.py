@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from ..config.metrics import finite as _finite
-from .claims import AVERAGED, CLEAR, seeds_frame
+from .claims import AVERAGED, CLEAR, seeds_frame, stored_doc
 from .frame import ReportData
 from .tables import fmt
 
@@ -230,19 +230,13 @@ def seed_lines(data: ReportData, claims: pd.DataFrame) -> list[str]:
 
 
 def question_of(data: ReportData) -> str:
-    """The experiment's ``question:`` (from its stored text), else its description."""
-    import yaml
-
-    for meta in data.runs[:1]:
-        try:
-            doc = yaml.safe_load(meta.yaml or "") or {}
-        except yaml.YAMLError:
-            doc = {}
-        asked = doc.get("question") if isinstance(doc, dict) else None
-        if isinstance(asked, str) and asked.strip():
-            return asked.strip()
-        return (meta.description or "").strip().splitlines()[0] if meta.description else ""
-    return ""
+    """The experiment's ``question:`` (from its stored text), else its description's first
+    line."""
+    asked = stored_doc(data).get("question")
+    if isinstance(asked, str) and asked.strip():
+        return asked.strip()
+    described = (data.runs[0].description or "").strip() if data.runs else ""
+    return described.splitlines()[0] if described else ""
 
 
 def compose(data: ReportData, claims: pd.DataFrame, lines: Sequence[str],
