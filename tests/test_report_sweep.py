@@ -123,7 +123,7 @@ def test_named_variants_keep_the_per_variant_reading(tmp_path):
     assert files.effects.read_text() == "axis,value,metric,effect,low,high,n,role\n"
     md = files.markdown.read_text()
     assert "## Effects of each axis" not in md
-    assert "post\\_norm is worse (3.445 vs 3.355; behind by 0.09" in md
+    assert "pre\\_norm lower than post\\_norm (-0.09 \\[-0.09, -0.09\\])" in md
 
 
 def test_reading_stays_short_on_a_large_grid():
@@ -139,8 +139,13 @@ def test_reading_stays_short_on_a_large_grid():
     assert sum(len(line) for line in reading) < 3000
     assert any("Spec warnings: attention: odd head size (40: " in line and "and 38 more" in line
                for line in reading)
-    assert reading[1].startswith("Eval loss: one seed, so no interval (more seeds would give "
-                                  "one): c (false vs true: +1")
+    # 575 pairs, each against the baseline (too many variants for all pairs), one seed each
+    assert reading[0] == ("A fixed synthetic run for tests. Answer: On eval_loss, each variant "
+                          "against the baseline (more than 24 compared) (a minus b, 95% "
+                          "interval; Holm over all pairs): 575 pairs not estimated (one seed or "
+                          "no paired seeds).")
+    assert reading[2] == ("Averaged over the grid's other axes (on eval_loss; averages, not "
+                          "verdicts on one combination): one seed, so no interval: a, b, c, d.")
     # per-variant plots draw the baseline and the extremes, not 576 lines
     gradients = next(p for p in plots if p.key == "gradients")
     assert len(gradients.figure.legends[0].get_texts()) <= 7

@@ -11,7 +11,8 @@ pair ``(a, b)`` is compared on the paired difference ``a - b`` over seeds (a see
 runs on the same initialisation and batches; differences below float rounding count as
 0, :func:`.effects.rounding`): ``estimate`` and its 95% t-interval ``low``, ``high``, a
 paired t-test's ``p``, and ``holm_p``, the p-value Holm-adjusted over all pairs of the
-condition, so each condition's family-wise error is at most 5%.
+condition, so each condition's family-wise error is at most 5% (a condition of more than
+MAX_ARMS compared variants pairs each with the baseline only, and Holm runs over those).
 
 **Verdict**, in this order:
 
@@ -69,6 +70,7 @@ COLUMNS = VERDICT_COLUMNS + EXTRA_COLUMNS
 DEFAULT_MARGINS: dict[str, float] = {"loss": 0.02, "recall_accuracy": 0.02}
 CLEAR = ("lower", "higher")
 AVERAGED = "averaged"
+MAX_ARMS = 24  # all pairs up to this many arms in a condition (276 pairs); beyond, vs the baseline
 
 
 def stored_doc(data: ReportData) -> dict[str, Any]:
@@ -236,13 +238,19 @@ def verdict_of(row: dict[str, Any]) -> str:
     return "not clearly different"
 
 
-def pair_rows(arms: list[Arm], metric: str, delta: float) -> list[dict[str, Any]]:
-    """Every pair of arms within each condition, Holm-adjusted per condition."""
+def pair_rows(arms: list[Arm], metric: str, delta: float, baseline: str = ""
+              ) -> list[dict[str, Any]]:
+    """Every pair of arms within each condition, Holm-adjusted per condition; a condition
+    of more than MAX_ARMS arms pairs each with its ``baseline`` arm only (else the first)."""
     tol = rounding(pd.concat([a.values for a in arms])) if arms else 0.0
     rows: list[dict[str, Any]] = []
     for cond in dict.fromkeys(a.condition for a in arms):
         mine = [a for a in arms if a.condition == cond]
-        family = [pair_row(a, b, metric, delta, tol) for a, b in combinations(mine, 2)]
+        pairs = list(combinations(mine, 2))
+        if len(mine) > MAX_ARMS:
+            base = next((a for a in mine if a.name == baseline), mine[0])
+            pairs = [(base, a) for a in mine if a is not base]
+        family = [pair_row(a, b, metric, delta, tol) for a, b in pairs]
         tested = [r for r in family if not r["_unresolved"] and r["n_seeds"] >= 2]
         for r, adjusted in zip(tested, holm([r["p"] for r in tested])):
             r["holm_p"] = adjusted
@@ -286,7 +294,7 @@ def compute_claims(data: ReportData, effects: Effects | None = None) -> pd.DataF
     if sweep is not None:
         return sweep_claims(data, sweep, average_rows(effects, sweep.reported_on))
     head, metric, arms = plain_arms(data)
-    return _frame(pair_rows(arms, metric, margins.get(head.name, math.nan))
+    return _frame(pair_rows(arms, metric, margins.get(head.name, math.nan), data.baseline)
                   + average_rows(effects, metric))
 
 
@@ -294,7 +302,8 @@ def sweep_claims(data: ReportData, sweep: Sweep, more: Sequence[dict[str, Any]] 
                  ) -> pd.DataFrame:
     """The pair rows of a tuned or condition ``sweep`` (then ``more`` rows)."""
     delta = margins_of(data).get(sweep.head.name, math.nan)
-    return _frame(pair_rows(sweep_arms(data, sweep), sweep.reported_on, delta) + list(more))
+    return _frame(pair_rows(sweep_arms(data, sweep), sweep.reported_on, delta, sweep.baseline)
+                  + list(more))
 
 
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:

@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from ..config.metrics import finite as _finite
-from .claims import AVERAGED, CLEAR, seeds_frame, stored_doc
+from .claims import AVERAGED, CLEAR, MAX_ARMS, seeds_frame, stored_doc
 from .frame import ReportData
 from .tables import fmt
 
@@ -131,7 +131,11 @@ def verdict_lines(claims: pd.DataFrame, question: str = "") -> list[str]:
     lead = f"{question.strip()} Answer: " if question else ""
     within = " within each condition" if any(conds) else ""
     family = "Holm over each condition's pairs" if any(conds) else "Holm over all pairs"
-    line = (f"{lead}On {metric}, every pair compared{within} (a minus b, 95% interval; "
+    arms = [len(set(p["a"]) | set(p["b"])) for _, p in pairs.groupby("condition", sort=False)]
+    complete = all(len(pairs_of(claims, c)) == n * (n - 1) // 2 for c, n in zip(conds, arms))
+    what = "every pair compared" if complete else (
+        f"each variant against the baseline (more than {MAX_ARMS} compared)")
+    line = (f"{lead}On {metric}, {what}{within} (a minus b, 95% interval; "
             f"{family}): " + " — ".join(parts) + more + ".")
     return [line, *across_lines(claims)]
 
@@ -260,8 +264,12 @@ def average_lines(claims: pd.DataFrame) -> list[str]:
     clear = [r for r in rows.itertuples() if r.verdict in CLEAR]
     said = [f"{r.a} {r.verdict} than {r.b} ({_num(r.estimate)} [{_num(r.low)}, "
             f"{_num(r.high)}])" for r in clear[:MAX_SAID]]
+    one = sorted({str(r.a).split("=", 1)[0] for r in rows.itertuples()
+                  if r.verdict == "not estimated"})
     rest = sorted({str(r.a).split("=", 1)[0] for r in rows.itertuples()
-                   if r.verdict not in CLEAR})
+                   if r.verdict == "not clearly different"})
+    if one:
+        said.append("one seed, so no interval: " + ", ".join(one[:4]))
     if rest:
         said.append("not clearly different from the baseline value: " + ", ".join(rest[:4]))
     metric = str(rows["metric"].iloc[0])
