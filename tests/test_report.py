@@ -84,11 +84,12 @@ def test_reading_is_computed_from_the_numbers():
     assert "post_norm: FFN gradient norm rises 4.0x from layer 0 to layer 2" in text
     assert "pre_norm: 1.1x" in text
     assert "post_norm is 1.50x slower than pre_norm on every seed (n=2" in text
-    # every pair, Holm over the three: pre_norm - post_norm is -0.09 on both seeds; batch
-    # ran one seed, so its pairs have no interval
+    # every pair: pre_norm - post_norm is -0.09 on both seeds; batch ran one seed, so its
+    # pairs have no interval and show the paired seed's numbers
     assert ("every pair compared (a minus b, 95% interval; Holm over all pairs): pre_norm "
-            "lower than post_norm (-0.09 [-0.09, -0.09]); 2 pair(s) not estimated (one seed "
-            "or no paired seeds).") in text
+            "lower than post_norm (-0.09 [-0.09, -0.09]); pre_norm 3.35, batch 3.53 (one "
+            "seed: no interval, so no verdict); post_norm 3.44, batch 3.53 (one seed: no "
+            "interval, so no verdict).") in text
     assert "Training diverged for batch" in text
     # change the numbers, the reading changes with them
     faster = sample_run((("naive", {}, 1.0), ("sdpa", {"norm.kind": "rms"}, 1.0)),
