@@ -36,8 +36,8 @@ from variantlab.report.effects import (
 from variantlab.report.frame import ReportData
 from variantlab.store.contract import RunMeta
 
-# the two-sided 95% critical values of a printed t table (df 1..5), for the intervals
-T2, T3 = 4.303, 3.182
+# the two-sided 95% critical values of Student's t (df 2, 3), for the intervals
+T2, T3 = 4.302652729749462, 3.182446305284263  # t(0.975; 2, 3 df)
 
 
 def _t_quantile(df: int, p: float = 0.975) -> float:
@@ -71,19 +71,14 @@ def _t_interval(per_seed: list[float], t: float) -> tuple[float, float, float, i
 # --- t975, interval, clear, rounding ---------------------------------------------------------
 
 
-def test_t975_is_students_quantile_to_the_table_and_beyond():
+def test_t975_is_students_quantile_from_scipy():
     assert math.isnan(t975(0)) and math.isnan(t975(-1))
-    for df in range(1, 31):  # the table: three decimals
+    for df in (1, 2, 5, 30, 31, 120, 1000):  # a few decimals of the independent quantile
         assert abs(t975(df) - _t_quantile(df)) < 5.5e-4, df
-    for df in (31, 35, 50, 120, 1000):  # the Cornish-Fisher expansion: within 1e-3
-        assert abs(t975(df) - _t_quantile(df)) < 1e-3, df
-    # the expansion itself (Abramowitz & Stegun 26.7.5, two terms past z) to the last digit
-    z = 1.959964
-    for df in (31, 40, 64, 500):
-        g1 = (z**3 + z) / 4
-        g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
-        assert t975(df) == pytest.approx(z + g1 / df + g2 / df**2, rel=1e-12), df
-    assert t975(1) == pytest.approx(12.706, abs=1e-9) and t975(30) == pytest.approx(2.042)
+    # closed forms: 1 df is tan(0.475 pi), 2 df is (2p-1) sqrt(2 / (4p(1-p)))
+    assert t975(1) == pytest.approx(math.tan(0.475 * math.pi), rel=1e-9)
+    assert t975(2) == pytest.approx(0.95 * math.sqrt(2 / (4 * 0.975 * 0.025)), rel=1e-9)
+    assert t975(30) == pytest.approx(2.0422724563, rel=1e-9)
 
 
 def test_interval_is_the_mean_and_a_t_interval_over_the_values():
@@ -98,7 +93,8 @@ def test_interval_is_the_mean_and_a_t_interval_over_the_values():
     assert interval(pd.Series([], dtype=float))[3] == 0
     assert interval(pd.Series([2.0, 2.0, 2.0])) == (2.0, 2.0, 2.0, 3)  # seeds that agree
     two = interval(pd.Series([1, 3]))  # integers are averaged as floats
-    assert two == pytest.approx((2.0, 2.0 - 12.706, 2.0 + 12.706, 2))
+    t1 = math.tan(0.475 * math.pi)  # t(0.975) with 1 df
+    assert two == pytest.approx((2.0, 2.0 - t1, 2.0 + t1, 2), rel=1e-12)
 
 
 def test_clear_is_an_interval_that_excludes_zero():

@@ -32,7 +32,7 @@ from variantlab.store.contract import RunMeta
 SMALL_MODEL = {k: TINY[k] for k in ("context_length", "emb_dim", "n_layers")}
 # the 97.5% points of Student's t for 1, 2 and 3 degrees of freedom as a t table prints them,
 # written out so that the expected intervals below do not come from the code they check
-T975 = {1: 12.706, 2: 4.303, 3: 3.182}
+T975 = {1: 12.706204736, 2: 4.302652730, 3: 3.182446305}  # Student t, 0.975
 
 
 def run_small(tmp_path: Path, name: str, model: dict[str, Any],
@@ -412,22 +412,22 @@ def test_reading_judges_the_logit_by_the_interval_of_its_log_ratio():
     # b / a per seed 0.02, 0.04, 0.08: logs log 0.04 + (-log 2, 0, log 2), sd log 2; the
     # interval of the geometric mean 0.04 * exp(+-t(2) log 2 / sqrt 3) excludes 1: lower
     half = math.exp(T975[2] * math.log(2) / math.sqrt(3))
-    assert f"{0.04 / half:.4g}, {0.04 * half:.4g}" == "0.007148, 0.2238"
+    assert f"{0.04 / half:.4g}, {0.04 * half:.4g}" == "0.007149, 0.2238"
     assert text.endswith("b's step-10 max attention logit is lower than a's (5 vs 145.8; "
                          "per-seed ratio 0.02 to 0.08, geometric mean 0.04, 95% interval "
-                         "[0.007148, 0.2238] over 3 seeds).")
+                         "[0.007149, 0.2238] over 3 seeds).")
     # a fourth seed where a's logit ends at 0.5 (ratio 10): every seed but one agrees in
     # sign, and the interval includes 1
     logs = [math.log(r) for r in (0.02, 0.04, 0.08, 10.0)]
     mean = sum(logs) / 4
     half = T975[3] * math.sqrt(sum((x - mean) ** 2 for x in logs) / 3) / 2
     assert [f"{math.exp(x):.4g}" for x in (mean, mean - half, mean + half)] == \
-        ["0.1591", "0.001796", "14.09"]
+        ["0.1591", "0.001795", "14.09"]
     text = dynamics_reading(report_data(logit_rows({0: 250.0, 1: 125.0, 2: 62.5, 3: 0.5})))[0]
     assert "a 2 → 109.5 (0.25 to 125x per seed)" in text
     assert text.endswith("b's step-10 max attention logit is not clearly different from a's "
                          "(5 vs 109.5; per-seed ratio 0.02 to 10, geometric mean 0.1591, 95% "
-                         "interval [0.001796, 14.09] over 4 seeds includes 1).")
+                         "interval [0.001795, 14.09] over 4 seeds includes 1).")
     # one seed: the numbers, no verdict word
     text = dynamics_reading(report_data(logit_rows({0: 250.0})))[0]
     assert text.endswith("step 10: a 2 → 250 (125x per seed); b 4 → 5 (1.25x per seed). "
@@ -488,17 +488,17 @@ def test_reading_compares_the_dynamics_loss_within_each_condition():
     # rms - layer per seed: -0.1, -0.15, -0.2 at width 32 and the opposite at 64; mean 0.15,
     # sd 0.05, half-width t(2) 0.05 / sqrt 3 = 0.1242
     half = T975[2] * 0.05 / math.sqrt(3)
-    assert [f"{x:.4g}" for x in (0.15 - half, 0.15 + half)] == ["0.02578", "0.2742"]
+    assert [f"{x:.4g}" for x in (0.15 - half, 0.15 + half)] == ["0.02579", "0.2742"]
     # one dynamics run per (norm, width): the training rate does not set it, so each is
     # said once; each rms against the layer of its own width, never across widths
     assert text == (
         "Eval loss after the dynamics run at lr 0.03 (mean over seeds): emb_dim=32: "
         "layer32-0.001 3; rms32-0.001 2.85; emb_dim=64: layer64-0.001 2; rms64-0.001 2.15. "
         "emb_dim=32: rms32-0.001's dynamics eval loss is lower than layer32-0.001's (2.85 vs 3; "
-        "per-seed difference -0.2 to -0.1, mean -0.15, 95% interval [-0.2742, -0.02578] over "
+        "per-seed difference -0.2 to -0.1, mean -0.15, 95% interval [-0.2742, -0.02579] over "
         "3 seeds); emb_dim=64: rms64-0.001's dynamics eval loss is higher than "
         "layer64-0.001's (2.15 vs 2; per-seed difference 0.1 to 0.2, mean 0.15, 95% interval "
-        "[0.02578, 0.2742] over 3 seeds).")
+        "[0.02579, 0.2742] over 3 seeds).")
 
 
 def test_reading_has_no_dynamics_sentences_without_its_rows():

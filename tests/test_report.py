@@ -84,9 +84,12 @@ def test_reading_is_computed_from_the_numbers():
     assert "post_norm: FFN gradient norm rises 4.0x from layer 0 to layer 2" in text
     assert "pre_norm: 1.1x" in text
     assert "post_norm is 1.50x slower than pre_norm on every seed (n=2" in text
-    assert ("By validation loss, against pre_norm (the baseline): post_norm is worse (3.445 vs "
-            "3.355; behind by 0.09 [0.09, 0.09] over 2 seeds); batch 3.53 vs 3.355 (one seed: "
-            "no verdict).") in text
+    # every pair: pre_norm - post_norm is -0.09 on both seeds; batch ran one seed, so its
+    # pairs have no interval and show the paired seed's numbers
+    assert ("every pair compared (a minus b, 95% interval; Holm over all pairs): pre_norm "
+            "lower than post_norm (-0.09 [-0.09, -0.09]); pre_norm 3.35, batch 3.53 (one "
+            "seed: no interval, so no verdict); post_norm 3.44, batch 3.53 (one seed: no "
+            "interval, so no verdict).") in text
     assert "Training diverged for batch" in text
     # change the numbers, the reading changes with them
     faster = sample_run((("naive", {}, 1.0), ("sdpa", {"norm.kind": "rms"}, 1.0)),
@@ -228,21 +231,26 @@ def test_loss_gap_is_judged_by_the_paired_interval_over_seeds():
     flips between seeds is not clearly different (its paired interval includes 0)."""
     import pandas as pd
 
-    from variantlab.report.fair.gaps import gap_parts
+    from variantlab.report.claims import Arm, pair_rows
 
-    values = pd.DataFrame([
-        {"variant": v, "seed": s, "value": base + gap}
-        for s, base in ((0, 3.0), (1, 3.5), (2, 4.0))  # seed spread 0.5
-        for v, gap in (("a", 0.0), ("b", 0.1), ("c", 0.1 if s else -0.1))
-    ])
-    # c - a per seed: -0.1, 0.1, 0.1: mean 0.0333, sd 0.1155, t(2) 4.303: [-0.2535, 0.3202]
-    assert gap_parts(values, "a", lower=True) == [
-        "c is not clearly different (3.533 vs 3.5; paired difference 0.03333, 95% interval "
-        "[-0.2535, 0.3202] over 3 seeds includes 0)",
-        "b is worse (3.6 vs 3.5; behind by 0.1 [0.1, 0.1] over 3 seeds)"]
-    one = values[values["seed"] == 0]
-    assert gap_parts(one, "a", lower=True) == ["c 2.9 vs 3 (one seed: no verdict)",
-                                               "b 3.1 vs 3 (one seed: no verdict)"]
+    base = {0: 3.0, 1: 3.5, 2: 4.0}  # seed spread 0.5
+    gaps = {"a": {0: 0.0, 1: 0.0, 2: 0.0}, "b": {0: 0.1, 1: 0.1, 2: 0.1},
+            "c": {0: -0.1, 1: 0.1, 2: 0.1}}
+    arms = [Arm(v, "", "", pd.Series({s: base[s] + g[s] for s in base})) for v, g in gaps.items()]
+    rows = {(r["a"], r["b"]): r for r in pair_rows(arms, "test_loss", 0.02)}
+    # b - a: 0.1 on every seed: p = 0, clear after Holm over the three pairs
+    ab = rows[("a", "b")]
+    assert ab["estimate"] == pytest.approx(-0.1) and ab["holm_p"] < 1e-12
+    # c - a per seed: -0.1, 0.1, 0.1: mean 0.0333, sd 0.1155, t(2) 4.3027: [-0.2535, 0.3202]
+    ac = rows[("a", "c")]
+    assert (ac["estimate"], ac["low"], ac["high"]) == pytest.approx(
+        (-1 / 30, -0.3202, 0.2535), abs=1e-4)
+    assert ac["holm_p"] > 0.05
+    from variantlab.report.claims import verdict_of
+
+    assert verdict_of(ab) == "lower" and verdict_of(ac) == "not clearly different"
+    one = [Arm(a.name, "", "", a.values.loc[[0]]) for a in arms]
+    assert {verdict_of(r) for r in pair_rows(one, "test_loss", 0.02)} == {"not estimated"}
 
 
 def test_speed_up_is_judged_seed_by_seed():

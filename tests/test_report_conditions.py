@@ -27,7 +27,7 @@ ACC = {("gelu", 2): (0.80, 0.81, 0.79), ("relu", 2): (0.91, 0.90, 0.905),
        ("silu", 4): (0.68, 0.62, 0.65)}
 # the pilot: by emb_dim and n_pairs
 PILOT = {(32, 2): (0.5, 0.6), (32, 4): (0.25, 0.35), (64, 2): (1.0, 1.0), (64, 4): (0.9, 0.8)}
-T2 = 4.303  # Student t, 0.975, 2 degrees of freedom
+T2 = 4.302652730  # Student t, 0.975, 2 degrees of freedom
 
 
 def _rows(name, acc, test_loss=None):
@@ -123,54 +123,60 @@ def test_two_conditions_are_never_ranked_against_each_other(tmp_path):
     assert ("Compared only within each condition of data.n_pairs, never across: 3 compared "
             "variants on test_recall_accuracy; see Effects by condition and "
             "effects_by_condition.csv.") in lines
-    assert ("Best test_recall_accuracy per condition: n_pairs=2: activation=relu "
-            "(test_recall_accuracy 0.905, ahead of activation=silu 0.805); n_pairs=4: "
-            "activation=gelu and activation=silu not clearly different (0.7 vs 0.65; paired "
-            "95% interval includes 0).") in lines
-    assert ("Whether the best holds across conditions is unclear: in some conditions no "
-            "variant clearly leads.") in lines
-    # the per-variant sentence: best and worst against each condition's own baseline
-    assert ("By test recall accuracy, against the baseline activation=gelu of each condition: "
-            "n_pairs=2: activation=relu is better (0.905 vs 0.8; ahead by 0.105 [0.07214, "
-            "0.1379] over 3 seeds); activation=silu is not clearly different (0.805 vs 0.8; "
-            "paired difference 0.005, 95% interval [-0.08457, 0.09457] over 3 seeds includes "
-            "0); n_pairs=4: activation=silu is not clearly different (0.65 vs 0.7; paired "
-            "difference -0.05, 95% interval [-0.1396, 0.03957] over 3 seeds includes 0); "
-            "activation=relu is worse (0.605 vs 0.7; behind by 0.095 [0.06214, 0.1279] over "
-            "3 seeds).") in lines
+    # every pair within each condition, Holm over its three pairs (intervals above)
+    assert ("On test_recall_accuracy, every pair compared within each condition (a minus b, "
+            "95% interval; Holm over each condition's pairs): n_pairs=2: activation=gelu lower "
+            "than activation=relu (-0.105 [-0.1379, -0.07214]); activation=relu higher than "
+            "activation=silu (0.1 [0.0379, 0.1621]); activation=gelu and activation=silu not "
+            "clearly different (-0.005 [-0.09457, 0.08457]; a difference up to 0.09457 is not "
+            "ruled out) — n_pairs=4: activation=gelu higher than activation=relu (0.095 "
+            "[0.06214, 0.1279]); the other 2 pairs not clearly different (differences up to "
+            "0.1396 not ruled out).") in lines
+    # gelu vs relu: lower at 2 pairs, higher at 4, both intervals exclude 0: a flip
+    assert ("Across conditions: activation=gelu vs activation=relu flips: lower at n_pairs=2, "
+            "higher at n_pairs=4; 2 pair(s) without one clear verdict in every condition, so "
+            "nothing holds across conditions for them.") in lines
+    verdicts = pd.read_csv(files.verdicts, keep_default_na=False)
+    pairs = verdicts[verdicts["kind"] == "pair"]
+    assert list(pairs["verdict"]) == ["lower", "not clearly different", "higher", "higher",
+                                      "not clearly different", "not clearly different"]
+    assert set(pairs["caveats"]) == {"one rate only (not tuned)"}
     by_cond = pd.read_csv(files.by_condition)
     assert list(by_cond["value"]) == ["relu", "relu", "silu", "silu"]
     assert list(by_cond["condition"]) == ["n_pairs=2", "n_pairs=4"] * 2
     assert list(by_cond["effect"]) == pytest.approx([0.105, -0.095, 0.005, -0.05])
-    assert list(by_cond["low"]) == pytest.approx([0.072135, -0.127865, -0.084574, -0.139574],
+    assert list(by_cond["low"]) == pytest.approx([0.0721379, -0.127862, -0.0845669, -0.139567],
                                                  abs=1e-6)
-    assert set(by_cond["across_conditions"]) == {"flips"}
+    # relu: both intervals exclude 0, opposite signs: flips; silu's include 0: unclear
+    assert list(by_cond["across_conditions"]) == ["flips", "flips", "unclear", "unclear"]
     assert files.tuned is None  # nothing was tuned: no tuned comparison
 
 
 def test_the_verdict_holds_across_conditions_when_one_variant_leads_in_each(tmp_path):
     _, lines, _ = report(tmp_path, "  activation.kind: [gelu, relu]\n  data.n_pairs: [2, 4]\n")
-    assert ("Best test_recall_accuracy per condition: n_pairs=2: activation=relu "
-            "(test_recall_accuracy 0.905, ahead of activation=gelu 0.8); n_pairs=4: "
-            "activation=gelu (test_recall_accuracy 0.7, ahead of activation=relu 0.605).") \
-        in lines
-    assert ("The best differs between conditions: the verdict does not hold across "
-            "data.n_pairs.") in lines
-    # two compared variants per condition: the leader sentence says it all
+    assert ("On test_recall_accuracy, every pair compared within each condition (a minus b, "
+            "95% interval; Holm over each condition's pairs): n_pairs=2: activation=gelu lower "
+            "than activation=relu (-0.105 [-0.1379, -0.07214]) — n_pairs=4: activation=gelu "
+            "higher than activation=relu (0.095 [0.06214, 0.1279]).") in lines
+    assert ("Across conditions: activation=gelu vs activation=relu flips: lower at n_pairs=2, "
+            "higher at n_pairs=4.") in lines
+    # no other sentence compares them
     assert not any(line.startswith("By test recall accuracy") for line in lines)
 
 
 def test_one_seed_gives_the_numbers_and_no_verdict(tmp_path):
     _, lines, _ = report(tmp_path, "  activation.kind: [gelu, relu, silu]\n"
                                    "  data.n_pairs: [2, 4]\n", seeds="[0]")
-    assert ("Best test_recall_accuracy per condition: n_pairs=2: activation=relu 0.91, "
-            "activation=silu 0.835 (one seed: no verdict); n_pairs=4: activation=gelu 0.7, "
-            "activation=silu 0.68 (one seed: no verdict).") in lines
-    assert ("By test recall accuracy, against the baseline activation=gelu of each condition: "
-            "n_pairs=2: activation=relu 0.91 vs 0.8 (one seed: no verdict); activation=silu "
-            "0.835 vs 0.8 (one seed: no verdict); n_pairs=4: activation=silu 0.68 vs 0.7 "
-            "(one seed: no verdict); activation=relu 0.61 vs 0.7 (one seed: no verdict).") \
-        in lines
+    assert ("On test_recall_accuracy, every pair compared within each condition (a minus b, "
+            "95% interval; Holm over each condition's pairs): n_pairs=2: activation=gelu 0.8, "
+            "activation=relu 0.91 (one seed: no interval, so no verdict); activation=gelu 0.8, "
+            "activation=silu 0.835 (one seed: no interval, so no verdict); activation=relu "
+            "0.91, activation=silu 0.835 (one seed: no interval, so no verdict) — n_pairs=4: "
+            "activation=gelu 0.7, activation=relu 0.61 (one seed: no interval, so no verdict); "
+            "activation=gelu 0.7, activation=silu 0.68 (one seed: no interval, so no verdict); "
+            "activation=relu 0.61, activation=silu 0.68 (one seed: no interval, so no "
+            "verdict).") in lines
+    assert not any(line.startswith("Across conditions") for line in lines)
     assert not any(w in line for line in lines for w in ("better", "worse", "beats", "ahead"))
 
 
@@ -179,7 +185,7 @@ def test_a_pilot_lists_the_headline_per_condition_and_ranks_nothing(tmp_path):
                               seeds="[0, 1]", probe_fn=pilot_training)
     assert ("Nothing is compared here: every axis is a condition (the task or scale), so no "
             "variant is ranked. test_recall_accuracy per condition: n_pairs=2, emb_dim=32: "
-            "0.55 [-0.0853, 1.185]; n_pairs=4, emb_dim=32: 0.3 [-0.3353, 0.9353]; n_pairs=2, "
+            "0.55 [-0.08531, 1.185]; n_pairs=4, emb_dim=32: 0.3 [-0.3353, 0.9353]; n_pairs=2, "
             "emb_dim=64: 1 [1, 1]; n_pairs=4, emb_dim=64: 0.85 [0.2147, 1.485].") in lines
     text = "\n".join(lines)
     for word in ("Best", "best", "beats", "better", "worse", "ahead", "leads"):
@@ -196,7 +202,7 @@ def test_a_tuned_pilot_lists_each_condition_at_its_best_setting(tmp_path):
         "measure.training.lr: 0.01}}\n")
     assert ("Nothing is compared here: every axis is a condition (the task or scale), so no "
             "variant is ranked. test_recall_accuracy at its best setting per condition: "
-            "n_pairs=2, emb_dim=32: 0.6 [-0.0353, 1.235]; n_pairs=4, emb_dim=32: 0.3 [-0.3353, "
+            "n_pairs=2, emb_dim=32: 0.6 [-0.03531, 1.235]; n_pairs=4, emb_dim=32: 0.3 [-0.3353, "
             "0.9353]; n_pairs=2, emb_dim=64: 1 [1, 1]; n_pairs=4, emb_dim=64: 0.85 [0.2147, "
             "1.485].") in lines
     tuned = pd.read_csv(files.tuned)

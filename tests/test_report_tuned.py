@@ -94,14 +94,22 @@ def test_each_architecture_is_chosen_on_val_and_reported_on_test(tmp_path):
     # relu's best sits at the edge: unresolved, so no ranking is drawn from it (issue 28.6)
     assert "loses at each one's best lr" not in md
     assert relu["unresolved"] and not gelu["unresolved"]
-    assert math.isnan(relu["rank"]) and math.isnan(gelu["rank"])
+    assert gelu["group"] == "a" and math.isnan(relu["group"])  # relu: no group
+    verdicts = pd.read_csv(files.verdicts, keep_default_na=False)
+    averaged = verdicts[verdicts["kind"] == "average"]  # the effects over the other axis
+    assert set(averaged["condition"]) == {"averaged"} and set(averaged["caveats"]) == {
+        "averaged over (measure.training.lr)", "averaged over (activation.kind)"}
+    verdicts = verdicts[verdicts["kind"] == "pair"]
+    assert list(verdicts["verdict"]) == ["unresolved"]  # gelu vs relu: relu at an edge
+    assert verdicts["caveats"].iloc[0] == ("best at an edge (measure.training.lr) "
+                                           "[b: activation=relu]")
     assert "Unresolved: the best setting sits at the edge of the sweep for activation=" \
         "relu (measure.training.lr)" in md and "widen the sweep" in md
     table = [line for line in md.splitlines()
              if line.startswith("| activation=") and "| 0/9 |" in line]
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in table]
     assert [c[7] for c in cells] == ["no", "yes"]  # at edge
-    assert [c[-1] for c in cells] == ["unresolved", "unresolved"]  # rank
+    assert [c[-1] for c in cells] == ["a", "unresolved"]  # group
     assert (tmp_path / "loss_vs_lr.svg").exists()
 
 
@@ -119,7 +127,8 @@ def test_a_ranking_that_depends_on_the_lr_is_said_when_both_bests_are_inside(tmp
     run = tuning_run(GRID4, val4, lambda over, seed: val4(over, seed) + 0.1)
     files = write_report([run], tmp_path, registry=REG)
     tuned = pd.read_csv(files.tuned).set_index("variant")
-    assert not tuned["unresolved"].any() and list(tuned["rank"]) == [1, 2]
+    # relu - gelu at each one's best: +0.4 on every seed, so two groups, gelu's first
+    assert not tuned["unresolved"].any() and list(tuned["group"]) == ["a", "b"]
     md = files.markdown.read_text()
     # both orders hold on every seed (the seeds are shifted alike): a clear flip
     assert "activation=relu beats activation=gelu at lr 0.001 (val\\_loss 2.91 vs " \

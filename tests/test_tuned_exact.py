@@ -17,6 +17,8 @@ import pandas as pd
 import pytest
 
 from variantlab.config.metrics import headline
+from variantlab.report.claims import sweep_claims
+from variantlab.report.fair.compare import with_groups
 from variantlab.report.fair.tuned import (
     Sweep,
     added,
@@ -30,6 +32,7 @@ from variantlab.report.fair.tuned import (
     lr_curves,
     lr_sensitivity,
     scores,
+    tie_broken,
     tried,
     tuned_frame,
 )
@@ -37,7 +40,7 @@ from variantlab.report.frame import ReportData
 from variantlab.report.labels import GridLabels
 from variantlab.store.contract import RunMeta
 
-T1 = 12.706  # the two-sided 95% critical value of t with 1 degree of freedom (a printed table)
+T1 = 12.706204736  # the two-sided 95% critical value of t with 1 degree of freedom (tan 0.475 pi)
 LR = "measure.training.lr"
 ACT = "activation.kind"
 Fn = Callable[[dict, int], Any]
@@ -140,6 +143,14 @@ def _sweep(**kw: Any) -> Sweep:
     return sweep
 
 
+def _grouped(data: ReportData, sweep: Sweep | None = None) -> pd.DataFrame:
+    """tuned.csv as the report writes it: with each condition's group letters from the
+    claims (:mod:`variantlab.report.claims`)."""
+    sweep = sweep or find_sweep(data, "training") or find_sweep(data, "training", untuned=True)
+    assert sweep is not None
+    return with_groups(tuned_frame(sweep), sweep, sweep_claims(data, sweep))
+
+
 @pytest.mark.parametrize("other", ["old", "zzz"])
 def test_the_sweep_holds_each_variant_and_seed_of_the_tuned_run(other):
     sweep = _sweep(other_run=other, baseline="v4")
@@ -190,9 +201,10 @@ def test_each_group_is_chosen_on_val_and_a_diverged_seed_rules_a_setting_out():
 
 
 def test_the_tuned_rows_report_on_test_with_intervals_over_seeds():
-    frame = tuned_frame(_sweep()).set_index("variant")
+    frame = _grouped(_data(GRID, {"val_loss": _val, "test_loss": _test},
+                           improving=_improving)).set_index("variant")
     assert list(frame.columns) == [LR, "val_loss", "test_loss", "low", "high", "n",
-                                   "vs_baseline", "vs_low", "vs_high", "rank", "unresolved",
+                                   "vs_baseline", "vs_low", "vs_high", "group", "unresolved",
                                    "at_edge", "edge_axes", "extended", "lr_sensitivity",
                                    "diverged", "runs", "still_improving", "seeds_judged",
                                    "chosen_on", "reported_on"]
@@ -209,7 +221,8 @@ def test_the_tuned_rows_report_on_test_with_intervals_over_seeds():
     assert math.isnan(gelu["vs_baseline"]) and math.isnan(gelu["vs_low"])
     assert not gelu["at_edge"] and relu["at_edge"] and relu["edge_axes"] == LR
     assert gelu["edge_axes"] == "" and relu["unresolved"] and not gelu["unresolved"]
-    assert math.isnan(gelu["rank"]) and math.isnan(relu["rank"])  # an unresolved group
+    # relu unresolved: no group; its pair with gelu says unresolved, so gelu is alone
+    assert (gelu["group"], relu["group"]) == ("a", "")
     assert (gelu["diverged"], relu["diverged"]) == (0, 1)
     assert (gelu["runs"], relu["runs"]) == (6, 6)
     assert (gelu["still_improving"], gelu["seeds_judged"]) == (1, 2)
@@ -273,11 +286,12 @@ def test_an_untuned_sweep_is_the_first_run_with_conditions_and_no_tuned_axis():
     assert sweep.same_size("activation=gelu (emb_dim=64)", "activation=relu (emb_dim=64)")
     assert sweep.groups_of("emb_dim=32") == ["activation=gelu (emb_dim=32)",
                                              "activation=relu (emb_dim=32)"]
-    frame = tuned_frame(sweep)
+    frame = _grouped(data, sweep)
     assert list(frame["variant"]) == ["activation=gelu", "activation=gelu", "activation=relu",
                                       "activation=relu"]
     assert list(frame["emb_dim"]) == [32, 64, 32, 64]
-    assert list(frame["rank"]) == [2, 2, 1, 1]  # relu leads within each condition
+    # relu - gelu is -0.1 on every seed (p = 0): separated, relu (lower loss) first
+    assert list(frame["group"]) == ["b", "b", "a", "a"]
     assert not frame["unresolved"].any() and frame["lr_sensitivity"].isna().all()
     assert list(frame["vs_baseline"][2:]) == pytest.approx([-0.1, -0.1])
     tuned = _data({ACT: ["gelu"], LR: [0.01, 0.1]}, {"val_loss": v, "test_loss": v})
@@ -319,8 +333,9 @@ def _recall_data(pairs: tuple[int, ...] = (4, 8), **kw: Any) -> ReportData:
                  compare_on="recall_accuracy", **kw)
 
 
-def test_higher_is_better_ties_go_to_the_lower_val_loss_and_ranks_are_per_condition():
-    sweep = find_sweep(_recall_data(), "training")
+def test_higher_is_better_ties_go_to_the_lower_val_loss_and_groups_are_per_condition():
+    data = _recall_data()
+    sweep = find_sweep(data, "training")
     assert sweep is not None and sweep.head.name == "recall_accuracy"
     assert sweep.condition_axes == ["data.n_pairs"]
     layer4 = "norm=layer (n_pairs=4)"
@@ -331,30 +346,37 @@ def test_higher_is_better_ties_go_to_the_lower_val_loss_and_ranks_are_per_condit
     assert at_edge(sweep, chosen) == []  # at the metric's ceiling: nothing beyond can beat it
     rms8 = choose(sweep, "norm=rms (n_pairs=8)")
     assert rms8 is not None and rms8[LR] == 0.01 and rms8["score"] == pytest.approx(0.75)
-    frame = tuned_frame(sweep)
+    frame = _grouped(data, sweep)
     assert list(frame.columns[:4]) == ["variant", "data.n_pairs", LR, "val_recall_accuracy"]
-    got = {(v, n): (r, u) for v, n, r, u in zip(frame["variant"], frame["data.n_pairs"],
-                                                frame["rank"], frame["unresolved"])}
-    assert got[("norm=layer", 4)] == (1, False) and got[("norm=rms", 4)] == (2, False)
+    got = {(v, n): (g, u) for v, n, g, u in zip(frame["variant"], frame["data.n_pairs"],
+                                                frame["group"], frame["unresolved"])}
+    # n_pairs 4: layer 1.0 vs rms 0.9 on both seeds (a difference of 0.1, sd 0): separated
+    assert got[("norm=layer", 4)] == ("a", False) and got[("norm=rms", 4)] == ("b", False)
     # n_pairs 8: layer ties at 0.85 (0.9, 0.8) at 0.01 and 0.1; 0.1 has the lower val loss
-    # and is the largest rate: unresolved below the ceiling, so n_pairs 8 ranks nothing
+    # and is the largest rate, but it ties with 0.01 inside the sweep: resolved (issue 37.6)
     layer8 = choose(sweep, "norm=layer (n_pairs=8)")
-    assert layer8 is not None and layer8[LR] == 0.1 and at_edge(sweep, layer8) == [LR]
-    assert got[("norm=layer", 8)][1] and math.isnan(got[("norm=layer", 8)][0])
-    assert not got[("norm=rms", 8)][1] and math.isnan(got[("norm=rms", 8)][0])
+    assert layer8 is not None and layer8[LR] == 0.1 and at_edge(sweep, layer8) == []
+    assert tie_broken(sweep, "norm=layer (n_pairs=8)") == ["v4"]  # layer, 8, lr 0.01
+    assert tie_broken(sweep, layer4) == ["v1"] and tie_broken(sweep, "norm=rms (n_pairs=8)") == []
+    assert got[("norm=layer", 8)] == ("a", False) and got[("norm=rms", 8)] == ("b", False)
+    claims = sweep_claims(data, sweep).set_index("condition")
+    assert claims.loc["n_pairs=8", "verdict"] == "higher"  # layer - rms: +0.1 on both seeds
+    assert claims.loc["n_pairs=8", "caveats"] == "tie-broken [a: norm=layer]"  # layer tied
+    assert claims.loc["n_pairs=8", "a_setting"] == "lr=0.1"
     # higher is better: the best value minus the mean over rates, per seed
     layer = frame.set_index(["variant", "data.n_pairs"]).loc[("norm=layer", 4)]
     assert layer["lr_sensitivity"] == pytest.approx(1.0 - (0.5 + 1.0 + 1.0) / 3)
     assert layer["val_recall_accuracy"] == 1.0 and layer["test_recall_accuracy"] == 1.0
 
 
-def test_a_condition_after_an_unresolved_one_is_still_ranked():
-    sweep = find_sweep(_recall_data(pairs=(8, 4)), "training")
+def test_each_condition_gets_its_own_groups_in_any_order():
+    data = _recall_data(pairs=(8, 4))
+    sweep = find_sweep(data, "training")
     assert sweep is not None and list(sweep.conditions) == ["n_pairs=8", "n_pairs=4"]
-    frame = tuned_frame(sweep).set_index(["variant", "data.n_pairs"])
-    assert frame.loc[("norm=layer", 8), "unresolved"]
-    assert math.isnan(frame.loc[("norm=rms", 8), "rank"])
-    assert frame.loc[("norm=layer", 4), "rank"] == 1 and frame.loc[("norm=rms", 4), "rank"] == 2
+    frame = _grouped(data, sweep).set_index(["variant", "data.n_pairs"])
+    assert not frame.loc[("norm=layer", 8), "unresolved"]  # tied with an inner rate
+    assert frame.loc[("norm=layer", 8), "group"] == "a" and frame.loc[("norm=rms", 8), "group"] == "b"
+    assert frame.loc[("norm=layer", 4), "group"] == "a" and frame.loc[("norm=rms", 4), "group"] == "b"
 
 
 def test_a_run_marked_diverged_counts_even_with_a_finite_value():
@@ -379,14 +401,18 @@ def test_a_seed_without_any_finite_value_drops_out_of_the_lr_sensitivity():
         (3.0 + 2.5 + 2.8) / 3 - 2.5)  # seed 1 alone
 
 
-def test_equal_reported_means_share_a_rank():
-    sweep = find_sweep(_recall_data(), "training")
+def test_equal_reported_means_share_a_group():
+    data = _recall_data()
+    sweep = find_sweep(data, "training")
     assert sweep is not None
     sweep.per_seed.loc[sweep.per_seed["variant"] == "v8", "test"] = 1.0  # rms, n_pairs 4, 0.1
     sweep.per_seed.loc[sweep.per_seed["variant"] == "v8", "val"] = 1.0  # rms 4 chooses 0.1
-    frame = tuned_frame(sweep).set_index(["variant", "data.n_pairs"])
+    frame = with_groups(tuned_frame(sweep), sweep, sweep_claims(data, sweep)).set_index(
+        ["variant", "data.n_pairs"])
     assert frame.loc[("norm=rms", 4), LR] == 0.1
-    assert frame.loc[("norm=layer", 4), "rank"] == 1 and frame.loc[("norm=rms", 4), "rank"] == 1
+    assert frame.loc[("norm=layer", 4), "group"] == "a" and frame.loc[("norm=rms", 4), "group"] == "a"
+    row = sweep_claims(data, sweep).set_index("condition").loc["n_pairs=4"]
+    assert row["verdict"] == "equal within ±0.02"  # 1.0 - 1.0 on both seeds, inside ±δ
 
 
 def test_a_compare_on_metric_not_recorded_falls_back_to_the_loss():
@@ -490,8 +516,9 @@ def test_names_that_sort_against_the_grid_change_no_choice():
     chosen = choose(sweep, "activation=gelu")
     assert chosen is not None and (chosen["variant"], chosen[LR]) == ("e", 0.01)
     assert list(scores(sweep, "activation=gelu")["variant"]) == ["f", "e", "d"]
-    # both inside the sweep, in one condition: ranked (gelu 2.5 before relu 3.5)
-    assert list(tuned_frame(sweep)["rank"]) == [1, 2]
+    # both inside the sweep, in one condition: relu - gelu is +1 on both seeds, separated
+    data = _data(GRID, {"val_loss": v, "test_loss": v}, names=names, baseline="c")
+    assert list(_grouped(data)["group"]) == ["a", "b"]
     # the variants stored in another order: the grid's order still rules values and edges
     data = _data(GRID, {"val_loss": v, "test_loss": v})
     data.variants = data.variants.iloc[::-1].reset_index(drop=True)
@@ -623,11 +650,15 @@ def test_a_group_that_diverged_everywhere_has_no_choice():
 
     sweep = find_sweep(_data(GRID, {"val_loss": v, "test_loss": v}), "training")
     assert sweep is not None and choose(sweep, "activation=relu") is None
-    frame = tuned_frame(sweep).set_index("variant")
+    data = _data(GRID, {"val_loss": v, "test_loss": v})
+    frame = _grouped(data, sweep).set_index("variant")
     relu = frame.loc["activation=relu"]
     assert relu["unresolved"] and math.isnan(relu["test_loss"]) and relu["diverged"] == 6
     assert math.isnan(relu[LR]) and relu["runs"] == 6
-    assert math.isnan(frame.loc["activation=gelu", "rank"])  # its condition: unresolved
+    assert frame.loc["activation=gelu", "group"] == "a" and relu["group"] == ""
+    row = sweep_claims(data, sweep).iloc[0]  # no pair of seeds: nothing estimated
+    assert (row["verdict"], row["n_seeds"]) == ("not estimated", 0)
+    assert row["caveats"] == "no setting finished on every seed [b: activation=relu]"
     assert choose(sweep, "nobody") is None
     # the group without a choice listed first: the groups after it still get their rows
     def w(over: dict, s: int) -> float:

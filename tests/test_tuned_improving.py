@@ -64,7 +64,7 @@ def test_the_tuned_rows_count_seeds_still_improving_and_the_reading_names_the_ve
     assert list(tuned["seeds_judged"]) == [3, 3, 3]
     md = files.markdown.read_text()
     head = next(line for line in md.splitlines() if line.startswith("| variant |")
-                and "rank" in line)
+                and "group" in line)
     col = [c.strip() for c in head.strip("|").split("|")].index("still improving")
     cells = {c[0]: c[col] for line in md.splitlines() if line.startswith("| activation=")
              and "| 0/9 |" in line

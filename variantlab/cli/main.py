@@ -315,7 +315,8 @@ def _write_report(stdout: Any, err: Any, runs: Sequence[Path], out_dir: Path,
     except Exception as exc:  # the run is stored; say why the report is missing
         err.print(f"report failed: {type(exc).__name__}: {escape(str(exc))}", soft_wrap=True)
         return EXIT_FAILED
-    for attr in ("markdown", "html", "csv", "tuned", "by_size", "by_condition"):
+    for attr in ("markdown", "html", "csv", "verdicts", "seeds", "tuned", "by_size",
+                 "by_condition"):
         path = getattr(files, attr, None)
         if path is not None:
             stdout.print(f"report: {path}")

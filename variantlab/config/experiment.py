@@ -74,6 +74,11 @@ class ExperimentSpec(BaseModel):
         description="the headline metric: tuned axes are chosen on its validation value and "
                     "reported on its test value (loss, recall_accuracy, or a metric a plugin "
                     "probe declares)")
+    equivalence_margin: dict[str, Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict,
+        description="headline metric -> the margin δ within which the report calls two "
+                    "variants equal (their paired 90% interval inside ±δ); default loss: "
+                    "0.02 nats, recall_accuracy: 0.02 (2 points); not part of unit keys")
     tune: list[str] = Field(
         default_factory=list,
         description="model keys tuned for each compared variant (its best value is chosen "

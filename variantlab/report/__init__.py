@@ -3,7 +3,10 @@
 ``write_report(runs, out_dir, baseline=None)`` reads one or more results stores (or
 ``RunData`` objects) and writes ``report.md`` with SVG plots beside it, ``report.html``
 (inline CSS, SVG and one small script that sorts and filters the variant table; no external
-references), ``summary.csv`` and ``effects.csv`` (a grid's effects; see :mod:`.effects`),
+references), ``summary.csv``, ``effects.csv`` (a grid's effects; see :mod:`.effects`),
+``verdicts.csv`` (every comparison the report makes, one row each, and the only source of
+its verdict words; :mod:`.claims`, rendered by :mod:`.words`), ``seeds.csv`` (per variant
+and seed),
 and for sweeps over probe settings or model size ``tuned.csv`` and ``effects_by_size.csv``
 (:mod:`.fair`).
 """
@@ -19,6 +22,8 @@ from typing import Any
 import pandas as pd
 
 from ..plugin.registry import Registry
+from .claims import COLUMNS as CLAIM_COLUMNS
+from .claims import claims_table, csv_text, seeds_frame
 from .converged import judge_on_headline
 from .effects import compute_effects, effects_csv
 from .fair.compare import FairParts, fair_of
@@ -26,6 +31,7 @@ from .findings import reading
 from .frame import ReportData, gather
 from .grid import browse_table, cross_run_table, effect_plots, effects_table, focus, interaction_table
 from .guard import Failure, collecting, run_part
+from .learned import learned_lines
 from .parts import using
 from .plots import Plot, build_plots, inline_svg, to_svg
 from .probeviews import probe_views
@@ -43,6 +49,7 @@ from .tables import (
     variant_table,
     warning_table,
 )
+from .words import MAX_READING, compose
 
 __all__ = ["ReportData", "ReportFiles", "build_context", "gather", "write_report"]
 
@@ -60,6 +67,8 @@ class ReportFiles:
     by_size: Path | None = None  # a grid over size: report/effects_by_size.csv
     by_condition: Path | None = None  # a run with conditions: effects_by_condition.csv
     failed: tuple[Failure, ...] = ()  # parts that raised, each a notice in the report
+    verdicts: Path | None = None  # verdicts.csv: one row per comparison (:mod:`.claims`)
+    seeds: Path | None = None  # seeds.csv: one row per variant and seed
 
 
 def build_context(data: ReportData, registry: Registry) -> tuple[dict[str, Any], list[Plot]]:
@@ -97,6 +106,9 @@ def _context(data: ReportData, registry: Registry) -> tuple[dict[str, Any], list
     summary = run_part("summary", summarize, data, per_seed, registry,
                        default=lambda f: pd.DataFrame(columns=list(SUMMARY_COLUMNS)))
     effects = run_part("effects", compute_effects, data, per_seed, default=_none)
+    claims = run_part("claims", claims_table, data, effects,
+                      default=lambda f: pd.DataFrame(columns=list(CLAIM_COLUMNS)))
+    seeds = run_part("seeds", seeds_frame, data, default=lambda f: pd.DataFrame())
     extra_tables, extra_plots = run_part("probe views", probe_views, data, registry,
                                          default=lambda f: ([], []))
     chosen, why = run_part("plot focus", focus, data, summary, effects,
@@ -106,11 +118,14 @@ def _context(data: ReportData, registry: Registry) -> tuple[dict[str, Any], list
              + run_part("plots", build_plots, data, chosen, why, registry, default=_empty)
              + extra_plots)
     lines = run_part("reading", reading, data, summary, effects, registry, default=_empty)
+    first = run_part("learned", learned_lines, data, default=_empty)
+    said = run_part("verdicts", compose, data, claims, lines + fair.lines, first,
+                    default=lambda f: (lines + fair.lines)[:MAX_READING])
     grid = effects is not None
     context = {
         "title": title_of(data),
         "headers": run_part("headers", headers, data, registry.probe_names(), default=_empty),
-        "reading": lines + fair.lines,
+        "reading": said,
         "fair": fair.tables,
         "baseline": data.baseline,
         "effects": run_part("effects table", effects_table, effects, default=_notice(
@@ -132,6 +147,8 @@ def _context(data: ReportData, registry: Registry) -> tuple[dict[str, Any], list
         "summary": summary,
         "effects_frame": effects,
         "fair_parts": fair,
+        "claims": claims,
+        "seeds": seeds,
     }
     return context, plots
 
@@ -204,6 +221,9 @@ def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None
     texts[html] = render_html(context, svgs)
     texts[csv] = summary_csv(context["summary"])
     texts[effects] = effects_csv(context["effects_frame"])
+    verdicts, seeds = out / "verdicts.csv", out / "seeds.csv"
+    texts[verdicts] = csv_text(context["claims"])
+    texts[seeds] = csv_text(context["seeds"])
     fair = context["fair_parts"]
     tuned = out / "tuned.csv" if fair.tuned is not None else None
     by_size = out / "effects_by_size.csv" if fair.by_size is not None else None
@@ -221,4 +241,4 @@ def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None
         if path is None:  # an earlier report's file is not this one's
             (out / name).unlink(missing_ok=True)
     return ReportFiles(md, html, csv, tuple(written), effects, tuned, by_size,
-                       by_condition, tuple(failed))
+                       by_condition, tuple(failed), verdicts, seeds)

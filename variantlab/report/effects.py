@@ -5,7 +5,8 @@ The main effect of an axis value ``v`` on a metric is built from paired differen
 the first listed), each pair sharing its run, its seed and the values of every other axis.
 The seed is the unit of replication: the pairs of one seed (the cells of the other axes)
 are averaged into one difference per seed, and the effect is the mean of those with a 95%
-Student-t interval over seeds (mean ± t(0.975, n-1) · sd/√n, ``n`` = number of seeds).
+Student-t interval over seeds (mean ± t(0.975, n-1) · sd/√n, ``n`` = number of seeds;
+:mod:`.stats`).
 Pairs of one seed share its initialisation and its batches, so counting them as separate
 replicates would make the interval too narrow. One seed gives no interval; seeds that all
 agree give a zero-width one. A paired difference smaller than 1e-6 of the metric's mean
@@ -30,6 +31,8 @@ from ..config.metrics import headline_of
 from ..config.roles import stored_roles
 from .frame import ReportData
 from .labels import GridLabels, run_grid
+from .stats import interval as stats_interval
+from .stats import t_quantile
 
 #: metric in seed_metrics -> how the report names it, and whether lower is better
 HEADLINE: tuple[tuple[str, str, bool | None], ...] = (
@@ -44,33 +47,14 @@ HEADLINE: tuple[tuple[str, str, bool | None], ...] = (
 EFFECT_COLUMNS = ("axis", "value", "metric", "effect", "low", "high", "n")
 TOP_AXES = 3  # interactions are computed among this many top axes
 ROUNDING = 1e-6  # float32 rounding, relative: smaller paired differences count as 0
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
 def t975(df: int) -> float:
-    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (table to 30, then
-    the Cornish-Fisher expansion, within 1e-3)."""
-    if df < 1:
-        return math.nan
-    if df <= len(_T975):
-        return _T975[df - 1]
-    z = 1.959964
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (scipy.stats)."""
+    return t_quantile(0.975, df)
 
 
 def interval(diffs: pd.Series) -> tuple[float, float, float, int]:
-    """Mean, low, high (95% t-interval) and n of paired differences."""
-    d = diffs.dropna().astype(float)
-    n = len(d)
-    if n == 0:
-        return math.nan, math.nan, math.nan, 0
-    mean = float(d.mean())
-    if n == 1:
-        return mean, math.nan, math.nan, 1
-    half = t975(n - 1) * float(d.std(ddof=1)) / math.sqrt(n)
-    return mean, mean - half, mean + half, n
+    """Mean, low, high (95% t-interval) and n of paired differences (:mod:`.stats`)."""
+    return stats_interval(diffs)
 
 
 def clear(low: float, high: float) -> bool:

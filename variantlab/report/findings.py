@@ -7,6 +7,7 @@ import math
 import pandas as pd
 
 from ..plugin.registry import Registry
+from .claims import claims_table
 from .effects import Effects, clear, interval
 from .frame import ReportData, split_seeds
 from .grid import grid_reading, problems
@@ -14,6 +15,7 @@ from .headline import conditions_of, has_conditions, is_tuning, reading_leads
 from .learned import learned_lines
 from .parts import pieces
 from .tables import PASS_NAMES
+from .words import average_lines, pairs_of
 
 MAX_LISTED = 4  # with many variants, name the extremes only
 SMALL_GRID = 8  # a grid of this many variants or fewer also gets the per-variant reading
@@ -171,14 +173,16 @@ def reading(data: ReportData, summary: pd.DataFrame, effects: Effects | None = N
     # tuned or condition runs: the fair comparison (:mod:`.fair`) names the leaders, within
     # each condition; nothing ranks all variants together
     within = has_conditions(data)
-    apart = is_tuning(data) or within
+    # the claims' pair verdicts (:mod:`.words`) say who is ahead: no leader sentence beside
+    claims = claims_table(data)
+    apart = is_tuning(data) or within or bool(len(pairs_of(claims)))
     if effects is not None:  # a small grid keeps its per-variant sentences where they fit
         small = len(data.order) <= SMALL_GRID
         heads = ([] if apart else
                  reading_leads(data, list(effects.grid.cells["variant"]), registry))
         return first + grid_reading(data, summary, effects, trouble,
                                     [line for line in lines if line] if small else [], heads,
-                                    best=not within)
+                                    best=not apart, averages=average_lines(claims))
     heads = [] if apart else reading_leads(data, registry=registry)
     aside = [line for piece in pieces(registry, "aside") for line in piece(data, summary)]
     out = first + heads + [line for line in lines + aside if line] + trouble

@@ -18,6 +18,7 @@ from .verdict import lead, lead_sentence
 
 MAX_NAMES = 3  # names listed in one sentence of the reading before "and N more"
 MAX_READING = 10
+AVERAGES = "Averages over settings and conditions"
 
 
 def cut(names: Sequence[str], k: int = MAX_NAMES) -> str:
@@ -55,8 +56,20 @@ def effects_table(effects: Effects) -> Table:
         note += " One seed: no interval can be given; run more seeds to get one."
     if effects.several_runs:
         note += f" Effects are of run {effects.grid.run} only; runs are never pooled."
-    return Table("Effects of each axis", ["metric", "axis", "value", "effect",
+    title = "Effects of each axis"
+    if pooled(effects):
+        title = AVERAGES
+        note += (" Each is an average over the settings and conditions of the grid: a "
+                 "description, not a verdict on any one condition (the verdicts are per "
+                 "condition, in verdicts.csv and the reading).")
+    return Table(title, ["metric", "axis", "value", "effect",
                                            "95% interval", "n seeds", "clear"], body, note)
+
+
+def pooled(effects: Effects) -> bool:
+    """Whether the grid has tuned or condition axes: its main effects then average over
+    learning rates or conditions, never a verdict."""
+    return any(r in ("tuned", "condition") for r in effects.grid.roles.values())
 
 
 def interaction_table(effects: Effects) -> Table:
@@ -131,12 +144,14 @@ def best_sentence(data: ReportData, effects: Effects, losses: bool = True) -> st
 
 def grid_reading(data: ReportData, summary: pd.DataFrame, effects: Effects,
                  problems: list[str], extra: Sequence[str] = (),
-                 heads: Sequence[str] = (), best: bool = True) -> list[str]:
+                 heads: Sequence[str] = (), best: bool = True,
+                 averages: Sequence[str] | None = None) -> list[str]:
     """At most MAX_READING sentences: the grid, what matters per metric, ``extra`` (the
     per-variant sentences of a small grid), the headline metric's leader and the metrics
     that disagree (``heads``, :mod:`.headline`), the best variants (``best`` False: none,
     for a tuned or condition run, whose fair comparison names them within each
-    condition), the problems."""
+    condition), the problems. ``averages``: the claims' sentence on the main effects, in
+    place of the per-metric axis sentences."""
     g = effects.grid
     seeds = len(data.seeds)
     axes = f"{len(g.axes)} ax{'is' if len(g.axes) == 1 else 'es'}"
@@ -144,7 +159,14 @@ def grid_reading(data: ReportData, summary: pd.DataFrame, effects: Effects,
              + f"), {seeds} seed(s); effects are paired differences with 95% intervals over "
              "seeds (see Effects of each axis)."]
     flat = [label_of(m) for m, _, _ in g.metrics if axis_sentence(effects, m) is None]
-    lines += [s for s in (axis_sentence(effects, m) for m, _, _ in g.metrics) if s]
+    if pooled(effects):  # averages over rates or conditions: their own section, no verdict
+        lines[0] = lines[0].replace("(see Effects of each axis)", f"(averaged over settings "
+                                    f"and conditions: see {AVERAGES}, not verdicts)")
+        flat = []
+    elif averages is not None:  # the claims' average rows (:func:`.words.average_lines`)
+        lines += list(averages)
+    else:
+        lines += [s for s in (axis_sentence(effects, m) for m, _, _ in g.metrics) if s]
     lines += list(extra)
     if flat:
         lines.append("No axis changes " + cut(flat, 4) + ".")

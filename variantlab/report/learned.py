@@ -110,6 +110,29 @@ def learned_frame(data: ReportData) -> pd.DataFrame:
     return pd.DataFrame(records, columns=list(LEARNED_COLUMNS))
 
 
+def seed_learning(data: ReportData) -> pd.DataFrame:
+    """Per (variant, seed): ``value`` (the measure's column), ``start``, ``gain``, ``noise``
+    and ``learned``: whether that seed's gain exceeds SIGMAS times its own noise (a seed
+    that diverged or left no finite value did not learn). Empty when no seed is judged
+    (no held-out number or no starting point recorded)."""
+    rows = data.rows[data.rows["probe"] == PROBE]
+    found = measure_of(rows) if len(rows) else None
+    columns = ["variant", "seed", "metric", "value", "start", "gain", "noise", "learned"]
+    if found is None:
+        return pd.DataFrame(columns=columns)
+    measure, column = found
+    table = _table(rows, (column, *measure.start, measure.noise, "diverged"))
+    start = table[list(measure.start)].min(axis=1, skipna=True)
+    value = table[column]
+    gain = (value - start) if measure.higher else (start - value)
+    noise = table[measure.noise].fillna(0.0)
+    ok = gain.map(math.isfinite) & (table["diverged"].fillna(0) < 0.5) & start.notna()
+    learned = ok & (gain > SIGMAS * noise)
+    frame = pd.DataFrame({"metric": column, "value": value, "start": start, "gain": gain,
+                          "noise": noise, "learned": learned})[start.notna()]
+    return frame.reset_index()[columns]
+
+
 def learned_of(data: ReportData) -> pd.DataFrame:
     """:func:`learned_frame` of ``data``, computed once per report data."""
     cached = data.__dict__.get("_learned")
@@ -156,4 +179,5 @@ def learned_lines(data: ReportData) -> list[str]:
     return []
 
 
-__all__ = ["LEARNED_COLUMNS", "learned_frame", "learned_lines", "learned_of", "nothing_learned"]
+__all__ = ["LEARNED_COLUMNS", "learned_frame", "learned_lines", "learned_of", "nothing_learned",
+           "seed_learning"]

@@ -12,7 +12,6 @@ the report gives the numbers and says why it names no winner.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -83,40 +82,4 @@ def lead_sentence(label: str, found: Lead, unit: str = "") -> str:
             f"{fmt(found.high)}] over {found.n} seeds includes 0)")
 
 
-def condition_part(condition: str, found: Lead, metric: str) -> tuple[str, str | None]:
-    """One condition's part of ``Best M per condition: ...`` and its clear leader (None:
-    no verdict there): the leader ahead of the runner-up when the lead is clear, else that
-    the two are not clearly different, or (one seed) their numbers only."""
-    x, y = apart(found.first_mean, found.second_mean)
-    if found.clear:
-        return f"{condition}: {found.first} ({metric} {x}, ahead of {found.second} {y})", \
-            found.first
-    if found.n < 2:
-        return (f"{condition}: {found.first} {x}, {found.second} {y} (one seed: no "
-                "verdict)"), None
-    return (f"{condition}: {found.first} and {found.second} not clearly different ({x} vs "
-            f"{y}; paired 95% interval includes 0)"), None
-
-
-def across_conditions(best: Mapping[str, str | None], axes: Sequence[str],
-                      unresolved: bool = False) -> list[str]:
-    """Whether the clear leader of each condition (``best``: condition -> leader, None
-    where there is none) is the same in every condition; nothing with one condition.
-    ``unresolved``: some condition has no ranking at all (a best at an edge)."""
-    if len(best) < 2:
-        return []
-    named = {b for b in best.values() if b}
-    if unresolved:
-        return ["Whether the best holds across conditions is unresolved (some conditions "
-                "have no ranking)."]
-    if None in best.values():
-        where = ("in no condition does a variant clearly lead" if not named else
-                 "in some conditions no variant clearly leads")
-        return [f"Whether the best holds across conditions is unclear: {where}."]
-    if len(named) == 1:
-        return [f"The best is {next(iter(named))} in every condition."]
-    return ["The best differs between conditions: the verdict does not hold across "
-            f"{', '.join(axes)}."]
-
-
-__all__ = ["Lead", "across_conditions", "condition_part", "lead", "lead_sentence", "margin"]
+__all__ = ["Lead", "lead", "lead_sentence", "margin"]

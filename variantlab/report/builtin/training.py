@@ -6,14 +6,13 @@ condition, by the paired interval over seeds (:mod:`..fair.gaps`)."""
 from __future__ import annotations
 
 import warnings as warnings_module
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
 from ...plugin.probe import ProbeView
 from ..fair.compare import fair_piece
-from ..fair.gaps import baseline_gaps
 from ..frame import ReportData
 from ..panels import curve_panels
 from ..plots import Plot
@@ -97,12 +96,6 @@ def plots(data: ReportData) -> list[Plot]:
     return [loss_plot(data)] + ([curve] if curve is not None else [])
 
 
-def reading(data: ReportData, summary: pd.DataFrame) -> Sequence[str | None]:
-    """The best and worst variant against the baseline on the headline metric, within
-    each condition (:mod:`..fair.gaps`)."""
-    return [baseline_gaps(data, PROBE)]
-
-
 def warnings(data: ReportData) -> list[list[str]]:
     """A line per diverged run."""
     rows = data.rows
@@ -114,7 +107,7 @@ def warnings(data: ReportData) -> list[list[str]]:
 def views() -> tuple[ProbeView, ...]:
     """The training probe's pieces, after the timing probe's; its fair comparisons read the
     params probe's non-embedding counts for the sizes."""
-    return (ProbeView(metrics=metrics, section=section, plots=plots, reading=reading,
+    return (ProbeView(metrics=metrics, section=section, plots=plots,
                       warnings=warnings, fair=fair_piece(PROBE, "params", spec_non_embedding),
                       rank=30),)
 

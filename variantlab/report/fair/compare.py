@@ -16,6 +16,7 @@ import pandas as pd
 
 from ...config.metrics import finite as _finite
 from ...plugin.registry import Registry
+from ..claims import claims_table
 from ..effects import clear
 from ..frame import ReportData
 from ..headline import tuned_leads
@@ -25,9 +26,10 @@ from ..panels import mark_coinciding, panels_legend, small_multiples
 from ..parts import pieces
 from ..plots import Plot, legend, log_scale, styles
 from ..tables import Table, apart, fmt
-from ..verdict import Lead, across_conditions, condition_part, margin
+from ..verdict import Lead, margin
+from ..words import groups
 from .conditions import axes_table, condition_table, condition_values, effects_by_condition
-from .gaps import condition_gaps, group_values
+from .gaps import group_values
 from .improving import improving_cell, improving_lines
 from .scaling import scaling_parts
 from .tuned import (
@@ -64,7 +66,7 @@ def fair_parts(data: ReportData, probe: str, size_probe: str,
     parts = FairParts()
     sweep = find_sweep(data, probe)
     if sweep is not None:
-        frame = tuned_frame(sweep)
+        frame = with_groups(tuned_frame(sweep), sweep, claims_table(data))
         parts.tuned = frame
         parts.tables.append(tuned_table(sweep, frame))
         learned = not nothing_learned(data)
@@ -94,8 +96,9 @@ def leads_within(data: ReportData, sweep: Sweep, named: set[str] | None = None
                  ) -> list[str]:
     """The headline's leader and the metrics whose clear leader differs
     (:func:`..headline.tuned_leads`), over the compared variants at their chosen settings;
-    with condition axes, only the disagreements, per condition (:func:`verdict_lines` names
-    each condition's leader). ``named`` gains the groups the sentences said are about."""
+    with condition axes, only the disagreements, per condition (the claims' verdicts,
+    :func:`..words.verdict_lines`, name each condition's pairs). ``named`` gains the
+    groups the sentences said are about."""
     rows = data.rows[data.rows["run"] == sweep.run]
     out: list[tuple[str, Lead, str]] = []
     for cond in dict.fromkeys(sweep.sizes.get(g, "") for g in sweep.archs):
@@ -153,11 +156,27 @@ def _num(x: object) -> str:
     return fmt(float(x)) if isinstance(x, (int, float)) and math.isfinite(x) else "—"
 
 
+def with_groups(frame: pd.DataFrame, sweep: Sweep, claims: pd.DataFrame) -> pd.DataFrame:
+    """tuned.csv's ``group``: per condition, the letters of :func:`..words.groups` from the
+    claims' verdicts (best reported mean first); empty for an unresolved group."""
+    test = sweep.metric_columns[1]
+    out = frame.assign(group="")
+    conds = [sweep.sizes.get(g, "") for g in sweep.archs]
+    for cond in dict.fromkeys(conds):
+        where = [c == cond and u != True for c, u in zip(conds, out["unresolved"])]  # noqa: E712
+        mine = out[where]
+        order = mine.assign(_k=[sweep.head.key(v) for v in mine[test]]).sort_values(
+            "_k", kind="stable")["variant"].astype(str).tolist()
+        letters = groups(claims[claims["kind"] == "pair"], cond, order)
+        out.loc[where, "group"] = [letters.get(str(v), "") for v in mine["variant"]]
+    return out
+
+
 def tuned_table(sweep: Sweep, frame: pd.DataFrame) -> Table:
     val_col, test_col = sweep.metric_columns
     cols = ["variant", *sweep.condition_axes, *sweep.setting_axes, f"{sweep.chosen_on} (chose)",
             f"{sweep.reported_on}", "95% interval", "n seeds", f"vs {sweep.baseline}",
-            "at edge", "lr sensitivity", "diverged", "still improving", "rank"]
+            "at edge", "lr sensitivity", "diverged", "still improving", "group"]
     body = []
     seeds = int(sweep.per_seed["seed"].nunique())
     for r in frame.to_dict("records"):
@@ -166,12 +185,13 @@ def tuned_table(sweep: Sweep, frame: pd.DataFrame) -> Table:
         vs = ("" if r["variant"] == sweep.baseline else
               f"{_num(r['vs_baseline'])} [{_num(r['vs_low'])}, {_num(r['vs_high'])}]")
         edge = "yes" if r["at_edge"] == True else "no"  # noqa: E712 (numpy bools, NaN)
-        rank = _num(r["rank"]) if _finite(r.get("rank")) else "unresolved"
+        group = str(r.get("group") or "") or ("unresolved" if r["unresolved"] == True  # noqa: E712
+                                              else "—")
         body.append([str(r["variant"]), *[_cell(r[a]) for a in sweep.condition_axes],
                      *[_cell(r[a]) for a in sweep.setting_axes],
                      _num(r[val_col]), _num(r[test_col]), inter, _num(r["n"]), vs,
                      edge, _num(r["lr_sensitivity"]), f"{r['diverged']}/{r['runs']}",
-                     improving_cell(r, seeds), rank])
+                     improving_cell(r, seeds), group])
     better = "higher" if not sweep.head.lower_is_better else "lower"
     within = (f" within each condition ({', '.join(sweep.condition_axes)}), never across"
               if sweep.condition_axes else "")
@@ -179,8 +199,10 @@ def tuned_table(sweep: Sweep, frame: pd.DataFrame) -> Table:
             f"{sweep.chosen_on} over seeds ({better} is better), reported on "
             f"{sweep.reported_on}; intervals are 95% t-intervals over seeds; vs = paired "
             "difference per seed to the baseline variant at its own best, in the same "
-            "condition; rank: within the condition, 'unresolved' when a best sits at an "
-            "edge of the sweep there; lr sensitivity (Wortsman et al. 2023) = mean over lrs "
+            "condition; group: variants of one condition that share a letter are not "
+            "separated by a clear verdict (all pairs, Holm over the condition's pairs; "
+            "verdicts.csv), 'unresolved' when the best sits at an edge of the sweep; lr "
+            "sensitivity (Wortsman et al. 2023) = mean over lrs "
             "of min(loss, loss at init) minus the best loss; still improving = seeds of the "
             "chosen setting still improving at the end of training (judged on the headline "
             "metric's validation curve where recorded, else the training loss) out of the "
@@ -230,8 +252,9 @@ def tuned_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True,
     if frame["n"].max() == 1:
         lines.append("One seed: the tuned numbers have no interval; run more seeds.")
     lines += condition_values(sweep, frame)
-    if learned:
-        lines += verdict_lines(sweep, frame, named)
+    if learned:  # the verdicts themselves lead the reading (:func:`..words.verdict_lines`)
+        if named is not None and sweep.condition_axes:
+            named.update(sweep.archs)
         lines += ranking_flips(sweep, frame, named)
     return lines
 
@@ -239,7 +262,8 @@ def tuned_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True,
 def condition_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True,
                     named: set[str] | None = None) -> list[str]:
     """The reading of a run with condition axes and no tuned axis: each compared variant
-    as it ran, compared only with the others of its condition (:func:`verdict_lines`), or,
+    as it ran, compared only with the others of its condition (the claims' verdicts,
+    :func:`..words.verdict_lines`), or,
     when nothing is compared, the headline metric per condition; no verdict when no
     variant learned anything (``learned`` False). ``named`` gains the groups the verdicts
     are about."""
@@ -251,8 +275,9 @@ def condition_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True,
              "condition and effects_by_condition.csv."]
     if not learned:
         return lines
-    gaps = condition_gaps(sweep)
-    return lines + verdict_lines(sweep, frame, named) + ([gaps] if gaps else [])
+    if named is not None:  # the claims' verdicts name every group
+        named.update(sweep.archs)
+    return lines
 
 
 def _lead(sweep: Sweep, a: str, b: str, column: str = "test", lr: float | None = None
@@ -260,50 +285,6 @@ def _lead(sweep: Sweep, a: str, b: str, column: str = "test", lr: float | None =
     """How far group ``a`` is ahead of group ``b`` seed by seed (:func:`.verdict.margin`)."""
     values = pd.concat([group_values(sweep, a, column, lr), group_values(sweep, b, column, lr)])
     return margin(values, a, b, sweep.head.lower_is_better)
-
-
-def verdict_lines(sweep: Sweep, frame: pd.DataFrame, named: set[str] | None = None
-                  ) -> list[str]:
-    """Per condition, the best compared variant on the reported metric when its lead over
-    the next is clear over seeds (else that the two are not clearly different, their
-    numbers alone with one seed, or that the condition is unresolved), then whether the
-    best is the same in every condition (:mod:`..verdict`). ``named`` gains the groups
-    said (the best of each condition said and its runner-up)."""
-    if not sweep.condition_axes or len(set(sweep.compared.values())) < 2:
-        return []
-    test = sweep.metric_columns[1]
-    said: list[str] = []
-    best: dict[str, str | None] = {}
-    unresolved = False
-    for cond in dict.fromkeys(sweep.sizes.get(g, "") for g in sweep.archs):
-        mine = frame[[sweep.sizes.get(g, "") == cond for g in sweep.archs]]
-        ranked = mine[mine["rank"].notna()].sort_values("rank", kind="stable")
-        if not len(ranked):
-            said.append(f"{cond}: unresolved")
-            best[cond], unresolved = None, True
-            continue
-        b = str(ranked["variant"].iloc[0])
-        if len(said) < 6:  # the conditions said
-            _name(named, cond, *ranked["variant"].astype(str).iloc[:2])
-        if len(ranked) < 2:
-            said.append(f"{cond}: {b} ({sweep.reported_on} "
-                        f"{_num(_value(frame, sweep, b, cond, test))})")
-            best[cond] = b
-            continue
-        runner = str(ranked["variant"].iloc[1])
-        mean, low, high, n = _lead(sweep, group_name(b, cond), group_name(runner, cond))
-        found = Lead(b, runner, _value(frame, sweep, b, cond, test),
-                     _value(frame, sweep, runner, cond, test), mean, low, high, n)
-        part, best[cond] = condition_part(cond, found, sweep.reported_on)
-        said.append(part)
-    return ([f"Best {sweep.reported_on} per condition: " + "; ".join(said[:6]) + "."]
-            + across_conditions(best, sweep.condition_axes, unresolved))
-
-
-def _value(frame: pd.DataFrame, sweep: Sweep, variant: str, cond: str, col: str) -> float:
-    mine = [r for g, r in zip(sweep.archs, frame.to_dict("records"))
-            if r["variant"] == variant and sweep.sizes.get(g, "") == cond]
-    return mine[0][col] if mine else math.nan
 
 
 def ranking_flips(sweep: Sweep, frame: pd.DataFrame, named: set[str] | None = None

@@ -2,8 +2,9 @@
 non-embedding parameters and training FLOPs (log axes, one line per architecture variant,
 a power law ``loss = a · x^(-b)`` fitted by least squares in log-log space when a line has
 at least three sizes; Kaplan et al. 2020, "Scaling laws for neural language models"), and
-each architecture axis's effect at each size (``effects_by_size.csv``): whether its sign
-holds at every size or flips.
+each architecture axis's effect at each size (``effects_by_size.csv``): whether it holds
+at every size (every interval excludes 0 with one sign) or flips (two intervals exclude 0
+with opposite signs; :func:`..words.across_word`), else unclear.
 
 The loss of a variant is its tuned ``test_loss`` when the run has setting axes (each
 architecture variant at its own best setting, :mod:`.tuned`), else its mean over seeds of
@@ -23,12 +24,13 @@ import numpy as np
 import pandas as pd
 
 from ...config.roles import COMPARED, CONDITION, stored_roles
-from ..effects import interval
+from ..effects import clear, interval
 from ..frame import ReportData
 from ..labels import GridLabels
 from ..panels import mark_coinciding, panels_legend
 from ..plots import Plot, log_scale, new_axes, styles
 from ..tables import Table, fmt
+from ..words import across_word
 from .tuned import REPORT, SETTING, SIZE_AXES, Sweep, arch_name, choose
 
 MIN_FIT = 3  # sizes a line needs for a fitted power law
@@ -271,10 +273,9 @@ def effects_by_size(per_seed: pd.DataFrame, axes: list[str], baseline: Mapping[s
                 effect, low, high, n = interval(part.groupby(level="seed").mean())
                 sign = "positive" if effect > 0 else "negative" if effect < 0 else "zero"
                 rows.append([axis, value, size, metric, effect, low, high, n, sign])
-            signs = {r[-1] for r in rows}
-            holds = f"one {over}" if len(rows) < 2 else \
-                "holds" if len(signs) == 1 and "zero" not in signs else \
-                "flips" if {"positive", "negative"} <= signs else "unclear"
+            said = [("lower" if r[4] < 0 else "higher") if clear(r[5], r[6]) else "unclear"
+                    for r in rows]  # a sign is said only where its interval excludes 0
+            holds = f"one {over}" if len(rows) < 2 else across_word(said)
             records += [r + [holds] for r in rows]
     columns = [over if c == "size" else f"across_{over}s" if c == "across_sizes" else c
                for c in BY_SIZE_COLUMNS]
@@ -287,7 +288,8 @@ def by_size_table(frame: pd.DataFrame, over: str = "size") -> Table:
              f"[{fmt(r['low'])}, {fmt(r['high'])}]" if math.isfinite(r["low"]) else "— (one seed)",
              str(r["n"]), r[f"across_{over}s"]] for r in frame.to_dict("records")]
     note = (f"effect of each architecture axis value against its baseline value at each {over} "
-            "(paired per seed, 95% t-interval over seeds); 'flips' when its sign is not the "
-            f"same at every {over}. All rows are in effects_by_{over}.csv.")
+            "(paired per seed, 95% t-interval over seeds); 'holds' when every interval "
+            f"excludes 0 with one sign, 'flips' when two exclude 0 with opposite signs, "
+            f"else 'unclear'. All rows are in effects_by_{over}.csv.")
     return Table(f"Effects by {over}", ["axis", "value", over, "effect", "95% interval",
                                         "n seeds", f"across {over}s"], body, note)

@@ -15,16 +15,22 @@ find them"). The rule (docs/fair-comparisons.md), for the run's headline metric 
 2. for each tuned combination, the *choice score* is the mean over seeds of ``val_M``; a
    seed with no finite value (diverged, failed, missing) makes it the worst score, so a
    setting where any seed diverged is never chosen over one where all finished;
-3. the chosen setting has the best score in ``M``'s direction; ties (a recall accuracy of
-   1.00 at several rates, say) go to the lower mean validation loss when ``M`` is not the
-   loss and the runs recorded one, then to the first in sweep order;
+3. the chosen setting has the best score in ``M``'s direction, up to a *tie*: a setting
+   whose paired differences to the best over seeds have a 95% interval that includes 0
+   (within noise; one seed: only an equal score), or that reaches the best value the
+   metric can take beside a best there, ties with it. One rule breaks every tie: the lower
+   mean validation loss when ``M`` is not the loss and the runs recorded one (else the
+   best score), then the first in sweep order; the claim then carries ``tie-broken``
+   (:mod:`..claims`);
 4. it is reported on ``test_M`` (never the metric that chose it): the mean over seeds and
    a 95% t-interval over seeds, ``n`` = seeds with a finite value, and the paired
    difference to the baseline compared variant of the same condition at *its* best
    setting, per seed, with a t-interval over seeds;
 5. ``at_edge``: the choice is the smallest or largest value the group tried on some tuned
-   axis (the best may lie outside the sweep); the group's result is then *unresolved*,
-   and its condition gets no ranking (``rank`` is empty for every group of it). A choice
+   axis (the best may lie outside the sweep) and no setting tied with it lies inside the
+   sweep on every axis; the group's result is then *unresolved*,
+   and it gets no group (``group``: the letters of :mod:`..words`, filled by the report
+   from its claims: variants not separated by a clear verdict share one). A choice
    that scores the best value the metric can take (recall accuracy 1.00 on every seed) is
    never at an edge: no value beyond it can do better, so it is neither extended nor
    unresolved;
@@ -59,7 +65,7 @@ from ...config.metrics import Headline, headline, headline_of
 from ...config.metrics import finite as _finite
 from ...config.roles import COMPARED, CONDITION, SIZE_KEYS, TUNED, numeric, stored_roles
 from ...store.store import axis_default
-from ..effects import interval
+from ..effects import clear, interval
 from ..frame import ReportData
 from ..labels import GridLabels, value_text
 
@@ -67,7 +73,7 @@ SETTING = "measure."
 CHOOSE = headline().choose  # loss: the first present chooses
 REPORT = headline().report  # loss: the first present reports
 TUNED_COLUMNS = ("variant", "val_loss", "test_loss", "low", "high", "n", "vs_baseline",
-                 "vs_low", "vs_high", "rank", "unresolved", "at_edge", "edge_axes", "extended",
+                 "vs_low", "vs_high", "group", "unresolved", "at_edge", "edge_axes", "extended",
                  "lr_sensitivity", "diverged", "runs", "still_improving", "seeds_judged",
                  "chosen_on", "reported_on")
 #: model keys that make a size axis: architectures that differ in these are different sizes
@@ -241,18 +247,57 @@ def scores(sweep: Sweep, arch: str) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def tied(sweep: Sweep, arch: str, table: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The tuned combinations of group ``arch`` tied with the best choice score (module
+    docstring, rule 3): the best itself, every combination whose score is equal, and,
+    with two or more seeds, every one whose paired differences to the best over seeds
+    have a 95% interval that includes 0 (within noise); a combination at the best value
+    the metric can take ties with a best there. Empty without a finite score."""
+    table = scores(sweep, arch) if table is None else table
+    if not len(table) or not math.isfinite(table["key"].min()):
+        return table.iloc[0:0]
+    best = table.loc[table["key"].idxmin()]
+    mine = sweep.per_seed[sweep.per_seed["arch"] == arch]
+    top = mine[mine["variant"] == best["variant"]].set_index("seed")["val"]
+    keep = []
+    for rec in table.itertuples():
+        if not math.isfinite(rec.key):
+            keep.append(False)
+            continue
+        if rec.key == best["key"] or (sweep.head.at_best_possible(rec.score)
+                                      and sweep.head.at_best_possible(best["score"])):
+            keep.append(True)
+            continue
+        other = mine[mine["variant"] == rec.variant].set_index("seed")["val"]
+        _, low, high, n = interval((other - top).dropna())
+        keep.append(n >= 2 and not clear(low, high))
+    return table[keep]
+
+
 def choose(sweep: Sweep, arch: str) -> pd.Series | None:
-    """The chosen combination of group ``arch`` (the best score; on ties the lower ``tie``,
-    then the first in sweep order); None when every combination has a seed without a
-    finite choice metric. Without tuned axes, the group's variant as it ran (its seeds
-    without a finite value drop out of its mean, as in any untuned comparison)."""
+    """The chosen combination of group ``arch``: among the combinations tied with the best
+    score (:func:`tied`), the lowest mean validation loss when the headline is another
+    metric (``tie``), else the best score, then the first in sweep order; None when every
+    combination has a seed without a finite choice metric. Without tuned axes, the group's
+    variant as it ran (its seeds without a finite value drop out of its mean, as in any
+    untuned comparison)."""
     table = scores(sweep, arch)
     if len(table) and not sweep.setting_axes and not math.isfinite(table["key"].min()):
         return table.iloc[0]
-    if not len(table) or not math.isfinite(table["key"].min()):
+    best = tied(sweep, arch, table)
+    if not len(best):
         return None
-    best = table[table["key"] == table["key"].min()]
-    return best.loc[best["tie"].idxmin()] if math.isfinite(best["tie"].min()) else best.iloc[0]
+    return best.loc[best["tie"].idxmin()] if math.isfinite(best["tie"].min()) else \
+        best.loc[best["key"].idxmin()]
+
+
+def tie_broken(sweep: Sweep, arch: str) -> list[str]:
+    """The variants of group ``arch`` tied with its best besides the chosen one (empty: no
+    tie was broken)."""
+    chosen = choose(sweep, arch)
+    if chosen is None or not sweep.setting_axes:
+        return []
+    return [str(v) for v in tied(sweep, arch)["variant"] if v != chosen["variant"]]
 
 
 def tried(sweep: Sweep, arch: str, axis: str) -> list[Any]:
@@ -261,14 +306,7 @@ def tried(sweep: Sweep, arch: str, axis: str) -> list[Any]:
     return [v for v in sweep.values[axis] if value_text(v) in mine]
 
 
-def at_edge(sweep: Sweep, chosen: pd.Series) -> list[str]:
-    """Tuned axes (with more than one value tried by the chosen variant's group) whose
-    chosen value is the smallest or the largest tried (the first or last listed, for
-    values that do not compare). None when the choice scores the best value the metric
-    can take (recall accuracy 1.00 on every seed): nothing beyond the edge can beat it."""
-    if sweep.head.at_best_possible(chosen["score"]):
-        return []
-    arch = sweep.cells.loc[sweep.cells["variant"] == chosen["variant"], "arch"].iloc[0]
+def _edges(sweep: Sweep, arch: str, combo: pd.Series) -> list[str]:
     out = []
     for axis in sweep.setting_axes:
         values = tried(sweep, arch, axis)
@@ -276,8 +314,24 @@ def at_edge(sweep: Sweep, chosen: pd.Series) -> list[str]:
             continue
         nums = numeric(values)
         ends = (nums[0], nums[-1]) if nums is not None else (values[0], values[-1])
-        if chosen[axis] in ends:
+        if combo[axis] in ends:
             out.append(axis)
+    return out
+
+
+def at_edge(sweep: Sweep, chosen: pd.Series) -> list[str]:
+    """Tuned axes (with more than one value tried by the chosen variant's group) whose
+    chosen value is the smallest or the largest tried (the first or last listed, for
+    values that do not compare). None when the choice scores the best value the metric
+    can take (recall accuracy 1.00 on every seed): nothing beyond the edge can beat it;
+    none either when a combination tied with the best (:func:`tied`) sits inside the
+    sweep on every axis: the best is then bracketed."""
+    if sweep.head.at_best_possible(chosen["score"]):
+        return []
+    arch = sweep.cells.loc[sweep.cells["variant"] == chosen["variant"], "arch"].iloc[0]
+    out = _edges(sweep, arch, chosen)
+    if out and any(not _edges(sweep, arch, combo) for _, combo in tied(sweep, arch).iterrows()):
+        return []
     return out
 
 
@@ -343,19 +397,6 @@ def lr_sensitivity(sweep: Sweep, arch: str, chosen: pd.Series) -> float:
     return sum(per_seed) / len(per_seed) if per_seed else math.nan
 
 
-def _ranks(sweep: Sweep, records: list[dict[str, Any]]) -> None:
-    """``rank`` (1 = best reported mean; equal means share a rank) within each condition
-    whose groups are all resolved; none in a condition with an unresolved group."""
-    test = sweep.head.test
-    for cond in dict.fromkeys(sweep.sizes.get(g, "") for g in sweep.archs):
-        mine = [r for r in records if sweep.sizes.get(r["_group"], "") == cond]
-        if any(r.get("unresolved", True) for r in mine):
-            continue
-        keys = [sweep.head.key(r.get(test, math.nan)) for r in mine]
-        for r, k in zip(mine, keys):  # ties share a rank
-            r["rank"] = 1 + sum(other < k for other in keys)
-
-
 def tuned_frame(sweep: Sweep) -> pd.DataFrame:
     """tuned.csv: one row per compared variant per condition (module docstring)."""
     val_col, test_col = sweep.metric_columns
@@ -389,7 +430,6 @@ def tuned_frame(sweep: Sweep) -> pd.DataFrame:
         edges = at_edge(sweep, c)
         rec.update(at_edge=bool(edges), unresolved=bool(edges), edge_axes=" ".join(edges),
                    lr_sensitivity=lr_sensitivity(sweep, arch, c))
-    _ranks(sweep, records)
     columns = ["variant", *sweep.condition_axes, *sweep.setting_axes, val_col, test_col,
                *TUNED_COLUMNS[3:]]
     return pd.DataFrame(records, columns=columns)

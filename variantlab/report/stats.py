@@ -1,0 +1,111 @@
+"""The report's statistics over seeds: intervals, paired tests, Holm, equivalence, power.
+
+The seed is the unit of replication: every comparison is a set of paired differences, one
+per seed (two variants' runs on the same seed share its initialisation and its batches).
+Distributions come from :mod:`scipy.stats` (Student's t); nothing here is tabulated.
+
+- :func:`interval`: mean and a two-sided t-interval (95% unless ``level`` says otherwise);
+- :func:`p_value`: the two-sided paired t-test of a mean difference of 0 (differences that
+  all agree: p = 1 when they are all 0, else 0);
+- :func:`holm`: Holm's step-down adjustment, which keeps the family-wise error of a set of
+  tests (all pairs of one condition) at the level of one;
+- :func:`equivalent`: two one-sided tests (TOST) at 5% each, i.e. the 90% interval lies
+  inside ``[-delta, +delta]``;
+- :func:`detectable`: the smallest true difference a paired t-test at 5% finds with 80%
+  power over ``n`` seeds with seed spread ``sd``, by the usual formula
+  ``(t(0.975, n-1) + t(0.80, n-1)) * sd / sqrt(n)``;
+- :func:`seeds_for`: the fewest seeds for which that difference is at most ``delta``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import pandas as pd
+from scipy import stats as _st
+
+ALPHA = 0.05  # each condition's family-wise error (Holm) and the TOST's one-sided level
+POWER = 0.80
+MAX_SEEDS = 1000  # seeds_for gives up beyond this many
+
+
+def t_quantile(q: float, df: int) -> float:
+    """Student's t quantile ``q`` with ``df`` degrees of freedom (NaN below 1)."""
+    return float(_st.t.ppf(q, df)) if df >= 1 else math.nan
+
+
+def _finite(diffs: pd.Series | Sequence[float]) -> pd.Series:
+    d = pd.Series(diffs, dtype=float).dropna()
+    return d[d.map(math.isfinite)]
+
+
+def interval(diffs: pd.Series | Sequence[float], level: float = 0.95
+             ) -> tuple[float, float, float, int]:
+    """Mean, low, high (two-sided t-interval at ``level``) and n of ``diffs``; one value:
+    NaN bounds; none: all NaN and n = 0."""
+    d = _finite(diffs)
+    n = len(d)
+    if n == 0:
+        return math.nan, math.nan, math.nan, 0
+    mean = float(d.mean())
+    if n == 1:
+        return mean, math.nan, math.nan, 1
+    half = t_quantile(0.5 + level / 2, n - 1) * float(d.std(ddof=1)) / math.sqrt(n)
+    return mean, mean - half, mean + half, n
+
+
+def p_value(diffs: pd.Series | Sequence[float]) -> float:
+    """Two-sided p of a paired t-test that the mean difference is 0 (NaN under 2 values)."""
+    d = _finite(diffs)
+    n = len(d)
+    if n < 2:
+        return math.nan
+    sd = float(d.std(ddof=1))
+    mean = float(d.mean())
+    if sd == 0.0:
+        return 1.0 if mean == 0.0 else 0.0
+    t = mean / (sd / math.sqrt(n))
+    return float(2 * _st.t.sf(abs(t), n - 1))
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values, in the order given (NaN stays NaN and is not counted):
+    the k-th smallest of m is multiplied by ``m - k + 1``, then made non-decreasing."""
+    known = sorted((p, i) for i, p in enumerate(pvalues) if not math.isnan(p))
+    m = len(known)
+    out = [math.nan] * len(pvalues)
+    running = 0.0
+    for k, (p, i) in enumerate(known):
+        running = max(running, min(1.0, (m - k) * p))
+        out[i] = running
+    return out
+
+
+def equivalent(low90: float, high90: float, delta: float) -> bool:
+    """TOST: whether the 90% interval lies inside ``(-delta, +delta)``."""
+    return (math.isfinite(low90) and math.isfinite(high90) and delta > 0
+            and -delta < low90 and high90 < delta)
+
+
+def detectable(sd: float, n: int) -> float:
+    """The smallest difference a two-sided paired t-test at ALPHA detects with POWER over
+    ``n`` seeds whose paired differences spread ``sd`` (NaN under 2 seeds)."""
+    if n < 2 or not math.isfinite(sd):
+        return math.nan
+    return (t_quantile(1 - ALPHA / 2, n - 1) + t_quantile(POWER, n - 1)) * sd / math.sqrt(n)
+
+
+def seeds_for(sd: float, delta: float) -> float:
+    """The fewest seeds (at least 2) whose :func:`detectable` difference is at most
+    ``delta``; NaN when unknown (no spread measured, no margin) or beyond MAX_SEEDS."""
+    if not (math.isfinite(sd) and delta > 0):
+        return math.nan
+    for n in range(2, MAX_SEEDS + 1):
+        if detectable(sd, n) <= delta:
+            return float(n)
+    return math.nan
+
+
+__all__ = ["ALPHA", "POWER", "detectable", "equivalent", "holm", "interval", "p_value",
+           "seeds_for", "t_quantile"]

@@ -1,0 +1,291 @@
+"""Words rendered from the claims (:mod:`.claims`): the reading's verdict sentences, the
+group letters of the tuned table, "holds" and "flips" across conditions.
+
+Nothing here decides a verdict: each sentence says a row's ``verdict`` with its numbers.
+
+- **Groups** (compact letter display, Piepho 2004's insert-and-absorb): two variants of a
+  condition share a letter unless their row says ``lower`` or ``higher``; letters go in
+  order of the reported mean, best first. A variant whose best setting is unresolved has
+  no group.
+- **Across conditions**, a pair *holds* when its row says the same clear verdict in every
+  condition, and *flips* only when one condition's row says ``lower`` and another's
+  ``higher`` (both intervals exclude 0, with opposite signs).
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from ..config.metrics import finite as _finite
+from .claims import AVERAGED, CLEAR, MAX_ARMS, seeds_frame, stored_doc
+from .frame import ReportData
+from .tables import fmt
+
+MAX_READING = 10  # bullets in a reading, at most
+MAX_SAID = 6  # conditions (or pairs) named in one sentence
+
+
+def pairs_of(claims: pd.DataFrame, condition: str | None = None) -> pd.DataFrame:
+    """The ``pair`` rows (of one ``condition`` when given)."""
+    mine = claims[claims["kind"] == "pair"]
+    return mine if condition is None else mine[mine["condition"] == condition]
+
+
+def groups(claims: pd.DataFrame, condition: str, order: Sequence[str]) -> dict[str, str]:
+    """Variant -> its group letters within ``condition`` (module docstring); ``order``:
+    the variants, best mean first."""
+    if not order:
+        return {}
+    rows = pairs_of(claims, condition)
+    rank = {v: k for k, v in enumerate(order)}
+    apart = sorted({tuple(sorted((r.a, r.b), key=lambda v: rank.get(v, len(rank))))
+                    for r in rows.itertuples() if r.verdict in CLEAR
+                    and r.a in rank and r.b in rank}, key=lambda p: (rank[p[0]], rank[p[1]]))
+    columns: list[set[str]] = [set(order)]
+    for i, j in apart:
+        grown: list[set[str]] = []
+        for col in columns:
+            if i in col and j in col:
+                grown += [col - {i}, col - {j}]
+            else:
+                grown.append(col)
+        columns = [c for c in grown if c and not any(c < d for d in grown)]
+        columns = [c for k, c in enumerate(columns) if c not in columns[:k]]
+    columns.sort(key=lambda c: sorted(rank[v] for v in c))
+    letters = string.ascii_lowercase
+    return {v: "".join(letters[k % 26] for k, c in enumerate(columns) if v in c)
+            for v in order}
+
+
+def _num(x: float) -> str:
+    return fmt(float(x)) if _finite(x) else "—"
+
+
+def up_to(row: Any) -> float:
+    """The largest difference a row's 95% interval does not rule out."""
+    low, high = row.low, row.high
+    return max(abs(low), abs(high)) if _finite(low) and _finite(high) else math.nan
+
+
+def phrase(row: Any) -> str:
+    """One row said in words, with its numbers."""
+    a, b, verdict = row.a, row.b, row.verdict
+    est, low, high, n = row.estimate, row.low, row.high, row.n_seeds
+    span = f"{_num(est)} [{_num(low)}, {_num(high)}]"
+    solved = row.solved_share
+    solved = f"; solved {solved}" if isinstance(solved, str) and solved else ""
+    if verdict in CLEAR:
+        return f"{a} {verdict} than {b} ({span}{solved})"
+    if verdict.startswith("equal"):
+        return (f"{a} and {b} {verdict} (90% interval [{_num(row.low90)}, "
+                f"{_num(row.high90)}])")
+    if verdict == "not clearly different":
+        return (f"{a} and {b} not clearly different ({span}; a difference up to "
+                f"{_num(up_to(row))} is not ruled out{solved})")
+    if verdict == "unresolved":
+        return f"{a} vs {b} unresolved (a best setting at an edge of the sweep)"
+    if n == 1:
+        return (f"{a} {_num(row.a_mean)}, {b} {_num(row.b_mean)} (one seed: no interval, so "
+                "no verdict)")
+    return f"{a} vs {b} not estimated (no paired seeds)"
+
+
+def condition_phrase(claims: pd.DataFrame, condition: str) -> str:
+    """A condition's verdicts: clear and equal pairs named, the rest counted."""
+    rows = pairs_of(claims, condition)
+    named = [r for r in rows.itertuples() if r.verdict in CLEAR or r.verdict.startswith("equal")
+             or r.verdict == "unresolved"]
+    unsure = [r for r in rows.itertuples() if r.verdict == "not clearly different"]
+    missing = [r for r in rows.itertuples() if r.verdict == "not estimated"]
+    said = [phrase(r) for r in named[:MAX_SAID]]
+    if len(unsure) == 1 or (unsure and not said):
+        said += [phrase(r) for r in unsure[:max(1, MAX_SAID - len(said))]]
+    elif unsure:
+        worst = max((up_to(r) for r in unsure if _finite(up_to(r))), default=math.nan)
+        said.append(f"the other {len(unsure)} pairs not clearly different (differences up "
+                    f"to {_num(worst)} not ruled out)")
+    if len(missing) <= 3:
+        said += [phrase(r) for r in missing]
+    else:
+        said.append(f"{len(missing)} pairs not estimated (one seed or no paired seeds)")
+    where = f"{condition}: " if condition else ""
+    return where + "; ".join(said)
+
+
+def verdict_lines(claims: pd.DataFrame, question: str = "") -> list[str]:
+    """The answer: every condition's pair verdicts in one sentence (with the question
+    first when the experiment states one), then holds/flips across conditions."""
+    pairs = pairs_of(claims)
+    if not len(pairs):
+        return []
+    metric = str(pairs["metric"].iloc[0])
+    conds = list(dict.fromkeys(pairs["condition"]))
+    parts = [condition_phrase(claims, c) for c in conds[:MAX_SAID]]
+    more = f"; and {len(conds) - MAX_SAID} more conditions in verdicts.csv" \
+        if len(conds) > MAX_SAID else ""
+    lead = f"{question.strip()} Answer: " if question else ""
+    within = " within each condition" if any(conds) else ""
+    family = "Holm over each condition's pairs" if any(conds) else "Holm over all pairs"
+    arms = [len(set(p["a"]) | set(p["b"])) for _, p in pairs.groupby("condition", sort=False)]
+    complete = all(len(pairs_of(claims, c)) == n * (n - 1) // 2 for c, n in zip(conds, arms))
+    what = "every pair compared" if complete else (
+        f"each variant against the baseline (more than {MAX_ARMS} compared)")
+    line = (f"{lead}On {metric}, {what}{within} (a minus b, 95% interval; "
+            f"{family}): " + " — ".join(parts) + more + ".")
+    return [line, *across_lines(claims)]
+
+
+def across_word(verdicts: Sequence[str]) -> str:
+    """``flips`` when one verdict is ``lower`` and another ``higher``; ``holds`` when every
+    one is the same clear verdict; else ``unclear`` (module docstring)."""
+    said = set(verdicts)
+    return ("flips" if set(CLEAR) <= said else
+            "holds" if len(said) == 1 and said <= set(CLEAR) else "unclear")
+
+
+def across(claims: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """``(a, b)`` -> ``holds`` / ``flips`` / ``unclear`` for each pair compared in two or
+    more conditions (module docstring)."""
+    out = {}
+    pairs = pairs_of(claims)
+    for (a, b), part in pairs.groupby(["a", "b"], sort=False):
+        if part["condition"].nunique() < 2:
+            continue
+        out[(str(a), str(b))] = across_word(list(part["verdict"]))
+    return out
+
+
+def across_lines(claims: pd.DataFrame) -> list[str]:
+    """Whether each pair's verdict holds across conditions, in one sentence."""
+    found = across(claims)
+    if not found or not pairs_of(claims)["verdict"].isin(CLEAR).any():
+        return []
+    pairs = pairs_of(claims)
+    said = []
+    for (a, b), how in found.items():
+        part = pairs[(pairs["a"] == a) & (pairs["b"] == b)]
+        if how == "holds":
+            said.append(f"{a} {part['verdict'].iloc[0]} than {b} in every condition (holds)")
+        elif how == "flips":
+            where = {v: ", ".join(part.loc[part["verdict"] == v, "condition"]) for v in CLEAR}
+            said.append(f"{a} vs {b} flips: lower at {where['lower']}, higher at "
+                        f"{where['higher']}")
+    unclear = sum(1 for how in found.values() if how == "unclear")
+    if unclear:
+        said.append(f"{unclear} pair(s) without one clear verdict in every condition, so "
+                    "nothing holds across conditions for them")
+    return ["Across conditions: " + "; ".join(said[:MAX_SAID]) + "."]
+
+
+def power_line(claims: pd.DataFrame) -> str | None:
+    """Per condition, the smallest difference its seeds detect at 80% power (from the
+    pooled spread of its pairs' paired differences) and the seeds that would detect δ."""
+    from .stats import detectable, seeds_for
+
+    pairs = pairs_of(claims)
+    pairs = pairs[pairs["sd"].map(_finite)]
+    if not len(pairs):
+        return None
+    said = []
+    for cond, part in pairs.groupby("condition", sort=False):
+        sd = math.sqrt(float((part["sd"] ** 2).mean()))
+        n = int(part["n_seeds"].min())
+        delta = float(part["delta"].iloc[0])
+        need = seeds_for(sd, delta)
+        needs = (f", ±{delta:g} would need {need:.0f}" if _finite(need) else
+                 "" if not _finite(delta) else f", ±{delta:g} needs more than 1000")
+        where = f"{cond}: " if cond else ""
+        said.append(f"{where}{_num(detectable(sd, n))} with {n} seeds{needs}")
+    return ("Smallest difference the seeds could detect (80% power, paired seed spread): "
+            + "; ".join(said[:MAX_SAID]) + ".")
+
+
+def seed_lines(data: ReportData, claims: pd.DataFrame) -> list[str]:
+    """Compared variants (at their chosen settings) with a seed that did not learn while a
+    sibling did: named with the seed's number."""
+    seeds = seeds_frame(data)
+    if "learned" not in seeds or not len(seeds):
+        return []
+    value = next((c for c in ("test_recall_accuracy", "test_loss", "eval_loss", "final_loss")
+                  if c in seeds), None)
+    said = []
+    for (compared, cond), part in seeds[seeds["chosen"].astype(bool)].groupby(
+            ["compared", "condition"], sort=False):
+        known = part[part["learned"].notna()]
+        stuck = known[~known["learned"].astype(bool)]
+        if not len(stuck) or len(stuck) == len(known):
+            continue
+        where = f" ({cond})" if cond else ""
+        nums = ", ".join(_num(v) for v in stuck[value]) if value else ""
+        label = value.replace("_", " ").replace("accuracy", "").strip() if value else ""
+        said.append(f"{compared}{where}: {len(stuck)} of {len(known)} seeds did not learn"
+                    + (f": {label} {nums}" if value else ""))
+    if not said:
+        return []
+    return ["Seeds that did not learn (gain within 3x the seed's own noise of its start, or "
+            "diverged): " + "; ".join(said[:4]) + (f"; and {len(said) - 4} more" if len(said) > 4
+                                                    else "")
+            + "; each is a caveat on its verdicts (verdicts.csv, seeds.csv)."]
+
+
+def question_of(data: ReportData) -> str:
+    """The experiment's ``question:`` (from its stored text), else its description's first
+    line."""
+    asked = stored_doc(data).get("question")
+    if isinstance(asked, str) and asked.strip():
+        return asked.strip()
+    described = (data.runs[0].description or "").strip() if data.runs else ""
+    return described.splitlines()[0] if described else ""
+
+
+def compose(data: ReportData, claims: pd.DataFrame, lines: Sequence[str],
+            first: Sequence[str] = ()) -> list[str]:
+    """The reading: ``first`` (nothing learned), the answer from the claims, the seeds
+    that did not learn, what the seeds could detect, then ``lines`` (the other sentences,
+    none a verdict), at most MAX_READING."""
+    answer = verdict_lines(claims, question_of(data)) if len(pairs_of(claims)) else []
+    power = power_line(claims)
+    head = [*first, *answer, *seed_lines(data, claims), *([power] if power else [])]
+    rest = [line for line in lines if line not in head]
+    return (head + rest)[:MAX_READING]
+
+
+def average_lines(claims: pd.DataFrame) -> list[str]:
+    """The ``average`` rows (a grid's main effects over its other axes) in one sentence:
+    each value against its axis's baseline value, its row's verdict with its interval."""
+    rows = claims[claims["kind"] == "average"]
+    if not len(rows):
+        return []
+    clear = [r for r in rows.itertuples() if r.verdict in CLEAR]
+    said = [f"{r.a} {r.verdict} than {r.b} ({_num(r.estimate)} [{_num(r.low)}, "
+            f"{_num(r.high)}])" for r in clear[:MAX_SAID]]
+    one = sorted({str(r.a).split("=", 1)[0] for r in rows.itertuples()
+                  if r.verdict == "not estimated"})
+    rest = sorted({str(r.a).split("=", 1)[0] for r in rows.itertuples()
+                   if r.verdict == "not clearly different"})
+    if one:
+        said.append("one seed, so no interval: " + ", ".join(one[:4]))
+    if rest:
+        said.append("not clearly different from the baseline value: " + ", ".join(rest[:4]))
+    metric = str(rows["metric"].iloc[0])
+    return [f"Averaged over the grid's other axes (on {metric}; averages, not verdicts on one "
+            "combination): " + "; ".join(said) + "."]
+
+
+def averages_note(claims: pd.DataFrame) -> str:
+    """What the averaged rows are, for the table that shows them."""
+    rows = claims[claims["condition"] == AVERAGED]
+    over = sorted({c for c in rows["caveats"]})
+    return ("averages of each axis value's paired effect over the other axes "
+            f"({'; '.join(over[:3])}): descriptions, not verdicts on any one condition; "
+            "the verdicts are per condition, in verdicts.csv")
+
+
+__all__ = ["MAX_READING", "across", "across_lines", "across_word", "average_lines",
+           "averages_note", "compose", "condition_phrase", "groups", "pairs_of", "phrase", "power_line",
+           "question_of", "seed_lines", "up_to", "verdict_lines"]
