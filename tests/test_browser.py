@@ -182,7 +182,7 @@ def test_dict_valued_axes_wrap_and_keep_the_number_columns_in_view_at_1280px(tmp
             browser.close()
     assert wrong == {1280: [], 800: []}
     # issue 40.3: the answer columns follow the labels; short headers, spelled out below
-    assert heads[-1] == ["variant", "lr", "vs base", "at edge", "diverged", "improving", "rank",
+    assert heads[-1] == ["variant", "lr", "vs base", "at edge", "diverged", "improving", "group",
                          "eval (chose)", "eval_loss", "95% CI", "n", "lr sens."]
     assert legends[-1].startswith("Columns: lr: measure.training.lr; vs base: vs feedforward=")
     assert "; 95% CI: 95% interval; n: n seeds; lr sens.: lr sensitivity." in legends[-1]

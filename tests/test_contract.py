@@ -238,7 +238,10 @@ def test_the_other_definitions_agree_with_the_contract():
     result_names = names(RESULTS)
     probe_fields = list(get_type_hints(Row))
     assert [n for n in result_names if n in probe_fields] == probe_fields
-    assert [f.name for f in fields(UnitRecord)] == [n for n in names(UNITS) if n != "current"]
+    stored = [f.name for f in fields(UnitRecord) if f.metadata.get("stored", True)]
+    assert stored == [n for n in names(UNITS) if n != "current"]
+    # a field kept out of the store (the unit's warnings for the run's output) is named
+    assert [f.name for f in fields(UnitRecord) if not f.metadata.get("stored", True)] == ["notes"]
     for column in RESULTS:  # results()'s documented columns are the contract's
         assert f"``{column.name}`` ({column.kind}): {column.meaning}" in results.__doc__
     assert contract.RunData is RunData
