@@ -43,6 +43,7 @@ from .deepseek import (
     deepseek_v2_spec,
     deepseek_v3_spec,
 )
+from .falcon import falcon_spec, falcon_state
 from .falconh1 import falconh1_config, falconh1_spec, falconh1_state, falconh1_table
 from .gemma import gemma_config, gemma_hf_state, gemma_spec, gemma_state
 from .gpt2 import gpt2_config, gpt2_hf_state, gpt2_spec, gpt2_state
@@ -80,6 +81,7 @@ CONVERTERS: dict[str, Converter] = {
     "GPT2LMHeadModel": (gpt2_spec, gpt2_state),
     "Gemma2ForCausalLM": (gemma_spec, gemma_state),
     "Gemma3ForCausalLM": (gemma_spec, gemma_state),
+    "FalconForCausalLM": (falcon_spec, falcon_state),
     "FalconH1ForCausalLM": (falconh1_spec, falconh1_state),
     "GptOssForCausalLM": (gptoss_spec, gptoss_state),
     "GPTNeoXForCausalLM": (neox_spec, neox_state),
