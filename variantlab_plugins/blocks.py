@@ -88,8 +88,9 @@ def final_norm(parts, spec) -> nn.Module:
     return parts.norm() if spec.final_norm else nn.Identity()
 
 
-def lm_head(emb_dim: int, vocab_size: int, tie_to: nn.Embedding | None) -> nn.Linear:
-    head = nn.Linear(emb_dim, vocab_size, bias=False)
+def lm_head(emb_dim: int, vocab_size: int, tie_to: nn.Embedding | None,
+            bias: bool = False) -> nn.Linear:
+    head = nn.Linear(emb_dim, vocab_size, bias=bias)
     mark(head, slot="head")
     if tie_to is not None:
         head.weight = tie_to.weight  # one tensor, counted once

@@ -157,13 +157,18 @@ class GPTSpec(ModelSpec):
 
     family: Literal["gpt"] = "gpt"
     added_options: ClassVar[tuple[str, ...]] = ModelSpec.added_options + (
-        "scale_embeddings", "logit_softcap")
+        "scale_embeddings", "logit_softcap", "embedding_norm", "head_bias")
     scale_embeddings: bool = Field(
         False, description="token embeddings times sqrt(emb_dim) before the first block "
         "(Gemma)")
     logit_softcap: PositiveFloat | None = Field(
         None, description="soft-cap the output logits to (-cap, cap) with cap * tanh(logit / "
         "cap) (Gemma 2); unset: none")
+    embedding_norm: bool = Field(
+        False, description="a norm of the model's kind on the embeddings, after the "
+        "positional and before the first block (BLOOM's word_embeddings_layernorm)")
+    head_bias: bool = Field(
+        False, description="a bias on the output projection (GPT-J's lm_head)")
 
 
 class EncoderSpec(ModelSpec):

@@ -36,12 +36,15 @@ class GPTModel(nn.Module):
         self.embed = TokenEmbedding(parts, spec.vocab_size, spec.emb_dim, spec.drop("emb"),
                                     scale=spec.emb_dim ** 0.5 if scaled else None)
         self.logit_softcap = getattr(spec, "logit_softcap", None)
+        # BLOOM: a norm on the embeddings before the first block
+        self.embed_norm = parts.norm() if getattr(spec, "embedding_norm", False) else None
         self.trf_blocks = nn.Sequential(
             *numbered([TransformerBlock(parts.layer(i), causal=True) for i in range(spec.n_layers)])
         )
         self.final_norm = final_norm(parts, spec)
         self.out_head = lm_head(
-            spec.emb_dim, spec.vocab_size, self.embed.tok_emb if spec.tie_weights else None
+            spec.emb_dim, spec.vocab_size, self.embed.tok_emb if spec.tie_weights else None,
+            bias=getattr(spec, "head_bias", False),
         )
 
     def forward(self, idx, attention_mask=None):  # (B, T)
@@ -50,16 +53,19 @@ class GPTModel(nn.Module):
         only (:func:`variantlab.model.positions.position_ids_from_mask`), so a left-padded row's
         tokens get the outputs of the unpadded sequence. Outputs at pads are meaningless."""
         if attention_mask is None:
-            x = self.trf_blocks(self.embed(idx))  # (B, T, D)
+            x = self.trf_blocks(self.embedded(self.embed(idx)))  # (B, T, D)
             return self.logits(x)  # (B, T, vocab_size)
         position_ids = position_ids_from_mask(attention_mask)  # (B, T)
         extra = {}
         if getattr(self.embed.pos_emb, "rotates", False):
             extra["position_ids"] = position_ids  # the attentions rotate by them
-        x = self.embed(idx, position_ids=position_ids)  # (B, T, D)
+        x = self.embedded(self.embed(idx, position_ids=position_ids))  # (B, T, D)
         for block in self.trf_blocks:
             x = block(x, key_padding_mask=attention_mask == 0, **extra)
         return self.logits(x)  # (B, T, vocab_size)
+
+    def embedded(self, x):  # (B, T, D): the embeddings, normed when embedding_norm is set
+        return x if self.embed_norm is None else self.embed_norm(x)
 
     def logits(self, x):  # (B, T, D) -> (B, T, vocab_size)
         logits = self.out_head(self.final_norm(x))

@@ -47,6 +47,7 @@ from .falcon import falcon_spec, falcon_state
 from .falconh1 import falconh1_config, falconh1_spec, falconh1_state, falconh1_table
 from .gemma import gemma_config, gemma_hf_state, gemma_spec, gemma_state
 from .gpt2 import gpt2_config, gpt2_hf_state, gpt2_spec, gpt2_state
+from .gptj import gptj_spec, gptj_state
 from .gptoss import gptoss_config, gptoss_spec, gptoss_state, gptoss_table
 from .lfm2 import lfm2_config, lfm2_spec, lfm2_state, lfm2_table
 from .llama import CLASSES as LLAMA_LIKE
@@ -83,6 +84,7 @@ CONVERTERS: dict[str, Converter] = {
     "Gemma3ForCausalLM": (gemma_spec, gemma_state),
     "FalconForCausalLM": (falcon_spec, falcon_state),
     "FalconH1ForCausalLM": (falconh1_spec, falconh1_state),
+    "GPTJForCausalLM": (gptj_spec, gptj_state),
     "GptOssForCausalLM": (gptoss_spec, gptoss_state),
     "GPTNeoXForCausalLM": (neox_spec, neox_state),
     "JambaForCausalLM": (jamba_spec, jamba_state),
