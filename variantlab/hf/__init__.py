@@ -66,6 +66,7 @@ from .llama4 import llama4_config, llama4_spec, llama4_state, llama4_table
 from .mamba import jamba_spec, jamba_state, mamba2_spec, mamba2_state
 from .moe import mixtral_spec, mixtral_state, olmoe_spec, olmoe_state, qwen3moe_spec, qwen3moe_state
 from .neox import neox_config, neox_hf_state, neox_spec, neox_state
+from .opt import opt_spec, opt_state
 from .qwen3next import qwen3next_spec, qwen3next_state
 from .smollm3 import smollm3_config, smollm3_spec, smollm3_state, smollm3_table
 from .table import Pair, save_state, tied
@@ -95,6 +96,7 @@ CONVERTERS: dict[str, Converter] = {
     "MistralForCausalLM": (mistral_spec, llama_state),
     "MixtralForCausalLM": (mixtral_spec, mixtral_state),
     "OlmoeForCausalLM": (olmoe_spec, olmoe_state),
+    "OPTForCausalLM": (opt_spec, opt_state),
     "Olmo2ForCausalLM": (olmo2_spec, olmo2_state),
     "Qwen3ForCausalLM": (qwen3_spec, qwen3_state),
     "Qwen3MoeForCausalLM": (qwen3moe_spec, qwen3moe_state),

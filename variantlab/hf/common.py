@@ -210,10 +210,14 @@ def check_attention(spec: Spec, cls: str, *, gqa: bool, head_dim_free: bool,
              "a score scale other than 1/sqrt(head_dim) is in Gemma 2/3 only")
 
 
-def check_common(spec: Spec, cls: str, *, norm: str, rotary: bool) -> None:
-    """What every class shares: family gpt, a final norm, shortcuts, no per-layer layout,
-    no Gemma-only option, the norm kind ``norm`` and, with ``rotary``, a full rotation."""
-    need(spec, cls, "final_norm", spec.final_norm, "every transformers class has a final norm")
+def check_common(spec: Spec, cls: str, *, norm: str, rotary: bool, final_norm: bool = True,
+                 embedding_norm: bool = False, head_bias: bool = False) -> None:
+    """What every class shares: family gpt, a final norm (unless ``final_norm`` is false: the
+    class may lack it), shortcuts, no per-layer layout, no Gemma-only option, an embedding
+    norm and an output head bias only where the class has them, the norm kind ``norm`` and,
+    with ``rotary``, a full rotation."""
+    need(spec, cls, "final_norm", spec.final_norm or not final_norm,
+         "this transformers class has a final norm")
     need(spec, cls, "residual.shortcut", getattr(spec.residual, "shortcut", True),
          "residuals without the shortcut are not in transformers")
     need(spec, cls, "norm.kind", spec.norm.kind == norm,
@@ -222,6 +226,10 @@ def check_common(spec: Spec, cls: str, *, norm: str, rotary: bool) -> None:
          "scaled embeddings are in Gemma only")
     need(spec, cls, "logit_softcap", getattr(spec, "logit_softcap", None) is None,
          "logit soft-capping is in Gemma only")
+    need(spec, cls, "embedding_norm", embedding_norm or not getattr(spec, "embedding_norm", False),
+         "a norm on the embeddings is in BLOOM only")
+    need(spec, cls, "head_bias", head_bias or not getattr(spec, "head_bias", False),
+         "an output head bias is in GPT-J only")
     if spec.layout is not None:
         same = all(spec.layer_spec(i).components() == spec.components()
                    for i in range(spec.n_layers))
