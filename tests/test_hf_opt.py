@@ -43,7 +43,8 @@ def test_logits_equal_on_perturbed_weights(case, attn):
 def test_what_the_spec_says_and_position_p_reads_row_p_plus_2():
     spec, model = vl.from_transformers(hf_model(CASES["pre-norm-tied"]), REG)
     model.eval()  # OPT's dropout 0.1 is imported
-    assert spec.drop("resid") == 0.1 and spec.positional.offset == 2 and spec.final_norm and spec.residual.kind == "pre_norm"
+    assert spec.drop("resid") == 0.1 and spec.positional.offset == 2
+    assert spec.final_norm and spec.residual.kind == "pre_norm"
     table = model.embed.pos_emb.pos_emb.weight
     assert table.shape == (64 + 2, 32)
     idx = torch.randint(0, 64, (1, 5))
