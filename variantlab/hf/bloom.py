@@ -1,0 +1,79 @@
+"""BLOOM (BigScience 2022, "BLOOM: A 176B-Parameter Open-Access Multilingual Language
+Model"): ``BloomForCausalLM``.
+
+ALiBi (``positional: alibi``: BLOOM's slopes are Press et al.'s; its bias slope_h * j on key
+j differs from -slope_h * (i - j) by a constant per query, which the softmax drops), a
+LayerNorm on the embeddings (``embedding_norm: true``), pre-norm LayerNorms, one fused q/k/v
+Linear with rows per head as (q_h, k_h, v_h) (Falcon's per-head layout), a 4x MLP with
+BLOOM's tanh GELU, biases everywhere. :func:`bloom_table` names every weight on both sides.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .common import dropouts, reject
+from .falcon import falcon_rows
+from .table import Pair, fused_qkv, linear, load_state, same
+
+CLS = "BloomForCausalLM"
+#: BLOOM has no maximum length (ALiBi); the spec needs one: the config's ``seq_length`` when
+#: it has one, else BLOOM's training length (edit it freely: no weight depends on it)
+BLOOM_CONTEXT = 2048
+
+
+def bloom_spec(cfg: Any) -> dict[str, Any]:
+    """Spec data of a ``BloomConfig``."""
+    if cfg.apply_residual_connection_post_layernorm:
+        reject("apply_residual_connection_post_layernorm", True, "a residual taken after the "
+               "norm (x' = norm(x) + f(norm(x))) is not a variantlab residual")
+    d = cfg.hidden_size
+    return {
+        "family": "gpt", "vocab_size": cfg.vocab_size,
+        "context_length": int(getattr(cfg, "seq_length", None) or BLOOM_CONTEXT),
+        "emb_dim": d, "n_heads": cfg.n_head, "n_layers": cfg.n_layer,
+        **dropouts(0.0, cfg.attention_dropout, cfg.hidden_dropout),
+        "qkv_bias": True, "attn_out_bias": True, "ffn_bias": True, "norm_bias": True,
+        "tie_weights": bool(cfg.tie_word_embeddings), "embedding_norm": True,
+        "norm": {"kind": "layer", "eps": cfg.layer_norm_epsilon},
+        "activation": {"kind": "gelu", "approximate": "tanh"},  # BloomGelu
+        "feedforward": {"kind": "mlp", "hidden_dim": 4 * d},
+        "attention": {"kind": "mha"}, "residual": {"kind": "pre_norm"},
+        "positional": {"kind": "alibi"},
+    }
+
+
+def _norm(ours: str, theirs: str) -> list[Pair]:
+    return [same(f"{ours}.scale", f"{theirs}.weight"),
+            same(f"{ours}.shift", f"{theirs}.bias", "norm shifts")]
+
+
+def bloom_table(cfg: Any) -> list[Pair]:
+    """Every weight of a ``BloomForCausalLM`` of ``cfg`` and ours, both ways."""
+    heads = cfg.n_head
+    rows = falcon_rows(heads, heads, cfg.hidden_size // heads, "per_head")
+    pairs = [same("embed.tok_emb.weight", "transformer.word_embeddings.weight"),
+             same("out_head.weight", "lm_head.weight"),
+             *_norm("embed_norm", "transformer.word_embeddings_layernorm"),
+             *_norm("final_norm", "transformer.ln_f")]
+    for i in range(cfg.n_layer):
+        ours, theirs = f"trf_blocks.{i}", f"transformer.h.{i}"
+        att, ff = f"{ours}.att.sublayer", f"{ours}.ff.sublayer"
+        pairs += _norm(f"{ours}.att.norm", f"{theirs}.input_layernorm")
+        pairs += _norm(f"{ours}.ff.norm", f"{theirs}.post_attention_layernorm")
+        pairs += fused_qkv(att, f"{theirs}.self_attention.query_key_value", rows, True,
+                           "attention biases")
+        pairs += linear(f"{att}.out_proj", f"{theirs}.self_attention.dense", True,
+                        "attention biases")
+        pairs += linear(f"{ff}.layers.0", f"{theirs}.mlp.dense_h_to_4h", True,
+                        "feed-forward biases")
+        pairs += linear(f"{ff}.layers.2", f"{theirs}.mlp.dense_4h_to_h", True,
+                        "feed-forward biases")
+    return pairs
+
+
+def bloom_state(hf: Any) -> dict[str, torch.Tensor]:
+    """Our state dict from a ``BloomForCausalLM``."""
+    return load_state(bloom_table(hf.config), hf.state_dict())
