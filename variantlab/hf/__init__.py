@@ -34,6 +34,7 @@ import torch
 from ..model.build import build_model
 from ..model.specs import ModelSpec, parse_model_spec
 from ..plugin.registry import Registry, get_registry
+from .bigcode import bigcode_spec, bigcode_state
 from .bloom import bloom_spec, bloom_state
 from .common import ConversionError, ExportWarning, Spec, refuse
 from .deepseek import (
@@ -83,6 +84,7 @@ CONVERTERS: dict[str, Converter] = {
     "DeepseekV2ForCausalLM": (deepseek_v2_spec, deepseek_state),
     "DeepseekV3ForCausalLM": (deepseek_v3_spec, deepseek_state),
     "GPT2LMHeadModel": (gpt2_spec, gpt2_state),
+    "GPTBigCodeForCausalLM": (bigcode_spec, bigcode_state),
     "Gemma2ForCausalLM": (gemma_spec, gemma_state),
     "Gemma3ForCausalLM": (gemma_spec, gemma_state),
     "FalconForCausalLM": (falcon_spec, falcon_state),

@@ -1,0 +1,70 @@
+"""GPTBigCode (Allal et al. 2023, "SantaCoder: don't reach for the stars!"; StarCoder,
+Li et al. 2023): ``GPTBigCodeForCausalLM``.
+
+GPT-2 (learned positions, LayerNorm, an MLP, biases everywhere) with multi-query attention
+(``multi_query``: ``attention: {kind: mha, n_kv_heads: 1}``) and a fused q/k/v ``nn.Linear``
+(stored (out, in), unlike GPT-2's Conv1D): every query head, then the one key, then the one
+value; without ``multi_query`` its rows are per head (q_h, k_h, v_h).
+:func:`bigcode_table` names every weight on both sides.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .common import activation, dropouts, reject
+from .falcon import falcon_rows
+from .table import Pair, fused_qkv, linear, load_state, same
+
+CLS = "GPTBigCodeForCausalLM"
+
+
+def bigcode_spec(cfg: Any) -> dict[str, Any]:
+    """Spec data of a ``GPTBigCodeConfig``."""
+    if not cfg.scale_attn_weights:
+        reject("scale_attn_weights", False, "unscaled attention scores are not supported")
+    if cfg.add_cross_attention:
+        reject("add_cross_attention", True, "a decoder-only model is imported")
+    inner = cfg.n_inner if cfg.n_inner is not None else 4 * cfg.n_embd
+    return {
+        "family": "gpt", "vocab_size": cfg.vocab_size, "context_length": cfg.n_positions,
+        "emb_dim": cfg.n_embd, "n_heads": cfg.n_head, "n_layers": cfg.n_layer,
+        **dropouts(cfg.embd_pdrop, cfg.attn_pdrop, cfg.resid_pdrop),
+        "qkv_bias": True, "attn_out_bias": True, "ffn_bias": True, "norm_bias": True,
+        "tie_weights": bool(cfg.tie_word_embeddings),
+        "norm": {"kind": "layer", "eps": cfg.layer_norm_epsilon},
+        "activation": activation("activation_function", cfg.activation_function),
+        "feedforward": {"kind": "mlp", "hidden_dim": inner},
+        "attention": {"kind": "mha", "n_kv_heads": 1 if cfg.multi_query else None},
+        "positional": {"kind": "learned"},
+    }
+
+
+def bigcode_table(cfg: Any) -> list[Pair]:
+    """Every weight of a ``GPTBigCodeForCausalLM`` of ``cfg`` and ours, both ways."""
+    heads = cfg.n_head
+    layout = ("multi_query", 1) if cfg.multi_query else ("per_head", heads)
+    rows = falcon_rows(heads, layout[1], cfg.n_embd // heads, layout[0])
+    pairs = [same("embed.tok_emb.weight", "transformer.wte.weight"),
+             same("embed.pos_emb.pos_emb.weight", "transformer.wpe.weight"),
+             same("out_head.weight", "lm_head.weight"),
+             same("final_norm.scale", "transformer.ln_f.weight"),
+             same("final_norm.shift", "transformer.ln_f.bias", "norm shifts")]
+    for i in range(cfg.n_layer):
+        ours, theirs = f"trf_blocks.{i}", f"transformer.h.{i}"
+        for mine, name in (("att.norm", "ln_1"), ("ff.norm", "ln_2")):
+            pairs += [same(f"{ours}.{mine}.scale", f"{theirs}.{name}.weight"),
+                      same(f"{ours}.{mine}.shift", f"{theirs}.{name}.bias", "norm shifts")]
+        att, ff = f"{ours}.att.sublayer", f"{ours}.ff.sublayer"
+        pairs += fused_qkv(att, f"{theirs}.attn.c_attn", rows, True, "attention biases")
+        pairs += linear(f"{att}.out_proj", f"{theirs}.attn.c_proj", True, "attention biases")
+        pairs += linear(f"{ff}.layers.0", f"{theirs}.mlp.c_fc", True, "feed-forward biases")
+        pairs += linear(f"{ff}.layers.2", f"{theirs}.mlp.c_proj", True, "feed-forward biases")
+    return pairs
+
+
+def bigcode_state(hf: Any) -> dict[str, torch.Tensor]:
+    """Our state dict from a ``GPTBigCodeForCausalLM``."""
+    return load_state(bigcode_table(hf.config), hf.state_dict())
