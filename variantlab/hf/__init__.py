@@ -67,6 +67,7 @@ from .llama import (
 from .llama4 import llama4_config, llama4_spec, llama4_state, llama4_table
 from .mamba import jamba_spec, jamba_state, mamba2_spec, mamba2_state
 from .moe import mixtral_spec, mixtral_state, olmoe_spec, olmoe_state, qwen3moe_spec, qwen3moe_state
+from .mpt import mpt_spec, mpt_state
 from .neox import neox_config, neox_hf_state, neox_spec, neox_state
 from .opt import opt_spec, opt_state
 from .qwen3next import qwen3next_spec, qwen3next_state
@@ -99,6 +100,7 @@ CONVERTERS: dict[str, Converter] = {
     "Mamba2ForCausalLM": (mamba2_spec, mamba2_state),
     "MistralForCausalLM": (mistral_spec, llama_state),
     "MixtralForCausalLM": (mixtral_spec, mixtral_state),
+    "MptForCausalLM": (mpt_spec, mpt_state),
     "OlmoeForCausalLM": (olmoe_spec, olmoe_state),
     "OPTForCausalLM": (opt_spec, opt_state),
     "Olmo2ForCausalLM": (olmo2_spec, olmo2_state),
