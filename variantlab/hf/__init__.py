@@ -65,7 +65,7 @@ from .llama import (
     qwen3_state,
 )
 from .llama4 import llama4_config, llama4_spec, llama4_state, llama4_table
-from .mamba import jamba_spec, jamba_state, mamba2_spec, mamba2_state
+from .mamba import jamba_spec, jamba_state, mamba2_spec, mamba2_state, mamba_spec
 from .moe import mixtral_spec, mixtral_state, olmoe_spec, olmoe_state, qwen3moe_spec, qwen3moe_state
 from .mpt import mpt_spec, mpt_state
 from .neox import neox_config, neox_hf_state, neox_spec, neox_state
@@ -97,6 +97,7 @@ CONVERTERS: dict[str, Converter] = {
     "LlamaForCausalLM": (llama_spec, llama_state),
     "Lfm2ForCausalLM": (lfm2_spec, lfm2_state),
     "Llama4ForCausalLM": (llama4_spec, llama4_state),
+    "MambaForCausalLM": (mamba_spec, mamba2_state),
     "Mamba2ForCausalLM": (mamba2_spec, mamba2_state),
     "MistralForCausalLM": (mistral_spec, llama_state),
     "MixtralForCausalLM": (mixtral_spec, mixtral_state),

@@ -1,4 +1,8 @@
-"""State-space models: ``Mamba2ForCausalLM`` and ``JambaForCausalLM``.
+"""State-space models: ``MambaForCausalLM``, ``Mamba2ForCausalLM`` and ``JambaForCausalLM``.
+
+Mamba 1 (Gu & Dao 2023): every block is RMSNorm, the selective-scan mixer (``attention:
+mamba``, Jamba's mixer without its inner norms) and the residual, no feed-forward, no
+positional; the mixer's parameters keep HF's names, as Mamba-2's.
 
 Mamba-2 (Dao & Gu 2024): every block is RMSNorm, the SSD mixer (``attention: mamba2``) and
 the residual, with no feed-forward (``feedforward: none``), no positional. Jamba (Lieber et
@@ -59,8 +63,24 @@ def mamba2_spec(cfg: Any) -> dict[str, Any]:
     return data
 
 
+def mamba_spec(cfg: Any) -> dict[str, Any]:
+    """Spec data of a ``MambaConfig`` (Mamba 1): Jamba's mixer without its inner norms."""
+    if cfg.hidden_act not in ("silu", "swish"):
+        reject("hidden_act", cfg.hidden_act, "Mamba's convolution activation must be silu")
+    data = _plain(cfg, MAMBA_CONTEXT, cfg.layer_norm_epsilon)
+    data.update({
+        "n_heads": 1, "feedforward": {"kind": "none"},
+        "attention": {"kind": "mamba", "d_state": cfg.state_size, "expand": cfg.expand,
+                      "dt_rank": int(cfg.time_step_rank), "conv_width": cfg.conv_kernel,
+                      "bias": bool(cfg.use_bias), "conv_bias": bool(cfg.use_conv_bias),
+                      "dt_min": cfg.time_step_min, "dt_max": cfg.time_step_max},
+    })
+    return data
+
+
 def mamba2_state(hf: Any) -> dict[str, torch.Tensor]:
-    """Our state dict from a ``Mamba2ForCausalLM``: the mixers' names are HF's."""
+    """Our state dict from a ``Mamba2ForCausalLM`` or a ``MambaForCausalLM``: the mixers'
+    names are HF's."""
     sd = hf.state_dict()
     out = {"embed.tok_emb.weight": sd["backbone.embeddings.weight"],
            "final_norm.scale": sd["backbone.norm_f.weight"], "out_head.weight": sd["lm_head.weight"]}
