@@ -34,6 +34,7 @@ import torch
 from ..model.build import build_model
 from ..model.specs import ModelSpec, parse_model_spec
 from ..plugin.registry import Registry, get_registry
+from .bamba import bamba_spec, bamba_state
 from .bigcode import bigcode_spec, bigcode_state
 from .bloom import bloom_spec, bloom_state
 from .common import ConversionError, ExportWarning, Spec, refuse
@@ -81,6 +82,7 @@ Converter = tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str, tor
 
 #: class name -> (config -> spec data, HF model -> our state dict)
 CONVERTERS: dict[str, Converter] = {
+    "BambaForCausalLM": (bamba_spec, bamba_state),
     "BloomForCausalLM": (bloom_spec, bloom_state),
     "DeepseekV2ForCausalLM": (deepseek_v2_spec, deepseek_state),
     "DeepseekV3ForCausalLM": (deepseek_v3_spec, deepseek_state),
