@@ -35,8 +35,8 @@ from ..model.build import build_model
 from ..model.specs import ModelSpec, parse_model_spec
 from ..plugin.registry import Registry, get_registry
 from .bamba import bamba_spec, bamba_state
-from .bigcode import bigcode_spec, bigcode_state
-from .bloom import bloom_spec, bloom_state
+from .bigcode import bigcode_config, bigcode_spec, bigcode_state, bigcode_table
+from .bloom import bloom_config, bloom_spec, bloom_state, bloom_table
 from .common import ConversionError, ExportWarning, Spec, refuse
 from .deepseek import (
     deepseek_class,
@@ -46,11 +46,11 @@ from .deepseek import (
     deepseek_v2_spec,
     deepseek_v3_spec,
 )
-from .falcon import falcon_spec, falcon_state
+from .falcon import falcon_config, falcon_spec, falcon_state, falcon_table
 from .falconh1 import falconh1_config, falconh1_spec, falconh1_state, falconh1_table
 from .gemma import gemma_config, gemma_hf_state, gemma_spec, gemma_state
 from .gpt2 import gpt2_config, gpt2_hf_state, gpt2_spec, gpt2_state
-from .gptj import gptj_spec, gptj_state
+from .gptj import gptj_config, gptj_spec, gptj_state, gptj_table
 from .gptoss import gptoss_config, gptoss_spec, gptoss_state, gptoss_table
 from .lfm2 import lfm2_config, lfm2_spec, lfm2_state, lfm2_table
 from .llama import CLASSES as LLAMA_LIKE
@@ -66,11 +66,20 @@ from .llama import (
     qwen3_state,
 )
 from .llama4 import llama4_config, llama4_spec, llama4_state, llama4_table
-from .mamba import jamba_spec, jamba_state, mamba2_spec, mamba2_state, mamba_spec
+from .mamba import (
+    jamba_spec,
+    jamba_state,
+    mamba2_spec,
+    mamba2_state,
+    mamba_config,
+    mamba_spec,
+    mamba_state,
+    mamba_table,
+)
 from .moe import mixtral_spec, mixtral_state, olmoe_spec, olmoe_state, qwen3moe_spec, qwen3moe_state
-from .mpt import mpt_spec, mpt_state
+from .mpt import mpt_config, mpt_spec, mpt_state, mpt_table
 from .neox import neox_config, neox_hf_state, neox_spec, neox_state
-from .opt import opt_spec, opt_state
+from .opt import opt_config, opt_spec, opt_state, opt_table
 from .qwen3next import qwen3next_spec, qwen3next_state
 from .smollm3 import smollm3_config, smollm3_spec, smollm3_state, smollm3_table
 from .table import Pair, save_state, tied
@@ -99,7 +108,7 @@ CONVERTERS: dict[str, Converter] = {
     "LlamaForCausalLM": (llama_spec, llama_state),
     "Lfm2ForCausalLM": (lfm2_spec, lfm2_state),
     "Llama4ForCausalLM": (llama4_spec, llama4_state),
-    "MambaForCausalLM": (mamba_spec, mamba2_state),
+    "MambaForCausalLM": (mamba_spec, mamba_state),
     "Mamba2ForCausalLM": (mamba2_spec, mamba2_state),
     "MistralForCausalLM": (mistral_spec, llama_state),
     "MixtralForCausalLM": (mixtral_spec, mixtral_state),
@@ -145,7 +154,8 @@ def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
 
 Exporter = tuple[Callable[[Spec, str], Any], Callable[[Any], list[Pair]]]
 
-#: the 2025 classes: class -> (spec -> config, config -> the family's weight table)
+#: the classes with a weight table (the 2025 ones, the GPT-2-era and state-space ones):
+#: class -> (spec -> config, config -> the family's weight table)
 TABLED: dict[str, Exporter] = {
     "DeepseekV2ForCausalLM": (deepseek_config, deepseek_table),
     "DeepseekV3ForCausalLM": (deepseek_config, deepseek_table),
@@ -154,6 +164,13 @@ TABLED: dict[str, Exporter] = {
     "SmolLM3ForCausalLM": (smollm3_config, smollm3_table),
     "FalconH1ForCausalLM": (falconh1_config, falconh1_table),
     "Lfm2ForCausalLM": (lfm2_config, lfm2_table),
+    "FalconForCausalLM": (falcon_config, falcon_table),
+    "GPTJForCausalLM": (gptj_config, gptj_table),
+    "OPTForCausalLM": (opt_config, opt_table),
+    "BloomForCausalLM": (bloom_config, bloom_table),
+    "MptForCausalLM": (mpt_config, mpt_table),
+    "GPTBigCodeForCausalLM": (bigcode_config, bigcode_table),
+    "MambaForCausalLM": (mamba_config, mamba_table),
 }
 
 #: the classes a spec exports to (:func:`choose_class`)
@@ -188,13 +205,41 @@ def _frontier_class(spec: Spec) -> str | None:
     return None
 
 
+def _classic_class(spec: Spec) -> str | None:
+    """The GPT-2-era or state-space class a spec's components name, if any: Mamba 1's mixer
+    alone (Mamba), Mamba-2 and attention layers (Bamba), ALiBi (BLOOM with an embedding
+    norm, else MPT), learned positions with an offset (OPT) or one key/value head
+    (GPTBigCode), rotary LayerNorm with an output head bias (GPT-J), grouped heads or a
+    shared parallel norm over whole heads (Falcon)."""
+    kinds = {spec.layer_spec(i).attention.kind for i in range(spec.n_layers)}
+    if kinds == {"mamba"}:
+        return "MambaForCausalLM"
+    if kinds == {"mamba2", "mha"}:
+        return "BambaForCausalLM"
+    positional, kv = spec.positional, getattr(spec.attention, "n_kv_heads", None)
+    if positional.kind == "alibi":
+        return "BloomForCausalLM" if spec.embedding_norm else "MptForCausalLM"
+    if positional.kind == "learned":
+        if positional.offset:
+            return "OPTForCausalLM"
+        return "GPTBigCodeForCausalLM" if kv == 1 else None
+    if positional.kind != "rotary" or spec.norm.kind != "layer":
+        return None
+    if spec.head_bias:
+        return "GPTJForCausalLM"
+    res = spec.residual
+    if res.kind == "parallel" and positional.fraction == 1.0 and (kv or res.shared_norm):
+        return "FalconForCausalLM"
+    return "FalconForCausalLM" if res.kind == "pre_norm" and kv else None
+
+
 def choose_class(spec: Spec) -> str:
     """The transformers class whose architecture the spec's components name (its own checks
     then refuse what else the class lacks)."""
     if spec.family != "gpt":
         refuse("family", "transformers", f"family {spec.family!r}: only decoder-only 'gpt' "
                "models export to a transformers causal LM")
-    frontier = _frontier_class(spec)
+    frontier = _frontier_class(spec) or _classic_class(spec)
     if frontier is not None:
         return frontier
     positional, residual = spec.positional.kind, spec.residual.kind

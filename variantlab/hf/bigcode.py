@@ -6,6 +6,9 @@ GPT-2 (learned positions, LayerNorm, an MLP, biases everywhere) with multi-query
 (stored (out, in), unlike GPT-2's Conv1D): every query head, then the one key, then the one
 value; without ``multi_query`` its rows are per head (q_h, k_h, v_h).
 :func:`bigcode_table` names every weight on both sides.
+
+On export a learned-position spec with one key/value head comes here (with one per head,
+GPT-2); biases the variant lacks are exported as zeros, with a warning.
 """
 
 from __future__ import annotations
@@ -14,8 +17,18 @@ from typing import Any
 
 import torch
 
-from .common import activation, dropouts, reject
+from .common import (
+    Spec,
+    activation,
+    check_classic,
+    dropouts,
+    hf_activation,
+    need,
+    reject,
+    token_ids,
+)
 from .falcon import falcon_rows
+from .gpt2 import hidden_of
 from .table import Pair, fused_qkv, linear, load_state, same
 
 CLS = "GPTBigCodeForCausalLM"
@@ -68,3 +81,25 @@ def bigcode_table(cfg: Any) -> list[Pair]:
 def bigcode_state(hf: Any) -> dict[str, torch.Tensor]:
     """Our state dict from a ``GPTBigCodeForCausalLM``."""
     return load_state(bigcode_table(hf.config), hf.state_dict())
+
+
+# --- export ---------------------------------------------------------------------------
+
+def bigcode_config(spec: Spec, cls: str = CLS) -> Any:
+    """The ``GPTBigCodeConfig`` of a learned-position multi-query spec."""
+    import transformers
+
+    check_classic(spec, CLS, residuals=("pre_norm",), gqa=True)
+    kv = spec.attention.n_kv_heads or spec.n_heads
+    need(spec, CLS, "attention.n_kv_heads", kv in (1, spec.n_heads),
+         f"n_kv_heads={kv}: GPTBigCode has one key/value head (multi_query) or one per head")
+    need(spec, CLS, "positional.offset", spec.positional.offset == 0,
+         f"offset={spec.positional.offset}: GPTBigCode's position table starts at 0")
+    config = transformers.GPTBigCodeConfig
+    return config(
+        **token_ids(spec, config), vocab_size=spec.vocab_size, n_positions=spec.context_length,
+        n_embd=spec.emb_dim, n_layer=spec.n_layers, n_head=spec.n_heads,
+        n_inner=hidden_of(spec), activation_function=hf_activation(spec, CLS),
+        layer_norm_epsilon=spec.norm.eps, multi_query=kv == 1, embd_pdrop=spec.drop("emb"),
+        attn_pdrop=spec.drop("attn"), resid_pdrop=spec.drop("resid"),
+        tie_word_embeddings=spec.tie_weights)

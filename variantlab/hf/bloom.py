@@ -6,6 +6,9 @@ j differs from -slope_h * (i - j) by a constant per query, which the softmax dro
 LayerNorm on the embeddings (``embedding_norm: true``), pre-norm LayerNorms, one fused q/k/v
 Linear with rows per head as (q_h, k_h, v_h) (Falcon's per-head layout), a 4x MLP with
 BLOOM's tanh GELU, biases everywhere. :func:`bloom_table` names every weight on both sides.
+
+On export an ALiBi spec with an embedding norm comes here: pre-norm LayerNorms, a 4x MLP with
+tanh GELU, multi-head attention (biases the variant lacks exported as zeros, with a warning).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .common import dropouts, reject
+from .common import Spec, check_classic, check_dropout, dropouts, need, reject, token_ids
 from .falcon import falcon_rows
 from .table import Pair, fused_qkv, linear, load_state, same
 
@@ -77,3 +80,30 @@ def bloom_table(cfg: Any) -> list[Pair]:
 def bloom_state(hf: Any) -> dict[str, torch.Tensor]:
     """Our state dict from a ``BloomForCausalLM``."""
     return load_state(bloom_table(hf.config), hf.state_dict())
+
+
+# --- export ---------------------------------------------------------------------------
+
+def check_alibi(spec: Spec, cls: str, approximate: str, **classic: bool) -> None:
+    """What BLOOM and MPT share: ALiBi, pre-norm LayerNorm (``classic``: the rest of
+    :func:`check_classic`), a 4x MLP whose GELU is ``approximate`` (``tanh`` or ``none``)."""
+    check_classic(spec, cls, residuals=("pre_norm",), gqa=False, **classic)
+    need(spec, cls, "feedforward.hidden_dim", spec.feedforward.hidden_dim == 4 * spec.emb_dim,
+         f"this class's MLP is 4 x emb_dim = {4 * spec.emb_dim} wide")
+    act = spec.activation
+    need(spec, cls, "activation.kind", (act.kind, getattr(act, "approximate", None)) ==
+         ("gelu", approximate), f"this class's MLP uses GELU (approximate: {approximate})")
+
+
+def bloom_config(spec: Spec, cls: str = CLS) -> Any:
+    """The ``BloomConfig`` of an ALiBi spec with an embedding norm."""
+    import transformers
+
+    check_alibi(spec, CLS, "tanh", embedding_norm=True)
+    check_dropout(spec, CLS, ("attn", "resid"))
+    config = transformers.BloomConfig
+    return config(
+        **token_ids(spec, config), vocab_size=spec.vocab_size, hidden_size=spec.emb_dim,
+        n_layer=spec.n_layers, n_head=spec.n_heads, seq_length=spec.context_length,
+        layer_norm_epsilon=spec.norm.eps, hidden_dropout=spec.drop("resid"),
+        attention_dropout=spec.drop("attn"), tie_word_embeddings=spec.tie_weights)

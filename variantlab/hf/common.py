@@ -366,3 +366,21 @@ def rotary_theta(spec: Spec, cls: str, specs: list[Spec]) -> float:
     thetas = [float(layer.positional.theta) for layer in specs if layer.positional.kind == "rotary"]
     theta = one(spec, cls, "layout.positional.theta", thetas, "rotary bases")
     return theta if theta is not None else float(getattr(spec.positional, "theta", 10_000.0))
+
+
+def check_classic(spec: Spec, cls: str, *, residuals: tuple[str, ...], gqa: bool,
+                  rotary: bool = False, final_norm: bool = True, embedding_norm: bool = False,
+                  head_bias: bool = False, norm_shift: bool = True) -> None:
+    """A GPT-2-era class (Falcon, GPT-J, OPT, BLOOM, MPT, GPTBigCode): what
+    :func:`check_common` checks with LayerNorm, an ``mha`` of emb_dim / n_heads wide heads
+    (grouped-query with ``gqa``), a residual among ``residuals``, a plain MLP and, without
+    ``norm_shift``, LayerNorms without a shift."""
+    check_common(spec, cls, norm="layer", rotary=rotary, final_norm=final_norm,
+                 embedding_norm=embedding_norm, head_bias=head_bias)
+    check_attention(spec, cls, gqa=gqa, head_dim_free=False)
+    need(spec, cls, "residual.kind", spec.residual.kind in residuals,
+         f"residual {spec.residual.kind!r}: this class is {' or '.join(residuals)}")
+    need(spec, cls, "feedforward.kind", spec.feedforward.kind == "mlp",
+         f"feedforward {spec.feedforward.kind!r}: this class has a plain MLP")
+    need(spec, cls, "norm_bias", norm_shift or not spec.norm_bias,
+         "this class's LayerNorms have no shift; set norm_bias: false")

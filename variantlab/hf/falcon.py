@@ -10,6 +10,11 @@ fused rows laid out as every query head, then the key, then the value), the new 
 ``num_kv_heads`` groups (each group's query heads, then its key, then its value), or full
 multi-head attention with rows per head as (q_h, k_h, v_h). :func:`falcon_table` names every
 weight on both sides.
+
+On export a rotary LayerNorm spec comes here when its heads are grouped (``n_kv_heads``) or
+its parallel block's norm is shared with the whole head rotated: one ``n_kv_heads`` gives
+``multi_query``, other groups or two norms the new architecture; ``bias`` is set when any
+Linear has one (the others exported as zeros, with a warning).
 """
 
 from __future__ import annotations
@@ -18,7 +23,20 @@ from typing import Any
 
 import torch
 
-from .common import activation, dropouts, reject, rotary
+from .common import (
+    Spec,
+    activation,
+    check_classic,
+    check_dropout,
+    dropouts,
+    hf_activation,
+    need,
+    reject,
+    rope,
+    rotary,
+    token_ids,
+)
+from .gpt2 import hidden_of
 from .table import Pair, fused_qkv, linear, load_state, same
 
 CLS = "FalconForCausalLM"
@@ -129,3 +147,32 @@ def falcon_table(cfg: Any) -> list[Pair]:
 def falcon_state(hf: Any) -> dict[str, torch.Tensor]:
     """Our state dict from a ``FalconForCausalLM``."""
     return load_state(falcon_table(hf.config), hf.state_dict())
+
+
+# --- export ---------------------------------------------------------------------------
+
+def falcon_config(spec: Spec, cls: str = CLS) -> Any:
+    """The ``FalconConfig`` of a rotary LayerNorm spec, parallel or sequential."""
+    import transformers
+
+    check_classic(spec, CLS, residuals=("parallel", "pre_norm"), gqa=True, rotary=True)
+    check_dropout(spec, CLS, ("resid",))
+    heads, res = spec.n_heads, spec.residual
+    kv = spec.attention.n_kv_heads or heads
+    parallel = res.kind == "parallel"
+    new = parallel and (not res.shared_norm or kv not in (1, heads))
+    need(spec, CLS, "attention.n_kv_heads", new or kv in (1, heads), f"n_kv_heads={kv}: "
+         "sequential Falcon has one key/value head (multi_query) or one per head")
+    config = transformers.FalconConfig
+    return config(
+        **token_ids(spec, config), vocab_size=spec.vocab_size,
+        max_position_embeddings=spec.context_length, hidden_size=spec.emb_dim,
+        num_hidden_layers=spec.n_layers, num_attention_heads=heads, num_kv_heads=kv,
+        multi_query=kv == 1 and not new, new_decoder_architecture=new, parallel_attn=parallel,
+        num_ln_in_parallel_attn=(1 if res.shared_norm else 2) if new else None,
+        bias=spec.qkv_bias or spec.attn_out_bias or spec.ffn_bias, alibi=False,
+        ffn_hidden_size=hidden_of(spec), activation=hf_activation(spec, CLS),
+        layer_norm_epsilon=spec.norm.eps, rope_parameters=rope(spec.positional),
+        hidden_dropout=spec.drop("resid"),  # sequential Falcon drops the attention's branch
+        attention_dropout=0.0 if parallel else spec.drop("resid"),  # with this one
+        tie_word_embeddings=spec.tie_weights)

@@ -7,6 +7,10 @@ interleaved pairs (dims 2i and 2i + 1 turn together): the import reorders those 
 q_proj and k_proj to the rotate-half pairs of ``positional: rotary`` (even dims, then odd
 ones; every score unchanged) and the export puts them back. :func:`gptj_table` names every
 weight on both sides.
+
+On export a rotary LayerNorm spec with an output head bias comes here: a shared-norm
+parallel block, whole heads, base 10000, an even count of rotated dims (``rotary_dim``), no
+attention biases.
 """
 
 from __future__ import annotations
@@ -15,7 +19,18 @@ from typing import Any
 
 import torch
 
-from .common import activation, dropouts, reject
+from .common import (
+    Spec,
+    activation,
+    check_classic,
+    dropouts,
+    head_dim,
+    hf_activation,
+    need,
+    reject,
+    token_ids,
+)
+from .gpt2 import hidden_of
 from .table import Pair, interleaved_rows, linear, load_state, permuted, same
 
 CLS = "GPTJForCausalLM"
@@ -59,7 +74,8 @@ def gptj_table(cfg: Any) -> list[Pair]:
     head_dim = cfg.n_embd // cfg.n_head
     order = interleaved_rows(cfg.n_embd, 0, _rotary_dim(cfg), head_dim)
     pairs = [same("embed.tok_emb.weight", "transformer.wte.weight"),
-             same("out_head.weight", "lm_head.weight"), same("out_head.bias", "lm_head.bias"),
+             same("out_head.weight", "lm_head.weight"),
+             same("out_head.bias", "lm_head.bias", "output head bias"),
              same("final_norm.scale", "transformer.ln_f.weight"),
              same("final_norm.shift", "transformer.ln_f.bias", "norm shifts")]
     for i in range(cfg.n_layer):
@@ -79,3 +95,30 @@ def gptj_table(cfg: Any) -> list[Pair]:
 def gptj_state(hf: Any) -> dict[str, torch.Tensor]:
     """Our state dict from a ``GPTJForCausalLM``."""
     return load_state(gptj_table(hf.config), hf.state_dict())
+
+
+# --- export ---------------------------------------------------------------------------
+
+def gptj_config(spec: Spec, cls: str = CLS) -> Any:
+    """The ``GPTJConfig`` of a parallel rotary spec with an output head bias."""
+    import transformers
+
+    check_classic(spec, CLS, residuals=("parallel",), gqa=False, head_bias=True)
+    pos = spec.positional
+    need(spec, CLS, "residual.shared_norm", spec.residual.shared_norm,
+         "GPT-J's parallel block has one norm for both sublayers")
+    need(spec, CLS, "positional.theta", pos.theta == THETA,
+         f"theta={pos.theta}: GPT-J's rotary base is {THETA:g}")
+    rot = int(head_dim(spec) * pos.fraction)
+    need(spec, CLS, "positional.fraction", rot % 2 == 0, f"fraction={pos.fraction} rotates "
+         f"{rot} dims: GPT-J pairs every two, so an even count")
+    need(spec, CLS, "qkv_bias", not (spec.qkv_bias or spec.attn_out_bias),
+         "GPT-J's attention projections have no biases")
+    config = transformers.GPTJConfig
+    return config(
+        **token_ids(spec, config), vocab_size=spec.vocab_size, n_positions=spec.context_length,
+        n_embd=spec.emb_dim, n_layer=spec.n_layers, n_head=spec.n_heads, rotary_dim=rot,
+        n_inner=hidden_of(spec), activation_function=hf_activation(spec, CLS),
+        layer_norm_epsilon=spec.norm.eps, embd_pdrop=spec.drop("emb"),
+        attn_pdrop=spec.drop("attn"), resid_pdrop=spec.drop("resid"),
+        tie_word_embeddings=spec.tie_weights)

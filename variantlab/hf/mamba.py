@@ -2,7 +2,8 @@
 
 Mamba 1 (Gu & Dao 2023): every block is RMSNorm, the selective-scan mixer (``attention:
 mamba``, Jamba's mixer without its inner norms) and the residual, no feed-forward, no
-positional; the mixer's parameters keep HF's names, as Mamba-2's.
+positional; the mixer's parameters keep HF's names, as Mamba-2's (:func:`mamba_table`, read
+both ways: a spec of Mamba 1 mixers alone exports to ``MambaForCausalLM``).
 
 Mamba-2 (Dao & Gu 2024): every block is RMSNorm, the SSD mixer (``attention: mamba2``) and
 the residual, with no feed-forward (``feedforward: none``), no positional. Jamba (Lieber et
@@ -17,13 +18,26 @@ with both, the dense layers (``mamba_dense``, ``attention_dense``), are layer ki
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
-from .common import activation, dropouts, head_dim_of, linear, reject
+from .common import (
+    Spec,
+    activation,
+    check_common,
+    check_dropout,
+    dropouts,
+    head_dim_of,
+    linear,
+    need,
+    reject,
+    token_ids,
+)
 from .llama import ATTENTION, MLP
 from .moe import experts_state, hybrid_layout, moe_feedforward
+from .table import Pair, load_state, same
 
 #: Mamba-2 has no maximum length; the spec needs one (edit it freely: nothing depends on it)
 MAMBA_CONTEXT = 2048
@@ -78,9 +92,56 @@ def mamba_spec(cfg: Any) -> dict[str, Any]:
     return data
 
 
+def mamba_table(cfg: Any) -> list[Pair]:
+    """Every weight of a ``MambaForCausalLM`` of ``cfg`` and ours (the mixers' names are
+    HF's), both ways."""
+    pairs = [same("embed.tok_emb.weight", "backbone.embeddings.weight"),
+             same("final_norm.scale", "backbone.norm_f.weight"),
+             same("out_head.weight", "lm_head.weight")]
+    names = ["in_proj.weight", "conv1d.weight", "x_proj.weight", "dt_proj.weight",
+             "dt_proj.bias", "A_log", "D", "out_proj.weight"]
+    names += ["in_proj.bias", "out_proj.bias"] if cfg.use_bias else []
+    names += ["conv1d.bias"] if cfg.use_conv_bias else []
+    for i in range(cfg.num_hidden_layers):
+        theirs = f"backbone.layers.{i}"
+        pairs.append(same(f"trf_blocks.{i}.att.norm.scale", f"{theirs}.norm.weight"))
+        pairs += [same(f"trf_blocks.{i}.att.sublayer.{name}", f"{theirs}.mixer.{name}")
+                  for name in names]
+    return pairs
+
+
+def mamba_state(hf: Any) -> dict[str, torch.Tensor]:
+    """Our state dict from a ``MambaForCausalLM``."""
+    return load_state(mamba_table(hf.config), hf.state_dict())
+
+
+def mamba_config(spec: Spec, cls: str = "MambaForCausalLM") -> Any:
+    """The ``MambaConfig`` of a spec whose every layer is the selective-scan mixer alone."""
+    import transformers
+
+    att = spec.attention
+    check_common(spec, cls, norm="rms", rotary=False)
+    check_dropout(spec, cls, ())
+    need(spec, cls, "attention.inner_norms", not att.inner_norms,
+         "Mamba's mixer has no inner norms (Jamba's)")
+    need(spec, cls, "feedforward.kind", spec.feedforward.kind == "none",
+         f"feedforward {spec.feedforward.kind!r}: a Mamba block is norm, mixer, residual")
+    need(spec, cls, "residual.kind", spec.residual.kind == "pre_norm",
+         f"residual {spec.residual.kind!r}: Mamba is pre_norm")
+    need(spec, cls, "positional.kind", spec.positional.kind == "none",
+         f"positional {spec.positional.kind!r}: Mamba has no positions")
+    config = transformers.MambaConfig
+    return config(
+        **token_ids(spec, config), vocab_size=spec.vocab_size, hidden_size=spec.emb_dim,
+        num_hidden_layers=spec.n_layers, state_size=att.d_state, expand=att.expand,
+        conv_kernel=att.conv_width, use_bias=att.bias, use_conv_bias=att.conv_bias,
+        time_step_rank=att.dt_rank or math.ceil(spec.emb_dim / 16),
+        time_step_min=att.dt_min, time_step_max=att.dt_max, hidden_act="silu",
+        layer_norm_epsilon=spec.norm.eps, tie_word_embeddings=spec.tie_weights)
+
+
 def mamba2_state(hf: Any) -> dict[str, torch.Tensor]:
-    """Our state dict from a ``Mamba2ForCausalLM`` or a ``MambaForCausalLM``: the mixers'
-    names are HF's."""
+    """Our state dict from a ``Mamba2ForCausalLM``: the mixers' names are HF's."""
     sd = hf.state_dict()
     out = {"embed.tok_emb.weight": sd["backbone.embeddings.weight"],
            "final_norm.scale": sd["backbone.norm_f.weight"], "out_head.weight": sd["lm_head.weight"]}

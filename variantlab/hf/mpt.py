@@ -9,6 +9,10 @@ then keys, then values), a 4x MLP with exact GELU (transformers ignores
 ``expansion_ratio``), ``attn_config.softmax_scale`` as ``attention.scale``; the attention
 dropout ``attn_pdrop`` also drops both residual branches (as transformers does).
 :func:`mpt_table` names every weight on both sides.
+
+On export an ALiBi spec without an embedding norm comes here: pre-norm LayerNorms without
+shifts, no Linear biases, a 4x MLP with exact GELU, one dropout rate for the attention
+weights and the residual branches (0: transformers types it as an int).
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from typing import Any
 
 import torch
 
-from .common import dropouts, reject
+from .bloom import check_alibi
+from .common import Spec, check_dropout, dropouts, need, reject, token_ids
 from .table import Pair, fused_qkv, linear, load_state, same
 
 CLS = "MptForCausalLM"
@@ -66,3 +71,27 @@ def mpt_table(cfg: Any) -> list[Pair]:
 def mpt_state(hf: Any) -> dict[str, torch.Tensor]:
     """Our state dict from an ``MptForCausalLM``."""
     return load_state(mpt_table(hf.config), hf.state_dict())
+
+
+# --- export ---------------------------------------------------------------------------
+
+def mpt_config(spec: Spec, cls: str = CLS) -> Any:
+    """The ``MptConfig`` of a bias-free ALiBi spec."""
+    import transformers
+
+    scale = spec.attention.scale  # MPT's softmax_scale: any
+    check_alibi(spec.model_copy(update={"attention": spec.attention.model_copy(
+        update={"scale": None})}), CLS, "none", norm_shift=False)
+    need(spec, CLS, "qkv_bias", not (spec.qkv_bias or spec.attn_out_bias or spec.ffn_bias),
+         "MPT's Linears have no biases")
+    check_dropout(spec, CLS, ("attn", "resid"))
+    need(spec, CLS, "attn_drop_rate", spec.drop("attn") == spec.drop("resid") == 0.0,
+         "MPT has one dropout (attn_pdrop) for the attention weights and residual branches, "
+         "which transformers' MptAttentionConfig types as an int: only 0 can be exported")
+    config = transformers.MptConfig
+    return config(
+        **token_ids(spec, config), vocab_size=spec.vocab_size, d_model=spec.emb_dim,
+        n_layers=spec.n_layers, n_heads=spec.n_heads, max_seq_len=spec.context_length,
+        expansion_ratio=4, layer_norm_epsilon=spec.norm.eps, no_bias=True,
+        attn_config={"attn_pdrop": 0, "softmax_scale": scale},
+        tie_word_embeddings=spec.tie_weights)

@@ -7,6 +7,10 @@ Learned positions read two rows on (``positional: {kind: learned, offset: 2}``: 
 biased together (``enable_bias``). ``do_layer_norm_before``: pre-norm with a final norm
 (OPT-125m, 1.3b and larger), else post-norm without one (OPT-350m). :func:`opt_table` names
 every weight on both sides.
+
+On export a spec with learned positions at an offset comes here: the offset 2, pre-norm with
+a final norm or post-norm without one, LayerNorm of eps 1e-5 (transformers' default, which
+OPT cannot set), ``enable_bias`` when any Linear has one (the others exported as zeros).
 """
 
 from __future__ import annotations
@@ -15,7 +19,18 @@ from typing import Any
 
 import torch
 
-from .common import activation, dropouts, reject
+from .common import (
+    Spec,
+    activation,
+    check_classic,
+    dropouts,
+    hf_activation,
+    need,
+    reject,
+    token_ids,
+    warn,
+)
+from .gpt2 import hidden_of
 from .table import Pair, attention, linear, load_state, same
 
 CLS = "OPTForCausalLM"
@@ -87,3 +102,32 @@ def opt_table(cfg: Any) -> list[Pair]:
 def opt_state(hf: Any) -> dict[str, torch.Tensor]:
     """Our state dict from an ``OPTForCausalLM``."""
     return load_state(opt_table(hf.config), hf.state_dict())
+
+
+# --- export ---------------------------------------------------------------------------
+
+def opt_config(spec: Spec, cls: str = CLS) -> Any:
+    """The ``OPTConfig`` of a learned-position spec at OPT's offset."""
+    import transformers
+
+    pre = spec.residual.kind == "pre_norm"
+    check_classic(spec, CLS, residuals=("pre_norm", "post_norm"), gqa=False, final_norm=pre)
+    need(spec, CLS, "final_norm", spec.final_norm == pre, "OPT has a final norm with "
+         "pre_norm residuals (do_layer_norm_before) and none with post_norm")
+    need(spec, CLS, "positional.offset", spec.positional.offset == OFFSET,
+         f"offset={spec.positional.offset}: OPT's position table starts {OFFSET} rows on")
+    need(spec, CLS, "norm.eps", spec.norm.eps == 1e-5,
+         f"eps={spec.norm.eps}: OPT's LayerNorms have torch's default 1e-5")
+    if spec.drop("emb") != spec.drop("resid"):
+        warn(f"{CLS} has one dropout for embeddings and residual branches: exported as the "
+             f"residual rate {spec.drop('resid')}")
+    config = transformers.OPTConfig
+    return config(
+        **token_ids(spec, config), vocab_size=spec.vocab_size,
+        max_position_embeddings=spec.context_length, hidden_size=spec.emb_dim,
+        word_embed_proj_dim=spec.emb_dim, num_hidden_layers=spec.n_layers,
+        num_attention_heads=spec.n_heads, ffn_dim=hidden_of(spec),
+        activation_function=hf_activation(spec, CLS), do_layer_norm_before=pre,
+        enable_bias=spec.qkv_bias or spec.attn_out_bias or spec.ffn_bias,
+        dropout=spec.drop("resid"), attention_dropout=spec.drop("attn"),
+        activation_dropout=0.0, layerdrop=0.0, tie_word_embeddings=spec.tie_weights)
