@@ -34,7 +34,7 @@ import torch
 from ..model.build import build_model
 from ..model.specs import ModelSpec, parse_model_spec
 from ..plugin.registry import Registry, get_registry
-from .bamba import bamba_spec, bamba_state
+from .bamba import bamba_config, bamba_spec, bamba_state, bamba_table
 from .bigcode import bigcode_config, bigcode_spec, bigcode_state, bigcode_table
 from .bloom import bloom_config, bloom_spec, bloom_state, bloom_table
 from .common import ConversionError, ExportWarning, Spec, refuse
@@ -171,6 +171,7 @@ TABLED: dict[str, Exporter] = {
     "MptForCausalLM": (mpt_config, mpt_table),
     "GPTBigCodeForCausalLM": (bigcode_config, bigcode_table),
     "MambaForCausalLM": (mamba_config, mamba_table),
+    "BambaForCausalLM": (bamba_config, bamba_table),
 }
 
 #: the classes a spec exports to (:func:`choose_class`)
@@ -247,8 +248,9 @@ def choose_class(spec: Spec) -> str:
         return "GPT2LMHeadModel"
     if positional != "rotary":
         refuse("positional.kind", "transformers", f"positional {positional!r} has no "
-               "equivalent in the supported classes; learned (GPT-2) or rotary (GPT-NeoX, "
-               "Llama, Qwen3, OLMo 2, Gemma 2/3)")
+               "equivalent in the supported classes; learned (GPT-2, OPT, GPTBigCode), "
+               "alibi (BLOOM, MPT), rotary (GPT-NeoX, Llama, Falcon, GPT-J, ...) or none "
+               "(Mamba)")
     if residual == "parallel" or (residual == "pre_norm" and spec.norm.kind == "layer"):
         return "GPTNeoXForCausalLM"
     if residual == "sandwich":

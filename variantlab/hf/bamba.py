@@ -9,6 +9,9 @@ mamba_chunk_size, bias: mamba_proj_bias, conv_bias: mamba_conv_bias}`` with the 
 the gate, as Mamba-2's), the layers ``attn_layer_indices`` lists are grouped-query attention
 (the kind ``attention``: the model's ``mha``) with rotary over half of each head (Bamba's
 fixed ``partial_rotary_factor``). :func:`bamba_table` names every weight on both sides.
+
+On export a spec whose layers are Mamba-2 or ``mha`` (one of each for all such layers) comes
+here: pre-norm RMSNorm, a SwiGLU on every layer, rotary over half of each head.
 """
 
 from __future__ import annotations
@@ -17,7 +20,23 @@ from typing import Any
 
 import torch
 
-from .common import head_dim_of, period, reject, rms_decoder, rotary
+from .common import (
+    Spec,
+    check_attention,
+    check_common,
+    check_dropout,
+    head_dim_of,
+    layers,
+    need,
+    one,
+    period,
+    reject,
+    rms_decoder,
+    rope,
+    rotary,
+    token_ids,
+)
+from .gpt2 import hidden_of
 from .table import Pair, attention, ends, linear, load_state, norms, same
 
 CLS = "BambaForCausalLM"
@@ -84,3 +103,63 @@ def bamba_table(cfg: Any) -> list[Pair]:
 def bamba_state(hf: Any) -> dict[str, torch.Tensor]:
     """Our state dict from a ``BambaForCausalLM``."""
     return load_state(bamba_table(hf.config), hf.state_dict())
+
+
+# --- export ---------------------------------------------------------------------------
+
+#: Bamba's rotary share of each head (transformers sets it whatever the config says)
+FRACTION = 0.5
+
+
+def bamba_config(spec: Spec, cls: str = CLS) -> Any:
+    """The ``BambaConfig`` of a spec mixing Mamba-2 and attention layers."""
+    import transformers
+
+    specs = layers(spec, CLS, ("attention",))
+    check_common(spec.model_copy(update={"layout": None}), CLS, norm="rms", rotary=False)
+    check_dropout(spec, CLS, ())
+    need(spec, CLS, "residual.kind", spec.residual.kind == "pre_norm",
+         f"residual {spec.residual.kind!r}: Bamba is pre_norm")
+    ff = spec.feedforward
+    need(spec, CLS, "feedforward.kind", ff.kind == "glu",
+         f"feedforward {ff.kind!r}: Bamba's feed-forward is a SwiGLU (glu)")
+    need(spec, CLS, "activation.kind", spec.activation.kind == "silu",
+         f"activation {spec.activation.kind!r}: Bamba uses silu (its convolution too)")
+    pos = spec.positional
+    need(spec, CLS, "positional.fraction", pos.kind == "rotary" and pos.fraction == FRACTION,
+         f"Bamba rotates {FRACTION} of each head (rotary, fraction {FRACTION})")
+    mixers = [layer.attention for layer in specs if layer.attention.kind == "mamba2"]
+    atts = [layer.attention for layer in specs if layer.attention.kind != "mamba2"]
+    for layer in specs:
+        if layer.attention.kind != "mamba2":
+            check_attention(layer, CLS, gqa=True, head_dim_free=False)
+    mixer = one(spec, CLS, "layout.attention", mixers, "Mamba-2 mixers")
+    att = one(spec, CLS, "layout.attention", atts, "attentions")
+    need(spec, CLS, "qkv_bias", spec.qkv_bias == spec.attn_out_bias,
+         "Bamba's attention_bias is on q/k/v and the output together")
+    kwargs: dict[str, Any] = {}
+    if mixer is not None:
+        inner = mixer.inner_dim or mixer.expand * spec.emb_dim
+        need(spec, CLS, "layout.attention.inner_dim", inner == mixer.expand * spec.emb_dim,
+             "Bamba's mixer is mamba_expand x hidden_size wide")
+        need(spec, CLS, "layout.attention.gate_norm", mixer.gate_norm == "norm_after_gate",
+             f"gate_norm {mixer.gate_norm!r}: Bamba gates, then normalises")
+        need(spec, CLS, "layout.attention.norm_eps", mixer.norm_eps == spec.norm.eps,
+             "Bamba's mixer norm has the model's rms_norm_eps")
+        head = mixer.head_dim or inner // spec.n_heads
+        kwargs = dict(mamba_n_heads=inner // head, mamba_d_head=head,
+                      mamba_n_groups=mixer.n_groups, mamba_d_state=mixer.d_state,
+                      mamba_d_conv=mixer.conv_width, mamba_expand=mixer.expand,
+                      mamba_chunk_size=mixer.chunk_size, mamba_conv_bias=mixer.conv_bias,
+                      mamba_proj_bias=mixer.bias)
+    config = transformers.BambaConfig
+    return config(
+        **token_ids(spec, config), **kwargs, vocab_size=spec.vocab_size,
+        max_position_embeddings=spec.context_length, hidden_size=spec.emb_dim,
+        num_hidden_layers=spec.n_layers, num_attention_heads=spec.n_heads,
+        num_key_value_heads=getattr(att, "n_kv_heads", None) or spec.n_heads,
+        intermediate_size=hidden_of(spec), mlp_bias=ff.bias, attention_bias=spec.qkv_bias,
+        rms_norm_eps=spec.norm.eps, rope_parameters=rope(pos),
+        attn_layer_indices=[i for i, layer in enumerate(specs)
+                            if layer.attention.kind != "mamba2"],
+        tie_word_embeddings=spec.tie_weights)

@@ -19,6 +19,7 @@ import torch
 
 from .common import Spec, check_classic, check_dropout, dropouts, need, reject, token_ids
 from .falcon import falcon_rows
+from .gpt2 import hidden_of
 from .table import Pair, fused_qkv, linear, load_state, same
 
 CLS = "BloomForCausalLM"
@@ -88,7 +89,7 @@ def check_alibi(spec: Spec, cls: str, approximate: str, **classic: bool) -> None
     """What BLOOM and MPT share: ALiBi, pre-norm LayerNorm (``classic``: the rest of
     :func:`check_classic`), a 4x MLP whose GELU is ``approximate`` (``tanh`` or ``none``)."""
     check_classic(spec, cls, residuals=("pre_norm",), gqa=False, **classic)
-    need(spec, cls, "feedforward.hidden_dim", spec.feedforward.hidden_dim == 4 * spec.emb_dim,
+    need(spec, cls, "feedforward.hidden_dim", hidden_of(spec) == 4 * spec.emb_dim,
          f"this class's MLP is 4 x emb_dim = {4 * spec.emb_dim} wide")
     act = spec.activation
     need(spec, cls, "activation.kind", (act.kind, getattr(act, "approximate", None)) ==
