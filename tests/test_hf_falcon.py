@@ -75,6 +75,7 @@ def test_yaml_round_trip():
     (dict(alibi=True), "alibi"),
     (dict(multi_query=False, num_kv_heads=2), "num_kv_heads"),
     (dict(activation="gelu_fast"), "activation"),
+    (dict(new_decoder_architecture=True, parallel_attn=False), "parallel_attn"),
 ])
 def test_what_falcon_has_and_variantlab_does_not_is_refused_by_name(kwargs, option):
     with pytest.raises(ConversionError, match=f"transformers.{option}"):

@@ -7,18 +7,25 @@ Import (:func:`from_transformers`): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
 ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``, ``MixtralForCausalLM``, ``Qwen3MoeForCausalLM``,
 ``OlmoeForCausalLM``, ``Mamba2ForCausalLM``, ``JambaForCausalLM``, ``Qwen3NextForCausalLM``,
 ``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM``, ``GptOssForCausalLM``,
-``SmolLM3ForCausalLM``, ``Llama4ForCausalLM`` (text), ``Lfm2ForCausalLM`` and
-``FalconH1ForCausalLM`` become ``(spec, model)``. Other classes and config options that
+``SmolLM3ForCausalLM``, ``Llama4ForCausalLM`` (text), ``Lfm2ForCausalLM``,
+``FalconH1ForCausalLM``, and the GPT-2-era and state-space ``FalconForCausalLM``,
+``GPTJForCausalLM``, ``OPTForCausalLM``, ``BloomForCausalLM``, ``MptForCausalLM``,
+``GPTBigCodeForCausalLM``, ``MambaForCausalLM`` and ``BambaForCausalLM`` become
+``(spec, model)``. Other classes and config options that
 variantlab cannot express raise :class:`ConversionError` naming them.
 
 Export (:func:`to_transformers`): the transformers class is chosen from the spec's
 components (multi-head latent attention: DeepSeek-V3 with sigmoid routing, else V2; a parallel
 hybrid: Falcon-H1; gated short convolutions: LFM2; attention sinks: gpt-oss; chunked attention,
-an L2 QK-norm or input-scaled experts: Llama 4; NoPE layers: SmolLM3; learned positions:
-GPT-2; rotary with a parallel residual or LayerNorm: GPT-NeoX; rotary with RMSNorm: Llama,
-Mistral (a sliding window), Qwen3 (per-head QK-norm), OLMo 2 (post-sublayer norms) or Gemma
-2/3 (sandwich norms)); its config is built from the spec and its weights from the model's
-(the 2025 families through the same weight table as their import, :data:`TABLED`). A
+an L2 QK-norm or input-scaled experts: Llama 4; NoPE layers: SmolLM3; Mamba 1 mixers alone:
+Mamba; Mamba-2 and attention layers: Bamba; ALiBi: BLOOM with an embedding norm, else MPT;
+learned positions: OPT at an offset, GPTBigCode with one key/value head, else GPT-2; rotary
+LayerNorm with an output head bias: GPT-J, with grouped heads or a shared parallel norm over
+whole heads: Falcon; rotary with a parallel residual or LayerNorm: GPT-NeoX; rotary with
+RMSNorm: Llama, Mistral (a sliding window), Qwen3 (per-head QK-norm), OLMo 2 (post-sublayer
+norms) or Gemma 2/3 (sandwich norms)); its config is built from the spec and its weights from
+the model's (the 2025, GPT-2-era and state-space families through the same weight table as
+their import, :data:`TABLED`). A
 component or option no supported class has raises :class:`ConversionError` naming its spec
 path; one the class has in another form (a bias the variant lacks, exported as zeros) gives
 an :class:`ExportWarning`.
