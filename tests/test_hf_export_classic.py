@@ -49,6 +49,8 @@ CASES = {
     "opt-pre-norm": ("OPTForCausalLM", "OPTConfig", OPT, True),
     "opt-post-norm": ("OPTForCausalLM", "OPTConfig", dict(
         OPT, do_layer_norm_before=False, enable_bias=False, tie_word_embeddings=False), True),
+    "opt-350m-projected": ("OPTForCausalLM", "OPTConfig", dict(
+        OPT, do_layer_norm_before=False, word_embed_proj_dim=16), True),
     "bloom": ("BloomForCausalLM", "BloomConfig", dict(
         hidden_size=48, n_head=6, n_layer=2, vocab_size=64), True),
     "mpt": ("MptForCausalLM", "MptConfig", dict(
@@ -166,6 +168,7 @@ REFUSED = {
         "kind": "parallel", "shared_norm": False}), "residual.shared_norm", "one norm"),
     "head bias elsewhere": (dict(head_bias=True), "head_bias", "GPT-J only"),
     "embedding norm elsewhere": (dict(embedding_norm=True), "embedding_norm", "BLOOM only"),
+    "token dim elsewhere": (dict(token_dim=16), "token_dim", "OPT only"),
     "offset in gpt-2": (dict(positional={"kind": "learned", "offset": 1}),
                         "positional.offset", "OPTForCausalLM"),
     "opt without a final norm": (dict(NATIVE["opt-offset"][1], final_norm=False), "final_norm",

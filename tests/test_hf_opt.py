@@ -1,6 +1,7 @@
 """OPTForCausalLM from transformers (issue 41.2): learned positions two rows on
 (``positional: {kind: learned, offset: 2}``), pre-norm with a final norm and post-norm
-without, with and without biases; perturbed weights, equal parameter counts, logits within
+without, with and without biases, OPT-350m's narrower token embeddings (``token_dim``:
+project_in / project_out); perturbed weights, equal parameter counts, logits within
 1e-5 in float32 against both attention implementations, left padding, causality, a YAML
 round trip; what OPT has and variantlab lacks is refused by name."""
 
@@ -21,6 +22,7 @@ CASES = {
     "pre-norm-tied": BASE,
     "post-norm-unbiased-untied": dict(BASE, do_layer_norm_before=False, enable_bias=False,
                                       tie_word_embeddings=False, activation_function="gelu"),
+    "350m-projected-post-norm": dict(BASE, do_layer_norm_before=False, word_embed_proj_dim=16),
 }
 
 
@@ -59,6 +61,22 @@ def test_what_the_spec_says_and_position_p_reads_row_p_plus_2():
     assert spec.residual.kind == "post_norm" and not spec.final_norm and not spec.qkv_bias
 
 
+def test_the_projections_of_narrower_token_embeddings_matter():
+    hf = hf_model(CASES["350m-projected-post-norm"])
+    spec, model = vl.from_transformers(hf, REG)
+    model.eval()
+    assert spec.token_dim == 16 and spec.tie_weights
+    assert model.embed.tok_emb.weight.shape == (64, 16) and model.out_head.in_features == 16
+    idx = torch.randint(0, 64, (2, 8))
+    with torch.no_grad():
+        before = model(idx)
+        model.project_out.weight.mul_(1.5)
+        assert (model(idx) - before).abs().max().item() > 1e-3
+        model.project_out.weight.div_(1.5)
+        model.embed.project_in.weight.mul_(1.5)
+        assert (model(idx) - before).abs().max().item() > 1e-3
+
+
 def test_causal_and_yaml_round_trip():
     spec, model = vl.from_transformers(hf_model(CASES["post-norm-unbiased-untied"]), REG)
     model.eval()
@@ -71,7 +89,6 @@ def test_causal_and_yaml_round_trip():
 
 
 @pytest.mark.parametrize("kwargs,option", [
-    (dict(word_embed_proj_dim=16), "word_embed_proj_dim"),
     (dict(layer_norm_elementwise_affine=False), "layer_norm_elementwise_affine"),
     (dict(activation_dropout=0.1), "activation_dropout"),
     (dict(layerdrop=0.1), "layerdrop"),

@@ -33,8 +33,10 @@ class GPTModel(nn.Module):
         super().__init__()
         # a plugin family may reuse this module with a spec that lacks Gemma's options
         scaled = getattr(spec, "scale_embeddings", False)
+        token_dim = getattr(spec, "token_dim", None)
         self.embed = TokenEmbedding(parts, spec.vocab_size, spec.emb_dim, spec.drop("emb"),
-                                    scale=spec.emb_dim ** 0.5 if scaled else None)
+                                    scale=spec.emb_dim ** 0.5 if scaled else None,
+                                    token_dim=token_dim)
         self.logit_softcap = getattr(spec, "logit_softcap", None)
         # BLOOM: a norm on the embeddings before the first block
         self.embed_norm = parts.norm() if getattr(spec, "embedding_norm", False) else None
@@ -42,8 +44,12 @@ class GPTModel(nn.Module):
             *numbered([TransformerBlock(parts.layer(i), causal=True) for i in range(spec.n_layers)])
         )
         self.final_norm = final_norm(parts, spec)
+        # OPT-350m: the last hidden states projected back to the token embeddings' width
+        self.project_out = (nn.Linear(spec.emb_dim, token_dim, bias=False)
+                            if token_dim not in (None, spec.emb_dim) else None)
         self.out_head = lm_head(
-            spec.emb_dim, spec.vocab_size, self.embed.tok_emb if spec.tie_weights else None,
+            token_dim or spec.emb_dim, spec.vocab_size,
+            self.embed.tok_emb if spec.tie_weights else None,
             bias=getattr(spec, "head_bias", False),
         )
 
@@ -68,7 +74,10 @@ class GPTModel(nn.Module):
         return x if self.embed_norm is None else self.embed_norm(x)
 
     def logits(self, x):  # (B, T, D) -> (B, T, vocab_size)
-        logits = self.out_head(self.final_norm(x))
+        x = self.final_norm(x)
+        if self.project_out is not None:
+            x = self.project_out(x)  # (B, T, token_dim)
+        logits = self.out_head(x)
         if self.logit_softcap is not None:  # Gemma 2: cap * tanh(logits / cap)
             logits = torch.tanh(logits / self.logit_softcap) * self.logit_softcap
         return logits

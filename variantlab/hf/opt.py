@@ -5,8 +5,10 @@ Learned positions read two rows on (``positional: {kind: learned, offset: 2}``: 
 ``max_position_embeddings + 2`` rows, position p at row p + 2, as OPT's
 ``embed_positions``), LayerNorm, separate q/k/v/out projections and an MLP (``ffn_dim``),
 biased together (``enable_bias``). ``do_layer_norm_before``: pre-norm with a final norm
-(OPT-125m, 1.3b and larger), else post-norm without one (OPT-350m). :func:`opt_table` names
-every weight on both sides.
+(OPT-125m, 1.3b and larger), else post-norm without one (OPT-350m). A
+``word_embed_proj_dim`` other than ``hidden_size`` (OPT-350m) is ``token_dim``: token
+embeddings and output head of that width, ``project_in`` and ``project_out`` between them and
+the model. :func:`opt_table` names every weight on both sides.
 
 On export a spec with learned positions at an offset comes here: the offset 2, pre-norm with
 a final norm or post-norm without one, LayerNorm of eps 1e-5 (transformers' default, which
@@ -38,16 +40,16 @@ CLS = "OPTForCausalLM"
 OFFSET = 2
 
 
+def _projected(cfg: Any) -> bool:
+    return bool(cfg.word_embed_proj_dim != cfg.hidden_size)
+
+
 def _final_norm(cfg: Any) -> bool:
     return bool(cfg.do_layer_norm_before and not getattr(cfg, "_remove_final_layer_norm", False))
 
 
 def opt_spec(cfg: Any) -> dict[str, Any]:
     """Spec data of an ``OPTConfig``."""
-    if cfg.word_embed_proj_dim != cfg.hidden_size:
-        reject("word_embed_proj_dim", cfg.word_embed_proj_dim, "projected embeddings "
-               "(project_in / project_out, OPT-350m) are not a variantlab option; only "
-               f"word_embed_proj_dim = hidden_size ({cfg.hidden_size})")
     if not cfg.layer_norm_elementwise_affine:
         reject("layer_norm_elementwise_affine", False, "LayerNorms without a scale and shift "
                "are not a variantlab norm")
@@ -63,6 +65,7 @@ def opt_spec(cfg: Any) -> dict[str, Any]:
         **dropouts(cfg.dropout, cfg.attention_dropout, cfg.dropout),
         "qkv_bias": bias, "attn_out_bias": bias, "ffn_bias": bias, "norm_bias": True,
         "tie_weights": bool(cfg.tie_word_embeddings), "final_norm": _final_norm(cfg),
+        "token_dim": cfg.word_embed_proj_dim if _projected(cfg) else None,
         "norm": {"kind": "layer", "eps": 1e-5},  # transformers' nn.LayerNorm default
         "activation": activation("activation_function", cfg.activation_function),
         "feedforward": {"kind": "mlp", "hidden_dim": cfg.ffn_dim},
@@ -85,6 +88,9 @@ def opt_table(cfg: Any) -> list[Pair]:
              same("out_head.weight", "lm_head.weight")]
     if _final_norm(cfg):
         pairs += _norm("final_norm", "model.decoder.final_layer_norm")
+    if _projected(cfg):
+        pairs += [same("embed.project_in.weight", "model.decoder.project_in.weight"),
+                  same("project_out.weight", "model.decoder.project_out.weight")]
     for i in range(cfg.num_hidden_layers):
         ours, theirs = f"trf_blocks.{i}", f"model.decoder.layers.{i}"
         pairs += _norm(f"{ours}.att.norm", f"{theirs}.self_attn_layer_norm")
@@ -111,7 +117,8 @@ def opt_config(spec: Spec, cls: str = CLS) -> Any:
     import transformers
 
     pre = spec.residual.kind == "pre_norm"
-    check_classic(spec, CLS, residuals=("pre_norm", "post_norm"), gqa=False, final_norm=pre)
+    check_classic(spec, CLS, residuals=("pre_norm", "post_norm"), gqa=False, final_norm=pre,
+                  token_dim=True)
     need(spec, CLS, "final_norm", spec.final_norm == pre, "OPT has a final norm with "
          "pre_norm residuals (do_layer_norm_before) and none with post_norm")
     need(spec, CLS, "positional.offset", spec.positional.offset == OFFSET,
@@ -125,7 +132,7 @@ def opt_config(spec: Spec, cls: str = CLS) -> Any:
     return config(
         **token_ids(spec, config), vocab_size=spec.vocab_size,
         max_position_embeddings=spec.context_length, hidden_size=spec.emb_dim,
-        word_embed_proj_dim=spec.emb_dim, num_hidden_layers=spec.n_layers,
+        word_embed_proj_dim=spec.token_dim or spec.emb_dim, num_hidden_layers=spec.n_layers,
         num_attention_heads=spec.n_heads, ffn_dim=hidden_of(spec),
         activation_function=hf_activation(spec, CLS), do_layer_norm_before=pre,
         enable_bias=spec.qkv_bias or spec.attn_out_bias or spec.ffn_bias,
