@@ -282,3 +282,23 @@ def own_token_cache(tmp_path, monkeypatch):
     sources._SPLITS.clear()
     yield tmp_path / "cache"
     sources._SPLITS.clear()
+
+
+def assert_close_logits(model, hf, tol: float = 1e-5, length: int = 10) -> None:
+    """``model`` (in eval mode) and the HF causal LM give logits within ``tol`` on two rows
+    of ``length`` tokens."""
+    idx = torch.randint(0, 64, (2, length))
+    with torch.no_grad():
+        assert (model.eval()(idx) - hf(idx).logits).abs().max().item() < tol
+
+
+def assert_causal(model, length: int = 10, cut: int = 6) -> None:
+    """Changing the tokens from ``cut`` on leaves ``model``'s logits before ``cut`` exactly
+    as they were, and changes those after."""
+    idx = torch.randint(0, 64, (1, length))
+    later = idx.clone()
+    later[0, cut:] = (later[0, cut:] + 1) % 64
+    with torch.no_grad():
+        before, after = model.eval()(idx), model(later)
+    assert torch.equal(before[:, :cut], after[:, :cut])
+    assert not torch.allclose(before[:, cut:], after[:, cut:])

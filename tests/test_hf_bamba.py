@@ -6,7 +6,14 @@ causality, a YAML round trip; the attention layers' place matters."""
 
 import pytest
 import torch
-from conftest import assert_yaml_round_trip, left_padded_diff, n_params, perturbed
+from conftest import (
+    assert_causal,
+    assert_close_logits,
+    assert_yaml_round_trip,
+    left_padded_diff,
+    n_params,
+    perturbed,
+)
 
 transformers = pytest.importorskip("transformers")
 
@@ -40,9 +47,7 @@ def test_logits_equal_on_perturbed_weights(case, attn):
     hf = hf_model(CASES[case], attn)
     spec, model = vl.from_transformers(hf, REG, impl="sdpa" if attn == "sdpa" else "naive")
     assert n_params(model) == n_params(hf)
-    idx = torch.randint(0, 64, (2, 14))  # several chunks
-    with torch.no_grad():
-        assert (model.eval()(idx) - hf(idx).logits).abs().max().item() < 1e-5
+    assert_close_logits(model, hf, length=14)  # several chunks
     if not CASES[case].get("mamba_proj_bias"):  # HF's in_proj bias enters the padded window
         assert left_padded_diff(hf, model) < 1e-5
 
@@ -67,11 +72,7 @@ def test_what_the_spec_says_and_the_attention_layers_matter():
 
 def test_causal_and_yaml_round_trip():
     spec, model = vl.from_transformers(hf_model(CASES["biased-tied"]), REG)
-    idx = torch.randint(0, 64, (1, 12))
-    later = idx.clone()
-    later[0, 7:] = (later[0, 7:] + 1) % 64
-    with torch.no_grad():
-        assert torch.equal(model.eval()(idx)[:, :7], model(later)[:, :7])
+    assert_causal(model, 12, 7)
     assert_yaml_round_trip(spec, model, REG)
 
 

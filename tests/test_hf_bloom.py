@@ -6,7 +6,13 @@ YAML round trip; the embedding norm and ALiBi matter."""
 
 import pytest
 import torch
-from conftest import assert_imports_equal, assert_yaml_round_trip, perturbed
+from conftest import (
+    assert_causal,
+    assert_close_logits,
+    assert_imports_equal,
+    assert_yaml_round_trip,
+    perturbed,
+)
 
 transformers = pytest.importorskip("transformers")
 
@@ -33,9 +39,7 @@ def hf_model(kwargs):
 def test_logits_equal_on_perturbed_weights(case, impl):
     hf = hf_model(CASES[case])
     _, model = assert_imports_equal(hf, REG, impl)
-    idx = torch.randint(0, 64, (2, 20))
-    with torch.no_grad():
-        assert (model(idx) - hf(idx).logits).abs().max().item() < 1e-5
+    assert_close_logits(model, hf, length=20)
 
 
 def test_what_the_spec_says_and_the_embedding_norm_and_alibi_matter():
@@ -56,11 +60,7 @@ def test_what_the_spec_says_and_the_embedding_norm_and_alibi_matter():
 
 def test_causal_and_yaml_round_trip():
     spec, model = vl.from_transformers(hf_model(CASES["four-heads-tied"]), REG)
-    idx = torch.randint(0, 64, (1, 10))
-    later = idx.clone()
-    later[0, 6:] = (later[0, 6:] + 1) % 64
-    with torch.no_grad():
-        assert torch.equal(model(idx)[:, :6], model(later)[:, :6])
+    assert_causal(model, 10, 6)
     assert_yaml_round_trip(spec, model, REG)
 
 

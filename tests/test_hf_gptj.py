@@ -6,7 +6,13 @@ the reordering and the head bias matter."""
 
 import pytest
 import torch
-from conftest import assert_imports_equal, assert_yaml_round_trip, perturbed
+from conftest import (
+    assert_causal,
+    assert_close_logits,
+    assert_imports_equal,
+    assert_yaml_round_trip,
+    perturbed,
+)
 
 transformers = pytest.importorskip("transformers")
 
@@ -34,9 +40,7 @@ def hf_model(kwargs, attn="eager"):
 def test_logits_equal_on_perturbed_weights(case, attn):
     hf = hf_model(CASES[case], attn)
     _, model = assert_imports_equal(hf, REG, "sdpa" if attn == "sdpa" else "naive")
-    idx = torch.randint(0, 64, (2, 10))
-    with torch.no_grad():
-        assert (model(idx) - hf(idx).logits).abs().max().item() < 1e-5
+    assert_close_logits(model, hf, length=10)
 
 
 def test_what_the_spec_says_and_the_pairs_and_head_bias_matter():
@@ -61,11 +65,7 @@ def test_what_the_spec_says_and_the_pairs_and_head_bias_matter():
 
 def test_causal_and_yaml_round_trip():
     spec, model = vl.from_transformers(hf_model(CASES["whole-head-tied-gelu"]), REG)
-    idx = torch.randint(0, 64, (1, 10))
-    later = idx.clone()
-    later[0, 6:] = (later[0, 6:] + 1) % 64
-    with torch.no_grad():
-        assert torch.equal(model(idx)[:, :6], model(later)[:, :6])
+    assert_causal(model, 10, 6)
     assert_yaml_round_trip(spec, model, REG)
 
 

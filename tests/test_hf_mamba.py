@@ -6,7 +6,14 @@ sequences of several chunks, causality, both of our scan forms, a YAML round tri
 
 import pytest
 import torch
-from conftest import assert_yaml_round_trip, left_padded_diff, n_params, perturbed
+from conftest import (
+    assert_causal,
+    assert_close_logits,
+    assert_yaml_round_trip,
+    left_padded_diff,
+    n_params,
+    perturbed,
+)
 
 transformers = pytest.importorskip("transformers")
 
@@ -40,9 +47,7 @@ def test_logits_equal_on_perturbed_weights(case, impl):
         model = vl.build_model(data, REG)
         model.load_state_dict(state)
     assert n_params(model) == n_params(hf)
-    idx = torch.randint(0, 64, (2, 40))  # several chunks of 16
-    with torch.no_grad():
-        assert (model.eval()(idx) - hf(idx).logits).abs().max().item() < 1e-5
+    assert_close_logits(model, hf, length=40)  # several chunks of 16
     if not spec.attention.bias:  # HF's in_proj bias enters the padded conv window
         assert left_padded_diff(hf, model) < 1e-5
 
@@ -58,11 +63,7 @@ def test_what_the_spec_says():
 
 def test_causal_and_yaml_round_trip():
     spec, model = vl.from_transformers(hf_model(CASES["biased-untied-rank-5"]), REG)
-    idx = torch.randint(0, 64, (1, 20))
-    later = idx.clone()
-    later[0, 12:] = (later[0, 12:] + 1) % 64
-    with torch.no_grad():
-        assert torch.equal(model.eval()(idx)[:, :12], model(later)[:, :12])
+    assert_causal(model, 20, 12)
     assert_yaml_round_trip(spec, model, REG)
 
 

@@ -37,7 +37,7 @@ from .common import (
     token_ids,
 )
 from .gpt2 import hidden_of
-from .table import Pair, attention, ends, linear, load_state, norms, same
+from .table import GLU, Pair, attention, ends, linear, load_state, norms, same
 
 CLS = "BambaForCausalLM"
 _KINDS = {"linear_attention": "mamba", "full_attention": "attention"}
@@ -84,7 +84,7 @@ def bamba_table(cfg: Any) -> list[Pair]:
     for i, kind in enumerate(cfg.layers_block_type):
         ours, theirs = f"trf_blocks.{i}", f"model.layers.{i}"
         pairs += norms(i, "input_layernorm", "pre_ff_layernorm")
-        for mine, name in (("W_gate", "gate_proj"), ("W_up", "up_proj"), ("W_down", "down_proj")):
+        for mine, name in GLU.items():
             pairs += linear(f"{ours}.ff.sublayer.{mine}", f"{theirs}.feed_forward.{name}",
                             bool(cfg.mlp_bias), "feed-forward biases")
         att = f"{ours}.att.sublayer"

@@ -19,40 +19,23 @@ import torch
 
 from .common import (
     Spec,
-    activation,
     check_classic,
-    dropouts,
     hf_activation,
     need,
-    reject,
     token_ids,
 )
 from .falcon import falcon_rows
-from .gpt2 import hidden_of
-from .table import Pair, fused_qkv, linear, load_state, same
+from .gpt2 import gpt2_spec, hidden_of
+from .table import Pair, fused_qkv, layer_norm, linear, load_state, same
 
 CLS = "GPTBigCodeForCausalLM"
 
 
 def bigcode_spec(cfg: Any) -> dict[str, Any]:
-    """Spec data of a ``GPTBigCodeConfig``."""
-    if not cfg.scale_attn_weights:
-        reject("scale_attn_weights", False, "unscaled attention scores are not supported")
-    if cfg.add_cross_attention:
-        reject("add_cross_attention", True, "a decoder-only model is imported")
-    inner = cfg.n_inner if cfg.n_inner is not None else 4 * cfg.n_embd
-    return {
-        "family": "gpt", "vocab_size": cfg.vocab_size, "context_length": cfg.n_positions,
-        "emb_dim": cfg.n_embd, "n_heads": cfg.n_head, "n_layers": cfg.n_layer,
-        **dropouts(cfg.embd_pdrop, cfg.attn_pdrop, cfg.resid_pdrop),
-        "qkv_bias": True, "attn_out_bias": True, "ffn_bias": True, "norm_bias": True,
-        "tie_weights": bool(cfg.tie_word_embeddings),
-        "norm": {"kind": "layer", "eps": cfg.layer_norm_epsilon},
-        "activation": activation("activation_function", cfg.activation_function),
-        "feedforward": {"kind": "mlp", "hidden_dim": inner},
-        "attention": {"kind": "mha", "n_kv_heads": 1 if cfg.multi_query else None},
-        "positional": {"kind": "learned"},
-    }
+    """Spec data of a ``GPTBigCodeConfig``: GPT-2's (the same config names), multi-query
+    with ``multi_query``."""
+    return {**gpt2_spec(cfg), "attention": {"kind": "mha",
+                                             "n_kv_heads": 1 if cfg.multi_query else None}}
 
 
 def bigcode_table(cfg: Any) -> list[Pair]:
@@ -63,13 +46,11 @@ def bigcode_table(cfg: Any) -> list[Pair]:
     pairs = [same("embed.tok_emb.weight", "transformer.wte.weight"),
              same("embed.pos_emb.pos_emb.weight", "transformer.wpe.weight"),
              same("out_head.weight", "lm_head.weight"),
-             same("final_norm.scale", "transformer.ln_f.weight"),
-             same("final_norm.shift", "transformer.ln_f.bias", "norm shifts")]
+             *layer_norm("final_norm", "transformer.ln_f")]
     for i in range(cfg.n_layer):
         ours, theirs = f"trf_blocks.{i}", f"transformer.h.{i}"
         for mine, name in (("att.norm", "ln_1"), ("ff.norm", "ln_2")):
-            pairs += [same(f"{ours}.{mine}.scale", f"{theirs}.{name}.weight"),
-                      same(f"{ours}.{mine}.shift", f"{theirs}.{name}.bias", "norm shifts")]
+            pairs += layer_norm(f"{ours}.{mine}", f"{theirs}.{name}")
         att, ff = f"{ours}.att.sublayer", f"{ours}.ff.sublayer"
         pairs += fused_qkv(att, f"{theirs}.attn.c_attn", rows, True, "attention biases")
         pairs += linear(f"{att}.out_proj", f"{theirs}.attn.c_proj", True, "attention biases")

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 
 from .common import Spec, check_classic, check_dropout, dropouts, need, reject, token_ids
-from .falcon import falcon_rows
+from .falcon import falcon_rows, falcon_sublayers
 from .gpt2 import hidden_of
-from .table import Pair, fused_qkv, linear, load_state, same
+from .table import Pair, layer_norm, load_state, same
 
 CLS = "BloomForCausalLM"
 #: BLOOM has no maximum length (ALiBi); the spec needs one: the config's ``seq_length`` when
@@ -49,32 +49,20 @@ def bloom_spec(cfg: Any) -> dict[str, Any]:
     }
 
 
-def _norm(ours: str, theirs: str) -> list[Pair]:
-    return [same(f"{ours}.scale", f"{theirs}.weight"),
-            same(f"{ours}.shift", f"{theirs}.bias", "norm shifts")]
-
-
 def bloom_table(cfg: Any) -> list[Pair]:
     """Every weight of a ``BloomForCausalLM`` of ``cfg`` and ours, both ways."""
     heads = cfg.n_head
     rows = falcon_rows(heads, heads, cfg.hidden_size // heads, "per_head")
     pairs = [same("embed.tok_emb.weight", "transformer.word_embeddings.weight"),
              same("out_head.weight", "lm_head.weight"),
-             *_norm("embed_norm", "transformer.word_embeddings_layernorm"),
-             *_norm("final_norm", "transformer.ln_f")]
+             *layer_norm("embed_norm", "transformer.word_embeddings_layernorm"),
+             *layer_norm("final_norm", "transformer.ln_f")]
     for i in range(cfg.n_layer):
         ours, theirs = f"trf_blocks.{i}", f"transformer.h.{i}"
-        att, ff = f"{ours}.att.sublayer", f"{ours}.ff.sublayer"
-        pairs += _norm(f"{ours}.att.norm", f"{theirs}.input_layernorm")
-        pairs += _norm(f"{ours}.ff.norm", f"{theirs}.post_attention_layernorm")
-        pairs += fused_qkv(att, f"{theirs}.self_attention.query_key_value", rows, True,
-                           "attention biases")
-        pairs += linear(f"{att}.out_proj", f"{theirs}.self_attention.dense", True,
-                        "attention biases")
-        pairs += linear(f"{ff}.layers.0", f"{theirs}.mlp.dense_h_to_4h", True,
-                        "feed-forward biases")
-        pairs += linear(f"{ff}.layers.2", f"{theirs}.mlp.dense_4h_to_h", True,
-                        "feed-forward biases")
+        pairs += layer_norm(f"{ours}.att.norm", f"{theirs}.input_layernorm")
+        pairs += layer_norm(f"{ours}.ff.norm", f"{theirs}.post_attention_layernorm")
+        pairs += falcon_sublayers(f"{ours}.att.sublayer", f"{ours}.ff.sublayer", theirs, rows,
+                                  True)
     return pairs
 
 
@@ -103,8 +91,9 @@ def bloom_config(spec: Spec, cls: str = CLS) -> Any:
     check_alibi(spec, CLS, "tanh", embedding_norm=True)
     check_dropout(spec, CLS, ("attn", "resid"))
     config = transformers.BloomConfig
+    length: dict[str, Any] = {"seq_length": spec.context_length}  # kept, read back on import
     return config(
-        **token_ids(spec, config), vocab_size=spec.vocab_size, hidden_size=spec.emb_dim,
-        n_layer=spec.n_layers, n_head=spec.n_heads, seq_length=spec.context_length,
+        **token_ids(spec, config), **length, vocab_size=spec.vocab_size,
+        hidden_size=spec.emb_dim, n_layer=spec.n_layers, n_head=spec.n_heads,
         layer_norm_epsilon=spec.norm.eps, hidden_dropout=spec.drop("resid"),
         attention_dropout=spec.drop("attn"), tie_word_embeddings=spec.tie_weights)

@@ -37,7 +37,7 @@ from .common import (
     token_ids,
 )
 from .gpt2 import hidden_of
-from .table import Pair, fused_qkv, linear, load_state, same
+from .table import Pair, fused_qkv, layer_norm, linear, load_state, same
 
 CLS = "FalconForCausalLM"
 
@@ -105,9 +105,16 @@ def falcon_spec(cfg: Any) -> dict[str, Any]:
     }
 
 
-def _norm(ours: str, theirs: str) -> list[Pair]:
-    return [same(f"{ours}.scale", f"{theirs}.weight"), same(f"{ours}.shift", f"{theirs}.bias",
-                                                            "norm shifts")]
+def falcon_sublayers(att: str, ff: str, theirs: str, rows: tuple[torch.Tensor, ...],
+                     bias: bool) -> list[Pair]:
+    """A Falcon or BLOOM layer's fused q/k/v and output projection (``self_attention``) and
+    MLP (``mlp``) at ``theirs``, ours at ``att`` and ``ff``."""
+    return [*fused_qkv(att, f"{theirs}.self_attention.query_key_value", rows, bias,
+                       "attention biases"),
+            *linear(f"{att}.out_proj", f"{theirs}.self_attention.dense", bias,
+                    "attention biases"),
+            *linear(f"{ff}.layers.0", f"{theirs}.mlp.dense_h_to_4h", bias, "feed-forward biases"),
+            *linear(f"{ff}.layers.2", f"{theirs}.mlp.dense_4h_to_h", bias, "feed-forward biases")]
 
 
 def falcon_table(cfg: Any) -> list[Pair]:
@@ -118,29 +125,22 @@ def falcon_table(cfg: Any) -> list[Pair]:
     residual = _residual(cfg)
     pairs = [same("embed.tok_emb.weight", "transformer.word_embeddings.weight"),
              same("out_head.weight", "lm_head.weight"),
-             *_norm("final_norm", "transformer.ln_f")]
+             *layer_norm("final_norm", "transformer.ln_f")]
     for i in range(cfg.num_hidden_layers):
         theirs = f"transformer.h.{i}"
         if residual["kind"] == "parallel":
             block = f"trf_blocks.{i}.res"
             att, ff = f"{block}.attention", f"{block}.feedforward"
             if residual["shared_norm"]:
-                pairs += _norm(f"{block}.norm1", f"{theirs}.input_layernorm")
+                pairs += layer_norm(f"{block}.norm1", f"{theirs}.input_layernorm")
             else:
-                pairs += _norm(f"{block}.norm1", f"{theirs}.ln_attn")
-                pairs += _norm(f"{block}.norm2", f"{theirs}.ln_mlp")
+                pairs += layer_norm(f"{block}.norm1", f"{theirs}.ln_attn")
+                pairs += layer_norm(f"{block}.norm2", f"{theirs}.ln_mlp")
         else:
             att, ff = f"trf_blocks.{i}.att.sublayer", f"trf_blocks.{i}.ff.sublayer"
-            pairs += _norm(f"trf_blocks.{i}.att.norm", f"{theirs}.input_layernorm")
-            pairs += _norm(f"trf_blocks.{i}.ff.norm", f"{theirs}.post_attention_layernorm")
-        pairs += fused_qkv(att, f"{theirs}.self_attention.query_key_value", rows, bias,
-                           "attention biases")
-        pairs += linear(f"{att}.out_proj", f"{theirs}.self_attention.dense", bias,
-                        "attention biases")
-        pairs += linear(f"{ff}.layers.0", f"{theirs}.mlp.dense_h_to_4h", bias,
-                        "feed-forward biases")
-        pairs += linear(f"{ff}.layers.2", f"{theirs}.mlp.dense_4h_to_h", bias,
-                        "feed-forward biases")
+            pairs += layer_norm(f"trf_blocks.{i}.att.norm", f"{theirs}.input_layernorm")
+            pairs += layer_norm(f"trf_blocks.{i}.ff.norm", f"{theirs}.post_attention_layernorm")
+        pairs += falcon_sublayers(att, ff, theirs, rows, bias)
     return pairs
 
 

@@ -31,7 +31,7 @@ from .common import (
     token_ids,
 )
 from .gpt2 import hidden_of
-from .table import Pair, interleaved_rows, linear, load_state, permuted, same
+from .table import Pair, interleaved_rows, layer_norm, linear, load_state, permuted, same
 
 CLS = "GPTJForCausalLM"
 #: GPT-J's rotary base (fixed in transformers)
@@ -76,13 +76,11 @@ def gptj_table(cfg: Any) -> list[Pair]:
     pairs = [same("embed.tok_emb.weight", "transformer.wte.weight"),
              same("out_head.weight", "lm_head.weight"),
              same("out_head.bias", "lm_head.bias", "output head bias"),
-             same("final_norm.scale", "transformer.ln_f.weight"),
-             same("final_norm.shift", "transformer.ln_f.bias", "norm shifts")]
+             *layer_norm("final_norm", "transformer.ln_f")]
     for i in range(cfg.n_layer):
         block, theirs = f"trf_blocks.{i}.res", f"transformer.h.{i}"
         att, ff = f"{block}.attention", f"{block}.feedforward"
-        pairs += [same(f"{block}.norm1.scale", f"{theirs}.ln_1.weight"),
-                  same(f"{block}.norm1.shift", f"{theirs}.ln_1.bias", "norm shifts"),
+        pairs += [*layer_norm(f"{block}.norm1", f"{theirs}.ln_1"),
                   permuted(f"{att}.W_query.weight", f"{theirs}.attn.q_proj.weight", order),
                   permuted(f"{att}.W_key.weight", f"{theirs}.attn.k_proj.weight", order),
                   same(f"{att}.W_value.weight", f"{theirs}.attn.v_proj.weight"),

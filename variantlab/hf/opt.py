@@ -33,7 +33,7 @@ from .common import (
     warn,
 )
 from .gpt2 import hidden_of
-from .table import Pair, attention, linear, load_state, same
+from .table import Pair, attention, layer_norm, linear, load_state, same
 
 CLS = "OPTForCausalLM"
 #: OPT's learned position table starts two rows on (transformers' OPTLearnedPositionalEmbedding)
@@ -53,10 +53,9 @@ def opt_spec(cfg: Any) -> dict[str, Any]:
     if not cfg.layer_norm_elementwise_affine:
         reject("layer_norm_elementwise_affine", False, "LayerNorms without a scale and shift "
                "are not a variantlab norm")
-    for name in ("activation_dropout", "layerdrop"):
-        if getattr(cfg, name, 0.0):
-            reject(name, getattr(cfg, name), "variantlab has no dropout of this kind; only 0 "
-                   "(it acts in training only)")
+    if cfg.layerdrop:
+        reject("layerdrop", cfg.layerdrop, "variantlab does not skip layers at random in "
+               "training; only 0")
     bias = bool(cfg.enable_bias)
     return {
         "family": "gpt", "vocab_size": cfg.vocab_size,
@@ -75,11 +74,6 @@ def opt_spec(cfg: Any) -> dict[str, Any]:
     }
 
 
-def _norm(ours: str, theirs: str) -> list[Pair]:
-    return [same(f"{ours}.scale", f"{theirs}.weight"),
-            same(f"{ours}.shift", f"{theirs}.bias", "norm shifts")]
-
-
 def opt_table(cfg: Any) -> list[Pair]:
     """Every weight of an ``OPTForCausalLM`` of ``cfg`` and ours, both ways."""
     bias = bool(cfg.enable_bias)
@@ -87,14 +81,14 @@ def opt_table(cfg: Any) -> list[Pair]:
              same("embed.pos_emb.pos_emb.weight", "model.decoder.embed_positions.weight"),
              same("out_head.weight", "lm_head.weight")]
     if _final_norm(cfg):
-        pairs += _norm("final_norm", "model.decoder.final_layer_norm")
+        pairs += layer_norm("final_norm", "model.decoder.final_layer_norm")
     if _projected(cfg):
         pairs += [same("embed.project_in.weight", "model.decoder.project_in.weight"),
                   same("project_out.weight", "model.decoder.project_out.weight")]
     for i in range(cfg.num_hidden_layers):
         ours, theirs = f"trf_blocks.{i}", f"model.decoder.layers.{i}"
-        pairs += _norm(f"{ours}.att.norm", f"{theirs}.self_attn_layer_norm")
-        pairs += _norm(f"{ours}.ff.norm", f"{theirs}.final_layer_norm")
+        pairs += layer_norm(f"{ours}.att.norm", f"{theirs}.self_attn_layer_norm")
+        pairs += layer_norm(f"{ours}.ff.norm", f"{theirs}.final_layer_norm")
         pairs += attention(f"{ours}.att.sublayer", f"{theirs}.self_attn", bias,
                            {"W_query": "q_proj", "W_key": "k_proj", "W_value": "v_proj",
                             "out_proj": "out_proj"})
@@ -137,4 +131,4 @@ def opt_config(spec: Spec, cls: str = CLS) -> Any:
         activation_function=hf_activation(spec, CLS), do_layer_norm_before=pre,
         enable_bias=spec.qkv_bias or spec.attn_out_bias or spec.ffn_bias,
         dropout=spec.drop("resid"), attention_dropout=spec.drop("attn"),
-        activation_dropout=0.0, layerdrop=0.0, tie_word_embeddings=spec.tie_weights)
+        layerdrop=0.0, tie_word_embeddings=spec.tie_weights)

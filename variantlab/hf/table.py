@@ -215,3 +215,9 @@ def fused_qkv(ours: str, theirs: str, rows: tuple[torch.Tensor, ...], bias: bool
         pairs.append(split_rows(tuple(f"{ours}.{n}.bias" for n in names), f"{theirs}.bias",
                                 rows, zeros))
     return pairs
+
+
+def layer_norm(ours: str, theirs: str) -> list[Pair]:
+    """A LayerNorm's scale and shift (a shift the variant lacks exported as zeros)."""
+    return [same(f"{ours}.scale", f"{theirs}.weight"),
+            same(f"{ours}.shift", f"{theirs}.bias", "norm shifts")]
