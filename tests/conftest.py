@@ -257,19 +257,30 @@ def layer_modules(model) -> list:
     return [(i, m) for i, m, _ in layer_stacks(model)]
 
 
-def assert_imports_equal(hf, registry, impl: str = "naive", padded: bool = True):
-    """``from_transformers(hf)`` with ``impl``: equal parameter counts, logits within 1e-4 on
-    two rows of 12 tokens and, with ``padded``, on left-padded rows; returns (spec, model)."""
+def assert_imports_equal(hf, registry, impl: str = "naive", padded: bool = True,
+                         tol: float = 1e-4):
+    """``from_transformers(hf)`` with ``impl``: equal parameter counts, logits within ``tol``
+    on two rows of 12 tokens and, with ``padded``, on left-padded rows; returns (spec, model)."""
     import variantlab as vl
 
     spec, model = vl.from_transformers(hf, registry, impl=impl)
     assert n_params(model) == n_params(hf)
     idx = torch.randint(0, 64, (2, 12))
     with torch.no_grad():
-        assert (model.eval()(idx) - hf(idx).logits).abs().max().item() < 1e-4
+        assert (model.eval()(idx) - hf(idx).logits).abs().max().item() < tol
     if padded:
-        assert left_padded_diff(hf, model) < 1e-4
+        assert left_padded_diff(hf, model) < tol
     return spec, model
+
+
+def perturbed_hf(family: str, kwargs: dict, attn: str = "eager"):
+    """A perturbed (:func:`perturbed`) ``{family}ForCausalLM`` of ``{family}Config(**kwargs)``,
+    built after seeding 0, with the attention implementation ``attn``."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = getattr(transformers, f"{family}Config")(**kwargs, attn_implementation=attn)
+    return perturbed(getattr(transformers, f"{family}ForCausalLM")(config))
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from conftest import (
     assert_yaml_round_trip,
     left_padded_diff,
     n_params,
-    perturbed,
+    perturbed_hf,
 )
 
 transformers = pytest.importorskip("transformers")
@@ -36,9 +36,7 @@ CASES = {
 
 
 def hf_model(kwargs, attn="eager"):
-    torch.manual_seed(0)
-    config = transformers.BambaConfig(**kwargs, attn_implementation=attn)
-    return perturbed(transformers.BambaForCausalLM(config))
+    return perturbed_hf("Bamba", kwargs, attn)
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
