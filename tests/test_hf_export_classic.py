@@ -1,4 +1,4 @@
-"""Export of the GPT-2-era and state-space families (issue 41.2): a perturbed transformers
+"""Export of the GPT-2-era and state-space families, Mamba-2 among them (issue 41.2): a perturbed transformers
 model of each imported and exported again gives the same class, equal parameter counts,
 equal weights and logits within 1e-5 (left padding too where transformers supports it); a
 spec built in variantlab exports to the class its components name, logits equal; what a
@@ -61,6 +61,12 @@ CASES = {
     "mamba-biased": ("MambaForCausalLM", "MambaConfig", dict(
         MAMBA, use_bias=True, use_conv_bias=False, time_step_rank=5,
         tie_word_embeddings=False), False),
+    "mamba2": ("Mamba2ForCausalLM", "Mamba2Config", dict(
+        hidden_size=32, state_size=8, num_heads=8, head_dim=8, n_groups=2, conv_kernel=4,
+        chunk_size=4, num_hidden_layers=2, vocab_size=64), True),
+    "mamba2-tied-bias": ("Mamba2ForCausalLM", "Mamba2Config", dict(
+        hidden_size=32, state_size=4, num_heads=4, head_dim=16, n_groups=1, chunk_size=8,
+        num_hidden_layers=2, vocab_size=64, tie_word_embeddings=True, use_bias=True), False),
     "bamba": ("BambaForCausalLM", "BambaConfig", BAMBA, True),
     "bamba-biased-tied": ("BambaForCausalLM", "BambaConfig", dict(
         BAMBA, num_key_value_heads=4, num_hidden_layers=3, attn_layer_indices=[0, 2],
@@ -126,6 +132,10 @@ NATIVE = {
     "mamba": ("MambaForCausalLM", dict(
         norm="rms", positional="none", feedforward="none",
         attention={"kind": "mamba", "d_state": 4, "conv_width": 3})),
+    "mamba2": ("Mamba2ForCausalLM", dict(
+        norm="rms", positional="none", feedforward="none",
+        attention={"kind": "mamba2", "d_state": 4, "head_dim": 16, "n_groups": 2,
+                   "chunk_size": 4})),
     "bamba": ("BambaForCausalLM", dict(
         norm="rms", positional={"kind": "rotary", "fraction": 0.5}, feedforward="glu",
         activation="silu", attn_out_bias=False, n_layers=3,
@@ -182,6 +192,9 @@ REFUSED = {
         "kind": "mha", "n_kv_heads": 2}), "attention.n_kv_heads", "sequential Falcon"),
     "mamba with a feed-forward": (dict(NATIVE["mamba"][1], feedforward="mlp"),
                                   "feedforward.kind", "MambaForCausalLM"),
+    "mamba2 gate before norm": (dict(NATIVE["mamba2"][1], attention={
+        "kind": "mamba2", "gate_norm": "norm_before_gate"}), "attention.gate_norm",
+        "Mamba2ForCausalLM"),
     "bamba whole-head rotary": (dict(NATIVE["bamba"][1], positional="rotary"),
                                 "positional.fraction", "0.5"),
 }

@@ -17,18 +17,17 @@ variantlab cannot express raise :class:`ConversionError` naming them.
 Export (:func:`to_transformers`): the transformers class is chosen from the spec's
 components (multi-head latent attention: DeepSeek-V3 with sigmoid routing, else V2; a parallel
 hybrid: Falcon-H1; gated short convolutions: LFM2; attention sinks: gpt-oss; chunked attention,
-an L2 QK-norm or input-scaled experts: Llama 4; NoPE layers: SmolLM3; Mamba 1 mixers alone:
-Mamba; Mamba-2 and attention layers: Bamba; ALiBi: BLOOM with an embedding norm, else MPT;
-learned positions: OPT at an offset, GPTBigCode with one key/value head, else GPT-2; rotary
-LayerNorm with an output head bias: GPT-J, with grouped heads or a shared parallel norm over
-whole heads: Falcon; rotary with a parallel residual or LayerNorm: GPT-NeoX; rotary with
-RMSNorm: Llama, Mistral (a sliding window), Qwen3 (per-head QK-norm), OLMo 2 (post-sublayer
-norms) or Gemma 2/3 (sandwich norms)); its config is built from the spec and its weights from
-the model's (the 2025, GPT-2-era and state-space families through the same weight table as
-their import, :data:`TABLED`). A
-component or option no supported class has raises :class:`ConversionError` naming its spec
-path; one the class has in another form (a bias the variant lacks, exported as zeros) gives
-an :class:`ExportWarning`.
+an L2 QK-norm or input-scaled experts: Llama 4; NoPE layers: SmolLM3; Mamba 1 or Mamba-2
+mixers alone: Mamba, Mamba-2; Mamba-2 and attention layers: Bamba; ALiBi: BLOOM with an
+embedding norm, else MPT; learned positions: OPT at an offset, GPTBigCode with one key/value
+head, else GPT-2; rotary LayerNorm with an output head bias: GPT-J, with grouped heads or a
+shared parallel norm over whole heads: Falcon; rotary with a parallel residual or LayerNorm:
+GPT-NeoX; rotary with RMSNorm: Llama, Mistral (a sliding window), Qwen3 (per-head QK-norm),
+OLMo 2 (post-sublayer norms) or Gemma 2/3 (sandwich norms)); its config is built from the spec
+and its weights from the model's (the 2025, GPT-2-era and state-space families through the
+same weight table as their import, :data:`TABLED`). A component or option no supported class
+has raises :class:`ConversionError` naming its spec path; one the class has in another form (a
+bias the variant lacks, exported as zeros) gives an :class:`ExportWarning`.
 """
 
 from __future__ import annotations
@@ -76,8 +75,10 @@ from .llama4 import llama4_config, llama4_spec, llama4_state, llama4_table
 from .mamba import (
     jamba_spec,
     jamba_state,
+    mamba2_config,
     mamba2_spec,
     mamba2_state,
+    mamba2_table,
     mamba_config,
     mamba_spec,
     mamba_state,
@@ -178,6 +179,7 @@ TABLED: dict[str, Exporter] = {
     "MptForCausalLM": (mpt_config, mpt_table),
     "GPTBigCodeForCausalLM": (bigcode_config, bigcode_table),
     "MambaForCausalLM": (mamba_config, mamba_table),
+    "Mamba2ForCausalLM": (mamba2_config, mamba2_table),
     "BambaForCausalLM": (bamba_config, bamba_table),
 }
 
@@ -215,13 +217,15 @@ def _frontier_class(spec: Spec) -> str | None:
 
 def _classic_class(spec: Spec) -> str | None:
     """The GPT-2-era or state-space class a spec's components name, if any: Mamba 1's mixer
-    alone (Mamba), Mamba-2 and attention layers (Bamba), ALiBi (BLOOM with an embedding
-    norm, else MPT), learned positions with an offset (OPT) or one key/value head
-    (GPTBigCode), rotary LayerNorm with an output head bias (GPT-J), grouped heads or a
-    shared parallel norm over whole heads (Falcon)."""
+    alone (Mamba), Mamba-2's alone (Mamba-2), Mamba-2 and attention layers (Bamba), ALiBi
+    (BLOOM with an embedding norm, else MPT), learned positions with an offset (OPT) or one
+    key/value head (GPTBigCode), rotary LayerNorm with an output head bias (GPT-J), grouped
+    heads or a shared parallel norm over whole heads (Falcon)."""
     kinds = {spec.layer_spec(i).attention.kind for i in range(spec.n_layers)}
     if kinds == {"mamba"}:
         return "MambaForCausalLM"
+    if kinds == {"mamba2"}:
+        return "Mamba2ForCausalLM"
     if kinds == {"mamba2", "mha"}:
         return "BambaForCausalLM"
     positional, kv = spec.positional, getattr(spec.attention, "n_kv_heads", None)
@@ -256,8 +260,8 @@ def choose_class(spec: Spec) -> str:
     if positional != "rotary":
         refuse("positional.kind", "transformers", f"positional {positional!r} has no "
                "equivalent in the supported classes; learned (GPT-2, OPT, GPTBigCode), "
-               "alibi (BLOOM, MPT), rotary (GPT-NeoX, Llama, Falcon, GPT-J, ...) or none "
-               "(Mamba)")
+               "alibi (BLOOM, MPT), rotary (GPT-NeoX, Llama, Falcon, GPT-J, ...), or none "
+               "with Mamba or Mamba-2 mixers alone")
     if residual == "parallel" or (residual == "pre_norm" and spec.norm.kind == "layer"):
         return "GPTNeoXForCausalLM"
     if residual == "sandwich":

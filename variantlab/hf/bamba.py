@@ -37,13 +37,11 @@ from .common import (
     token_ids,
 )
 from .gpt2 import hidden_of
-from .table import GLU, Pair, attention, ends, linear, load_state, norms, same
+from .mamba import MAMBA2_MIXER, mixer
+from .table import GLU, Pair, attention, ends, linear, load_state, norms
 
 CLS = "BambaForCausalLM"
 _KINDS = {"linear_attention": "mamba", "full_attention": "attention"}
-#: the Mamba-2 mixer's parameters (the same names on both sides)
-MIXER = ("in_proj.weight", "conv1d.weight", "dt_bias", "A_log", "D", "norm.weight",
-         "out_proj.weight")
 
 
 def bamba_spec(cfg: Any) -> dict[str, Any]:
@@ -91,12 +89,8 @@ def bamba_table(cfg: Any) -> list[Pair]:
         if kind == "full_attention":
             pairs += attention(att, f"{theirs}.self_attn", bool(cfg.attention_bias))
             continue
-        pairs += [same(f"{att}.{name}", f"{theirs}.mamba.{name}") for name in MIXER]
-        if cfg.mamba_conv_bias:
-            pairs.append(same(f"{att}.conv1d.bias", f"{theirs}.mamba.conv1d.bias"))
-        if cfg.mamba_proj_bias:
-            pairs += [same(f"{att}.in_proj.bias", f"{theirs}.mamba.in_proj.bias"),
-                      same(f"{att}.out_proj.bias", f"{theirs}.mamba.out_proj.bias")]
+        pairs += mixer(att, f"{theirs}.mamba", MAMBA2_MIXER, bool(cfg.mamba_proj_bias),
+                       bool(cfg.mamba_conv_bias))
     return pairs
 
 

@@ -92,22 +92,44 @@ def mamba_spec(cfg: Any) -> dict[str, Any]:
     return data
 
 
-def mamba_table(cfg: Any) -> list[Pair]:
-    """Every weight of a ``MambaForCausalLM`` of ``cfg`` and ours (the mixers' names are
-    HF's), both ways."""
+#: the parameters of Mamba 1's mixer and of Mamba-2's (the same names on both sides; the
+#: biases are optional)
+MAMBA_MIXER = ("in_proj.weight", "conv1d.weight", "x_proj.weight", "dt_proj.weight",
+               "dt_proj.bias", "A_log", "D", "out_proj.weight")
+MAMBA2_MIXER = ("in_proj.weight", "conv1d.weight", "dt_bias", "A_log", "D", "norm.weight",
+                "out_proj.weight")
+
+
+def mixer(ours: str, theirs: str, names: tuple[str, ...], bias: bool,
+          conv_bias: bool) -> list[Pair]:
+    """A Mamba mixer's parameters ``names`` at ``theirs`` and ``ours``, plus in_proj's and
+    out_proj's biases with ``bias`` and the convolution's with ``conv_bias``."""
+    extra = (("in_proj.bias", "out_proj.bias") if bias else ()) + (
+        ("conv1d.bias",) if conv_bias else ())
+    return [same(f"{ours}.{name}", f"{theirs}.{name}") for name in (*names, *extra)]
+
+
+def _backbone(cfg: Any, names: tuple[str, ...]) -> list[Pair]:
+    """Every weight of a Mamba or Mamba-2 causal LM of ``cfg`` whose mixers hold ``names``."""
     pairs = [same("embed.tok_emb.weight", "backbone.embeddings.weight"),
              same("final_norm.scale", "backbone.norm_f.weight"),
              same("out_head.weight", "lm_head.weight")]
-    names = ["in_proj.weight", "conv1d.weight", "x_proj.weight", "dt_proj.weight",
-             "dt_proj.bias", "A_log", "D", "out_proj.weight"]
-    names += ["in_proj.bias", "out_proj.bias"] if cfg.use_bias else []
-    names += ["conv1d.bias"] if cfg.use_conv_bias else []
     for i in range(cfg.num_hidden_layers):
         theirs = f"backbone.layers.{i}"
         pairs.append(same(f"trf_blocks.{i}.att.norm.scale", f"{theirs}.norm.weight"))
-        pairs += [same(f"trf_blocks.{i}.att.sublayer.{name}", f"{theirs}.mixer.{name}")
-                  for name in names]
+        pairs += mixer(f"trf_blocks.{i}.att.sublayer", f"{theirs}.mixer", names,
+                       bool(cfg.use_bias), bool(cfg.use_conv_bias))
     return pairs
+
+
+def mamba_table(cfg: Any) -> list[Pair]:
+    """Every weight of a ``MambaForCausalLM`` of ``cfg`` and ours, both ways."""
+    return _backbone(cfg, MAMBA_MIXER)
+
+
+def mamba2_table(cfg: Any) -> list[Pair]:
+    """Every weight of a ``Mamba2ForCausalLM`` of ``cfg`` and ours, both ways."""
+    return _backbone(cfg, MAMBA2_MIXER)
 
 
 def mamba_state(hf: Any) -> dict[str, torch.Tensor]:
@@ -120,16 +142,9 @@ def mamba_config(spec: Spec, cls: str = "MambaForCausalLM") -> Any:
     import transformers
 
     att = spec.attention
-    check_common(spec, cls, norm="rms", rotary=False)
-    check_dropout(spec, cls, ())
+    _check_ssm(spec, cls)
     need(spec, cls, "attention.inner_norms", not att.inner_norms,
          "Mamba's mixer has no inner norms (Jamba's)")
-    need(spec, cls, "feedforward.kind", spec.feedforward.kind == "none",
-         f"feedforward {spec.feedforward.kind!r}: a Mamba block is norm, mixer, residual")
-    need(spec, cls, "residual.kind", spec.residual.kind == "pre_norm",
-         f"residual {spec.residual.kind!r}: Mamba is pre_norm")
-    need(spec, cls, "positional.kind", spec.positional.kind == "none",
-         f"positional {spec.positional.kind!r}: Mamba has no positions")
     config = transformers.MambaConfig
     return config(
         **token_ids(spec, config), vocab_size=spec.vocab_size, hidden_size=spec.emb_dim,
@@ -141,18 +156,46 @@ def mamba_config(spec: Spec, cls: str = "MambaForCausalLM") -> Any:
 
 
 def mamba2_state(hf: Any) -> dict[str, torch.Tensor]:
-    """Our state dict from a ``Mamba2ForCausalLM``: the mixers' names are HF's."""
-    sd = hf.state_dict()
-    out = {"embed.tok_emb.weight": sd["backbone.embeddings.weight"],
-           "final_norm.scale": sd["backbone.norm_f.weight"], "out_head.weight": sd["lm_head.weight"]}
-    for key, value in sd.items():
-        if key.startswith("backbone.layers."):
-            i, rest = key[len("backbone.layers."):].split(".", 1)
-            if rest == "norm.weight":
-                out[f"trf_blocks.{i}.att.norm.scale"] = value
-            elif rest.startswith("mixer."):
-                out[f"trf_blocks.{i}.att.sublayer.{rest[len('mixer.'):]}"] = value
-    return out
+    """Our state dict from a ``Mamba2ForCausalLM``."""
+    return load_state(mamba2_table(hf.config), hf.state_dict())
+
+
+def _check_ssm(spec: Spec, cls: str) -> None:
+    """What Mamba and Mamba-2 share: norm, mixer and residual only (RMSNorm pre-norm, no
+    feed-forward, no positions)."""
+    check_common(spec, cls, norm="rms", rotary=False)
+    check_dropout(spec, cls, ())
+    need(spec, cls, "feedforward.kind", spec.feedforward.kind == "none",
+         f"feedforward {spec.feedforward.kind!r}: a {cls} block is norm, mixer, residual")
+    need(spec, cls, "residual.kind", spec.residual.kind == "pre_norm",
+         f"residual {spec.residual.kind!r}: this class is pre_norm")
+    need(spec, cls, "positional.kind", spec.positional.kind == "none",
+         f"positional {spec.positional.kind!r}: this class has no positions")
+
+
+def mamba2_config(spec: Spec, cls: str = "Mamba2ForCausalLM") -> Any:
+    """The ``Mamba2Config`` of a spec whose every layer is the Mamba-2 mixer alone."""
+    import transformers
+
+    att = spec.attention
+    _check_ssm(spec, cls)
+    inner = att.inner_dim or att.expand * spec.emb_dim
+    need(spec, cls, "attention.inner_dim", inner == att.expand * spec.emb_dim,
+         "Mamba-2's mixer is expand x hidden_size wide")
+    need(spec, cls, "attention.gate_norm", att.gate_norm == "norm_after_gate",
+         f"gate_norm {att.gate_norm!r}: Mamba-2 gates, then normalises")
+    need(spec, cls, "attention.norm_eps", att.norm_eps == spec.norm.eps,
+         "Mamba-2's mixer norm has the model's layer_norm_epsilon")
+    head = att.head_dim or inner // spec.n_heads
+    config = transformers.Mamba2Config
+    return config(
+        **token_ids(spec, config), vocab_size=spec.vocab_size, hidden_size=spec.emb_dim,
+        num_hidden_layers=spec.n_layers, num_heads=inner // head, head_dim=head,
+        state_size=att.d_state, expand=att.expand, n_groups=att.n_groups,
+        conv_kernel=att.conv_width, chunk_size=att.chunk_size, use_bias=att.bias,
+        use_conv_bias=att.conv_bias, time_step_min=att.dt_min, time_step_max=att.dt_max,
+        hidden_act="silu", layer_norm_epsilon=spec.norm.eps,
+        tie_word_embeddings=spec.tie_weights)
 
 
 def jamba_spec(cfg: Any) -> dict[str, Any]:
