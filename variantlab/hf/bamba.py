@@ -37,7 +37,7 @@ from .common import (
     token_ids,
 )
 from .gpt2 import hidden_of
-from .mamba import MAMBA2_MIXER, mixer
+from .mamba import MAMBA2_MIXER, mamba2_heads, mixer
 from .table import GLU, Pair, attention, ends, linear, load_state, norms
 
 CLS = "BambaForCausalLM"
@@ -127,25 +127,18 @@ def bamba_config(spec: Spec, cls: str = CLS) -> Any:
     for layer in specs:
         if layer.attention.kind != "mamba2":
             check_attention(layer, CLS, gqa=True, head_dim_free=False)
-    mixer = one(spec, CLS, "layout.attention", mixers, "Mamba-2 mixers")
+    ssm = one(spec, CLS, "layout.attention", mixers, "Mamba-2 mixers")
     att = one(spec, CLS, "layout.attention", atts, "attentions")
     need(spec, CLS, "qkv_bias", spec.qkv_bias == spec.attn_out_bias,
          "Bamba's attention_bias is on q/k/v and the output together")
     kwargs: dict[str, Any] = {}
-    if mixer is not None:
-        inner = mixer.inner_dim or mixer.expand * spec.emb_dim
-        need(spec, CLS, "layout.attention.inner_dim", inner == mixer.expand * spec.emb_dim,
-             "Bamba's mixer is mamba_expand x hidden_size wide")
-        need(spec, CLS, "layout.attention.gate_norm", mixer.gate_norm == "norm_after_gate",
-             f"gate_norm {mixer.gate_norm!r}: Bamba gates, then normalises")
-        need(spec, CLS, "layout.attention.norm_eps", mixer.norm_eps == spec.norm.eps,
-             "Bamba's mixer norm has the model's rms_norm_eps")
-        head = mixer.head_dim or inner // spec.n_heads
-        kwargs = dict(mamba_n_heads=inner // head, mamba_d_head=head,
-                      mamba_n_groups=mixer.n_groups, mamba_d_state=mixer.d_state,
-                      mamba_d_conv=mixer.conv_width, mamba_expand=mixer.expand,
-                      mamba_chunk_size=mixer.chunk_size, mamba_conv_bias=mixer.conv_bias,
-                      mamba_proj_bias=mixer.bias)
+    if ssm is not None:
+        heads, head = mamba2_heads(spec, CLS, ssm, "layout.attention")
+        kwargs = dict(mamba_n_heads=heads, mamba_d_head=head,
+                      mamba_n_groups=ssm.n_groups, mamba_d_state=ssm.d_state,
+                      mamba_d_conv=ssm.conv_width, mamba_expand=ssm.expand,
+                      mamba_chunk_size=ssm.chunk_size, mamba_conv_bias=ssm.conv_bias,
+                      mamba_proj_bias=ssm.bias)
     config = transformers.BambaConfig
     return config(
         **token_ids(spec, config), **kwargs, vocab_size=spec.vocab_size,

@@ -173,24 +173,33 @@ def _check_ssm(spec: Spec, cls: str) -> None:
          f"positional {spec.positional.kind!r}: this class has no positions")
 
 
+def mamba2_heads(spec: Spec, cls: str, att: Spec, loc: str) -> tuple[int, int]:
+    """The SSM heads and their width of the Mamba-2 mixer ``att`` (at spec path ``loc``),
+    refusing what transformers' Mamba-2 mixers (Mamba-2's, Bamba's) lack: another inner width
+    than expand x hidden_size, another gated norm than the norm after the gate, another norm
+    eps than the model's."""
+    inner = att.inner_dim or att.expand * spec.emb_dim
+    need(spec, cls, f"{loc}.inner_dim", inner == att.expand * spec.emb_dim,
+         "this class's mixer is expand x hidden_size wide")
+    need(spec, cls, f"{loc}.gate_norm", att.gate_norm == "norm_after_gate",
+         f"gate_norm {att.gate_norm!r}: this class gates, then normalises")
+    need(spec, cls, f"{loc}.norm_eps", att.norm_eps == spec.norm.eps,
+         "this class's mixer norm has the model's norm eps")
+    head = att.head_dim or inner // spec.n_heads
+    return inner // head, head
+
+
 def mamba2_config(spec: Spec, cls: str = "Mamba2ForCausalLM") -> Any:
     """The ``Mamba2Config`` of a spec whose every layer is the Mamba-2 mixer alone."""
     import transformers
 
     att = spec.attention
     _check_ssm(spec, cls)
-    inner = att.inner_dim or att.expand * spec.emb_dim
-    need(spec, cls, "attention.inner_dim", inner == att.expand * spec.emb_dim,
-         "Mamba-2's mixer is expand x hidden_size wide")
-    need(spec, cls, "attention.gate_norm", att.gate_norm == "norm_after_gate",
-         f"gate_norm {att.gate_norm!r}: Mamba-2 gates, then normalises")
-    need(spec, cls, "attention.norm_eps", att.norm_eps == spec.norm.eps,
-         "Mamba-2's mixer norm has the model's layer_norm_epsilon")
-    head = att.head_dim or inner // spec.n_heads
+    heads, head = mamba2_heads(spec, cls, att, "attention")
     config = transformers.Mamba2Config
     return config(
         **token_ids(spec, config), vocab_size=spec.vocab_size, hidden_size=spec.emb_dim,
-        num_hidden_layers=spec.n_layers, num_heads=inner // head, head_dim=head,
+        num_hidden_layers=spec.n_layers, num_heads=heads, head_dim=head,
         state_size=att.d_state, expand=att.expand, n_groups=att.n_groups,
         conv_kernel=att.conv_width, chunk_size=att.chunk_size, use_bias=att.bias,
         use_conv_bias=att.conv_bias, time_step_min=att.dt_min, time_step_max=att.dt_max,
