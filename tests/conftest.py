@@ -257,19 +257,30 @@ def layer_modules(model) -> list:
     return [(i, m) for i, m, _ in layer_stacks(model)]
 
 
-def assert_imports_equal(hf, registry, impl: str = "naive", padded: bool = True):
-    """``from_transformers(hf)`` with ``impl``: equal parameter counts, logits within 1e-4 on
-    two rows of 12 tokens and, with ``padded``, on left-padded rows; returns (spec, model)."""
+def assert_imports_equal(hf, registry, impl: str = "naive", padded: bool = True,
+                         tol: float = 1e-4):
+    """``from_transformers(hf)`` with ``impl``: equal parameter counts, logits within ``tol``
+    on two rows of 12 tokens and, with ``padded``, on left-padded rows; returns (spec, model)."""
     import variantlab as vl
 
     spec, model = vl.from_transformers(hf, registry, impl=impl)
     assert n_params(model) == n_params(hf)
     idx = torch.randint(0, 64, (2, 12))
     with torch.no_grad():
-        assert (model.eval()(idx) - hf(idx).logits).abs().max().item() < 1e-4
+        assert (model.eval()(idx) - hf(idx).logits).abs().max().item() < tol
     if padded:
-        assert left_padded_diff(hf, model) < 1e-4
+        assert left_padded_diff(hf, model) < tol
     return spec, model
+
+
+def perturbed_hf(family: str, kwargs: dict, attn: str = "eager"):
+    """A perturbed (:func:`perturbed`) ``{family}ForCausalLM`` of ``{family}Config(**kwargs)``,
+    built after seeding 0, with the attention implementation ``attn``."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = getattr(transformers, f"{family}Config")(**kwargs, attn_implementation=attn)
+    return perturbed(getattr(transformers, f"{family}ForCausalLM")(config))
 
 
 @pytest.fixture
@@ -282,3 +293,23 @@ def own_token_cache(tmp_path, monkeypatch):
     sources._SPLITS.clear()
     yield tmp_path / "cache"
     sources._SPLITS.clear()
+
+
+def assert_close_logits(model, hf, tol: float = 1e-5, length: int = 10) -> None:
+    """``model`` (in eval mode) and the HF causal LM give logits within ``tol`` on two rows
+    of ``length`` tokens."""
+    idx = torch.randint(0, 64, (2, length))
+    with torch.no_grad():
+        assert (model.eval()(idx) - hf(idx).logits).abs().max().item() < tol
+
+
+def assert_causal(model, length: int = 10, cut: int = 6) -> None:
+    """Changing the tokens from ``cut`` on leaves ``model``'s logits before ``cut`` exactly
+    as they were, and changes those after."""
+    idx = torch.randint(0, 64, (1, length))
+    later = idx.clone()
+    later[0, cut:] = (later[0, cut:] + 1) % 64
+    with torch.no_grad():
+        before, after = model.eval()(idx), model(later)
+    assert torch.equal(before[:, :cut], after[:, :cut])
+    assert not torch.allclose(before[:, cut:], after[:, cut:])

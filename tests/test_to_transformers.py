@@ -147,7 +147,7 @@ def test_a_spec_built_in_variantlab_exports_with_equal_logits(case):
 REFUSED = {
     "batch norm": (dict(norm="batch"), "norm.kind", "'batch'"),
     "post_norm": (dict(residual="post_norm"), "residual.kind", "'post_norm'"),
-    "alibi": (dict(positional="alibi"), "positional.kind", "'alibi'"),
+    "sinusoidal": (dict(positional="sinusoidal"), "positional.kind", "'sinusoidal'"),
     "no final norm": (dict(final_norm=False), "final_norm", "final norm"),
     "llama mlp": (dict(norm="rms", positional="rotary"), "feedforward.kind", "glu"),
     "glu bias in qwen3": (dict(norm="rms", positional="rotary", feedforward={

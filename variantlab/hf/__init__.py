@@ -8,23 +8,29 @@ Import (:func:`from_transformers`): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
 ``OlmoeForCausalLM``, ``Mamba2ForCausalLM``, ``JambaForCausalLM``, ``Qwen3NextForCausalLM``,
 ``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM``, ``GptOssForCausalLM``,
 ``SmolLM3ForCausalLM``, ``Llama4ForCausalLM`` (text), ``Lfm2ForCausalLM``,
-``FalconH1ForCausalLM``, ``Qwen2ForCausalLM`` and ``Phi3ForCausalLM`` (the registry:
-:data:`CONVERTERS`) become ``(spec, model)``, their rope scaling included. Other classes and
-config options that variantlab cannot express raise :class:`ConversionError` naming them
-(a class with its reason from :mod:`variantlab.hf.families`).
+``FalconH1ForCausalLM``, ``Qwen2ForCausalLM``, ``Phi3ForCausalLM``, and the GPT-2-era and
+state-space ``FalconForCausalLM``, ``GPTJForCausalLM``, ``OPTForCausalLM``,
+``BloomForCausalLM``, ``MptForCausalLM``, ``GPTBigCodeForCausalLM``, ``MambaForCausalLM`` and
+``BambaForCausalLM`` (the registry: :data:`CONVERTERS`) become ``(spec, model)``, their rope
+scaling included. Other classes and config options that variantlab cannot express raise
+:class:`ConversionError` naming them (a class with its reason from
+:mod:`variantlab.hf.families`).
 
 Export (:func:`to_transformers`): the transformers class is chosen from the spec's
 components (multi-head latent attention: DeepSeek-V3 with sigmoid routing, else V2; a parallel
 hybrid: Falcon-H1; gated short convolutions: LFM2; attention sinks: gpt-oss; chunked attention,
 an L2 QK-norm, input-scaled experts or a query temperature: Llama 4; NoPE layers: SmolLM3;
-learned positions: GPT-2; rotary with a parallel residual or LayerNorm: GPT-NeoX; rotary
-with RMSNorm: Llama, Mistral (a sliding window), Qwen3 (per-head QK-norm), Phi-3 (partial
-rotary or LongRoPE), Qwen2 (query, key and value biases only), OLMo 2 (post-sublayer norms)
-or Gemma 2/3 (sandwich norms)); its config is built from the spec and its weights from the model's
-(the 2025 families through the same weight table as their import, :data:`TABLED`). A
-component or option no supported class has raises :class:`ConversionError` naming its spec
-path; one the class has in another form (a bias the variant lacks, exported as zeros) gives
-an :class:`ExportWarning`.
+Mamba 1 or Mamba-2 mixers alone: Mamba, Mamba-2; Mamba-2 and attention layers: Bamba; ALiBi:
+BLOOM with an embedding norm, else MPT; learned positions: OPT at an offset, GPTBigCode with
+one key/value head, else GPT-2; rotary LayerNorm with an output head bias: GPT-J, with grouped
+heads or a shared parallel norm over whole heads: Falcon; rotary with a parallel residual or
+LayerNorm: GPT-NeoX; rotary with RMSNorm: Llama, Mistral (a sliding window), Qwen3 (per-head
+QK-norm), Phi-3 (partial rotary or LongRoPE), Qwen2 (query, key and value biases only), OLMo 2
+(post-sublayer norms) or Gemma 2/3 (sandwich norms)); its config is built from the spec and
+its weights from the model's (the 2025, GPT-2-era and state-space families through the same
+weight table as their import, :data:`TABLED`). A component or option no supported class has
+raises :class:`ConversionError` naming its spec path; one the class has in another form (a
+bias the variant lacks, exported as zeros) gives an :class:`ExportWarning`.
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ import torch
 from ..model.build import build_model
 from ..model.specs import ModelSpec, parse_model_spec
 from ..plugin.registry import Registry, get_registry
+from .bamba import bamba_config, bamba_spec, bamba_state, bamba_table
+from .bigcode import bigcode_config, bigcode_spec, bigcode_state, bigcode_table
+from .bloom import bloom_config, bloom_spec, bloom_state, bloom_table
 from .common import ConversionError, ExportWarning, Spec, refuse, reject
 from .deepseek import (
     deepseek_class,
@@ -46,9 +55,11 @@ from .deepseek import (
     deepseek_v2_spec,
     deepseek_v3_spec,
 )
+from .falcon import falcon_config, falcon_spec, falcon_state, falcon_table
 from .falconh1 import falconh1_config, falconh1_spec, falconh1_state, falconh1_table
 from .gemma import gemma_config, gemma_hf_state, gemma_spec, gemma_state
 from .gpt2 import gpt2_config, gpt2_hf_state, gpt2_spec, gpt2_state
+from .gptj import gptj_config, gptj_spec, gptj_state, gptj_table
 from .gptoss import gptoss_config, gptoss_spec, gptoss_state, gptoss_table
 from .lfm2 import lfm2_config, lfm2_spec, lfm2_state, lfm2_table
 from .llama import CLASSES as LLAMA_LIKE
@@ -64,9 +75,22 @@ from .llama import (
     qwen3_state,
 )
 from .llama4 import llama4_config, llama4_spec, llama4_state, llama4_table
-from .mamba import jamba_spec, jamba_state, mamba2_spec, mamba2_state
+from .mamba import (
+    jamba_spec,
+    jamba_state,
+    mamba2_config,
+    mamba2_spec,
+    mamba2_state,
+    mamba2_table,
+    mamba_config,
+    mamba_spec,
+    mamba_state,
+    mamba_table,
+)
 from .moe import mixtral_spec, mixtral_state, olmoe_spec, olmoe_state, qwen3moe_spec, qwen3moe_state
+from .mpt import mpt_config, mpt_spec, mpt_state, mpt_table
 from .neox import neox_config, neox_hf_state, neox_spec, neox_state
+from .opt import opt_config, opt_spec, opt_state, opt_table
 from .phi3 import phi3_config, phi3_spec, phi3_state, phi3_table
 from .qwen2 import qwen2_config, qwen2_spec, qwen2_state, qwen2_table
 from .qwen3next import qwen3next_spec, qwen3next_state
@@ -80,25 +104,33 @@ Converter = tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str, tor
 
 #: class name -> (config -> spec data, HF model -> our state dict)
 CONVERTERS: dict[str, Converter] = {
+    "BambaForCausalLM": (bamba_spec, bamba_state),
+    "BloomForCausalLM": (bloom_spec, bloom_state),
     "DeepseekV2ForCausalLM": (deepseek_v2_spec, deepseek_state),
     "DeepseekV3ForCausalLM": (deepseek_v3_spec, deepseek_state),
     "GPT2LMHeadModel": (gpt2_spec, gpt2_state),
+    "GPTBigCodeForCausalLM": (bigcode_spec, bigcode_state),
     "Gemma2ForCausalLM": (gemma_spec, gemma_state),
     "Gemma3ForCausalLM": (gemma_spec, gemma_state),
+    "FalconForCausalLM": (falcon_spec, falcon_state),
     "FalconH1ForCausalLM": (falconh1_spec, falconh1_state),
+    "GPTJForCausalLM": (gptj_spec, gptj_state),
     "GptOssForCausalLM": (gptoss_spec, gptoss_state),
     "GPTNeoXForCausalLM": (neox_spec, neox_state),
     "JambaForCausalLM": (jamba_spec, jamba_state),
     "LlamaForCausalLM": (llama_spec, llama_state),
     "Lfm2ForCausalLM": (lfm2_spec, lfm2_state),
     "Llama4ForCausalLM": (llama4_spec, llama4_state),
+    "MambaForCausalLM": (mamba_spec, mamba_state),
     "Mamba2ForCausalLM": (mamba2_spec, mamba2_state),
     "MistralForCausalLM": (mistral_spec, llama_state),
     "MixtralForCausalLM": (mixtral_spec, mixtral_state),
+    "MptForCausalLM": (mpt_spec, mpt_state),
     "OlmoeForCausalLM": (olmoe_spec, olmoe_state),
+    "OPTForCausalLM": (opt_spec, opt_state),
+    "Olmo2ForCausalLM": (olmo2_spec, olmo2_state),
     "Phi3ForCausalLM": (phi3_spec, phi3_state),
     "Qwen2ForCausalLM": (qwen2_spec, qwen2_state),
-    "Olmo2ForCausalLM": (olmo2_spec, olmo2_state),
     "Qwen3ForCausalLM": (qwen3_spec, qwen3_state),
     "Qwen3MoeForCausalLM": (qwen3moe_spec, qwen3moe_state),
     "Qwen3NextForCausalLM": (qwen3next_spec, qwen3next_state),
@@ -166,7 +198,8 @@ def check_per_layer(cfg: Any) -> None:
 
 Exporter = tuple[Callable[[Spec, str], Any], Callable[[Any], list[Pair]]]
 
-#: the 2025 classes: class -> (spec -> config, config -> the family's weight table)
+#: the classes with a weight table (the 2025 ones, the GPT-2-era and state-space ones):
+#: class -> (spec -> config, config -> the family's weight table)
 TABLED: dict[str, Exporter] = {
     "DeepseekV2ForCausalLM": (deepseek_config, deepseek_table),
     "DeepseekV3ForCausalLM": (deepseek_config, deepseek_table),
@@ -177,6 +210,15 @@ TABLED: dict[str, Exporter] = {
     "Lfm2ForCausalLM": (lfm2_config, lfm2_table),
     "Phi3ForCausalLM": (phi3_config, phi3_table),
     "Qwen2ForCausalLM": (qwen2_config, qwen2_table),
+    "FalconForCausalLM": (falcon_config, falcon_table),
+    "GPTJForCausalLM": (gptj_config, gptj_table),
+    "OPTForCausalLM": (opt_config, opt_table),
+    "BloomForCausalLM": (bloom_config, bloom_table),
+    "MptForCausalLM": (mpt_config, mpt_table),
+    "GPTBigCodeForCausalLM": (bigcode_config, bigcode_table),
+    "MambaForCausalLM": (mamba_config, mamba_table),
+    "Mamba2ForCausalLM": (mamba2_config, mamba2_table),
+    "BambaForCausalLM": (bamba_config, bamba_table),
 }
 
 #: the classes a spec exports to (:func:`choose_class`)
@@ -213,13 +255,43 @@ def _frontier_class(spec: Spec) -> str | None:
     return None
 
 
+def _classic_class(spec: Spec) -> str | None:
+    """The GPT-2-era or state-space class a spec's components name, if any: Mamba 1's mixer
+    alone (Mamba), Mamba-2's alone (Mamba-2), Mamba-2 and attention layers (Bamba), ALiBi
+    (BLOOM with an embedding norm, else MPT), learned positions with an offset (OPT) or one
+    key/value head (GPTBigCode), rotary LayerNorm with an output head bias (GPT-J), grouped
+    heads or a shared parallel norm over whole heads (Falcon)."""
+    kinds = {spec.layer_spec(i).attention.kind for i in range(spec.n_layers)}
+    if kinds == {"mamba"}:
+        return "MambaForCausalLM"
+    if kinds == {"mamba2"}:
+        return "Mamba2ForCausalLM"
+    if kinds == {"mamba2", "mha"}:
+        return "BambaForCausalLM"
+    positional, kv = spec.positional, getattr(spec.attention, "n_kv_heads", None)
+    if positional.kind == "alibi":
+        return "BloomForCausalLM" if spec.embedding_norm else "MptForCausalLM"
+    if positional.kind == "learned":
+        if positional.offset:
+            return "OPTForCausalLM"
+        return "GPTBigCodeForCausalLM" if kv == 1 else None
+    if positional.kind != "rotary" or spec.norm.kind != "layer":
+        return None
+    if spec.head_bias:
+        return "GPTJForCausalLM"
+    res = spec.residual
+    if res.kind == "parallel" and positional.fraction == 1.0 and (kv or res.shared_norm):
+        return "FalconForCausalLM"
+    return "FalconForCausalLM" if res.kind == "pre_norm" and kv else None
+
+
 def choose_class(spec: Spec) -> str:
     """The transformers class whose architecture the spec's components name (its own checks
     then refuse what else the class lacks)."""
     if spec.family != "gpt":
         refuse("family", "transformers", f"family {spec.family!r}: only decoder-only 'gpt' "
                "models export to a transformers causal LM")
-    frontier = _frontier_class(spec)
+    frontier = _frontier_class(spec) or _classic_class(spec)
     if frontier is not None:
         return frontier
     positional, residual = spec.positional.kind, spec.residual.kind
@@ -227,8 +299,9 @@ def choose_class(spec: Spec) -> str:
         return "GPT2LMHeadModel"
     if positional != "rotary":
         refuse("positional.kind", "transformers", f"positional {positional!r} has no "
-               "equivalent in the supported classes; learned (GPT-2) or rotary (GPT-NeoX, "
-               "Llama, Qwen3, OLMo 2, Gemma 2/3)")
+               "equivalent in the supported classes; learned (GPT-2, OPT, GPTBigCode), "
+               "alibi (BLOOM, MPT), rotary (GPT-NeoX, Llama, Falcon, GPT-J, ...), or none "
+               "with Mamba or Mamba-2 mixers alone")
     if residual == "parallel" or (residual == "pre_norm" and spec.norm.kind == "layer"):
         return "GPTNeoXForCausalLM"
     if residual == "sandwich":

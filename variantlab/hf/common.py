@@ -282,10 +282,16 @@ def check_attention(spec: Spec, cls: str, *, gqa: bool, head_dim_free: bool,
              "a score scale other than 1/sqrt(head_dim) is in Gemma 2/3 only")
 
 
-def check_common(spec: Spec, cls: str, *, norm: str, rotary: bool) -> None:
-    """What every class shares: family gpt, a final norm, shortcuts, no per-layer layout,
-    no Gemma-only option, the norm kind ``norm`` and, with ``rotary``, a full rotation."""
-    need(spec, cls, "final_norm", spec.final_norm, "every transformers class has a final norm")
+def check_common(spec: Spec, cls: str, *, norm: str, rotary: bool, final_norm: bool = True,
+                 embedding_norm: bool = False, head_bias: bool = False,
+                 token_dim: bool = False) -> None:
+    """What every class shares: family gpt, a final norm (unless ``final_norm`` is false: the
+    class may lack it), shortcuts, no per-layer layout, no Gemma-only option, an embedding
+    norm, an output head bias and projected token embeddings only where the class has them
+    (``embedding_norm``, ``head_bias``, ``token_dim``), the norm kind ``norm`` and, with
+    ``rotary``, a full rotation."""
+    need(spec, cls, "final_norm", spec.final_norm or not final_norm,
+         "this transformers class has a final norm")
     need(spec, cls, "residual.shortcut", getattr(spec.residual, "shortcut", True),
          "residuals without the shortcut are not in transformers")
     need(spec, cls, "norm.kind", spec.norm.kind == norm,
@@ -294,6 +300,12 @@ def check_common(spec: Spec, cls: str, *, norm: str, rotary: bool) -> None:
          "scaled embeddings are in Gemma only")
     need(spec, cls, "logit_softcap", getattr(spec, "logit_softcap", None) is None,
          "logit soft-capping is in Gemma only")
+    need(spec, cls, "embedding_norm", embedding_norm or not getattr(spec, "embedding_norm", False),
+         "a norm on the embeddings is in BLOOM only")
+    need(spec, cls, "head_bias", head_bias or not getattr(spec, "head_bias", False),
+         "an output head bias is in GPT-J only")
+    need(spec, cls, "token_dim", token_dim or getattr(spec, "token_dim", None) in
+         (None, spec.emb_dim), "token embeddings of their own width are in OPT only")
     if spec.layout is not None:
         same = all(spec.layer_spec(i).components() == spec.components()
                    for i in range(spec.n_layers))
@@ -478,3 +490,22 @@ def sliding_windows(spec: Spec, cls: str, specs: list[Spec]) -> tuple[list[int |
     windows = [layer.attention.window for layer in specs]
     return windows, one(spec, cls, "layout.attention.window", [w for w in windows if w],
                         "windows")
+
+
+def check_classic(spec: Spec, cls: str, *, residuals: tuple[str, ...], gqa: bool,
+                  rotary: bool = False, final_norm: bool = True, embedding_norm: bool = False,
+                  head_bias: bool = False, token_dim: bool = False,
+                  norm_shift: bool = True) -> None:
+    """A GPT-2-era class (Falcon, GPT-J, OPT, BLOOM, MPT, GPTBigCode): what
+    :func:`check_common` checks with LayerNorm, an ``mha`` of emb_dim / n_heads wide heads
+    (grouped-query with ``gqa``), a residual among ``residuals``, a plain MLP and, without
+    ``norm_shift``, LayerNorms without a shift."""
+    check_common(spec, cls, norm="layer", rotary=rotary, final_norm=final_norm,
+                 embedding_norm=embedding_norm, head_bias=head_bias, token_dim=token_dim)
+    check_attention(spec, cls, gqa=gqa, head_dim_free=False)
+    need(spec, cls, "residual.kind", spec.residual.kind in residuals,
+         f"residual {spec.residual.kind!r}: this class is {' or '.join(residuals)}")
+    need(spec, cls, "feedforward.kind", spec.feedforward.kind == "mlp",
+         f"feedforward {spec.feedforward.kind!r}: this class has a plain MLP")
+    need(spec, cls, "norm_bias", norm_shift or not spec.norm_bias,
+         "this class's LayerNorms have no shift; set norm_bias: false")

@@ -195,3 +195,36 @@ def attention(ours: str, theirs: str, bias: bool, names: dict[str, str] = ATTENT
     the variant lacks exported as zeros)."""
     return [p for mine, name in names.items()
             for p in linear(f"{ours}.{mine}", f"{theirs}.{name}", bias, "attention biases")]
+
+
+def split_rows(ours: tuple[str, ...], theirs: str, rows: tuple[torch.Tensor, ...],
+               zeros: str | None = None) -> Pair:
+    """A fused tensor whose first dim is split by ``rows`` (one index tensor per name in
+    ``ours``; together every row once): a fused q/k/v projection's weight or bias, in
+    whatever order its class lays the heads out."""
+    def save(ts: Tensors) -> torch.Tensor:
+        out = ts[0].new_empty(sum(len(r) for r in rows), *ts[0].shape[1:])
+        for index, t in zip(rows, ts):
+            out[index] = t
+        return out
+
+    return Pair(ours, theirs, load=lambda t: tuple(t[index] for index in rows), save=save,
+                zeros=zeros)
+
+
+def fused_qkv(ours: str, theirs: str, rows: tuple[torch.Tensor, ...], bias: bool,
+              zeros: str | None = None) -> list[Pair]:
+    """A fused q/k/v Linear at ``theirs`` <-> our ``W_query``, ``W_key``, ``W_value`` under
+    ``ours`` (``rows``: each one's rows of the fused output)."""
+    names = ("W_query", "W_key", "W_value")
+    pairs = [split_rows(tuple(f"{ours}.{n}.weight" for n in names), f"{theirs}.weight", rows)]
+    if bias:
+        pairs.append(split_rows(tuple(f"{ours}.{n}.bias" for n in names), f"{theirs}.bias",
+                                rows, zeros))
+    return pairs
+
+
+def layer_norm(ours: str, theirs: str) -> list[Pair]:
+    """A LayerNorm's scale and shift (a shift the variant lacks exported as zeros)."""
+    return [same(f"{ours}.scale", f"{theirs}.weight"),
+            same(f"{ours}.shift", f"{theirs}.bias", "norm shifts")]
