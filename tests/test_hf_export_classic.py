@@ -174,6 +174,9 @@ REFUSED = {
                             "GPTJForCausalLM"),
     "gptj theta": (dict(NATIVE["gptj-head-bias"][1], positional={
         "kind": "rotary", "fraction": 0.25, "theta": 500.0}), "positional.theta", "10000"),
+    "gptj scaled rotary": (dict(NATIVE["gptj-head-bias"][1], positional={
+        "kind": "rotary", "fraction": 0.25, "scaling": "linear", "factor": 2.0}),
+        "positional.scaling", "unscaled"),
     "gptj two norms": (dict(NATIVE["gptj-head-bias"][1], residual={
         "kind": "parallel", "shared_norm": False}), "residual.shared_norm", "one norm"),
     "head bias elsewhere": (dict(head_bias=True), "head_bias", "GPT-J only"),

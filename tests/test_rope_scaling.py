@@ -2,8 +2,9 @@
 DeepSeek's mscale and gpt-oss's truncate, Llama 3.1's llama3, Phi-3's LongRoPE) equal to
 transformers' own rope init functions, and real configs (the shipped rope values on tiny
 widths, with a tiny original context) of Llama 3.1, gpt-oss, DeepSeek-V3, Phi-3 and Qwen2.5
-converting with logits within 1e-5 in float32 at lengths below and above the original
-context, both ways; the spec's checks, its unit keys, and the refusals."""
+(and Falcon and Bamba, whose rotary reads the same rope parameters) converting with logits
+within 1e-5 in float32 at lengths below and above the original context, both ways; the
+spec's checks, its unit keys, and the refusals."""
 
 import math
 
@@ -154,6 +155,11 @@ REAL = {
     "dynamic": ("Llama", {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0},
                 dict(max_position_embeddings=8)),
     "linear": ("Llama", {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}, {}),
+    # the GPT-2-era and hybrid classes whose rotary reads rope_parameters
+    "falcon-llama3": ("Falcon", LLAMA31, dict(new_decoder_architecture=True, num_kv_heads=2,
+                                              parallel_attn=True)),
+    "bamba-yarn": ("Bamba", QWEN25, dict(attn_layer_indices=[1], mamba_n_heads=8,
+                                         mamba_d_state=8, mamba_n_groups=2, mamba_chunk_size=4)),
 }
 
 
