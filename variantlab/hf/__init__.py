@@ -34,6 +34,7 @@ import torch
 from ..model.build import build_model
 from ..model.specs import ModelSpec, parse_model_spec
 from ..plugin.registry import Registry, get_registry
+from .arcee import ARCEE
 from .common import ConversionError, ExportWarning, Spec, refuse
 from .deepseek import (
     deepseek_class,
@@ -43,8 +44,11 @@ from .deepseek import (
     deepseek_v2_spec,
     deepseek_v3_spec,
 )
+from .ernie4_5 import ERNIE4_5
 from .falconh1 import falconh1_config, falconh1_spec, falconh1_state, falconh1_table
 from .gemma import gemma_config, gemma_hf_state, gemma_spec, gemma_state
+from .gemma1 import GEMMA1
+from .glm4 import GLM4
 from .gpt2 import gpt2_config, gpt2_hf_state, gpt2_spec, gpt2_state
 from .gptoss import gptoss_config, gptoss_spec, gptoss_state, gptoss_table
 from .lfm2 import lfm2_config, lfm2_spec, lfm2_state, lfm2_table
@@ -65,7 +69,9 @@ from .mamba import jamba_spec, jamba_state, mamba2_spec, mamba2_state
 from .moe import mixtral_spec, mixtral_state, olmoe_spec, olmoe_state, qwen3moe_spec, qwen3moe_state
 from .neox import neox_config, neox_hf_state, neox_spec, neox_state
 from .qwen3next import qwen3next_spec, qwen3next_state
+from .seed_oss import SEED_OSS
 from .smollm3 import smollm3_config, smollm3_spec, smollm3_state, smollm3_table
+from .starcoder2 import STARCODER2
 from .table import Pair, save_state, tied
 
 __all__ = ["CONVERTERS", "ConversionError", "ExportWarning", "SUPPORTED", "choose_class",
@@ -96,6 +102,12 @@ CONVERTERS: dict[str, Converter] = {
     "Qwen3MoeForCausalLM": (qwen3moe_spec, qwen3moe_state),
     "Qwen3NextForCausalLM": (qwen3next_spec, qwen3next_state),
     "SmolLM3ForCausalLM": (smollm3_spec, smollm3_state),
+    "GemmaForCausalLM": (GEMMA1.spec, GEMMA1.state),
+    "Starcoder2ForCausalLM": (STARCODER2.spec, STARCODER2.state),
+    "Glm4ForCausalLM": (GLM4.spec, GLM4.state),
+    "ArceeForCausalLM": (ARCEE.spec, ARCEE.state),
+    "SeedOssForCausalLM": (SEED_OSS.spec, SEED_OSS.state),
+    "Ernie4_5ForCausalLM": (ERNIE4_5.spec, ERNIE4_5.state),
 }
 
 
@@ -139,6 +151,11 @@ TABLED: dict[str, Exporter] = {
     "SmolLM3ForCausalLM": (smollm3_config, smollm3_table),
     "FalconH1ForCausalLM": (falconh1_config, falconh1_table),
     "Lfm2ForCausalLM": (lfm2_config, lfm2_table),
+    "GemmaForCausalLM": (GEMMA1.config, GEMMA1.table),
+    "Starcoder2ForCausalLM": (STARCODER2.config, STARCODER2.table),
+    "Glm4ForCausalLM": (GLM4.config, GLM4.table),
+    "ArceeForCausalLM": (ARCEE.config, ARCEE.table),
+    "SeedOssForCausalLM": (SEED_OSS.config, SEED_OSS.table),
 }
 
 #: the classes a spec exports to (:func:`choose_class`)
@@ -173,13 +190,37 @@ def _frontier_class(spec: Spec) -> str | None:
     return None
 
 
+def _decoder_class(spec: Spec) -> str | None:
+    """The Llama-like class (:mod:`variantlab.hf.decoder`) a rotary spec's options name, if
+    any: scaled embeddings with pre-norm (Gemma), sandwich norms without them (GLM-4), a
+    plain MLP with RMSNorm (Arcee), different q/k/v and output biases (Seed-OSS), LayerNorm
+    pre-norm with grouped-query heads or a window (StarCoder 2)."""
+    if spec.positional.kind != "rotary":
+        return None
+    residual, norm = spec.residual.kind, spec.norm.kind
+    att = spec.attention
+    if residual == "pre_norm" and norm == "rms" and getattr(spec, "scale_embeddings", False):
+        return "GemmaForCausalLM"
+    if residual == "sandwich" and not getattr(spec, "scale_embeddings", False):
+        return "Glm4ForCausalLM"
+    if residual == "pre_norm" and norm == "rms" and spec.feedforward.kind == "mlp":
+        return "ArceeForCausalLM"
+    if residual == "pre_norm" and norm == "rms" and spec.qkv_bias != spec.attn_out_bias:
+        return "SeedOssForCausalLM"
+    kv = getattr(att, "n_kv_heads", None) or spec.n_heads
+    if residual == "pre_norm" and norm == "layer" and (
+            kv != spec.n_heads or getattr(att, "window", None) is not None):
+        return "Starcoder2ForCausalLM"
+    return None
+
+
 def choose_class(spec: Spec) -> str:
     """The transformers class whose architecture the spec's components name (its own checks
     then refuse what else the class lacks)."""
     if spec.family != "gpt":
         refuse("family", "transformers", f"family {spec.family!r}: only decoder-only 'gpt' "
                "models export to a transformers causal LM")
-    frontier = _frontier_class(spec)
+    frontier = _frontier_class(spec) or _decoder_class(spec)
     if frontier is not None:
         return frontier
     positional, residual = spec.positional.kind, spec.residual.kind

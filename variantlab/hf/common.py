@@ -140,10 +140,16 @@ _ACT_NAMES = {("gelu", "none"): "gelu", ("gelu", "tanh"): "gelu_pytorch_tanh",
               ("relu", None): "relu", ("relu2", None): "relu2", ("silu", None): "silu"}
 
 
+def activation_name(spec: Spec) -> str | None:
+    """The ``hidden_act`` name of the model's activation, None when transformers has none."""
+    act = spec.activation
+    return _ACT_NAMES.get((act.kind, getattr(act, "approximate", None)))
+
+
 def hf_activation(spec: Spec, cls: str) -> str:
     """The ``hidden_act`` name of the model's activation (the inverse of :data:`ACTIVATIONS`)."""
     act = spec.activation
-    name = _ACT_NAMES.get((act.kind, getattr(act, "approximate", None)))
+    name = activation_name(spec)
     if name is None:
         refuse("activation.kind", cls, f"activation {act.kind!r} has no transformers "
                f"equivalent; supported: {', '.join(sorted(ACTIVATIONS))} "

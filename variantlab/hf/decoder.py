@@ -1,0 +1,265 @@
+"""The shared Llama-like decoder, both ways: one family is a :class:`Family` (the class, its
+config class, config -> spec data, config -> :class:`Layer`, and, for export, spec ->
+config options), and everything else is read from those by name.
+
+:class:`Layer` says how one decoder layer names its weights (the two norms, the attention
+and its projections, the feed-forward and its projections, the QK-norms) and which of them
+carry a bias or a ``(1 + weight)`` scale; :func:`decoder_table` turns it into the family's
+weight table (:mod:`variantlab.hf.table`), read on import and written on export. Our side's
+names follow the spec's residual: ``pre_norm`` / ``post_sublayer`` (``att.norm``,
+``att.sublayer``, ``ff.norm``, ``ff.sublayer``), ``sandwich`` (``norm_in`` / ``norm_out``)
+or a parallel block (``res.norm1``, ``res.attention``, ``res.feedforward``).
+
+Export builds the class's config from the spec (:meth:`Family.config`) and then reads it
+back through the import (:func:`expressed`): the class holds the spec exactly when the two
+agree, and the first spec path where they differ is refused by name, so no family needs its
+own list of checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..model.specs import parse_model_spec
+from ..plugin.registry import get_registry
+from .common import (
+    Spec,
+    activation,
+    activation_name,
+    check_dropout,
+    dropouts,
+    head_dim_of,
+    refuse,
+    rotary,
+    token_ids,
+)
+from .table import ATTENTION, GLU, Pair, interleaved_rows, load_state, permuted, same
+
+#: a feed-forward without a gate: our Sequential's two Linears -> HF's names
+MLP = {"layers.0": "up_proj", "layers.2": "down_proj"}
+
+
+@dataclass(frozen=True)
+class Layer:
+    """How a Llama-like decoder layer of one config names its weights. ``norms``: the HF
+    norms before the attention and before the feed-forward (a shared parallel norm: one
+    name); ``out_norms``: after each (``sandwich``); ``projections`` / ``ffn``: ours -> HF's
+    under ``attention`` / ``mlp`` (``gate_up``: one fused Linear, gate rows first, instead of
+    separate gate and up projections)."""
+
+    residual: str = "pre_norm"
+    norms: tuple[str, ...] = ("input_layernorm", "post_attention_layernorm")
+    out_norms: tuple[str, str] | None = None
+    attention: str = "self_attn"
+    projections: Mapping[str, str] = field(default_factory=lambda: dict(ATTENTION))
+    qkv_bias: bool = False
+    out_bias: bool = False
+    qk_norms: tuple[str, str] | None = None
+    mlp: str = "mlp"
+    ffn: Mapping[str, str] = field(default_factory=lambda: dict(GLU))
+    gate_up: str | None = None
+    ffn_bias: bool = False
+    #: the norms have a shift (LayerNorm's bias); the QK-norms too
+    norm_shift: bool = False
+    #: HF's norms scale by (1 + weight) (Gemma, Nemotron's LayerNorm1P): imported as 1 + weight
+    plus_one: bool = False
+    #: HF rotates interleaved pairs over the first ``rotary_dims`` dims of each head of
+    #: ``head_dim``: q/k rows reordered to rotate-half pairs
+    rotary_dims: int | None = None
+    head_dim: int = 0
+    lm_head_bias: bool = False
+    prefix: str = "model"
+    final_norm: str = "norm"
+
+
+def _norm(ours: str, theirs: str, layer: Layer, shift: bool) -> Iterator[Pair]:
+    if layer.plus_one:
+        yield Pair((f"{ours}.scale",), f"{theirs}.weight", load=lambda t: (t + 1.0,),
+                   save=lambda ts: ts[0] - 1.0)
+    else:
+        yield same(f"{ours}.scale", f"{theirs}.weight")
+    if shift:
+        yield same(f"{ours}.shift", f"{theirs}.bias", "norm shifts")
+
+
+def _linear(ours: str, theirs: str, bias: bool, what: str,
+            order: torch.Tensor | None = None) -> Iterator[Pair]:
+    yield permuted(f"{ours}.weight", f"{theirs}.weight", order)
+    if bias:
+        yield permuted(f"{ours}.bias", f"{theirs}.bias", order, what)
+
+
+def _ours(i: int, residual: str) -> tuple[tuple[str, str], tuple[str, str] | None, str, str]:
+    """Layer ``i``'s norms (before attention, before the feed-forward), the norms after each
+    (sandwich), the attention and the feed-forward, on our side."""
+    block = f"trf_blocks.{i}"
+    if residual == "parallel":
+        return ((f"{block}.res.norm1", f"{block}.res.norm2"), None, f"{block}.res.attention",
+                f"{block}.res.feedforward")
+    if residual == "sandwich":
+        return ((f"{block}.att.norm_in", f"{block}.ff.norm_in"),
+                (f"{block}.att.norm_out", f"{block}.ff.norm_out"),
+                f"{block}.att.sublayer", f"{block}.ff.sublayer")
+    return ((f"{block}.att.norm", f"{block}.ff.norm"), None, f"{block}.att.sublayer",
+            f"{block}.ff.sublayer")
+
+
+def decoder_table(n_layers: int, layer: Layer, n_heads: int, n_kv_heads: int) -> list[Pair]:
+    """Every weight of a Llama-like decoder of ``n_layers`` layers named by ``layer``, and
+    ours, both ways."""
+    top = layer.prefix
+    pairs = [same("embed.tok_emb.weight", f"{top}.embed_tokens.weight"),
+             *_norm("final_norm", f"{top}.{layer.final_norm}", layer, layer.norm_shift),
+             same("out_head.weight", "lm_head.weight")]
+    if layer.lm_head_bias:
+        pairs.append(same("out_head.bias", "lm_head.bias", "output head bias"))
+    orders: dict[str, torch.Tensor | None] = {"W_query": None, "W_key": None}
+    if layer.rotary_dims is not None:
+        for name, heads in (("W_query", n_heads), ("W_key", n_kv_heads)):
+            orders[name] = interleaved_rows(heads * layer.head_dim, 0, layer.rotary_dims,
+                                            layer.head_dim)
+    for i in range(n_layers):
+        theirs = f"{top}.layers.{i}"
+        norms, out_norms, att, ff = _ours(i, layer.residual)
+        for mine, name in zip(norms, layer.norms):
+            pairs += _norm(mine, f"{theirs}.{name}", layer, layer.norm_shift)
+        for mine, name in zip(out_norms or (), layer.out_norms or ()):
+            pairs += _norm(mine, f"{theirs}.{name}", layer, layer.norm_shift)
+        for mine, name in layer.projections.items():
+            bias = layer.out_bias if mine == "out_proj" else layer.qkv_bias
+            pairs += _linear(f"{att}.{mine}", f"{theirs}.{layer.attention}.{name}", bias,
+                             "attention biases", orders.get(mine))
+        for mine, name in zip(("q_norm", "k_norm"), layer.qk_norms or ()):
+            pairs += _norm(f"{att}.{mine}", f"{theirs}.{layer.attention}.{name}", layer,
+                           layer.norm_shift)
+        mlp = f"{theirs}.{layer.mlp}"
+        if layer.gate_up is not None:
+            pairs.append(Pair((f"{ff}.W_gate.weight", f"{ff}.W_up.weight"),
+                              f"{mlp}.{layer.gate_up}.weight",
+                              load=lambda t: tuple(t.chunk(2, dim=0)),
+                              save=lambda ts: torch.cat(ts, dim=0)))
+        for mine, name in layer.ffn.items():
+            pairs += _linear(f"{ff}.{mine}", f"{mlp}.{name}", layer.ffn_bias,
+                             "feed-forward biases")
+    return pairs
+
+
+def _differences(mine: Any, theirs: Any, path: str) -> Iterator[tuple[str, Any, Any]]:
+    if isinstance(mine, dict) and isinstance(theirs, dict):
+        for key in [*mine, *(k for k in theirs if k not in mine)]:
+            yield from _differences(mine.get(key), theirs.get(key),
+                                    f"{path}.{key}" if path else key)
+    elif mine != theirs:
+        yield path, mine, theirs
+
+
+#: spec keys an export may change without changing a logit: dropout (warned of) and the
+#: attention's implementation
+_FREE = ("drop_rate", "emb_drop_rate", "attn_drop_rate", "resid_drop_rate", "impl")
+
+
+def expressed(spec: Spec, cls: str, config: Any, make_spec: Callable[[Any], dict[str, Any]],
+              ) -> None:
+    """Refuse unless ``config`` (the config of ``cls`` built from ``spec``) reads back through
+    the import as ``spec``: the first spec path where they differ is named."""
+    data = parse_model_spec(make_spec(config), get_registry()).to_data()
+    for path, mine, theirs in _differences(spec.to_data(), data, ""):
+        if path.rsplit(".", 1)[-1] in _FREE:
+            continue
+        refuse(path or "model", cls, f"{path}={mine!r}: {cls} holds {theirs!r} here")
+
+
+@dataclass(frozen=True)
+class Family:
+    """One Llama-like transformers class: ``spec`` (its config -> spec data), ``layer`` (its
+    config -> :class:`Layer`), ``options`` (a spec -> its config's options, for export; None:
+    import only)."""
+
+    cls: str
+    config_cls: str
+    spec: Callable[[Any], dict[str, Any]]
+    layer: Callable[[Any], Layer]
+    options: Callable[[Spec], dict[str, Any]] | None = None
+    #: the dropouts the class keeps (others are warned of on export)
+    dropouts: tuple[str, ...] = ("attn",)
+
+    def table(self, cfg: Any) -> list[Pair]:
+        """The family's weight table for ``cfg``."""
+        heads = cfg.num_attention_heads
+        kv = getattr(cfg, "num_key_value_heads", None) or heads
+        return decoder_table(cfg.num_hidden_layers, self.layer(cfg), heads, kv)
+
+    def state(self, hf: Any) -> dict[str, torch.Tensor]:
+        """Our state dict from the family's HF model."""
+        return load_state(self.table(hf.config), hf.state_dict())
+
+    def config(self, spec: Spec, cls: str) -> Any:
+        """The class's config of ``spec``, refusing what it cannot hold."""
+        import transformers
+
+        if self.options is None:
+            refuse("model", cls, f"{cls} is import-only")
+        check_dropout(spec, cls, self.dropouts)
+        config_cls = getattr(transformers, self.config_cls)
+        config = config_cls(**self.options(spec), **token_ids(spec, config_cls))
+        expressed(spec, cls, config, self.spec)
+        return config
+
+
+def llama_options(spec: Spec, **extra: Any) -> dict[str, Any]:
+    """The config options every Llama-like class names alike, read from ``spec`` (the family
+    adds and overrides ``extra``; :func:`expressed` then checks the result)."""
+    att, pos = spec.attention, spec.positional
+    hidden = getattr(spec.feedforward, "hidden_dim", None) or 4 * spec.emb_dim
+    options = dict(
+        vocab_size=spec.vocab_size, max_position_embeddings=spec.context_length,
+        hidden_size=spec.emb_dim, num_hidden_layers=spec.n_layers,
+        num_attention_heads=spec.n_heads,
+        num_key_value_heads=getattr(att, "n_kv_heads", None) or spec.n_heads,
+        head_dim=getattr(att, "head_dim", None) or spec.emb_dim // spec.n_heads,
+        intermediate_size=hidden, rms_norm_eps=spec.norm.eps,
+        attention_dropout=spec.drop("attn"), tie_word_embeddings=spec.tie_weights,
+        hidden_act=activation_name(spec) or spec.activation.kind)
+    if pos.kind == "rotary":
+        options["rope_parameters"] = {"rope_type": "default", "rope_theta": float(pos.theta)}
+        if pos.fraction != 1.0:
+            options["rope_parameters"]["partial_rotary_factor"] = float(pos.fraction)
+    options.update(extra)
+    return options
+
+
+
+def decoder_spec(cfg: Any, *, eps: float, norm: str = "rms", norm_bias: bool = False,
+                 qkv_bias: bool = False, out_bias: bool = False, ffn: str = "glu",
+                 ffn_bias: bool = False, act: str = "hidden_act", partial: bool = False,
+                 drops: tuple[float, float, float] | None = None) -> dict[str, Any]:
+    """Spec data of a Llama-like config: ``norm`` (rms or layer, with a shift when
+    ``norm_bias``) of ``eps``, the biases (a glu's are its own ``bias``), the feed-forward
+    kind ``ffn`` (glu or mlp) of width ``intermediate_size``, the activation from the option
+    ``act``, rotary (over part of each head when ``partial``), and the (embedding,
+    attention, residual) dropouts (default: ``attention_dropout`` only)."""
+    head_dim = head_dim_of(cfg)
+    kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    if drops is None:
+        drops = (0.0, getattr(cfg, "attention_dropout", 0.0) or 0.0, 0.0)
+    return {
+        "family": "gpt", "vocab_size": cfg.vocab_size,
+        "context_length": cfg.max_position_embeddings, "emb_dim": cfg.hidden_size,
+        "n_heads": cfg.num_attention_heads, "n_layers": cfg.num_hidden_layers,
+        **dropouts(*drops),
+        "qkv_bias": bool(qkv_bias), "attn_out_bias": bool(out_bias),
+        "ffn_bias": bool(ffn_bias) and ffn != "glu", "norm_bias": bool(norm_bias),
+        "tie_weights": bool(cfg.tie_word_embeddings),
+        "norm": {"kind": norm, "eps": float(eps)},
+        "activation": activation(act, getattr(cfg, act)),
+        "feedforward": {"kind": ffn, "hidden_dim": cfg.intermediate_size,
+                        **({"bias": bool(ffn_bias)} if ffn == "glu" else {})},
+        "attention": {"kind": "mha", "n_kv_heads": kv,
+                      "head_dim": head_dim if head_dim * cfg.num_attention_heads
+                      != cfg.hidden_size else None},
+        "positional": rotary(cfg, partial=partial, head_dim=head_dim),
+    }
