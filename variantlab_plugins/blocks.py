@@ -62,9 +62,11 @@ class TokenEmbedding(nn.Module):
     embedding's matrix (encoder-decoder three-way sharing)."""
 
     def __init__(self, parts, vocab_size: int, emb_dim: int, drop_rate: float,
-                 share: nn.Embedding | None = None, scale: float | None = None):
+                 share: nn.Embedding | None = None, scale: float | None = None,
+                 multiplier: float | None = None):
         super().__init__()
         self.scale = scale  # Gemma: sqrt(emb_dim), cast to the embeddings' dtype
+        self.multiplier = multiplier  # Granite's embedding_multiplier
         self.tok_emb = nn.Embedding(vocab_size, emb_dim)
         if share is not None:
             self.tok_emb.weight = share.weight  # one tensor, counted once
@@ -76,6 +78,8 @@ class TokenEmbedding(nn.Module):
         x = self.tok_emb(idx)  # (B, T, D)
         if self.scale is not None:
             x = x * torch.tensor(self.scale, dtype=x.dtype)
+        if self.multiplier is not None:
+            x = x * self.multiplier
         if position_ids is not None and isinstance(self.pos_emb, Positions):
             x = self.pos_emb(x, position_ids=position_ids)
         else:
@@ -88,8 +92,9 @@ def final_norm(parts, spec) -> nn.Module:
     return parts.norm() if spec.final_norm else nn.Identity()
 
 
-def lm_head(emb_dim: int, vocab_size: int, tie_to: nn.Embedding | None) -> nn.Linear:
-    head = nn.Linear(emb_dim, vocab_size, bias=False)
+def lm_head(emb_dim: int, vocab_size: int, tie_to: nn.Embedding | None,
+            bias: bool = False) -> nn.Linear:
+    head = nn.Linear(emb_dim, vocab_size, bias=bias)  # bias: Phi-1/2's head_bias
     mark(head, slot="head")
     if tie_to is not None:
         head.weight = tie_to.weight  # one tensor, counted once

@@ -157,13 +157,21 @@ class GPTSpec(ModelSpec):
 
     family: Literal["gpt"] = "gpt"
     added_options: ClassVar[tuple[str, ...]] = ModelSpec.added_options + (
-        "scale_embeddings", "logit_softcap")
+        "scale_embeddings", "logit_softcap", "emb_multiplier", "logit_scale", "head_bias")
     scale_embeddings: bool = Field(
         False, description="token embeddings times sqrt(emb_dim) before the first block "
         "(Gemma)")
     logit_softcap: PositiveFloat | None = Field(
         None, description="soft-cap the output logits to (-cap, cap) with cap * tanh(logit / "
         "cap) (Gemma 2); unset: none")
+    emb_multiplier: PositiveFloat | None = Field(
+        None, description="token embeddings times this before the first block (Granite's "
+        "embedding_multiplier); unset: none")
+    logit_scale: PositiveFloat | None = Field(
+        None, description="output logits times this, before any soft-cap (Cohere's "
+        "logit_scale, Granite's 1 / logits_scaling); unset: none")
+    head_bias: bool = Field(
+        False, description="a bias in the output head (Phi-1/2's lm_head)")
 
 
 class EncoderSpec(ModelSpec):

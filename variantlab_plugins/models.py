@@ -34,14 +34,17 @@ class GPTModel(nn.Module):
         # a plugin family may reuse this module with a spec that lacks Gemma's options
         scaled = getattr(spec, "scale_embeddings", False)
         self.embed = TokenEmbedding(parts, spec.vocab_size, spec.emb_dim, spec.drop("emb"),
-                                    scale=spec.emb_dim ** 0.5 if scaled else None)
+                                    scale=spec.emb_dim ** 0.5 if scaled else None,
+                                    multiplier=getattr(spec, "emb_multiplier", None))
         self.logit_softcap = getattr(spec, "logit_softcap", None)
+        self.logit_scale = getattr(spec, "logit_scale", None)
         self.trf_blocks = nn.Sequential(
             *numbered([TransformerBlock(parts.layer(i), causal=True) for i in range(spec.n_layers)])
         )
         self.final_norm = final_norm(parts, spec)
         self.out_head = lm_head(
-            spec.emb_dim, spec.vocab_size, self.embed.tok_emb if spec.tie_weights else None
+            spec.emb_dim, spec.vocab_size, self.embed.tok_emb if spec.tie_weights else None,
+            bias=getattr(spec, "head_bias", False)
         )
 
     def forward(self, idx, attention_mask=None):  # (B, T)
@@ -63,6 +66,8 @@ class GPTModel(nn.Module):
 
     def logits(self, x):  # (B, T, D) -> (B, T, vocab_size)
         logits = self.out_head(self.final_norm(x))
+        if self.logit_scale is not None:  # Cohere, Granite: a fixed multiplier
+            logits = logits * self.logit_scale
         if self.logit_softcap is not None:  # Gemma 2: cap * tanh(logits / cap)
             logits = torch.tanh(logits / self.logit_softcap) * self.logit_softcap
         return logits

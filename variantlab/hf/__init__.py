@@ -35,6 +35,7 @@ from ..model.build import build_model
 from ..model.specs import ModelSpec, parse_model_spec
 from ..plugin.registry import Registry, get_registry
 from .arcee import ARCEE
+from .cohere import COHERE
 from .common import ConversionError, ExportWarning, Spec, refuse
 from .deepseek import (
     deepseek_class,
@@ -51,6 +52,7 @@ from .gemma1 import GEMMA1
 from .glm4 import GLM4
 from .gpt2 import gpt2_config, gpt2_hf_state, gpt2_spec, gpt2_state
 from .gptoss import gptoss_config, gptoss_spec, gptoss_state, gptoss_table
+from .granite import GRANITE
 from .lfm2 import lfm2_config, lfm2_spec, lfm2_state, lfm2_table
 from .llama import CLASSES as LLAMA_LIKE
 from .llama import (
@@ -67,10 +69,14 @@ from .llama import (
 from .llama4 import llama4_config, llama4_spec, llama4_state, llama4_table
 from .mamba import jamba_spec, jamba_state, mamba2_spec, mamba2_state
 from .moe import mixtral_spec, mixtral_state, olmoe_spec, olmoe_state, qwen3moe_spec, qwen3moe_state
+from .nemotron import NEMOTRON
 from .neox import neox_config, neox_hf_state, neox_spec, neox_state
+from .olmo import OLMO
+from .phi import PHI
 from .qwen3next import qwen3next_spec, qwen3next_state
 from .seed_oss import SEED_OSS
 from .smollm3 import smollm3_config, smollm3_spec, smollm3_state, smollm3_table
+from .stablelm import STABLELM
 from .starcoder2 import STARCODER2
 from .table import Pair, save_state, tied
 
@@ -108,6 +114,12 @@ CONVERTERS: dict[str, Converter] = {
     "ArceeForCausalLM": (ARCEE.spec, ARCEE.state),
     "SeedOssForCausalLM": (SEED_OSS.spec, SEED_OSS.state),
     "Ernie4_5ForCausalLM": (ERNIE4_5.spec, ERNIE4_5.state),
+    "OlmoForCausalLM": (OLMO.spec, OLMO.state),
+    "GraniteForCausalLM": (GRANITE.spec, GRANITE.state),
+    "CohereForCausalLM": (COHERE.spec, COHERE.state),
+    "PhiForCausalLM": (PHI.spec, PHI.state),
+    "StableLmForCausalLM": (STABLELM.spec, STABLELM.state),
+    "NemotronForCausalLM": (NEMOTRON.spec, NEMOTRON.state),
 }
 
 
@@ -156,6 +168,12 @@ TABLED: dict[str, Exporter] = {
     "Glm4ForCausalLM": (GLM4.config, GLM4.table),
     "ArceeForCausalLM": (ARCEE.config, ARCEE.table),
     "SeedOssForCausalLM": (SEED_OSS.config, SEED_OSS.table),
+    "OlmoForCausalLM": (OLMO.config, OLMO.table),
+    "GraniteForCausalLM": (GRANITE.config, GRANITE.table),
+    "CohereForCausalLM": (COHERE.config, COHERE.table),
+    "PhiForCausalLM": (PHI.config, PHI.table),
+    "StableLmForCausalLM": (STABLELM.config, STABLELM.table),
+    "NemotronForCausalLM": (NEMOTRON.config, NEMOTRON.table),
 }
 
 #: the classes a spec exports to (:func:`choose_class`)
@@ -192,22 +210,44 @@ def _frontier_class(spec: Spec) -> str | None:
 
 def _decoder_class(spec: Spec) -> str | None:
     """The Llama-like class (:mod:`variantlab.hf.decoder`) a rotary spec's options name, if
-    any: scaled embeddings with pre-norm (Gemma), sandwich norms without them (GLM-4), a
-    plain MLP with RMSNorm (Arcee), different q/k/v and output biases (Seed-OSS), LayerNorm
-    pre-norm with grouped-query heads or a window (StarCoder 2)."""
+    any: an output head bias (Phi), a LayerNorm without parameters (OLMo), Granite's
+    multipliers, scaled embeddings with pre-norm (Gemma), sandwich norms without them
+    (GLM-4), a parallel block with one norm and a glu (Cohere without a norm shift, StableLM
+    with one), LayerNorm pre-norm with a glu (StableLM), a plain MLP with RMSNorm (Arcee),
+    different q/k/v and output biases (Seed-OSS), LayerNorm pre-norm with grouped-query
+    heads and partial rotary (Nemotron), or else grouped-query heads or a window
+    (StarCoder 2)."""
     if spec.positional.kind != "rotary":
         return None
-    residual, norm = spec.residual.kind, spec.norm.kind
+    residual, norm, ff = spec.residual.kind, spec.norm.kind, spec.feedforward.kind
     att = spec.attention
-    if residual == "pre_norm" and norm == "rms" and getattr(spec, "scale_embeddings", False):
+    if getattr(spec, "head_bias", False):
+        return "PhiForCausalLM"
+    if not getattr(spec.norm, "affine", True):
+        return "OlmoForCausalLM"
+    if residual == "pre_norm" and (
+            getattr(spec, "emb_multiplier", None) is not None
+            or getattr(spec, "logit_scale", None) is not None
+            or getattr(spec.residual, "branch_scale", 1.0) != 1.0
+            or getattr(att, "scale", None) is not None):
+        return "GraniteForCausalLM"
+    scaled = getattr(spec, "scale_embeddings", False)
+    if residual == "pre_norm" and norm == "rms" and scaled:
         return "GemmaForCausalLM"
-    if residual == "sandwich" and not getattr(spec, "scale_embeddings", False):
+    if residual == "sandwich" and not scaled:
         return "Glm4ForCausalLM"
-    if residual == "pre_norm" and norm == "rms" and spec.feedforward.kind == "mlp":
+    if residual == "parallel" and spec.residual.shared_norm and ff == "glu" and norm == "layer":
+        return "StableLmForCausalLM" if spec.norm_bias else "CohereForCausalLM"
+    if residual == "pre_norm" and norm == "layer" and ff == "glu":
+        return "StableLmForCausalLM"
+    if residual == "pre_norm" and norm == "rms" and ff == "mlp":
         return "ArceeForCausalLM"
     if residual == "pre_norm" and norm == "rms" and spec.qkv_bias != spec.attn_out_bias:
         return "SeedOssForCausalLM"
     kv = getattr(att, "n_kv_heads", None) or spec.n_heads
+    if residual == "pre_norm" and norm == "layer" and kv != spec.n_heads and \
+            spec.positional.fraction != 1.0:
+        return "NemotronForCausalLM"
     if residual == "pre_norm" and norm == "layer" and (
             kv != spec.n_heads or getattr(att, "window", None) is not None):
         return "Starcoder2ForCausalLM"

@@ -228,6 +228,16 @@ def check_common(spec: Spec, cls: str, *, norm: str, rotary: bool) -> None:
          "scaled embeddings are in Gemma only")
     need(spec, cls, "logit_softcap", getattr(spec, "logit_softcap", None) is None,
          "logit soft-capping is in Gemma only")
+    need(spec, cls, "emb_multiplier", getattr(spec, "emb_multiplier", None) is None,
+         "an embedding multiplier is in Granite only")
+    need(spec, cls, "logit_scale", getattr(spec, "logit_scale", None) is None,
+         "a logit scale is in Cohere and Granite only")
+    need(spec, cls, "head_bias", not getattr(spec, "head_bias", False),
+         "an output head bias is in Phi only")
+    need(spec, cls, "residual.branch_scale", getattr(spec.residual, "branch_scale", 1.0) == 1.0,
+         "a residual branch multiplier is in Granite only")
+    need(spec, cls, "norm.affine", getattr(spec.norm, "affine", True),
+         "a LayerNorm without parameters is in OLMo 1 only")
     if spec.layout is not None:
         same = all(spec.layer_spec(i).components() == spec.components()
                    for i in range(spec.n_layers))

@@ -18,6 +18,7 @@ own list of checks.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ import torch
 from ..model.specs import parse_model_spec
 from ..plugin.registry import get_registry
 from .common import (
+    ConversionError,
     Spec,
     activation,
     activation_name,
@@ -67,6 +69,8 @@ class Layer:
     norm_shift: bool = False
     #: HF's norms scale by (1 + weight) (Gemma, Nemotron's LayerNorm1P): imported as 1 + weight
     plus_one: bool = False
+    #: the norms have no weights at all (OLMo 1)
+    affine: bool = True
     #: HF rotates interleaved pairs over the first ``rotary_dims`` dims of each head of
     #: ``head_dim``: q/k rows reordered to rotate-half pairs
     rotary_dims: int | None = None
@@ -77,6 +81,8 @@ class Layer:
 
 
 def _norm(ours: str, theirs: str, layer: Layer, shift: bool) -> Iterator[Pair]:
+    if not layer.affine:
+        return
     if layer.plus_one:
         yield Pair((f"{ours}.scale",), f"{theirs}.weight", load=lambda t: (t + 1.0,),
                    save=lambda ts: ts[0] - 1.0)
@@ -153,6 +159,9 @@ def _differences(mine: Any, theirs: Any, path: str) -> Iterator[tuple[str, Any, 
         for key in [*mine, *(k for k in theirs if k not in mine)]:
             yield from _differences(mine.get(key), theirs.get(key),
                                     f"{path}.{key}" if path else key)
+    elif isinstance(mine, float) and isinstance(theirs, float):
+        if not math.isclose(mine, theirs, rel_tol=1e-9):  # e.g. 1 / (1 / x)
+            yield path, mine, theirs
     elif mine != theirs:
         yield path, mine, theirs
 
@@ -166,7 +175,10 @@ def expressed(spec: Spec, cls: str, config: Any, make_spec: Callable[[Any], dict
               ) -> None:
     """Refuse unless ``config`` (the config of ``cls`` built from ``spec``) reads back through
     the import as ``spec``: the first spec path where they differ is named."""
-    data = parse_model_spec(make_spec(config), get_registry()).to_data()
+    try:
+        data = parse_model_spec(make_spec(config), get_registry()).to_data()
+    except ConversionError as err:  # the config holds an option the import refuses
+        refuse("model", cls, f"{cls} cannot hold this spec: {err}")
     for path, mine, theirs in _differences(spec.to_data(), data, ""):
         if path.rsplit(".", 1)[-1] in _FREE:
             continue
