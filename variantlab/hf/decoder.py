@@ -171,15 +171,39 @@ def _differences(mine: Any, theirs: Any, path: str) -> Iterator[tuple[str, Any, 
 _FREE = ("drop_rate", "emb_drop_rate", "attn_drop_rate", "resid_drop_rate", "impl")
 
 
+def _canonical(spec: Spec) -> dict[str, Any]:
+    """``spec``'s data with what it leaves implicit spelled out (the feed-forward width,
+    ``n_kv_heads``, ``head_dim``, the score scale) and without the model keys no component reads: ``ffn_bias``
+    beside a feed-forward other than ``mlp`` (a glu has its own ``bias``), ``norm_bias``
+    beside a norm without a shift."""
+    out = spec.to_data()
+    ff, att, norm = dict(out["feedforward"]), dict(out["attention"]), out["norm"]
+    if ff.get("kind") in ("mlp", "glu"):
+        ff["hidden_dim"] = spec.feedforward.hidden_dim or max(
+            1, round(spec.feedforward.hidden_mult * spec.emb_dim))
+        ff.pop("hidden_mult", None)
+    if att.get("kind") == "mha":
+        att["n_kv_heads"] = att.get("n_kv_heads") or spec.n_heads
+        att["head_dim"] = att.get("head_dim") or spec.emb_dim // spec.n_heads
+        if att.get("scale") is None:
+            att["scale"] = att["head_dim"] ** -0.5
+    out["feedforward"], out["attention"] = ff, att
+    if ff.get("kind") != "mlp":
+        out.pop("ffn_bias", None)
+    if norm.get("kind") not in ("layer", "dyt") or norm.get("affine") is False:
+        out.pop("norm_bias", None)
+    return out
+
+
 def expressed(spec: Spec, cls: str, config: Any, make_spec: Callable[[Any], dict[str, Any]],
               ) -> None:
     """Refuse unless ``config`` (the config of ``cls`` built from ``spec``) reads back through
     the import as ``spec``: the first spec path where they differ is named."""
     try:
-        data = parse_model_spec(make_spec(config), get_registry()).to_data()
+        back = parse_model_spec(make_spec(config), get_registry())
     except ConversionError as err:  # the config holds an option the import refuses
         refuse("model", cls, f"{cls} cannot hold this spec: {err}")
-    for path, mine, theirs in _differences(spec.to_data(), data, ""):
+    for path, mine, theirs in _differences(_canonical(spec), _canonical(back), ""):
         if path.rsplit(".", 1)[-1] in _FREE:
             continue
         refuse(path or "model", cls, f"{path}={mine!r}: {cls} holds {theirs!r} here")
@@ -266,7 +290,8 @@ def decoder_spec(cfg: Any, *, eps: float, norm: str = "rms", norm_bias: bool = F
         "qkv_bias": bool(qkv_bias), "attn_out_bias": bool(out_bias),
         "ffn_bias": bool(ffn_bias) and ffn != "glu", "norm_bias": bool(norm_bias),
         "tie_weights": bool(cfg.tie_word_embeddings),
-        "norm": {"kind": norm, "eps": float(eps)},
+        # a LayerNorm as transformers computes it (F.layer_norm: same parameters)
+        "norm": {"kind": norm, "eps": float(eps), **({"impl": "fused"} if norm == "layer" else {})},
         "activation": activation(act, getattr(cfg, act)),
         "feedforward": {"kind": ffn, "hidden_dim": cfg.intermediate_size,
                         **({"bias": bool(ffn_bias)} if ffn == "glu" else {})},

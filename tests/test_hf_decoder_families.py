@@ -1,0 +1,233 @@
+"""The Llama-like families of issue 41 through the shared decoder (variantlab/hf/decoder.py):
+Gemma 1, OLMo 1, StarCoder 2, GLM-4, Granite, Cohere, StableLM, Phi-1/2, Nemotron, Arcee,
+Seed-OSS, ERNIE 4.5. Each: a tiny perturbed HF model imports with equal parameter counts and
+logits within 1e-5 in float32 (both attention implementations, and left-padded), the import
+is causal, and it exports back to the same class with the same tensors and logits (ERNIE 4.5
+exports as Llama, which computes the same); what the families cannot hold is refused in one
+line."""
+
+import warnings
+
+import pytest
+import torch
+from conftest import left_padded_diff, n_params, perturbed
+
+transformers = pytest.importorskip("transformers")
+
+import variantlab as vl  # noqa: E402
+from variantlab import from_transformers, to_transformers  # noqa: E402
+from variantlab.hf import ConversionError, ExportWarning, choose_class  # noqa: E402
+
+REG = vl.get_registry()
+TOL = 1e-5
+S = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+         vocab_size=64, max_position_embeddings=64, intermediate_size=48, pad_token_id=0,
+         bos_token_id=1, eos_token_id=2)
+#: name -> (class, config class, config options, the class the import exports to)
+CASES = {
+    "gemma-head-dim-bias": ("GemmaForCausalLM", "GemmaConfig",
+                            dict(S, head_dim=12, attention_bias=True), None),
+    "olmo-bias-untied": ("OlmoForCausalLM", "OlmoConfig", dict(S, attention_bias=True), None),
+    "starcoder2-window": ("Starcoder2ForCausalLM", "Starcoder2Config",
+                          dict(S, sliding_window=5), None),
+    "starcoder2-no-bias": ("Starcoder2ForCausalLM", "Starcoder2Config",
+                           dict(S, use_bias=False, tie_word_embeddings=False), None),
+    "glm4-partial-interleaved-tied": ("Glm4ForCausalLM", "Glm4Config",
+                                      dict(S, tie_word_embeddings=True), None),
+    "granite-multipliers": ("GraniteForCausalLM", "GraniteConfig", dict(
+        S, embedding_multiplier=3.0, residual_multiplier=0.4, attention_multiplier=0.3,
+        logits_scaling=2.5, attention_bias=True), None),
+    "cohere-logit-scale": ("CohereForCausalLM", "CohereConfig", dict(S, logit_scale=0.5), None),
+    "stablelm-parallel-qkv-bias": ("StableLmForCausalLM", "StableLmConfig",
+                                   dict(S, use_qkv_bias=True, use_parallel_residual=True), None),
+    "stablelm-sequential": ("StableLmForCausalLM", "StableLmConfig", dict(S), None),
+    "phi-qk-layernorm": ("PhiForCausalLM", "PhiConfig", dict(S, qk_layernorm=True), None),
+    "phi-plain-mha": ("PhiForCausalLM", "PhiConfig", dict(S, num_key_value_heads=4), None),
+    "nemotron-biases": ("NemotronForCausalLM", "NemotronConfig",
+                        dict(S, attention_bias=True), None),
+    "arcee-mlp-bias": ("ArceeForCausalLM", "ArceeConfig", dict(S, mlp_bias=True), None),
+    "seed-oss-qkv-bias-only": ("SeedOssForCausalLM", "SeedOssConfig", dict(S, head_dim=8), None),
+    "ernie4_5-biases": ("Ernie4_5ForCausalLM", "Ernie4_5Config",
+                        dict(S, head_dim=8, use_bias=True), "LlamaForCausalLM"),
+}
+
+
+def hf_model(case):
+    cls, config_cls, kwargs, _ = CASES[case]
+    torch.manual_seed(0)
+    config = getattr(transformers, config_cls)(**kwargs, attn_implementation="eager")
+    return perturbed(getattr(transformers, cls)(config))
+
+
+def logits(model, idx):
+    out = model(idx)
+    return out if isinstance(out, torch.Tensor) else out.logits
+
+
+def max_diff(model, hf, idx):
+    with torch.no_grad():
+        return (logits(model, idx) - logits(hf, idx)).abs().max().item()
+
+
+@pytest.mark.parametrize("impl", ["naive", "sdpa"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_logits_equal_on_perturbed_weights(case, impl):
+    hf = hf_model(case)
+    spec, model = from_transformers(hf, REG, impl=impl)
+    assert n_params(model) == n_params(hf)
+    idx = torch.randint(0, 64, (2, 12))  # longer than StarCoder 2's window
+    assert max_diff(model.eval(), hf, idx) < TOL
+    assert left_padded_diff(hf, model) < TOL
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_import_is_causal(case):
+    _, model = from_transformers(hf_model(case), REG)
+    idx = torch.randint(0, 64, (2, 12))
+    later = idx.clone()
+    later[:, 7:] = (later[:, 7:] + 1) % 64
+    with torch.no_grad():
+        a, b = model.eval()(idx), model(later)
+    assert torch.equal(a[:, :7], b[:, :7])
+    assert (a[:, 7:] - b[:, 7:]).abs().max().item() > 1e-3
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_round_trip_gives_the_same_class_weights_and_logits(case):
+    cls, _, _, exported = CASES[case]
+    hf = hf_model(case)
+    spec, model = from_transformers(hf, REG)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ExportWarning)  # an imported model needs no zeros
+        back = to_transformers(spec, model)
+    assert type(back).__name__ == choose_class(spec) == (exported or cls)
+    assert n_params(back) == n_params(hf)
+    if exported is None:
+        theirs, ours = hf.state_dict(), back.state_dict()
+        assert set(theirs) == set(ours)
+        for key, value in theirs.items():  # permuted rotary rows, (1 + w) norms, put back
+            assert torch.allclose(ours[key], value, atol=1e-6, rtol=0), key
+    assert max_diff(back, hf, torch.randint(0, 64, (2, 12))) < TOL
+
+
+def test_what_the_specs_say():
+    spec, _ = from_transformers(hf_model("granite-multipliers"), REG)
+    assert (spec.emb_multiplier, spec.residual.branch_scale, spec.attention.scale) == \
+        (3.0, 0.4, 0.3)
+    assert spec.logit_scale == pytest.approx(1 / 2.5)
+    spec, model = from_transformers(hf_model("olmo-bias-untied"), REG)
+    assert spec.norm.kind == "layer" and spec.norm.affine is False
+    assert not any("norm" in k for k in model.state_dict())
+    spec, _ = from_transformers(hf_model("cohere-logit-scale"), REG)
+    assert (spec.residual.kind, spec.residual.shared_norm, spec.norm_bias, spec.logit_scale) \
+        == ("parallel", True, False, 0.5)
+    spec, _ = from_transformers(hf_model("phi-qk-layernorm"), REG)
+    assert spec.head_bias and spec.positional.fraction == 0.5
+    assert spec.attention.qk_norm.kind == "layer"
+    spec, _ = from_transformers(hf_model("glm4-partial-interleaved-tied"), REG)
+    assert spec.residual.kind == "sandwich" and spec.positional.fraction == 0.5
+    spec, _ = from_transformers(hf_model("starcoder2-window"), REG)
+    assert spec.attention.window == 5 and spec.norm.kind == "layer" and spec.ffn_bias
+
+
+@pytest.mark.parametrize("case", ["glm4-partial-interleaved-tied", "cohere-logit-scale",
+                                  "ernie4_5-biases"])
+def test_the_interleaved_rotary_reorder_matters(case):
+    """Their rotary turns interleaved pairs: without reordering the q/k rows the logits
+    differ, so the reorder is what makes them equal."""
+    hf = hf_model(case)
+    spec, model = from_transformers(hf, REG)
+    plain = vl.build_model(spec, REG)
+    state = {k: v for k, v in model.state_dict().items()}
+    for key, value in hf.state_dict().items():
+        for name, mine in (("q_proj", "W_query"), ("k_proj", "W_key")):
+            if key.endswith(f"self_attn.{name}.weight"):
+                i = key.split(".")[2]
+                ours = next(k for k in state if k.startswith(f"trf_blocks.{i}.")
+                            and k.endswith(f"{mine}.weight"))
+                state[ours] = value
+    plain.load_state_dict(state)
+    assert max_diff(plain.eval(), hf, torch.randint(0, 64, (2, 12))) > 1e-3
+
+
+REFUSED = {
+    "olmo-clip-qkv": ("OlmoForCausalLM", "OlmoConfig", dict(S, clip_qkv=8.0), "clip_qkv"),
+    "cohere-qk-norm": ("CohereForCausalLM", "CohereConfig", dict(S, use_qk_norm=True),
+                       "use_qk_norm"),
+    "stablelm-qk-layernorm": ("StableLmForCausalLM", "StableLmConfig",
+                              dict(S, qk_layernorm=True), "qk_layernorm"),
+    "stablelm-hidden-dropout": ("StableLmForCausalLM", "StableLmConfig",
+                                dict(S, hidden_dropout=0.1), "hidden_dropout"),
+    "glm4-yarn": ("Glm4ForCausalLM", "Glm4Config", dict(S, rope_parameters={
+        "rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}), "rope_scaling"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_what_the_family_cannot_hold_is_refused_in_one_line(case):
+    cls, config_cls, kwargs, option = REFUSED[case]
+    hf = getattr(transformers, cls)(getattr(transformers, config_cls)(**kwargs))
+    with pytest.raises(ConversionError) as err:
+        from_transformers(hf, REG)
+    assert option in str(err.value) and "\n" not in str(err.value)
+
+
+TINY = dict(family="gpt", vocab_size=64, context_length=32, emb_dim=32, n_heads=4, n_layers=2,
+            drop_rate=0.0, positional={"kind": "rotary", "theta": 500.0})
+NATIVE = {
+    "granite": ("GraniteForCausalLM", dict(
+        norm="rms", feedforward={"kind": "glu", "hidden_dim": 40}, activation="silu",
+        qkv_bias=False, attn_out_bias=False, emb_multiplier=2.0, logit_scale=0.25,
+        residual={"kind": "pre_norm", "branch_scale": 0.5})),
+    "cohere": ("CohereForCausalLM", dict(
+        norm={"kind": "layer"}, norm_bias=False, feedforward={"kind": "glu", "hidden_dim": 40},
+        activation="silu", qkv_bias=False, attn_out_bias=False,
+        residual={"kind": "parallel", "shared_norm": True})),
+    "olmo": ("OlmoForCausalLM", dict(
+        norm={"kind": "layer", "affine": False}, feedforward={"kind": "glu", "hidden_dim": 40},
+        activation="silu", qkv_bias=False, attn_out_bias=False,
+        attention={"kind": "mha", "n_kv_heads": 2})),
+    "phi": ("PhiForCausalLM", dict(
+        norm={"kind": "layer"}, feedforward={"kind": "mlp", "hidden_dim": 40},
+        activation={"kind": "gelu", "approximate": "tanh"}, head_bias=True, qkv_bias=True,
+        residual={"kind": "parallel", "shared_norm": True})),
+}
+
+
+@pytest.mark.parametrize("case", list(NATIVE))
+def test_a_spec_built_in_variantlab_exports_with_equal_logits(case):
+    cls, extra = NATIVE[case]
+    spec = vl.parse_model_spec({**TINY, **extra}, REG)
+    torch.manual_seed(0)
+    model = perturbed(vl.build_model(spec, REG), seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ExportWarning)
+        hf = to_transformers(spec, model)
+    assert type(hf).__name__ == cls
+    assert n_params(hf) == n_params(model)
+    assert max_diff(model, hf, torch.randint(0, 64, (2, 10))) < TOL
+
+
+def test_an_option_the_class_lacks_is_refused_at_its_spec_path():
+    """The export reads its config back through the import: what differs is named."""
+    spec = vl.parse_model_spec({**TINY, **NATIVE["cohere"][1], "qkv_bias": True}, REG)
+    with pytest.raises(ConversionError, match="attn_out_bias"):
+        to_transformers(spec, vl.build_model(spec, REG))
+    granite = {**TINY, **NATIVE["granite"][1]}
+    spec = vl.parse_model_spec({**granite, "norm": {"kind": "rms", "eps": 1e-5},
+                                "attention": {"kind": "mha", "window": 4}}, REG)
+    with pytest.raises(ConversionError, match="attention.window"):
+        to_transformers(spec, vl.build_model(spec, REG))
+    llama = {**TINY, "norm": "rms", "feedforward": {"kind": "glu", "hidden_dim": 40},
+             "activation": "silu", "qkv_bias": False, "attn_out_bias": False}
+    for key, value in (("logit_scale", 0.5), ("emb_multiplier", 2.0)):
+        spec = vl.parse_model_spec({**llama, key: value,
+                                    "residual": {"kind": "post_sublayer"},
+                                    "attention": {"kind": "mha", "qk_norm": {"kind": "rms"},
+                                                  "qk_norm_scope": "projection"}}, REG)
+        with pytest.raises(ConversionError, match=key):
+            to_transformers(spec, vl.build_model(spec, REG))
+    spec = vl.parse_model_spec({**llama, "head_bias": True}, REG)  # only Phi has one
+    with pytest.raises(ConversionError, match="exporting to PhiForCausalLM") as err:
+        to_transformers(spec, vl.build_model(spec, REG))
+    assert "\n" not in str(err.value)
