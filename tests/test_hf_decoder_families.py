@@ -210,8 +210,9 @@ def test_a_spec_built_in_variantlab_exports_with_equal_logits(case):
 
 def test_an_option_the_class_lacks_is_refused_at_its_spec_path():
     """The export reads its config back through the import: what differs is named."""
-    spec = vl.parse_model_spec({**TINY, **NATIVE["cohere"][1], "qkv_bias": True}, REG)
-    with pytest.raises(ConversionError, match="attn_out_bias"):
+    spec = vl.parse_model_spec({**TINY, **NATIVE["cohere"][1],
+                                "positional": {"kind": "rotary", "fraction": 0.5}}, REG)
+    with pytest.raises(ConversionError, match="partial_rotary_factor"):
         to_transformers(spec, vl.build_model(spec, REG))
     granite = {**TINY, **NATIVE["granite"][1]}
     spec = vl.parse_model_spec({**granite, "norm": {"kind": "rms", "eps": 1e-5},
@@ -231,3 +232,12 @@ def test_an_option_the_class_lacks_is_refused_at_its_spec_path():
     with pytest.raises(ConversionError, match="exporting to PhiForCausalLM") as err:
         to_transformers(spec, vl.build_model(spec, REG))
     assert "\n" not in str(err.value)
+
+
+def test_a_bias_the_class_has_and_the_variant_lacks_is_exported_as_zeros():
+    spec = vl.parse_model_spec({**TINY, **NATIVE["cohere"][1], "qkv_bias": True}, REG)
+    model = perturbed(vl.build_model(spec, REG), seed=2)
+    with pytest.warns(ExportWarning, match="attention biases"):
+        hf = to_transformers(spec, model)
+    assert torch.equal(hf.state_dict()["model.layers.0.self_attn.o_proj.bias"], torch.zeros(32))
+    assert max_diff(model, hf, torch.randint(0, 64, (2, 10))) < TOL

@@ -223,6 +223,8 @@ def _decoder_class(spec: Spec) -> str | None:
     att = spec.attention
     if getattr(spec, "head_bias", False):
         return "PhiForCausalLM"
+    if getattr(att, "qk_norm", None) is not None:
+        return None  # Qwen3, OLMo 2 and Gemma 3 have QK-norms; these classes have none
     if not getattr(spec.norm, "affine", True):
         return "OlmoForCausalLM"
     if residual == "pre_norm" and (

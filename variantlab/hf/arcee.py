@@ -26,7 +26,8 @@ def arcee_layer(cfg: Any) -> Layer:
 
 
 def arcee_options(spec: Spec) -> dict[str, Any]:
-    return llama_options(spec, attention_bias=spec.qkv_bias, mlp_bias=spec.ffn_bias)
+    return llama_options(spec, attention_bias=spec.qkv_bias or spec.attn_out_bias,
+                         mlp_bias=spec.ffn_bias)
 
 
 ARCEE = Family("ArceeForCausalLM", "ArceeConfig", arcee_spec, arcee_layer, arcee_options)

@@ -37,7 +37,7 @@ def cohere_layer(cfg: Any) -> Layer:
 
 
 def cohere_options(spec: Spec) -> dict[str, Any]:
-    options = llama_options(spec, attention_bias=spec.qkv_bias,
+    options = llama_options(spec, attention_bias=spec.qkv_bias or spec.attn_out_bias,
                             layer_norm_eps=spec.norm.eps, logit_scale=spec.logit_scale or 1.0)
     del options["rms_norm_eps"], options["head_dim"]
     return options

@@ -171,6 +171,10 @@ def _differences(mine: Any, theirs: Any, path: str) -> Iterator[tuple[str, Any, 
 _FREE = ("drop_rate", "emb_drop_rate", "attn_drop_rate", "resid_drop_rate", "impl")
 
 
+#: biases a class may have where the variant has none (exported as zeros, warned of)
+_BIASES = ("qkv_bias", "attn_out_bias", "ffn_bias", "feedforward.bias", "norm_bias")
+
+
 def _canonical(spec: Spec) -> dict[str, Any]:
     """``spec``'s data with what it leaves implicit spelled out (the feed-forward width,
     ``n_kv_heads``, ``head_dim``, the score scale) and without the model keys no component reads: ``ffn_bias``
@@ -198,14 +202,15 @@ def _canonical(spec: Spec) -> dict[str, Any]:
 def expressed(spec: Spec, cls: str, config: Any, make_spec: Callable[[Any], dict[str, Any]],
               ) -> None:
     """Refuse unless ``config`` (the config of ``cls`` built from ``spec``) reads back through
-    the import as ``spec``: the first spec path where they differ is named."""
+    the import as ``spec``: the first spec path where they differ is named. A bias the class
+    has and the variant lacks is allowed (the table exports it as zeros and warns)."""
     try:
         back = parse_model_spec(make_spec(config), get_registry())
     except ConversionError as err:  # the config holds an option the import refuses
         refuse("model", cls, f"{cls} cannot hold this spec: {err}")
     for path, mine, theirs in _differences(_canonical(spec), _canonical(back), ""):
-        if path.rsplit(".", 1)[-1] in _FREE:
-            continue
+        if path.rsplit(".", 1)[-1] in _FREE or (path in _BIASES and theirs and not mine):
+            continue  # a bias the variant lacks: exported as zeros, with a warning
         refuse(path or "model", cls, f"{path}={mine!r}: {cls} holds {theirs!r} here")
 
 

@@ -28,7 +28,7 @@ def ernie4_5_layer(cfg: Any) -> Layer:
 
 
 def ernie4_5_options(spec: Spec) -> dict[str, Any]:
-    options = llama_options(spec, use_bias=spec.qkv_bias)
+    options = llama_options(spec, use_bias=spec.qkv_bias or spec.attn_out_bias)
     return options
 
 

@@ -28,7 +28,7 @@ def gemma1_layer(cfg: Any) -> Layer:
 
 
 def gemma1_options(spec: Spec) -> dict[str, Any]:
-    return llama_options(spec, attention_bias=spec.qkv_bias)
+    return llama_options(spec, attention_bias=spec.qkv_bias or spec.attn_out_bias)
 
 
 GEMMA1 = Family("GemmaForCausalLM", "GemmaConfig", gemma1_spec, gemma1_layer, gemma1_options)

@@ -43,7 +43,7 @@ def granite_options(spec: Spec) -> dict[str, Any]:
     scale = att.scale if att.scale is not None else \
         (att.head_dim or spec.emb_dim // spec.n_heads) ** -0.5
     options = llama_options(
-        spec, attention_bias=spec.qkv_bias, mlp_bias=spec.feedforward.bias,
+        spec, attention_bias=spec.qkv_bias or spec.attn_out_bias, mlp_bias=spec.feedforward.bias,
         attention_multiplier=scale,
         residual_multiplier=getattr(spec.residual, "branch_scale", 1.0),
         embedding_multiplier=spec.emb_multiplier or 1.0,

@@ -32,7 +32,7 @@ def nemotron_layer(cfg: Any) -> Layer:
 
 
 def nemotron_options(spec: Spec) -> dict[str, Any]:
-    options = llama_options(spec, norm_eps=spec.norm.eps, attention_bias=spec.qkv_bias,
+    options = llama_options(spec, norm_eps=spec.norm.eps, attention_bias=spec.qkv_bias or spec.attn_out_bias,
                             mlp_bias=spec.ffn_bias)
     options["rope_parameters"].setdefault("partial_rotary_factor", 1.0)
     del options["rms_norm_eps"]

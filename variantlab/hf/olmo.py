@@ -34,7 +34,7 @@ def olmo_layer(cfg: Any) -> Layer:
 
 
 def olmo_options(spec: Spec) -> dict[str, Any]:
-    options = llama_options(spec, attention_bias=spec.qkv_bias)
+    options = llama_options(spec, attention_bias=spec.qkv_bias or spec.attn_out_bias)
     del options["rms_norm_eps"], options["head_dim"]
     return options
 

@@ -36,7 +36,7 @@ def starcoder2_layer(cfg: Any) -> Layer:
 
 
 def starcoder2_options(spec: Spec) -> dict[str, Any]:
-    options = llama_options(spec, norm_epsilon=spec.norm.eps, use_bias=spec.qkv_bias,
+    options = llama_options(spec, norm_epsilon=spec.norm.eps, use_bias=spec.qkv_bias or spec.attn_out_bias,
                             sliding_window=spec.attention.window,
                             embedding_dropout=spec.drop("emb"),
                             residual_dropout=spec.drop("resid"))
