@@ -7,8 +7,10 @@ Import (:func:`from_transformers`): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
 ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``, ``MixtralForCausalLM``, ``Qwen3MoeForCausalLM``,
 ``OlmoeForCausalLM``, ``Mamba2ForCausalLM``, ``JambaForCausalLM``, ``Qwen3NextForCausalLM``,
 ``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM``, ``GptOssForCausalLM``,
-``SmolLM3ForCausalLM``, ``Llama4ForCausalLM`` (text), ``Lfm2ForCausalLM`` and
-``FalconH1ForCausalLM`` become ``(spec, model)``. Other classes and config options that
+``SmolLM3ForCausalLM``, ``Llama4ForCausalLM`` (text), ``Lfm2ForCausalLM``,
+``FalconH1ForCausalLM`` and the Llama-like families around :mod:`variantlab.hf.decoder`
+(Gemma 1, OLMo 1, StarCoder 2, GLM-4, Granite, Cohere, StableLM, Phi, Nemotron, Arcee,
+Seed-OSS, ERNIE 4.5) become ``(spec, model)``. Other classes and config options that
 variantlab cannot express raise :class:`ConversionError` naming them.
 
 Export (:func:`to_transformers`): the transformers class is chosen from the spec's
@@ -18,7 +20,8 @@ an L2 QK-norm or input-scaled experts: Llama 4; NoPE layers: SmolLM3; learned po
 GPT-2; rotary with a parallel residual or LayerNorm: GPT-NeoX; rotary with RMSNorm: Llama,
 Mistral (a sliding window), Qwen3 (per-head QK-norm), OLMo 2 (post-sublayer norms) or Gemma
 2/3 (sandwich norms)); its config is built from the spec and its weights from the model's
-(the 2025 families through the same weight table as their import, :data:`TABLED`). A
+(the 2025 and Llama-like families through the same weight table as their import,
+:data:`TABLED`). A
 component or option no supported class has raises :class:`ConversionError` naming its spec
 path; one the class has in another form (a bias the variant lacks, exported as zeros) gives
 an :class:`ExportWarning`.
