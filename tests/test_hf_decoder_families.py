@@ -1,6 +1,6 @@
 """The Llama-like families of issue 41 through the shared decoder (variantlab/hf/decoder.py):
-Gemma 1, OLMo 1, StarCoder 2, GLM-4, Granite, Cohere, StableLM, Phi-1/2, Nemotron, Arcee,
-Seed-OSS, ERNIE 4.5. Each: a tiny perturbed HF model imports with equal parameter counts and
+Gemma 1, OLMo 1, OLMo 3, StarCoder 2, GLM-4, Granite, Cohere, StableLM, Phi-1/2, Nemotron,
+Arcee, Seed-OSS, EXAONE 4, ERNIE 4.5. Each: a tiny perturbed HF model imports with equal parameter counts and
 logits within 1e-5 in float32 (both attention implementations, and left-padded), the import
 is causal, and it exports back to the same class with the same tensors and logits (ERNIE 4.5
 exports as Llama, which computes the same); what the families cannot hold is refused in one
@@ -47,6 +47,15 @@ CASES = {
                         dict(S, attention_bias=True), None),
     "arcee-mlp-bias": ("ArceeForCausalLM", "ArceeConfig", dict(S, mlp_bias=True), None),
     "seed-oss-qkv-bias-only": ("SeedOssForCausalLM", "SeedOssConfig", dict(S, head_dim=8), None),
+    "olmo3-sliding-rope-per-type": ("Olmo3ForCausalLM", "Olmo3Config", dict(
+        S, num_hidden_layers=4, sliding_window=3, rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": 1000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 50.0}}), None),
+    "exaone4-sliding-nope-full": ("Exaone4ForCausalLM", "Exaone4Config",
+                                  dict(S, num_hidden_layers=4, sliding_window=3), None),
+    "exaone4-no-window": ("Exaone4ForCausalLM", "Exaone4Config",
+                          dict(S, sliding_window=None, layer_types=["full_attention"] * 2),
+                          None),
     "ernie4_5-biases": ("Ernie4_5ForCausalLM", "Ernie4_5Config",
                         dict(S, head_dim=8, use_bias=True), "LlamaForCausalLM"),
 }
@@ -126,6 +135,15 @@ def test_what_the_specs_say():
     assert spec.attention.qk_norm.kind == "layer"
     spec, _ = from_transformers(hf_model("glm4-partial-interleaved-tied"), REG)
     assert spec.residual.kind == "sandwich" and spec.positional.fraction == 0.5
+    spec, _ = from_transformers(hf_model("olmo3-sliding-rope-per-type"), REG)
+    assert spec.layout.pattern == ["sliding", "sliding", "sliding", "full"]
+    sliding, full = spec.layer_spec(0), spec.layer_spec(3)
+    assert (sliding.attention.window, full.attention.window) == (3, None)
+    assert (sliding.positional.theta, full.positional.theta) == (50.0, 1000.0)
+    spec, _ = from_transformers(hf_model("exaone4-sliding-nope-full"), REG)
+    assert spec.layer_spec(3).positional.kind == "none"
+    assert spec.layer_spec(0).positional.kind == "rotary"
+    assert spec.attention.qk_norm_scope == "head" and spec.residual.kind == "post_sublayer"
     spec, _ = from_transformers(hf_model("starcoder2-window"), REG)
     assert spec.attention.window == 5 and spec.norm.kind == "layer" and spec.ffn_bias
 

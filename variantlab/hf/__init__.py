@@ -9,7 +9,7 @@ Import (:func:`from_transformers`): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
 ``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM``, ``GptOssForCausalLM``,
 ``SmolLM3ForCausalLM``, ``Llama4ForCausalLM`` (text), ``Lfm2ForCausalLM``,
 ``FalconH1ForCausalLM`` and the Llama-like families around :mod:`variantlab.hf.decoder`
-(Gemma 1, OLMo 1, StarCoder 2, GLM-4, Granite, Cohere, StableLM, Phi, Nemotron, Arcee,
+(Gemma 1, OLMo 1, OLMo 3, EXAONE 4, StarCoder 2, GLM-4, Granite, Cohere, StableLM, Phi, Nemotron, Arcee,
 Seed-OSS, ERNIE 4.5) become ``(spec, model)``. Other classes and config options that
 variantlab cannot express raise :class:`ConversionError` naming them.
 
@@ -49,6 +49,7 @@ from .deepseek import (
     deepseek_v3_spec,
 )
 from .ernie4_5 import ERNIE4_5
+from .exaone4 import EXAONE4
 from .falconh1 import falconh1_config, falconh1_spec, falconh1_state, falconh1_table
 from .gemma import gemma_config, gemma_hf_state, gemma_spec, gemma_state
 from .gemma1 import GEMMA1
@@ -75,6 +76,7 @@ from .moe import mixtral_spec, mixtral_state, olmoe_spec, olmoe_state, qwen3moe_
 from .nemotron import NEMOTRON
 from .neox import neox_config, neox_hf_state, neox_spec, neox_state
 from .olmo import OLMO
+from .olmo3 import OLMO3
 from .phi import PHI
 from .qwen3next import qwen3next_spec, qwen3next_state
 from .seed_oss import SEED_OSS
@@ -123,6 +125,8 @@ CONVERTERS: dict[str, Converter] = {
     "PhiForCausalLM": (PHI.spec, PHI.state),
     "StableLmForCausalLM": (STABLELM.spec, STABLELM.state),
     "NemotronForCausalLM": (NEMOTRON.spec, NEMOTRON.state),
+    "Olmo3ForCausalLM": (OLMO3.spec, OLMO3.state),
+    "Exaone4ForCausalLM": (EXAONE4.spec, EXAONE4.state),
 }
 
 
@@ -177,6 +181,8 @@ TABLED: dict[str, Exporter] = {
     "PhiForCausalLM": (PHI.config, PHI.table),
     "StableLmForCausalLM": (STABLELM.config, STABLELM.table),
     "NemotronForCausalLM": (NEMOTRON.config, NEMOTRON.table),
+    "Olmo3ForCausalLM": (OLMO3.config, OLMO3.table),
+    "Exaone4ForCausalLM": (EXAONE4.config, EXAONE4.table),
 }
 
 #: the classes a spec exports to (:func:`choose_class`)
@@ -206,14 +212,16 @@ def _frontier_class(spec: Spec) -> str | None:
             or any(getattr(ff, "scale_input", False) for ff in ffs)):
         return "Llama4ForCausalLM"
     positions = {layer.positional.kind for layer in specs}
-    if "none" in positions and positions <= {"none", "rotary"} and kinds == {"mha"}:
+    if "none" in positions and positions <= {"none", "rotary"} and kinds == {"mha"} \
+            and spec.residual.kind == "pre_norm":  # post_sublayer: EXAONE 4
         return "SmolLM3ForCausalLM"
     return None
 
 
 def _decoder_class(spec: Spec) -> str | None:
     """The Llama-like class (:mod:`variantlab.hf.decoder`) a rotary spec's options name, if
-    any: an output head bias (Phi), a LayerNorm without parameters (OLMo), Granite's
+    any: an output head bias (Phi), post-sublayer norms with a per-head QK-norm (EXAONE 4) or
+    with a projection QK-norm and windows (OLMo 3), a LayerNorm without parameters (OLMo), Granite's
     multipliers, scaled embeddings with pre-norm (Gemma), sandwich norms without them
     (GLM-4), a parallel block with one norm and a glu (Cohere without a norm shift, StableLM
     with one), LayerNorm pre-norm with a glu (StableLM), a plain MLP with RMSNorm (Arcee),
@@ -226,6 +234,12 @@ def _decoder_class(spec: Spec) -> str | None:
     att = spec.attention
     if getattr(spec, "head_bias", False):
         return "PhiForCausalLM"
+    if residual == "post_sublayer" and getattr(att, "qk_norm", None) is not None:
+        if att.qk_norm_scope == "head":
+            return "Exaone4ForCausalLM"
+        if any(getattr(spec.layer_spec(i).attention, "window", None)
+               for i in range(spec.n_layers)):
+            return "Olmo3ForCausalLM"
     if getattr(att, "qk_norm", None) is not None:
         return None  # Qwen3, OLMo 2 and Gemma 3 have QK-norms; these classes have none
     if not getattr(spec.norm, "affine", True):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -35,7 +36,9 @@ from .common import (
     check_dropout,
     dropouts,
     head_dim_of,
+    period,
     refuse,
+    reject,
     rotary,
     token_ids,
 )
@@ -192,6 +195,10 @@ def _canonical(spec: Spec) -> dict[str, Any]:
         if att.get("scale") is None:
             att["scale"] = att["head_dim"] ** -0.5
     out["feedforward"], out["attention"] = ff, att
+    if out.pop("layout", None) is not None:  # compared layer by layer, whatever the kinds' names
+        out.pop("attention")
+        out["layers"] = [{slot: comp.model_dump(mode="json") for slot, comp in
+                          spec.layer_spec(i).components().items()} for i in range(spec.n_layers)]
     if ff.get("kind") != "mlp":
         out.pop("ffn_bias", None)
     if norm.get("kind") not in ("layer", "dyt") or norm.get("affine") is False:
@@ -277,12 +284,14 @@ def llama_options(spec: Spec, **extra: Any) -> dict[str, Any]:
 def decoder_spec(cfg: Any, *, eps: float, norm: str = "rms", norm_bias: bool = False,
                  qkv_bias: bool = False, out_bias: bool = False, ffn: str = "glu",
                  ffn_bias: bool = False, act: str = "hidden_act", partial: bool = False,
-                 drops: tuple[float, float, float] | None = None) -> dict[str, Any]:
+                 drops: tuple[float, float, float] | None = None,
+                 positional: dict[str, Any] | None = None) -> dict[str, Any]:
     """Spec data of a Llama-like config: ``norm`` (rms or layer, with a shift when
     ``norm_bias``) of ``eps``, the biases (a glu's are its own ``bias``), the feed-forward
     kind ``ffn`` (glu or mlp) of width ``intermediate_size``, the activation from the option
     ``act``, rotary (over part of each head when ``partial``), and the (embedding,
-    attention, residual) dropouts (default: ``attention_dropout`` only)."""
+    attention, residual) dropouts (default: ``attention_dropout`` only); ``positional``:
+    one read by the caller."""
     head_dim = head_dim_of(cfg)
     kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
     if drops is None:
@@ -303,5 +312,67 @@ def decoder_spec(cfg: Any, *, eps: float, norm: str = "rms", norm_bias: bool = F
         "attention": {"kind": "mha", "n_kv_heads": kv,
                       "head_dim": head_dim if head_dim * cfg.num_attention_heads
                       != cfg.hidden_size else None},
-        "positional": rotary(cfg, partial=partial, head_dim=head_dim),
+        "positional": positional or rotary(cfg, partial=partial, head_dim=head_dim),
     }
+
+
+#: transformers' layer types and the names of our layer kinds
+LAYER_TYPES = {"sliding_attention": "sliding", "full_attention": "full"}
+
+
+def typed_rotary(cfg: Any, layer_type: str) -> dict[str, Any] | None:
+    """The rotary of the layers of ``layer_type`` when ``rope_parameters`` has one per layer
+    type (OLMo 3), else None."""
+    params = getattr(cfg, "rope_parameters", None) or {}
+    if not isinstance(params.get(layer_type), dict):
+        return None
+    return rotary(SimpleNamespace(rope_parameters=params[layer_type]), partial=False,
+                  head_dim=head_dim_of(cfg))
+
+
+def typed_layers(cfg: Any, data: dict[str, Any], *, nope_full: bool = False) -> None:
+    """Add to ``data`` the layers ``layer_types`` names: ``sliding`` layers attend within
+    ``sliding_window``, each type rotates with its own ``rope_parameters`` when the config
+    has them per type (else the model's), and with ``nope_full`` full layers do not rotate
+    (``positional: none``); one kind for every layer goes on the model itself, more become a
+    ``layout`` with the shortest repeating ``pattern``."""
+    types = list(cfg.layer_types)
+    unknown = sorted(set(types) - set(LAYER_TYPES))
+    if unknown:
+        reject("layer_types", unknown, f"supported layer types: {', '.join(LAYER_TYPES)}")
+    if cfg.sliding_window is None:
+        types = ["full_attention"] * len(types)
+    per_type = typed_rotary(cfg, "full_attention") is not None
+    kinds: dict[str, dict[str, Any]] = {}
+    for kind in dict.fromkeys(types):
+        slots: dict[str, Any] = {}
+        if kind == "sliding_attention":
+            slots["attention"] = {**data["attention"], "window": int(cfg.sliding_window)}
+        if kind == "full_attention" and nope_full and "sliding_attention" in types:
+            slots["positional"] = {"kind": "none"}
+        elif per_type:
+            slots["positional"] = typed_rotary(cfg, kind)
+        kinds[LAYER_TYPES[kind]] = slots
+    if per_type:  # the model's own: the full layers' (the embeddings add no position)
+        data["positional"] = typed_rotary(cfg, "full_attention")
+    if len(kinds) == 1:
+        data.update(next(iter(kinds.values())))
+    else:
+        data["layout"] = {"kinds": kinds, "pattern": [LAYER_TYPES[t] for t in period(types)]}
+
+
+def layer_types(spec: Spec) -> tuple[list[str], int | None, dict[str, Any]]:
+    """Each layer's transformers type (``sliding_attention`` where a window is set), the
+    one window (None without), and the rotary positional of each type."""
+    types, windows, positionals = [], set(), {}
+    for i in range(spec.n_layers):
+        layer = spec.layer_spec(i)
+        window = getattr(layer.attention, "window", None)
+        kind = "sliding_attention" if window else "full_attention"
+        if window:
+            windows.add(window)
+        types.append(kind)
+        if layer.positional.kind == "rotary":
+            positionals.setdefault(kind, layer.positional)
+    window = windows.pop() if len(windows) == 1 else None
+    return types, window, positionals
