@@ -10,7 +10,7 @@ Import (:func:`from_transformers`): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
 ``SmolLM3ForCausalLM``, ``Llama4ForCausalLM`` (text), ``Lfm2ForCausalLM``,
 ``FalconH1ForCausalLM`` and the Llama-like families around :mod:`variantlab.hf.decoder`
 (Gemma 1, OLMo 1, OLMo 3, EXAONE 4, StarCoder 2, GLM-4, Granite, Cohere, StableLM, Phi, Nemotron, Arcee,
-Seed-OSS, ERNIE 4.5) become ``(spec, model)``. Other classes and config options that
+Seed-OSS, ERNIE 4.5, Qwen2-MoE) become ``(spec, model)``. Other classes and config options that
 variantlab cannot express raise :class:`ConversionError` naming them.
 
 Export (:func:`to_transformers`): the transformers class is chosen from the spec's
@@ -78,6 +78,7 @@ from .neox import neox_config, neox_hf_state, neox_spec, neox_state
 from .olmo import OLMO
 from .olmo3 import OLMO3
 from .phi import PHI
+from .qwen2moe import QWEN2MOE
 from .qwen3next import qwen3next_spec, qwen3next_state
 from .seed_oss import SEED_OSS
 from .smollm3 import smollm3_config, smollm3_spec, smollm3_state, smollm3_table
@@ -127,6 +128,7 @@ CONVERTERS: dict[str, Converter] = {
     "NemotronForCausalLM": (NEMOTRON.spec, NEMOTRON.state),
     "Olmo3ForCausalLM": (OLMO3.spec, OLMO3.state),
     "Exaone4ForCausalLM": (EXAONE4.spec, EXAONE4.state),
+    "Qwen2MoeForCausalLM": (QWEN2MOE.spec, QWEN2MOE.state),
 }
 
 
@@ -183,6 +185,7 @@ TABLED: dict[str, Exporter] = {
     "NemotronForCausalLM": (NEMOTRON.config, NEMOTRON.table),
     "Olmo3ForCausalLM": (OLMO3.config, OLMO3.table),
     "Exaone4ForCausalLM": (EXAONE4.config, EXAONE4.table),
+    "Qwen2MoeForCausalLM": (QWEN2MOE.config, QWEN2MOE.table),
 }
 
 #: the classes a spec exports to (:func:`choose_class`)
@@ -223,7 +226,8 @@ def _decoder_class(spec: Spec) -> str | None:
     any: an output head bias (Phi), post-sublayer norms with a per-head QK-norm (EXAONE 4) or
     with a projection QK-norm and windows (OLMo 3), a LayerNorm without parameters (OLMo), Granite's
     multipliers, scaled embeddings with pre-norm (Gemma), sandwich norms without them
-    (GLM-4), a parallel block with one norm and a glu (Cohere without a norm shift, StableLM
+    (GLM-4), experts with a gated shared expert (Qwen2-MoE), a parallel block with one norm
+    and a glu (Cohere without a norm shift, StableLM
     with one), LayerNorm pre-norm with a glu (StableLM), a plain MLP with RMSNorm (Arcee),
     different q/k/v and output biases (Seed-OSS), LayerNorm pre-norm with grouped-query
     heads and partial rotary (Nemotron), or else grouped-query heads or a window
@@ -242,6 +246,10 @@ def _decoder_class(spec: Spec) -> str | None:
             return "Olmo3ForCausalLM"
     if getattr(att, "qk_norm", None) is not None:
         return None  # Qwen3, OLMo 2 and Gemma 3 have QK-norms; these classes have none
+    ffs = [spec.layer_spec(i).feedforward for i in range(spec.n_layers)]
+    if any(f.kind == "moe" for f in ffs):  # Qwen2-MoE's experts have a gated shared expert
+        shared = all(f.n_shared_experts == 1 and f.shared_gate for f in ffs if f.kind == "moe")
+        return "Qwen2MoeForCausalLM" if shared and residual == "pre_norm" else None
     if not getattr(spec.norm, "affine", True):
         return "OlmoForCausalLM"
     if residual == "pre_norm" and (

@@ -42,7 +42,17 @@ from .common import (
     rotary,
     token_ids,
 )
-from .table import ATTENTION, GLU, Pair, interleaved_rows, load_state, permuted, same
+from .table import (
+    ATTENTION,
+    GLU,
+    Pair,
+    fused_experts,
+    glu,
+    interleaved_rows,
+    load_state,
+    permuted,
+    same,
+)
 
 #: a feed-forward without a gate: our Sequential's two Linears -> HF's names
 MLP = {"layers.0": "up_proj", "layers.2": "down_proj"}
@@ -79,6 +89,10 @@ class Layer:
     rotary_dims: int | None = None
     head_dim: int = 0
     lm_head_bias: bool = False
+    #: the layers whose feed-forward is transformers' sparse MoE block (router ``gate``, fused
+    #: ``experts``; with ``shared_expert`` a SwiGLU ``shared_expert`` and its sigmoid gate)
+    sparse: tuple[bool, ...] = ()
+    shared_expert: bool = False
     prefix: str = "model"
     final_norm: str = "norm"
 
@@ -117,6 +131,16 @@ def _ours(i: int, residual: str) -> tuple[tuple[str, str], tuple[str, str] | Non
             f"{block}.ff.sublayer")
 
 
+def _sparse(ff: str, mlp: str, shared: bool) -> list[Pair]:
+    """Transformers' sparse MoE block at ``mlp`` <-> our ``moe`` feed-forward at ``ff``."""
+    pairs = [same(f"{ff}.gate.weight", f"{mlp}.gate.weight"),
+             *fused_experts(ff, f"{mlp}.experts")]
+    if shared:
+        pairs += glu(f"{ff}.shared_expert", f"{mlp}.shared_expert")
+        pairs.append(same(f"{ff}.shared_expert_gate.weight", f"{mlp}.shared_expert_gate.weight"))
+    return pairs
+
+
 def decoder_table(n_layers: int, layer: Layer, n_heads: int, n_kv_heads: int) -> list[Pair]:
     """Every weight of a Llama-like decoder of ``n_layers`` layers named by ``layer``, and
     ours, both ways."""
@@ -146,6 +170,9 @@ def decoder_table(n_layers: int, layer: Layer, n_heads: int, n_kv_heads: int) ->
             pairs += _norm(f"{att}.{mine}", f"{theirs}.{layer.attention}.{name}", layer,
                            layer.norm_shift)
         mlp = f"{theirs}.{layer.mlp}"
+        if i < len(layer.sparse) and layer.sparse[i]:
+            pairs += _sparse(ff, mlp, layer.shared_expert)
+            continue
         if layer.gate_up is not None:
             pairs.append(Pair((f"{ff}.W_gate.weight", f"{ff}.W_up.weight"),
                               f"{mlp}.{layer.gate_up}.weight",
