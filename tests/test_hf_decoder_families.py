@@ -1,6 +1,6 @@
 """The Llama-like families of issue 41 through the shared decoder (variantlab/hf/decoder.py):
 Gemma 1, OLMo 1, OLMo 3, StarCoder 2, GLM-4, Granite, Cohere, StableLM, Phi-1/2, Nemotron,
-Arcee, Seed-OSS, EXAONE 4, ERNIE 4.5, Qwen2-MoE. Each: a tiny perturbed HF model imports with
+Arcee, Seed-OSS, EXAONE 4, ERNIE 4.5, Qwen2-MoE, Persimmon. Each: a tiny perturbed HF model imports with
 equal parameter counts and logits within 1e-5 in float32 (both attention implementations,
 and left-padded), the import is causal, and it exports back to the same class with the same
 tensors and logits (ERNIE 4.5 exports as Llama, which computes the same); what the families
@@ -62,6 +62,11 @@ CASES = {
     "qwen2moe-every-layer-no-qkv-bias": ("Qwen2MoeForCausalLM", "Qwen2MoeConfig", dict(
         S, moe_intermediate_size=16, shared_expert_intermediate_size=8, num_experts=4,
         num_experts_per_tok=1, qkv_bias=False), None),
+    "persimmon-qk-layernorm": ("PersimmonForCausalLM", "PersimmonConfig",
+                               dict(S, num_key_value_heads=None), None),
+    "persimmon-no-qk-norm-tied": ("PersimmonForCausalLM", "PersimmonConfig",
+                                  dict(S, num_key_value_heads=None, qk_layernorm=False,
+                                       tie_word_embeddings=True), None),
     "ernie4_5-biases": ("Ernie4_5ForCausalLM", "Ernie4_5Config",
                         dict(S, head_dim=8, use_bias=True), "LlamaForCausalLM"),
 }
@@ -191,6 +196,8 @@ REFUSED = {
                                 dict(S, hidden_dropout=0.1), "hidden_dropout"),
     "qwen2moe-sliding": ("Qwen2MoeForCausalLM", "Qwen2MoeConfig", dict(
         S, use_sliding_window=True, sliding_window=4), "use_sliding_window"),
+    "persimmon-hidden-dropout": ("PersimmonForCausalLM", "PersimmonConfig",
+                                 dict(S, hidden_dropout=0.1), "hidden_dropout"),
     "glm4-yarn": ("Glm4ForCausalLM", "Glm4Config", dict(S, rope_parameters={
         "rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}), "rope_scaling"),
 }

@@ -10,7 +10,7 @@ Import (:func:`from_transformers`): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
 ``SmolLM3ForCausalLM``, ``Llama4ForCausalLM`` (text), ``Lfm2ForCausalLM``,
 ``FalconH1ForCausalLM`` and the Llama-like families around :mod:`variantlab.hf.decoder`
 (Gemma 1, OLMo 1, OLMo 3, EXAONE 4, StarCoder 2, GLM-4, Granite, Cohere, StableLM, Phi, Nemotron, Arcee,
-Seed-OSS, ERNIE 4.5, Qwen2-MoE) become ``(spec, model)``. Other classes and config options that
+Seed-OSS, ERNIE 4.5, Qwen2-MoE, Persimmon) become ``(spec, model)``. Other classes and config options that
 variantlab cannot express raise :class:`ConversionError` naming them.
 
 Export (:func:`to_transformers`): the transformers class is chosen from the spec's
@@ -77,6 +77,7 @@ from .nemotron import NEMOTRON
 from .neox import neox_config, neox_hf_state, neox_spec, neox_state
 from .olmo import OLMO
 from .olmo3 import OLMO3
+from .persimmon import PERSIMMON
 from .phi import PHI
 from .qwen2moe import QWEN2MOE
 from .qwen3next import qwen3next_spec, qwen3next_state
@@ -129,6 +130,7 @@ CONVERTERS: dict[str, Converter] = {
     "Olmo3ForCausalLM": (OLMO3.spec, OLMO3.state),
     "Exaone4ForCausalLM": (EXAONE4.spec, EXAONE4.state),
     "Qwen2MoeForCausalLM": (QWEN2MOE.spec, QWEN2MOE.state),
+    "PersimmonForCausalLM": (PERSIMMON.spec, PERSIMMON.state),
 }
 
 
@@ -186,6 +188,7 @@ TABLED: dict[str, Exporter] = {
     "Olmo3ForCausalLM": (OLMO3.config, OLMO3.table),
     "Exaone4ForCausalLM": (EXAONE4.config, EXAONE4.table),
     "Qwen2MoeForCausalLM": (QWEN2MOE.config, QWEN2MOE.table),
+    "PersimmonForCausalLM": (PERSIMMON.config, PERSIMMON.table),
 }
 
 #: the classes a spec exports to (:func:`choose_class`)
@@ -223,7 +226,8 @@ def _frontier_class(spec: Spec) -> str | None:
 
 def _decoder_class(spec: Spec) -> str | None:
     """The Llama-like class (:mod:`variantlab.hf.decoder`) a rotary spec's options name, if
-    any: an output head bias (Phi), post-sublayer norms with a per-head QK-norm (EXAONE 4) or
+    any: an output head bias (Phi), a per-head LayerNorm QK-norm with a pre-norm MLP
+    (Persimmon), post-sublayer norms with a per-head QK-norm (EXAONE 4) or
     with a projection QK-norm and windows (OLMo 3), a LayerNorm without parameters (OLMo), Granite's
     multipliers, scaled embeddings with pre-norm (Gemma), sandwich norms without them
     (GLM-4), experts with a gated shared expert (Qwen2-MoE), a parallel block with one norm
@@ -244,6 +248,10 @@ def _decoder_class(spec: Spec) -> str | None:
         if any(getattr(spec.layer_spec(i).attention, "window", None)
                for i in range(spec.n_layers)):
             return "Olmo3ForCausalLM"
+    qk = getattr(att, "qk_norm", None)
+    if qk is not None and qk.kind == "layer" and residual == "pre_norm" and \
+            att.qk_norm_scope == "head" and spec.feedforward.kind == "mlp":
+        return "PersimmonForCausalLM"
     if getattr(att, "qk_norm", None) is not None:
         return None  # Qwen3, OLMo 2 and Gemma 3 have QK-norms; these classes have none
     ffs = [spec.layer_spec(i).feedforward for i in range(spec.n_layers)]

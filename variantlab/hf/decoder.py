@@ -71,6 +71,9 @@ class Layer:
     out_norms: tuple[str, str] | None = None
     attention: str = "self_attn"
     projections: Mapping[str, str] = field(default_factory=lambda: dict(ATTENTION))
+    #: one fused q/k/v Linear whose output rows are laid out per head as (q_h, k_h, v_h)
+    #: (Persimmon, as GPT-NeoX); ``projections`` then names the output projection only
+    fused_qkv: str | None = None
     qkv_bias: bool = False
     out_bias: bool = False
     qk_norms: tuple[str, str] | None = None
@@ -131,6 +134,20 @@ def _ours(i: int, residual: str) -> tuple[tuple[str, str], tuple[str, str] | Non
             f"{block}.ff.sublayer")
 
 
+def _per_head(att: str, fused: str, what: str, heads: int, head_dim: int) -> Pair:
+    """A fused q/k/v ``weight`` or ``bias`` (rows per head: q_h, k_h, v_h) <-> our three."""
+    def load(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        rows = t.view(heads, 3, head_dim, *t.shape[1:])  # (H, 3, hd[, D])
+        return tuple(rows[:, j].reshape(heads * head_dim, *t.shape[1:]) for j in range(3))
+
+    def save(ts: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        rows = torch.stack([t.view(heads, head_dim, *t.shape[1:]) for t in ts], dim=1)
+        return rows.reshape(3 * heads * head_dim, *ts[0].shape[1:])
+
+    names = tuple(f"{att}.{name}.{what}" for name in ("W_query", "W_key", "W_value"))
+    return Pair(names, f"{fused}.{what}", load=load, save=save)
+
+
 def _sparse(ff: str, mlp: str, shared: bool) -> list[Pair]:
     """Transformers' sparse MoE block at ``mlp`` <-> our ``moe`` feed-forward at ``ff``."""
     pairs = [same(f"{ff}.gate.weight", f"{mlp}.gate.weight"),
@@ -162,6 +179,11 @@ def decoder_table(n_layers: int, layer: Layer, n_heads: int, n_kv_heads: int) ->
             pairs += _norm(mine, f"{theirs}.{name}", layer, layer.norm_shift)
         for mine, name in zip(out_norms or (), layer.out_norms or ()):
             pairs += _norm(mine, f"{theirs}.{name}", layer, layer.norm_shift)
+        if layer.fused_qkv is not None:
+            fused = f"{theirs}.{layer.attention}.{layer.fused_qkv}"
+            pairs.append(_per_head(att, fused, "weight", n_heads, layer.head_dim))
+            if layer.qkv_bias:
+                pairs.append(_per_head(att, fused, "bias", n_heads, layer.head_dim))
         for mine, name in layer.projections.items():
             bias = layer.out_bias if mine == "out_proj" else layer.qkv_bias
             pairs += _linear(f"{att}.{mine}", f"{theirs}.{layer.attention}.{name}", bias,
