@@ -3,7 +3,8 @@ Gemma 1, OLMo 1, OLMo 3, StarCoder 2, GLM-4, Granite, Cohere, StableLM, Phi-1/2,
 Arcee, Seed-OSS, EXAONE 4, ERNIE 4.5, Qwen2-MoE, Persimmon. Each: a tiny perturbed HF model imports with
 equal parameter counts and logits within 1e-5 in float32 (both attention implementations,
 and left-padded), the import is causal, and it exports back to the same class with the same
-tensors and logits (ERNIE 4.5 exports as Llama, which computes the same); what the families
+tensors and logits (ERNIE 4.5 exports as Llama, Persimmon without QK-norms as GPT-NeoX, which
+compute the same); what the families
 cannot hold is refused in one line."""
 
 import warnings
@@ -66,7 +67,7 @@ CASES = {
                                dict(S, num_key_value_heads=None), None),
     "persimmon-no-qk-norm-tied": ("PersimmonForCausalLM", "PersimmonConfig",
                                   dict(S, num_key_value_heads=None, qk_layernorm=False,
-                                       tie_word_embeddings=True), None),
+                                       tie_word_embeddings=True), "GPTNeoXForCausalLM"),
     "ernie4_5-biases": ("Ernie4_5ForCausalLM", "Ernie4_5Config",
                         dict(S, head_dim=8, use_bias=True), "LlamaForCausalLM"),
 }
