@@ -1,11 +1,11 @@
 """The Llama-like families of issue 41 through the shared decoder (variantlab/hf/decoder.py):
-Gemma 1, OLMo 1, OLMo 3, StarCoder 2, GLM-4, Granite, Cohere, StableLM, Phi-1/2, Nemotron,
-Arcee, Seed-OSS, EXAONE 4, ERNIE 4.5, Qwen2-MoE, Persimmon. Each: a tiny perturbed HF model imports with
-equal parameter counts and logits within 1e-5 in float32 (both attention implementations,
-and left-padded), the import is causal, and it exports back to the same class with the same
-tensors and logits (ERNIE 4.5 exports as Llama, Persimmon without QK-norms as GPT-NeoX, which
-compute the same); what the families
-cannot hold is refused in one line."""
+Gemma 1, OLMo 1, OLMo 3, StarCoder 2, GLM-4, Granite, Granite-MoE, Cohere, StableLM, Phi-1/2,
+Nemotron, Arcee, Seed-OSS, EXAONE 4, ERNIE 4.5, Qwen2-MoE, Persimmon. Each: a tiny perturbed
+HF model imports with equal parameter counts and logits within 1e-5 in float32 (both
+attention implementations, and left-padded), the import is causal, and it exports back to
+the same class with the same tensors and logits (ERNIE 4.5 exports as Llama, Persimmon
+without QK-norms as GPT-NeoX, which compute the same); what the families cannot hold is
+refused in one line."""
 
 import warnings
 
@@ -68,6 +68,10 @@ CASES = {
     "persimmon-no-qk-norm-tied": ("PersimmonForCausalLM", "PersimmonConfig",
                                   dict(S, num_key_value_heads=None, qk_layernorm=False,
                                        tie_word_embeddings=True), "GPTNeoXForCausalLM"),
+    "granitemoe-multipliers": ("GraniteMoeForCausalLM", "GraniteMoeConfig", dict(
+        S, intermediate_size=16, num_local_experts=4, num_experts_per_tok=2,
+        embedding_multiplier=2.0, residual_multiplier=0.5, logits_scaling=4.0,
+        attention_multiplier=0.2, tie_word_embeddings=True), None),
     "ernie4_5-biases": ("Ernie4_5ForCausalLM", "Ernie4_5Config",
                         dict(S, head_dim=8, use_bias=True), "LlamaForCausalLM"),
 }

@@ -9,9 +9,10 @@ Import (:func:`from_transformers`): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
 ``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM``, ``GptOssForCausalLM``,
 ``SmolLM3ForCausalLM``, ``Llama4ForCausalLM`` (text), ``Lfm2ForCausalLM``,
 ``FalconH1ForCausalLM`` and the Llama-like families around :mod:`variantlab.hf.decoder`
-(Gemma 1, OLMo 1, OLMo 3, EXAONE 4, StarCoder 2, GLM-4, Granite, Cohere, StableLM, Phi, Nemotron, Arcee,
-Seed-OSS, ERNIE 4.5, Qwen2-MoE, Persimmon) become ``(spec, model)``. Other classes and config options that
-variantlab cannot express raise :class:`ConversionError` naming them.
+(Gemma 1, OLMo 1, OLMo 3, EXAONE 4, StarCoder 2, GLM-4, Granite, Granite-MoE, Cohere,
+StableLM, Phi, Nemotron, Arcee, Seed-OSS, ERNIE 4.5, Qwen2-MoE, Persimmon) become ``(spec,
+model)``. Other classes and config options that variantlab cannot express raise
+:class:`ConversionError` naming them.
 
 Export (:func:`to_transformers`): the transformers class is chosen from the spec's
 components (multi-head latent attention: DeepSeek-V3 with sigmoid routing, else V2; a parallel
@@ -57,6 +58,7 @@ from .glm4 import GLM4
 from .gpt2 import gpt2_config, gpt2_hf_state, gpt2_spec, gpt2_state
 from .gptoss import gptoss_config, gptoss_spec, gptoss_state, gptoss_table
 from .granite import GRANITE
+from .granitemoe import GRANITEMOE
 from .lfm2 import lfm2_config, lfm2_spec, lfm2_state, lfm2_table
 from .llama import CLASSES as LLAMA_LIKE
 from .llama import (
@@ -131,6 +133,7 @@ CONVERTERS: dict[str, Converter] = {
     "Exaone4ForCausalLM": (EXAONE4.spec, EXAONE4.state),
     "Qwen2MoeForCausalLM": (QWEN2MOE.spec, QWEN2MOE.state),
     "PersimmonForCausalLM": (PERSIMMON.spec, PERSIMMON.state),
+    "GraniteMoeForCausalLM": (GRANITEMOE.spec, GRANITEMOE.state),
 }
 
 
@@ -189,6 +192,7 @@ TABLED: dict[str, Exporter] = {
     "Exaone4ForCausalLM": (EXAONE4.config, EXAONE4.table),
     "Qwen2MoeForCausalLM": (QWEN2MOE.config, QWEN2MOE.table),
     "PersimmonForCausalLM": (PERSIMMON.config, PERSIMMON.table),
+    "GraniteMoeForCausalLM": (GRANITEMOE.config, GRANITEMOE.table),
 }
 
 #: the classes a spec exports to (:func:`choose_class`)
@@ -230,7 +234,8 @@ def _decoder_class(spec: Spec) -> str | None:
     (Persimmon), post-sublayer norms with a per-head QK-norm (EXAONE 4) or
     with a projection QK-norm and windows (OLMo 3), a LayerNorm without parameters (OLMo), Granite's
     multipliers, scaled embeddings with pre-norm (Gemma), sandwich norms without them
-    (GLM-4), experts with a gated shared expert (Qwen2-MoE), a parallel block with one norm
+    (GLM-4), experts with a gated shared expert (Qwen2-MoE) or routed by their top-k
+    logits alone (Granite-MoE), a parallel block with one norm
     and a glu (Cohere without a norm shift, StableLM
     with one), LayerNorm pre-norm with a glu (StableLM), a plain MLP with RMSNorm (Arcee),
     different q/k/v and output biases (Seed-OSS), LayerNorm pre-norm with grouped-query
@@ -255,9 +260,15 @@ def _decoder_class(spec: Spec) -> str | None:
     if getattr(att, "qk_norm", None) is not None:
         return None  # Qwen3, OLMo 2 and Gemma 3 have QK-norms; these classes have none
     ffs = [spec.layer_spec(i).feedforward for i in range(spec.n_layers)]
-    if any(f.kind == "moe" for f in ffs):  # Qwen2-MoE's experts have a gated shared expert
-        shared = all(f.n_shared_experts == 1 and f.shared_gate for f in ffs if f.kind == "moe")
-        return "Qwen2MoeForCausalLM" if shared and residual == "pre_norm" else None
+    if any(f.kind == "moe" for f in ffs) and residual == "pre_norm":
+        moes = [f for f in ffs if f.kind == "moe"]
+        if all(f.n_shared_experts == 1 and f.shared_gate for f in moes):
+            return "Qwen2MoeForCausalLM"  # experts with a gated shared expert
+        if all(f.router == "topk_softmax" and not f.n_shared_experts for f in moes):
+            return "GraniteMoeForCausalLM"
+        return None
+    if any(f.kind == "moe" for f in ffs):
+        return None
     if not getattr(spec.norm, "affine", True):
         return "OlmoForCausalLM"
     if residual == "pre_norm" and (

@@ -96,6 +96,7 @@ class Layer:
     #: ``experts``; with ``shared_expert`` a SwiGLU ``shared_expert`` and its sigmoid gate)
     sparse: tuple[bool, ...] = ()
     shared_expert: bool = False
+    router: str = "gate"
     prefix: str = "model"
     final_norm: str = "norm"
 
@@ -148,9 +149,10 @@ def _per_head(att: str, fused: str, what: str, heads: int, head_dim: int) -> Pai
     return Pair(names, f"{fused}.{what}", load=load, save=save)
 
 
-def _sparse(ff: str, mlp: str, shared: bool) -> list[Pair]:
-    """Transformers' sparse MoE block at ``mlp`` <-> our ``moe`` feed-forward at ``ff``."""
-    pairs = [same(f"{ff}.gate.weight", f"{mlp}.gate.weight"),
+def _sparse(ff: str, mlp: str, shared: bool, router: str) -> list[Pair]:
+    """Transformers' sparse MoE block at ``mlp`` (its router Linear named ``router``) <-> our
+    ``moe`` feed-forward at ``ff``."""
+    pairs = [same(f"{ff}.gate.weight", f"{mlp}.{router}.weight"),
              *fused_experts(ff, f"{mlp}.experts")]
     if shared:
         pairs += glu(f"{ff}.shared_expert", f"{mlp}.shared_expert")
@@ -193,7 +195,7 @@ def decoder_table(n_layers: int, layer: Layer, n_heads: int, n_kv_heads: int) ->
                            layer.norm_shift)
         mlp = f"{theirs}.{layer.mlp}"
         if i < len(layer.sparse) and layer.sparse[i]:
-            pairs += _sparse(ff, mlp, layer.shared_expert)
+            pairs += _sparse(ff, mlp, layer.shared_expert, layer.router)
             continue
         if layer.gate_up is not None:
             pairs.append(Pair((f"{ff}.W_gate.weight", f"{ff}.W_up.weight"),

@@ -25,7 +25,7 @@ def granite_spec(cfg: Any) -> dict[str, Any]:
     """Spec data of a ``GraniteConfig``."""
     bias = bool(cfg.attention_bias)
     data = decoder_spec(cfg, eps=cfg.rms_norm_eps, qkv_bias=bias, out_bias=bias,
-                        ffn_bias=cfg.mlp_bias)
+                        ffn_bias=getattr(cfg, "mlp_bias", False))  # Granite-MoE has none
     data["attention"]["scale"] = float(cfg.attention_multiplier)
     data["residual"] = {"kind": "pre_norm", "branch_scale": float(cfg.residual_multiplier)}
     data["emb_multiplier"] = _unless_one(cfg.embedding_multiplier)
