@@ -1,8 +1,8 @@
 """The component options issue 41's families need, by exact values against their formulas
 written out: a LayerNorm without parameters (OLMo 1), a pre-norm branch multiplier
 (Granite's residual_multiplier), an embedding multiplier and a logit scale (Granite,
-Cohere) and an output head bias (Phi-1/2); each left out of a spec's data at its default,
-so older specs keep their unit keys."""
+Cohere), an output head bias (Phi-1/2) and the xIELU activation (Apertus); each option is
+left out of a spec's data at its default, so older specs keep their unit keys."""
 
 import pytest
 import torch
@@ -97,3 +97,27 @@ def test_the_options_at_their_defaults_stay_out_of_the_spec_data():
                                 "logit_scale": 0.25}, REG).to_data()
     assert data["norm"]["affine"] is False and data["residual"]["branch_scale"] == 0.5
     assert data["logit_scale"] == 0.25
+
+
+def test_xielu_is_its_formula_and_transformers_python_form():
+    act = REG.get("activation", "xielu")
+    module = act.build(act.spec_cls())
+    x = torch.linspace(-4.0, 3.0, 29)
+    with torch.no_grad():
+        module.alpha_p.fill_(0.3)
+        module.alpha_n.fill_(-0.2)
+        a_p, a_n = F.softplus(torch.tensor(0.3)), 0.5 + F.softplus(torch.tensor(-0.2))
+        by_hand = torch.where(x > 0, a_p * x * x + 0.5 * x,
+                              (torch.expm1(torch.clamp(x, max=-1e-6)) - x) * a_n + 0.5 * x)
+        assert torch.allclose(module(x), by_hand, atol=1e-7)
+    fresh = act.build(act.spec_cls(alpha_p_init=1.5, alpha_n_init=0.9))
+    assert F.softplus(fresh.alpha_p).item() == pytest.approx(1.5)
+    assert 0.5 + F.softplus(fresh.alpha_n).item() == pytest.approx(0.9)
+    transformers = pytest.importorskip("transformers")
+    theirs = transformers.activations.XIELUActivation(dtype=torch.float32)
+    with torch.no_grad():
+        theirs.alpha_p.fill_(0.3)
+        theirs.alpha_n.fill_(-0.2)
+        assert torch.allclose(module(x), theirs._xielu_python(x), atol=1e-7)
+    with pytest.raises(ValueError, match="alpha_n_init"):
+        act.spec_cls(alpha_n_init=0.4)

@@ -1,11 +1,11 @@
 """The Llama-like families of issue 41 through the shared decoder (variantlab/hf/decoder.py):
 Gemma 1, OLMo 1, OLMo 3, StarCoder 2, GLM-4, Granite, Granite-MoE, Cohere, StableLM, Phi-1/2,
-Nemotron, Arcee, Seed-OSS, EXAONE 4, ERNIE 4.5, Qwen2-MoE, Persimmon. Each: a tiny perturbed
-HF model imports with equal parameter counts and logits within 1e-5 in float32 (both
-attention implementations, and left-padded), the import is causal, and it exports back to
-the same class with the same tensors and logits (ERNIE 4.5 exports as Llama, Persimmon
-without QK-norms as GPT-NeoX, which compute the same); what the families cannot hold is
-refused in one line."""
+Nemotron, Arcee, Seed-OSS, EXAONE 4, ERNIE 4.5, Qwen2-MoE, Persimmon, Apertus. Each: a tiny
+perturbed HF model imports with equal parameter counts and logits within 1e-5 in float32
+(both attention implementations, and left-padded), the import is causal, and it exports
+back to the same class with the same tensors and logits (ERNIE 4.5 exports as Llama,
+Persimmon without QK-norms as GPT-NeoX, which compute the same); what the families cannot
+hold is refused in one line."""
 
 import warnings
 
@@ -72,6 +72,9 @@ CASES = {
         S, intermediate_size=16, num_local_experts=4, num_experts_per_tok=2,
         embedding_multiplier=2.0, residual_multiplier=0.5, logits_scaling=4.0,
         attention_multiplier=0.2, tie_word_embeddings=True), None),
+    "apertus-xielu-bias": ("ApertusForCausalLM", "ApertusConfig", dict(
+        S, attention_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 1000.0}),
+        None),
     "ernie4_5-biases": ("Ernie4_5ForCausalLM", "Ernie4_5Config",
                         dict(S, head_dim=8, use_bias=True), "LlamaForCausalLM"),
 }
@@ -203,8 +206,6 @@ REFUSED = {
         S, use_sliding_window=True, sliding_window=4), "use_sliding_window"),
     "persimmon-hidden-dropout": ("PersimmonForCausalLM", "PersimmonConfig",
                                  dict(S, hidden_dropout=0.1), "hidden_dropout"),
-    "glm4-yarn": ("Glm4ForCausalLM", "Glm4Config", dict(S, rope_parameters={
-        "rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}), "rope_scaling"),
 }
 
 

@@ -10,8 +10,8 @@ Import (:func:`from_transformers`): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
 ``SmolLM3ForCausalLM``, ``Llama4ForCausalLM`` (text), ``Lfm2ForCausalLM``,
 ``FalconH1ForCausalLM`` and the Llama-like families around :mod:`variantlab.hf.decoder`
 (Gemma 1, OLMo 1, OLMo 3, EXAONE 4, StarCoder 2, GLM-4, Granite, Granite-MoE, Cohere,
-StableLM, Phi, Nemotron, Arcee, Seed-OSS, ERNIE 4.5, Qwen2-MoE, Persimmon) become ``(spec,
-model)``. Other classes and config options that variantlab cannot express raise
+StableLM, Phi, Nemotron, Arcee, Seed-OSS, ERNIE 4.5, Qwen2-MoE, Persimmon, Apertus) become
+``(spec, model)``. Other classes and config options that variantlab cannot express raise
 :class:`ConversionError` naming them.
 
 Export (:func:`to_transformers`): the transformers class is chosen from the spec's
@@ -38,6 +38,7 @@ import torch
 from ..model.build import build_model
 from ..model.specs import ModelSpec, parse_model_spec
 from ..plugin.registry import Registry, get_registry
+from .apertus import APERTUS
 from .arcee import ARCEE
 from .cohere import COHERE
 from .common import ConversionError, ExportWarning, Spec, refuse
@@ -134,6 +135,7 @@ CONVERTERS: dict[str, Converter] = {
     "Qwen2MoeForCausalLM": (QWEN2MOE.spec, QWEN2MOE.state),
     "PersimmonForCausalLM": (PERSIMMON.spec, PERSIMMON.state),
     "GraniteMoeForCausalLM": (GRANITEMOE.spec, GRANITEMOE.state),
+    "ApertusForCausalLM": (APERTUS.spec, APERTUS.state),
 }
 
 
@@ -193,6 +195,7 @@ TABLED: dict[str, Exporter] = {
     "Qwen2MoeForCausalLM": (QWEN2MOE.config, QWEN2MOE.table),
     "PersimmonForCausalLM": (PERSIMMON.config, PERSIMMON.table),
     "GraniteMoeForCausalLM": (GRANITEMOE.config, GRANITEMOE.table),
+    "ApertusForCausalLM": (APERTUS.config, APERTUS.table),
 }
 
 #: the classes a spec exports to (:func:`choose_class`)
@@ -231,7 +234,7 @@ def _frontier_class(spec: Spec) -> str | None:
 def _decoder_class(spec: Spec) -> str | None:
     """The Llama-like class (:mod:`variantlab.hf.decoder`) a rotary spec's options name, if
     any: an output head bias (Phi), a per-head LayerNorm QK-norm with a pre-norm MLP
-    (Persimmon), post-sublayer norms with a per-head QK-norm (EXAONE 4) or
+    (Persimmon) or an RMS one with an MLP (Apertus), post-sublayer norms with a per-head QK-norm (EXAONE 4) or
     with a projection QK-norm and windows (OLMo 3), a LayerNorm without parameters (OLMo), Granite's
     multipliers, scaled embeddings with pre-norm (Gemma), sandwich norms without them
     (GLM-4), experts with a gated shared expert (Qwen2-MoE) or routed by their top-k
@@ -257,6 +260,9 @@ def _decoder_class(spec: Spec) -> str | None:
     if qk is not None and qk.kind == "layer" and residual == "pre_norm" and \
             att.qk_norm_scope == "head" and spec.feedforward.kind == "mlp":
         return "PersimmonForCausalLM"
+    if qk is not None and qk.kind == "rms" and residual == "pre_norm" and \
+            att.qk_norm_scope == "head" and spec.feedforward.kind == "mlp":
+        return "ApertusForCausalLM"
     if getattr(att, "qk_norm", None) is not None:
         return None  # Qwen3, OLMo 2 and Gemma 3 have QK-norms; these classes have none
     ffs = [spec.layer_spec(i).feedforward for i in range(spec.n_layers)]

@@ -36,6 +36,7 @@ ACTIVATIONS: dict[str, dict[str, Any]] = {
     "relu2": {"kind": "relu2"},
     "silu": {"kind": "silu"},
     "swish": {"kind": "silu"},
+    "xielu": {"kind": "xielu"},
 }
 
 
@@ -137,7 +138,8 @@ def warn(message: str) -> None:
 
 #: our activation spec (kind, approximate) -> the Hugging Face ACT2FN name
 _ACT_NAMES = {("gelu", "none"): "gelu", ("gelu", "tanh"): "gelu_pytorch_tanh",
-              ("relu", None): "relu", ("relu2", None): "relu2", ("silu", None): "silu"}
+              ("relu", None): "relu", ("relu2", None): "relu2", ("silu", None): "silu",
+              ("xielu", None): "xielu"}
 
 
 def activation_name(spec: Spec) -> str | None:

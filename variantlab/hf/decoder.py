@@ -81,6 +81,10 @@ class Layer:
     ffn: Mapping[str, str] = field(default_factory=lambda: dict(GLU))
     gate_up: str | None = None
     ffn_bias: bool = False
+    #: the activation's parameters (xIELU's alpha_p, alpha_n) under ``mlp.act_fn``, and its
+    #: buffers, written on export as these constants (Apertus)
+    act_params: tuple[str, ...] = ()
+    act_buffers: Mapping[str, float] = field(default_factory=dict)
     #: the norms have a shift (LayerNorm's bias); the QK-norms too
     norm_shift: bool = False
     #: HF's norms scale by (1 + weight) (Gemma, Nemotron's LayerNorm1P): imported as 1 + weight
@@ -133,6 +137,11 @@ def _ours(i: int, residual: str) -> tuple[tuple[str, str], tuple[str, str] | Non
                 f"{block}.att.sublayer", f"{block}.ff.sublayer")
     return ((f"{block}.att.norm", f"{block}.ff.norm"), None, f"{block}.att.sublayer",
             f"{block}.ff.sublayer")
+
+
+def _constant(theirs: str, value: float) -> Pair:
+    """A buffer of theirs that no weight of ours holds: read by nothing, written as ``value``."""
+    return Pair((), theirs, load=lambda t: (), save=lambda ts: torch.tensor(value))
 
 
 def _per_head(att: str, fused: str, what: str, heads: int, head_dim: int) -> Pair:
@@ -205,6 +214,10 @@ def decoder_table(n_layers: int, layer: Layer, n_heads: int, n_kv_heads: int) ->
         for mine, name in layer.ffn.items():
             pairs += _linear(f"{ff}.{mine}", f"{mlp}.{name}", layer.ffn_bias,
                              "feed-forward biases")
+        pairs += [same(f"{ff}.layers.1.{name}", f"{mlp}.act_fn.{name}")
+                  for name in layer.act_params]
+        pairs += [_constant(f"{mlp}.act_fn.{name}", value)
+                  for name, value in layer.act_buffers.items()]
     return pairs
 
 
