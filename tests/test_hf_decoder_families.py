@@ -1,9 +1,9 @@
 """The Llama-like families of issue 41 through the shared decoder (variantlab/hf/decoder.py):
 Gemma 1, OLMo 1, OLMo 3, StarCoder 2, GLM-4, Granite, Granite-MoE, Cohere, StableLM, Phi-1/2,
-Nemotron, Arcee, Seed-OSS, EXAONE 4, ERNIE 4.5, Qwen2-MoE, Persimmon, Apertus. Each: a tiny
-perturbed HF model imports with equal parameter counts and logits within 1e-5 in float32
-(both attention implementations, and left-padded), the import is causal, and it exports
-back to the same class with the same tensors and logits (ERNIE 4.5 exports as Llama,
+Nemotron, Arcee, Seed-OSS, EXAONE 4, ERNIE 4.5, Qwen2-MoE, GLM-4-MoE, Persimmon, Apertus.
+Each: a tiny perturbed HF model imports with equal parameter counts and logits within 1e-5
+in float32 (both attention implementations, and left-padded), the import is causal, and it
+exports back to the same class with the same tensors and logits (ERNIE 4.5 exports as Llama,
 Persimmon without QK-norms as GPT-NeoX, which compute the same); what the families cannot
 hold is refused in one line."""
 
@@ -75,6 +75,13 @@ CASES = {
     "apertus-xielu-bias": ("ApertusForCausalLM", "ApertusConfig", dict(
         S, attention_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 1000.0}),
         None),
+    "glm4moe-groups-qk-norm-dense-first": ("Glm4MoeForCausalLM", "Glm4MoeConfig", dict(
+        S, num_hidden_layers=3, moe_intermediate_size=16, n_routed_experts=4,
+        num_experts_per_tok=2, first_k_dense_replace=1, n_shared_experts=1, n_group=2,
+        topk_group=1, routed_scaling_factor=1.5, use_qk_norm=True, attention_bias=True), None),
+    "glm4moe-every-layer-no-shared": ("Glm4MoeForCausalLM", "Glm4MoeConfig", dict(
+        S, moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2,
+        first_k_dense_replace=0, n_shared_experts=0, norm_topk_prob=False), None),
     "ernie4_5-biases": ("Ernie4_5ForCausalLM", "Ernie4_5Config",
                         dict(S, head_dim=8, use_bias=True), "LlamaForCausalLM"),
 }
@@ -84,7 +91,12 @@ def hf_model(case):
     cls, config_cls, kwargs, _ = CASES[case]
     torch.manual_seed(0)
     config = getattr(transformers, config_cls)(**kwargs, attn_implementation="eager")
-    return perturbed(getattr(transformers, cls)(config))
+    hf = perturbed(getattr(transformers, cls)(config))
+    with torch.no_grad():
+        for module in hf.modules():  # a buffer: perturbed() moves parameters only
+            if hasattr(module, "e_score_correction_bias"):
+                module.e_score_correction_bias.normal_(0.0, 0.1)
+    return hf
 
 
 def logits(model, idx):

@@ -10,7 +10,7 @@ Import (:func:`from_transformers`): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
 ``SmolLM3ForCausalLM``, ``Llama4ForCausalLM`` (text), ``Lfm2ForCausalLM``,
 ``FalconH1ForCausalLM`` and the Llama-like families around :mod:`variantlab.hf.decoder`
 (Gemma 1, OLMo 1, OLMo 3, EXAONE 4, StarCoder 2, GLM-4, Granite, Granite-MoE, Cohere,
-StableLM, Phi, Nemotron, Arcee, Seed-OSS, ERNIE 4.5, Qwen2-MoE, Persimmon, Apertus) become
+StableLM, Phi, Nemotron, Arcee, Seed-OSS, ERNIE 4.5, Qwen2-MoE, Persimmon, Apertus, GLM-4-MoE) become
 ``(spec, model)``. Other classes and config options that variantlab cannot express raise
 :class:`ConversionError` naming them.
 
@@ -56,6 +56,7 @@ from .falconh1 import falconh1_config, falconh1_spec, falconh1_state, falconh1_t
 from .gemma import gemma_config, gemma_hf_state, gemma_spec, gemma_state
 from .gemma1 import GEMMA1
 from .glm4 import GLM4
+from .glm4moe import GLM4MOE
 from .gpt2 import gpt2_config, gpt2_hf_state, gpt2_spec, gpt2_state
 from .gptoss import gptoss_config, gptoss_spec, gptoss_state, gptoss_table
 from .granite import GRANITE
@@ -136,6 +137,7 @@ CONVERTERS: dict[str, Converter] = {
     "PersimmonForCausalLM": (PERSIMMON.spec, PERSIMMON.state),
     "GraniteMoeForCausalLM": (GRANITEMOE.spec, GRANITEMOE.state),
     "ApertusForCausalLM": (APERTUS.spec, APERTUS.state),
+    "Glm4MoeForCausalLM": (GLM4MOE.spec, GLM4MOE.state),
 }
 
 
@@ -196,6 +198,7 @@ TABLED: dict[str, Exporter] = {
     "PersimmonForCausalLM": (PERSIMMON.config, PERSIMMON.table),
     "GraniteMoeForCausalLM": (GRANITEMOE.config, GRANITEMOE.table),
     "ApertusForCausalLM": (APERTUS.config, APERTUS.table),
+    "Glm4MoeForCausalLM": (GLM4MOE.config, GLM4MOE.table),
 }
 
 #: the classes a spec exports to (:func:`choose_class`)
@@ -234,7 +237,8 @@ def _frontier_class(spec: Spec) -> str | None:
 def _decoder_class(spec: Spec) -> str | None:
     """The Llama-like class (:mod:`variantlab.hf.decoder`) a rotary spec's options name, if
     any: an output head bias (Phi), a per-head LayerNorm QK-norm with a pre-norm MLP
-    (Persimmon) or an RMS one with an MLP (Apertus), post-sublayer norms with a per-head QK-norm (EXAONE 4) or
+    (Persimmon) or an RMS one with an MLP (Apertus), experts routed by sigmoid_topk
+    (GLM-4-MoE), post-sublayer norms with a per-head QK-norm (EXAONE 4) or
     with a projection QK-norm and windows (OLMo 3), a LayerNorm without parameters (OLMo), Granite's
     multipliers, scaled embeddings with pre-norm (Gemma), sandwich norms without them
     (GLM-4), experts with a gated shared expert (Qwen2-MoE) or routed by their top-k
@@ -260,12 +264,15 @@ def _decoder_class(spec: Spec) -> str | None:
     if qk is not None and qk.kind == "layer" and residual == "pre_norm" and \
             att.qk_norm_scope == "head" and spec.feedforward.kind == "mlp":
         return "PersimmonForCausalLM"
+    ffs = [spec.layer_spec(i).feedforward for i in range(spec.n_layers)]
+    if residual == "pre_norm" and any(f.kind == "moe" and f.router == "sigmoid_topk"
+                                      for f in ffs):
+        return "Glm4MoeForCausalLM"  # DeepSeek-V3's experts under grouped-query mha
     if qk is not None and qk.kind == "rms" and residual == "pre_norm" and \
             att.qk_norm_scope == "head" and spec.feedforward.kind == "mlp":
         return "ApertusForCausalLM"
     if getattr(att, "qk_norm", None) is not None:
         return None  # Qwen3, OLMo 2 and Gemma 3 have QK-norms; these classes have none
-    ffs = [spec.layer_spec(i).feedforward for i in range(spec.n_layers)]
     if any(f.kind == "moe" for f in ffs) and residual == "pre_norm":
         moes = [f for f in ffs if f.kind == "moe"]
         if all(f.n_shared_experts == 1 and f.shared_gate for f in moes):

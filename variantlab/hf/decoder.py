@@ -101,6 +101,13 @@ class Layer:
     sparse: tuple[bool, ...] = ()
     shared_expert: bool = False
     router: str = "gate"
+    #: DeepSeek-V3's experts (GLM-4-MoE): the router's choice bias
+    #: ``gate.e_score_correction_bias``, and with ``shared_experts`` ungated shared experts
+    v3_experts: bool = False
+    shared_experts: bool = False
+    #: without shared experts, transformers still builds them empty (width 0): their hidden
+    #: size, to write the empty tensors on export
+    empty_shared: int = 0
     prefix: str = "model"
     final_norm: str = "norm"
 
@@ -139,9 +146,10 @@ def _ours(i: int, residual: str) -> tuple[tuple[str, str], tuple[str, str] | Non
             f"{block}.ff.sublayer")
 
 
-def _constant(theirs: str, value: float) -> Pair:
-    """A buffer of theirs that no weight of ours holds: read by nothing, written as ``value``."""
-    return Pair((), theirs, load=lambda t: (), save=lambda ts: torch.tensor(value))
+def _constant(theirs: str, value: float | torch.Tensor) -> Pair:
+    """A tensor of theirs that no weight of ours holds (a fixed buffer, an empty weight):
+    read by nothing, written as ``value``."""
+    return Pair((), theirs, load=lambda t: (), save=lambda ts: torch.as_tensor(value))
 
 
 def _per_head(att: str, fused: str, what: str, heads: int, head_dim: int) -> Pair:
@@ -158,12 +166,22 @@ def _per_head(att: str, fused: str, what: str, heads: int, head_dim: int) -> Pai
     return Pair(names, f"{fused}.{what}", load=load, save=save)
 
 
-def _sparse(ff: str, mlp: str, shared: bool, router: str) -> list[Pair]:
-    """Transformers' sparse MoE block at ``mlp`` (its router Linear named ``router``) <-> our
-    ``moe`` feed-forward at ``ff``."""
-    pairs = [same(f"{ff}.gate.weight", f"{mlp}.{router}.weight"),
+def _sparse(ff: str, mlp: str, layer: Layer) -> list[Pair]:
+    """Transformers' sparse MoE block at ``mlp`` (as ``layer`` names it) <-> our ``moe``
+    feed-forward at ``ff``."""
+    pairs = [same(f"{ff}.gate.weight", f"{mlp}.{layer.router}.weight"),
              *fused_experts(ff, f"{mlp}.experts")]
-    if shared:
+    if layer.v3_experts:  # the choice bias is a buffer: no optimizer moves it
+        pairs.append(same(f"{ff}.expert_bias", f"{mlp}.gate.e_score_correction_bias",
+                          "expert choice bias", quiet=True))
+    if layer.shared_experts:
+        pairs += glu(f"{ff}.shared_expert", f"{mlp}.shared_experts")
+    elif layer.empty_shared:
+        width = layer.empty_shared
+        pairs += [_constant(f"{mlp}.shared_experts.{name}.weight", torch.zeros(shape))
+                  for name, shape in (("gate_proj", (0, width)), ("up_proj", (0, width)),
+                                      ("down_proj", (width, 0)))]
+    if layer.shared_expert:
         pairs += glu(f"{ff}.shared_expert", f"{mlp}.shared_expert")
         pairs.append(same(f"{ff}.shared_expert_gate.weight", f"{mlp}.shared_expert_gate.weight"))
     return pairs
@@ -204,7 +222,7 @@ def decoder_table(n_layers: int, layer: Layer, n_heads: int, n_kv_heads: int) ->
                            layer.norm_shift)
         mlp = f"{theirs}.{layer.mlp}"
         if i < len(layer.sparse) and layer.sparse[i]:
-            pairs += _sparse(ff, mlp, layer.shared_expert, layer.router)
+            pairs += _sparse(ff, mlp, layer)
             continue
         if layer.gate_up is not None:
             pairs.append(Pair((f"{ff}.W_gate.weight", f"{ff}.W_up.weight"),
