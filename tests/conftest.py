@@ -210,6 +210,36 @@ def perturbed(model, seed: int = 1):
     return model.eval()
 
 
+def perturbed_hf(cls: str, config_cls: str, kwargs: dict):
+    """A transformers ``cls`` of ``config_cls(**kwargs)`` (eager attention), seeded, with
+    every parameter perturbed and, for DeepSeek-V3-style routers, the choice-bias buffer
+    too."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = getattr(transformers, config_cls)(**kwargs, attn_implementation="eager")
+    hf = perturbed(getattr(transformers, cls)(config))
+    with torch.no_grad():
+        for module in hf.modules():  # a buffer: perturbed() moves parameters only
+            if hasattr(module, "e_score_correction_bias"):
+                module.e_score_correction_bias.normal_(0.0, 0.1)
+    return hf
+
+
+def exported_native(data: dict, registry):
+    """``(model, hf)``: a variantlab model of spec ``data`` (perturbed, seeded) and its
+    ``to_transformers`` export, which may warn of nothing (every weight has its place)."""
+    import variantlab as vl
+    from variantlab.hf import ExportWarning
+
+    spec = vl.parse_model_spec(data, registry)
+    torch.manual_seed(0)
+    model = perturbed(vl.build_model(spec, registry), seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ExportWarning)
+        return model, vl.to_transformers(spec, model)
+
+
 def left_padded_diff(hf, model, length: int = 11) -> float:
     """Largest |logit difference| between an HF causal LM and ours over the real positions of
     three rows of ``length`` tokens, the first left-padded by 4 and the last by 1 (HF gets the

@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import left_padded_diff, n_params, perturbed
+from conftest import exported_native, left_padded_diff, n_params, perturbed, perturbed_hf
 
 transformers = pytest.importorskip("transformers")
 
@@ -89,14 +89,7 @@ CASES = {
 
 def hf_model(case):
     cls, config_cls, kwargs, _ = CASES[case]
-    torch.manual_seed(0)
-    config = getattr(transformers, config_cls)(**kwargs, attn_implementation="eager")
-    hf = perturbed(getattr(transformers, cls)(config))
-    with torch.no_grad():
-        for module in hf.modules():  # a buffer: perturbed() moves parameters only
-            if hasattr(module, "e_score_correction_bias"):
-                module.e_score_correction_bias.normal_(0.0, 0.1)
-    return hf
+    return perturbed_hf(cls, config_cls, kwargs)
 
 
 def logits(model, idx):
@@ -255,12 +248,7 @@ NATIVE = {
 @pytest.mark.parametrize("case", list(NATIVE))
 def test_a_spec_built_in_variantlab_exports_with_equal_logits(case):
     cls, extra = NATIVE[case]
-    spec = vl.parse_model_spec({**TINY, **extra}, REG)
-    torch.manual_seed(0)
-    model = perturbed(vl.build_model(spec, REG), seed=2)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", ExportWarning)
-        hf = to_transformers(spec, model)
+    model, hf = exported_native({**TINY, **extra}, REG)
     assert type(hf).__name__ == cls
     assert n_params(hf) == n_params(model)
     assert max_diff(model, hf, torch.randint(0, 64, (2, 10))) < TOL
