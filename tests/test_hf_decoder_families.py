@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import exported_native, left_padded_diff, n_params, perturbed, perturbed_hf
+from conftest import assert_native_export, left_padded_diff, n_params, perturbed, perturbed_hf
 
 transformers = pytest.importorskip("transformers")
 
@@ -248,10 +248,7 @@ NATIVE = {
 @pytest.mark.parametrize("case", list(NATIVE))
 def test_a_spec_built_in_variantlab_exports_with_equal_logits(case):
     cls, extra = NATIVE[case]
-    model, hf = exported_native({**TINY, **extra}, REG)
-    assert type(hf).__name__ == cls
-    assert n_params(hf) == n_params(model)
-    assert max_diff(model, hf, torch.randint(0, 64, (2, 10))) < TOL
+    assert_native_export({**TINY, **extra}, cls, REG, TOL)
 
 
 def test_an_option_the_class_lacks_is_refused_at_its_spec_path():

@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import exported_native, n_params, perturbed, perturbed_hf
+from conftest import assert_native_export, n_params, perturbed, perturbed_hf
 
 transformers = pytest.importorskip("transformers")
 
@@ -164,12 +164,7 @@ NATIVE = {
 @pytest.mark.parametrize("case", list(NATIVE))
 def test_a_spec_built_in_variantlab_exports_with_equal_logits(case):
     cls, extra = NATIVE[case]
-    model, hf = exported_native({**TINY, **extra}, REG)
-    assert type(hf).__name__ == cls
-    assert n_params(hf) == n_params(model)
-    idx = torch.randint(0, 64, (2, 10))  # longer than the windows and chunks
-    with torch.no_grad():
-        assert (model(idx) - hf(idx).logits).abs().max().item() < 1e-4
+    assert_native_export({**TINY, **extra}, cls, REG, 1e-4)
 
 
 def test_a_bias_the_variant_lacks_is_exported_as_zeros_with_a_warning():
