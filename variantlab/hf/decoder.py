@@ -408,8 +408,8 @@ def typed_rotary(cfg: Any, layer_type: str) -> dict[str, Any] | None:
     params = getattr(cfg, "rope_parameters", None) or {}
     if not isinstance(params.get(layer_type), dict):
         return None
-    return rotary(SimpleNamespace(rope_parameters=params[layer_type]), partial=False,
-                  head_dim=head_dim_of(cfg))
+    typed = SimpleNamespace(**{**cfg.to_dict(), "rope_parameters": params[layer_type]})
+    return rotary(typed, partial=False, head_dim=head_dim_of(cfg))
 
 
 def typed_layers(cfg: Any, data: dict[str, Any], *, nope_full: bool = False) -> None:
@@ -446,7 +446,9 @@ def typed_layers(cfg: Any, data: dict[str, Any], *, nope_full: bool = False) -> 
 def layer_types(spec: Spec) -> tuple[list[str], int | None, dict[str, Any]]:
     """Each layer's transformers type (``sliding_attention`` where a window is set), the
     one window (None without), and the rotary positional of each type."""
-    types, windows, positionals = [], set(), {}
+    types: list[str] = []
+    windows: set[int] = set()
+    positionals: dict[str, Any] = {}
     for i in range(spec.n_layers):
         layer = spec.layer_spec(i)
         window = getattr(layer.attention, "window", None)
