@@ -9,10 +9,10 @@ Import (:func:`from_transformers`): ``GPT2LMHeadModel``, ``LlamaForCausalLM``,
 ``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM``, ``GptOssForCausalLM``,
 ``SmolLM3ForCausalLM``, ``Llama4ForCausalLM`` (text), ``Lfm2ForCausalLM``,
 ``FalconH1ForCausalLM`` and the Llama-like families around :mod:`variantlab.hf.decoder`
-(Gemma 1, OLMo 1, OLMo 3, EXAONE 4, StarCoder 2, GLM-4, Granite, Granite-MoE, Cohere,
-StableLM, Phi, Nemotron, Arcee, Seed-OSS, ERNIE 4.5, Qwen2-MoE, Persimmon, Apertus, GLM-4-MoE) become
-``(spec, model)``. Other classes and config options that variantlab cannot express raise
-:class:`ConversionError` naming them.
+(Gemma 1, OLMo 1, OLMo 3, EXAONE 4, StarCoder 2, GLM-4, GLM-4-MoE, Granite, Granite-MoE,
+Cohere, StableLM, Phi, Nemotron, Arcee, Seed-OSS, ERNIE 4.5, ERNIE 4.5 MoE, Qwen2-MoE,
+Persimmon, Apertus) become ``(spec, model)``. Other classes and config options that
+variantlab cannot express raise :class:`ConversionError` naming them.
 
 Export (:func:`to_transformers`): the transformers class is chosen from the spec's
 components (multi-head latent attention: DeepSeek-V3 with sigmoid routing, else V2; a parallel
@@ -51,6 +51,7 @@ from .deepseek import (
     deepseek_v3_spec,
 )
 from .ernie4_5 import ERNIE4_5
+from .ernie4_5moe import ERNIE4_5MOE
 from .exaone4 import EXAONE4
 from .falconh1 import falconh1_config, falconh1_spec, falconh1_state, falconh1_table
 from .gemma import gemma_config, gemma_hf_state, gemma_spec, gemma_state
@@ -138,6 +139,7 @@ CONVERTERS: dict[str, Converter] = {
     "GraniteMoeForCausalLM": (GRANITEMOE.spec, GRANITEMOE.state),
     "ApertusForCausalLM": (APERTUS.spec, APERTUS.state),
     "Glm4MoeForCausalLM": (GLM4MOE.spec, GLM4MOE.state),
+    "Ernie4_5_MoeForCausalLM": (ERNIE4_5MOE.spec, ERNIE4_5MOE.state),
 }
 
 

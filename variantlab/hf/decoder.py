@@ -98,9 +98,11 @@ class Layer:
     sparse: tuple[bool, ...] = ()
     shared_expert: bool = False
     router: str = "gate"
-    #: DeepSeek-V3's experts (GLM-4-MoE): the router's choice bias
-    #: ``gate.e_score_correction_bias``, and with ``shared_experts`` ungated shared experts
-    v3_experts: bool = False
+    #: the router's choice bias under ``mlp`` (DeepSeek-V3's ``gate.e_score_correction_bias``,
+    #: GLM-4-MoE; ERNIE 4.5's ``gate.moe_statics.e_score_correction_bias``, stored (1, E)
+    #: with ``choice_bias_row``), and with ``shared_experts`` ungated shared experts
+    choice_bias: str | None = None
+    choice_bias_row: bool = False
     shared_experts: bool = False
     #: without shared experts, transformers still builds them empty (width 0): their hidden
     #: size, to write the empty tensors on export
@@ -168,9 +170,12 @@ def _sparse(ff: str, mlp: str, layer: Layer) -> list[Pair]:
     feed-forward at ``ff``."""
     pairs = [same(f"{ff}.gate.weight", f"{mlp}.{layer.router}.weight"),
              *fused_experts(ff, f"{mlp}.experts")]
-    if layer.v3_experts:  # the choice bias is a buffer: no optimizer moves it
-        pairs.append(same(f"{ff}.expert_bias", f"{mlp}.gate.e_score_correction_bias",
-                          "expert choice bias", quiet=True))
+    if layer.choice_bias is not None:  # a buffer (frozen in ERNIE): no optimizer moves it
+        row = layer.choice_bias_row
+        pairs.append(Pair((f"{ff}.expert_bias",), f"{mlp}.{layer.choice_bias}",
+                          load=lambda t: (t.reshape(-1),),
+                          save=lambda ts: ts[0][None] if row else ts[0],
+                          zeros="expert choice bias", quiet=True))
     if layer.shared_experts:
         pairs += glu(f"{ff}.shared_expert", f"{mlp}.shared_experts")
     elif layer.empty_shared:

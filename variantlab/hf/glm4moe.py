@@ -42,7 +42,8 @@ def glm4moe_layer(cfg: Any) -> Layer:
     return Layer(qkv_bias=bool(cfg.attention_bias),
                  qk_norms=("q_norm", "k_norm") if cfg.use_qk_norm else None,
                  sparse=tuple(i >= first_dense for i in range(cfg.num_hidden_layers)),
-                 v3_experts=True, shared_experts=bool(cfg.n_shared_experts),
+                 choice_bias="gate.e_score_correction_bias",
+                 shared_experts=bool(cfg.n_shared_experts),
                  empty_shared=0 if cfg.n_shared_experts else cfg.hidden_size)
 
 
