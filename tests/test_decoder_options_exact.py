@@ -1,7 +1,8 @@
 """The component options issue 41's families need, by exact values against their formulas
 written out: a LayerNorm without parameters (OLMo 1), a pre-norm branch multiplier
 (Granite's residual_multiplier), an embedding multiplier and a logit scale (Granite,
-Cohere), an output head bias (Phi-1/2) and the xIELU activation (Apertus); each option is
+Cohere), an output head bias (Phi-1/2), the xIELU activation (Apertus) and clamped q/k/v
+projections (OLMo 1); each option is
 left out of a spec's data at its default, so older specs keep their unit keys."""
 
 import pytest
@@ -121,3 +122,18 @@ def test_xielu_is_its_formula_and_transformers_python_form():
         assert torch.allclose(module(x), theirs._xielu_python(x), atol=1e-7)
     with pytest.raises(ValueError, match="alpha_n_init"):
         act.spec_cls(alpha_n_init=0.4)
+
+
+def test_clip_qkv_clamps_the_three_projections():
+    att = REG.get("attention", "mha")
+    torch.manual_seed(0)
+    module = att.build(att.spec_cls(clip_qkv=0.3), emb_dim=8, n_heads=2, context_length=8,
+                       drop_rate=0.0, qkv_bias=True, causal=True)
+    x = torch.randn(1, 5, 8) * 3
+    with torch.no_grad():
+        q, k, v = (lin(x).clamp(-0.3, 0.3).view(1, 5, 2, 4).transpose(1, 2)
+                   for lin in (module.W_query, module.W_key, module.W_value))
+        scores = (q @ k.transpose(-1, -2)) / 2.0  # (1, 2, 5, 5), head_dim 4
+        scores = scores.masked_fill(torch.ones(5, 5).triu(1).bool(), -torch.inf)
+        context = (scores.softmax(-1) @ v).transpose(1, 2).reshape(1, 5, 8)
+        assert torch.allclose(module(x), module.out_proj(context), atol=1e-6)

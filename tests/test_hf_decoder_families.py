@@ -30,6 +30,7 @@ CASES = {
     "gemma-head-dim-bias": ("GemmaForCausalLM", "GemmaConfig",
                             dict(S, head_dim=12, attention_bias=True), None),
     "olmo-bias-untied": ("OlmoForCausalLM", "OlmoConfig", dict(S, attention_bias=True), None),
+    "olmo-clip-qkv": ("OlmoForCausalLM", "OlmoConfig", dict(S, clip_qkv=0.5), None),
     "starcoder2-window": ("Starcoder2ForCausalLM", "Starcoder2Config",
                           dict(S, sliding_window=5), None),
     "starcoder2-no-bias": ("Starcoder2ForCausalLM", "Starcoder2Config",
@@ -171,6 +172,13 @@ def test_what_the_specs_say():
     spec, model = from_transformers(hf_model("olmo-bias-untied"), REG)
     assert spec.norm.kind == "layer" and spec.norm.affine is False
     assert not any("norm" in k for k in model.state_dict())
+    hf = hf_model("olmo-clip-qkv")
+    spec, model = from_transformers(hf, REG)
+    assert spec.attention.clip_qkv == 0.5
+    unclipped = vl.build_model(dict(spec.to_data(), attention={"kind": "mha", "n_kv_heads": 2}),
+                               REG)
+    unclipped.load_state_dict(model.state_dict())
+    assert max_diff(unclipped.eval(), hf, torch.randint(0, 64, (2, 12))) > 1e-3  # it clips
     spec, _ = from_transformers(hf_model("cohere-logit-scale"), REG)
     assert (spec.residual.kind, spec.residual.shared_norm, spec.norm_bias, spec.logit_scale) \
         == ("parallel", True, False, 0.5)
@@ -219,7 +227,6 @@ def test_the_interleaved_rotary_reorder_matters(case):
 
 
 REFUSED = {
-    "olmo-clip-qkv": ("OlmoForCausalLM", "OlmoConfig", dict(S, clip_qkv=8.0), "clip_qkv"),
     "cohere-qk-norm": ("CohereForCausalLM", "CohereConfig", dict(S, use_qk_norm=True),
                        "use_qk_norm"),
     "stablelm-qk-layernorm": ("StableLmForCausalLM", "StableLmConfig",

@@ -33,7 +33,7 @@ class MHASpec(ComponentSpec):
 
     kind: Literal["mha"] = "mha"
     added_options: ClassVar[tuple[str, ...]] = ("scale", "softcap", "output_gate", "sinks",
-                                                "chunk")
+                                                "chunk", "clip_qkv")
     walk_examples: ClassVar[tuple[dict, ...]] = (  # tests/test_registry_walk.py tries these
         {"kind": "mha", "n_kv_heads": 2, "qk_norm": {"kind": "rms"}, "window": 4},
         {"kind": "mha", "scale": 0.125, "softcap": 5.0, "window": 3},
@@ -84,6 +84,9 @@ class MHASpec(ComponentSpec):
         None, description="chunked local attention (Llama 4's attention_chunk_size): "
         "positions in chunks of this many, counted from the first real token, and a query "
         "sees only the keys of its own chunk; unset = none")
+    clip_qkv: PositiveFloat | None = Field(
+        None, description="clamp the query, key and value projections to [-c, c] before "
+        "anything else reads them (OLMo 1's clip_qkv, Groeneveld et al. 2024); unset = none")
 
     @field_validator("qk_norm", mode="before")
     @classmethod
@@ -123,7 +126,7 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = spec.head_dim or emb_dim // n_heads
         self.causal, self.impl, self.drop_rate = causal, spec.impl, drop_rate
         self.window, self.scope, self.chunk = spec.window, spec.qk_norm_scope, spec.chunk
-        self.scale, self.softcap = spec.scale, spec.softcap
+        self.scale, self.softcap, self.clip = spec.scale, spec.softcap, spec.clip_qkv
         q_dim, kv_dim = n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         self.W_query = nn.Linear(emb_dim, q_dim, bias=qkv_bias)
         self.W_key = nn.Linear(emb_dim, kv_dim, bias=qkv_bias)
@@ -164,11 +167,15 @@ class MultiHeadAttention(nn.Module):
         self_attention = memory is None
         kv = x if self_attention else memory  # (B, S, D)
         queries, keys = self.W_query(x), self.W_key(kv)  # (B, T, H*hd), (B, S, H_kv*hd)
+        values = self.W_value(kv)  # (B, S, H_kv*hd)
+        if self.clip is not None:  # OLMo 1: every projection clamped to [-clip, clip]
+            queries, keys, values = (p.clamp(-self.clip, self.clip)
+                                     for p in (queries, keys, values))
         if self.q_norm is not None and self.scope == "projection":
             queries, keys = self.q_norm(queries), self.k_norm(keys)
         queries = self.split_heads(queries, self.n_heads)  # (B, H, T, hd)
         keys = self.split_heads(keys, self.n_kv_heads)  # (B, H_kv, S, hd)
-        values = self.split_heads(self.W_value(kv), self.n_kv_heads)  # (B, H_kv, S, hd)
+        values = self.split_heads(values, self.n_kv_heads)  # (B, H_kv, S, hd)
         if self.q_norm is not None and self.scope == "head":
             queries, keys = self.q_norm(queries), self.k_norm(keys)
         bias = None

@@ -187,6 +187,8 @@ def check_attention(spec: Spec, cls: str, *, gqa: bool, head_dim_free: bool,
          "attention sinks are in gpt-oss only")
     need(spec, cls, "attention.chunk", chunk or getattr(att, "chunk", None) is None,
          "chunked attention is in Llama 4 only")
+    need(spec, cls, "attention.clip_qkv", getattr(att, "clip_qkv", None) is None,
+         "clamped q/k/v projections are in OLMo 1 only")
     kv = att.n_kv_heads or spec.n_heads
     need(spec, cls, "attention.n_kv_heads", gqa or kv == spec.n_heads,
          f"n_kv_heads={kv}: grouped-query heads are not in this class")

@@ -3,7 +3,8 @@ science of language models").
 
 A Llama decoder whose norms are LayerNorms without any parameter (``norm: {kind: layer,
 affine: false}``, eps 1e-5, fixed in transformers), attention biases with
-``attention_bias``. ``clip_qkv`` (clamping q, k and v) is refused. On export a spec whose
+``attention_bias``, and with ``clip_qkv`` the q, k and v projections clamped to [-c, c]
+(``attention.clip_qkv``). On export a spec whose
 LayerNorm has no parameters goes here.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import Spec, reject
+from .common import Spec
 from .decoder import Family, Layer, decoder_spec, llama_options
 
 #: transformers' OlmoLayerNorm eps
@@ -20,11 +21,11 @@ EPS = 1e-5
 
 def olmo_spec(cfg: Any) -> dict[str, Any]:
     """Spec data of an ``OlmoConfig``."""
-    if cfg.clip_qkv is not None:
-        reject("clip_qkv", cfg.clip_qkv, "clamping q, k and v is not an attention option here")
     bias = bool(cfg.attention_bias)
     data = decoder_spec(cfg, eps=EPS, norm="layer", qkv_bias=bias, out_bias=bias)
     data["norm"]["affine"] = False
+    if cfg.clip_qkv is not None:
+        data["attention"]["clip_qkv"] = float(cfg.clip_qkv)
     return data
 
 
@@ -34,7 +35,8 @@ def olmo_layer(cfg: Any) -> Layer:
 
 
 def olmo_options(spec: Spec) -> dict[str, Any]:
-    options = llama_options(spec, attention_bias=spec.qkv_bias or spec.attn_out_bias)
+    options = llama_options(spec, attention_bias=spec.qkv_bias or spec.attn_out_bias,
+                            clip_qkv=spec.attention.clip_qkv)
     del options["rms_norm_eps"], options["head_dim"]
     return options
 
