@@ -137,3 +137,21 @@ def test_clip_qkv_clamps_the_three_projections():
         scores = scores.masked_fill(torch.ones(5, 5).triu(1).bool(), -torch.inf)
         context = (scores.softmax(-1) @ v).transpose(1, 2).reshape(1, 5, 8)
         assert torch.allclose(module(x), module.out_proj(context), atol=1e-6)
+
+
+def test_each_head_qk_norm_gives_every_head_its_own_weights():
+    att = REG.get("attention", "mha")
+    norm = REG.get("norm", "rms")
+    spec = att.spec_cls.model_validate({"qk_norm": {"kind": "rms"}, "qk_norm_scope": "each_head",
+                                        "n_kv_heads": 1}, context={"registry": REG})
+    module = att.build(spec, emb_dim=8, n_heads=2, context_length=8,
+                       drop_rate=0.0, qkv_bias=False, causal=True,
+                       make_norm=lambda dim, spec: norm.build(spec, dim=dim))
+    assert len(module.q_norm) == 2 and len(module.k_norm) == 1
+    with torch.no_grad():
+        module.q_norm[1].scale.fill_(3.0)
+    q = torch.randn(1, 2, 5, 4)  # (B, H, T, hd)
+    rms = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + 1e-5)
+    out = module.q_norm(q)
+    assert torch.allclose(out[:, 0], rms[:, 0], atol=1e-6)
+    assert torch.allclose(out[:, 1], 3.0 * rms[:, 1], atol=1e-6)

@@ -41,6 +41,8 @@ CASES = {
         S, embedding_multiplier=3.0, residual_multiplier=0.4, attention_multiplier=0.3,
         logits_scaling=2.5, attention_bias=True), None),
     "cohere-logit-scale": ("CohereForCausalLM", "CohereConfig", dict(S, logit_scale=0.5), None),
+    "cohere-qk-norm-each-head": ("CohereForCausalLM", "CohereConfig",
+                                 dict(S, use_qk_norm=True, attention_bias=True), None),
     "stablelm-parallel-qkv-bias": ("StableLmForCausalLM", "StableLmConfig",
                                    dict(S, use_qkv_bias=True, use_parallel_residual=True), None),
     "stablelm-sequential": ("StableLmForCausalLM", "StableLmConfig", dict(S), None),
@@ -182,6 +184,8 @@ def test_what_the_specs_say():
     spec, _ = from_transformers(hf_model("cohere-logit-scale"), REG)
     assert (spec.residual.kind, spec.residual.shared_norm, spec.norm_bias, spec.logit_scale) \
         == ("parallel", True, False, 0.5)
+    spec, _ = from_transformers(hf_model("cohere-qk-norm-each-head"), REG)
+    assert spec.attention.qk_norm_scope == "each_head" and spec.attention.qk_norm.kind == "layer"
     spec, _ = from_transformers(hf_model("phi-qk-layernorm"), REG)
     assert spec.head_bias and spec.positional.fraction == 0.5
     assert spec.attention.qk_norm.kind == "layer"
@@ -207,7 +211,7 @@ def test_what_the_specs_say():
 
 
 @pytest.mark.parametrize("case", ["glm4-partial-interleaved-tied", "cohere-logit-scale",
-                                  "ernie4_5-biases"])
+                                  "cohere-qk-norm-each-head", "ernie4_5-biases"])
 def test_the_interleaved_rotary_reorder_matters(case):
     """Their rotary turns interleaved pairs: without reordering the q/k rows the logits
     differ, so the reorder is what makes them equal."""
@@ -227,8 +231,6 @@ def test_the_interleaved_rotary_reorder_matters(case):
 
 
 REFUSED = {
-    "cohere-qk-norm": ("CohereForCausalLM", "CohereConfig", dict(S, use_qk_norm=True),
-                       "use_qk_norm"),
     "stablelm-qk-layernorm": ("StableLmForCausalLM", "StableLmConfig",
                               dict(S, qk_layernorm=True), "qk_layernorm"),
     "stablelm-hidden-dropout": ("StableLmForCausalLM", "StableLmConfig",

@@ -273,6 +273,8 @@ def _decoder_class(spec: Spec) -> str | None:
     if qk is not None and qk.kind == "rms" and residual == "pre_norm" and \
             att.qk_norm_scope == "head" and spec.feedforward.kind == "mlp":
         return "ApertusForCausalLM"
+    if qk is not None and att.qk_norm_scope == "each_head" and residual == "parallel":
+        return "CohereForCausalLM"
     if getattr(att, "qk_norm", None) is not None:
         return None  # Qwen3, OLMo 2 and Gemma 3 have QK-norms; these classes have none
     if any(f.kind == "moe" for f in ffs) and residual == "pre_norm":

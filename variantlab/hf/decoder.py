@@ -74,6 +74,9 @@ class Layer:
     qkv_bias: bool = False
     out_bias: bool = False
     qk_norms: tuple[str, str] | None = None
+    #: the QK-norms have a weight per head, stored stacked (heads, head_dim) (Cohere; ours:
+    #: ``qk_norm_scope: each_head``, a norm per head)
+    qk_norm_stacked: bool = False
     mlp: str = "mlp"
     ffn: Mapping[str, str] = field(default_factory=lambda: dict(GLU))
     gate_up: str | None = None
@@ -151,6 +154,15 @@ def _constant(theirs: str, value: float | torch.Tensor) -> Pair:
     return Pair((), theirs, load=lambda t: (), save=lambda ts: torch.as_tensor(value))
 
 
+def _stacked_norm(ours: tuple[str, ...], theirs: str, order: torch.Tensor | None) -> Pair:
+    """A QK-norm weight per head stored stacked (heads, head_dim) <-> our norm per head, its
+    dims in ``order`` (the q/k rows' reorder within a head; None: as they are)."""
+    back = None if order is None else torch.argsort(order)
+    return Pair(ours, theirs,
+                load=lambda t: tuple((t if order is None else t[:, order]).unbind(0)),
+                save=lambda ts: torch.stack(ts) if back is None else torch.stack(ts)[:, back])
+
+
 def _per_head(att: str, fused: str, what: str, heads: int, head_dim: int) -> Pair:
     """A fused q/k/v ``weight`` or ``bias`` (rows per head: q_h, k_h, v_h) <-> our three."""
     def load(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -199,7 +211,9 @@ def decoder_table(n_layers: int, layer: Layer, n_heads: int, n_kv_heads: int) ->
     if layer.lm_head_bias:
         pairs.append(same("out_head.bias", "lm_head.bias", "output head bias"))
     orders: dict[str, torch.Tensor | None] = {"W_query": None, "W_key": None}
+    in_head = None  # the order of one head's dims (a per-head QK-norm's weight follows it)
     if layer.rotary_dims is not None:
+        in_head = interleaved_rows(layer.head_dim, 0, layer.rotary_dims, layer.head_dim)
         for name, heads in (("W_query", n_heads), ("W_key", n_kv_heads)):
             orders[name] = interleaved_rows(heads * layer.head_dim, 0, layer.rotary_dims,
                                             layer.head_dim)
@@ -219,7 +233,15 @@ def decoder_table(n_layers: int, layer: Layer, n_heads: int, n_kv_heads: int) ->
             bias = layer.out_bias if mine == "out_proj" else layer.qkv_bias
             pairs += _linear(f"{att}.{mine}", f"{theirs}.{layer.attention}.{name}", bias,
                              "attention biases", orders.get(mine))
-        for mine, name in zip(("q_norm", "k_norm"), layer.qk_norms or ()):
+        for mine, name, heads in zip(("q_norm", "k_norm"), layer.qk_norms or (),
+                                     (n_heads, n_kv_heads)):
+            if layer.qk_norm_stacked:
+                pairs.append(_stacked_norm(tuple(f"{att}.{mine}.{h}.scale" for h in range(heads)),
+                                           f"{theirs}.{layer.attention}.{name}.weight", in_head))
+                continue
+            if in_head is not None:
+                raise ValueError("a QK-norm shared by the heads beside interleaved rotary pairs "
+                                 "is not in the Llama-like families")
             pairs += _norm(f"{att}.{mine}", f"{theirs}.{layer.attention}.{name}", layer,
                            layer.norm_shift)
         mlp = f"{theirs}.{layer.mlp}"
