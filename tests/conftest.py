@@ -210,6 +210,26 @@ def perturbed(model, seed: int = 1):
     return model.eval()
 
 
+def assert_native_export(data: dict, cls: str, registry, tol: float) -> None:
+    """A variantlab model of spec ``data`` (perturbed, seeded) exports with
+    ``to_transformers`` to ``cls`` warning of nothing (every weight has its place), with equal
+    parameter counts and logits within ``tol`` on two rows of 10 tokens."""
+    import variantlab as vl
+    from variantlab.hf import ExportWarning
+
+    spec = vl.parse_model_spec(data, registry)
+    torch.manual_seed(0)
+    model = perturbed(vl.build_model(spec, registry), seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ExportWarning)
+        hf = vl.to_transformers(spec, model)
+    assert type(hf).__name__ == cls
+    assert n_params(hf) == n_params(model)
+    idx = torch.randint(0, 64, (2, 10))  # longer than the windows and chunks of the tests
+    with torch.no_grad():
+        assert (model(idx) - hf(idx).logits).abs().max().item() < tol
+
+
 def left_padded_diff(hf, model, length: int = 11) -> float:
     """Largest |logit difference| between an HF causal LM and ours over the real positions of
     three rows of ``length`` tokens, the first left-padded by 4 and the last by 1 (HF gets the
@@ -273,14 +293,22 @@ def assert_imports_equal(hf, registry, impl: str = "naive", padded: bool = True,
     return spec, model
 
 
-def perturbed_hf(family: str, kwargs: dict, attn: str = "eager"):
-    """A perturbed (:func:`perturbed`) ``{family}ForCausalLM`` of ``{family}Config(**kwargs)``,
-    built after seeding 0, with the attention implementation ``attn``."""
+def perturbed_hf(family: str, kwargs: dict, attn: str = "eager",
+                 config_cls: str | None = None):
+    """A perturbed (:func:`perturbed`) ``{family}ForCausalLM`` of ``{family}Config(**kwargs)``
+    (or ``config_cls``'s), built after seeding 0, with the attention implementation ``attn``;
+    a DeepSeek-V3-style router's choice-bias buffer is perturbed too."""
     import transformers
 
     torch.manual_seed(0)
-    config = getattr(transformers, f"{family}Config")(**kwargs, attn_implementation=attn)
-    return perturbed(getattr(transformers, f"{family}ForCausalLM")(config))
+    config = getattr(transformers, config_cls or f"{family}Config")(
+        **kwargs, attn_implementation=attn)
+    hf = perturbed(getattr(transformers, f"{family}ForCausalLM")(config))
+    with torch.no_grad():
+        for module in hf.modules():  # a buffer: perturbed() moves parameters only
+            if hasattr(module, "e_score_correction_bias"):
+                module.e_score_correction_bias.normal_(0.0, 0.1)
+    return hf
 
 
 @pytest.fixture

@@ -169,9 +169,31 @@ def test_a_bias_the_class_has_and_the_variant_lacks_is_zeros_with_a_warning():
     assert hf.config.bias and not hf.transformer.h[0].mlp.dense_h_to_4h.bias.any()
 
 
+#: specs next to a GPT-2-era class that another family holds: extra spec data, the class
+HANDED_ON = {
+    "gpt-j with attention biases is phi": (dict(NATIVE["gptj-head-bias"][1], qkv_bias=True,
+                                                attn_out_bias=True), "PhiForCausalLM"),
+    "sequential groups are starcoder2": (dict(positional="rotary", qkv_bias=True, attention={
+        "kind": "mha", "n_kv_heads": 2}), "Starcoder2ForCausalLM"),
+}
+
+
+@pytest.mark.parametrize("case", list(HANDED_ON))
+def test_what_falcon_and_gptj_cannot_hold_goes_to_the_family_that_can(case):
+    extra, cls = HANDED_ON[case]
+    spec = vl.parse_model_spec({**TINY, **extra}, REG)
+    torch.manual_seed(0)
+    model = perturbed(vl.build_model(spec, REG), seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ExportWarning)  # every weight has its place
+        hf = vl.to_transformers(spec, model)
+    assert type(hf).__name__ == vl.hf.choose_class(spec) == cls
+    idx = torch.randint(0, 64, (2, 10))
+    with torch.no_grad():
+        assert (model(idx) - hf(idx).logits).abs().max().item() < 1e-5
+
+
 REFUSED = {
-    "gptj attention bias": (dict(NATIVE["gptj-head-bias"][1], qkv_bias=True), "qkv_bias",
-                            "GPTJForCausalLM"),
     "gptj theta": (dict(NATIVE["gptj-head-bias"][1], positional={
         "kind": "rotary", "fraction": 0.25, "theta": 500.0}), "positional.theta", "10000"),
     "gptj scaled rotary": (dict(NATIVE["gptj-head-bias"][1], positional={
@@ -179,7 +201,7 @@ REFUSED = {
         "positional.scaling", "unscaled"),
     "gptj two norms": (dict(NATIVE["gptj-head-bias"][1], residual={
         "kind": "parallel", "shared_norm": False}), "residual.shared_norm", "one norm"),
-    "head bias elsewhere": (dict(head_bias=True), "head_bias", "GPT-J only"),
+    "head bias elsewhere": (dict(head_bias=True), "head_bias", "GPT-J and Phi only"),
     "embedding norm elsewhere": (dict(embedding_norm=True), "embedding_norm", "BLOOM only"),
     "token dim elsewhere": (dict(token_dim=16), "token_dim", "OPT only"),
     "offset in gpt-2": (dict(positional={"kind": "learned", "offset": 1}),
@@ -191,8 +213,6 @@ REFUSED = {
                    "feedforward.hidden_dim", "4 x emb_dim"),
     "bloom exact gelu": (dict(NATIVE["bloom-embedding-norm"][1], activation={
         "kind": "gelu", "approximate": "none"}), "activation.kind", "tanh"),
-    "falcon sequential groups": (dict(positional="rotary", attention={
-        "kind": "mha", "n_kv_heads": 2}), "attention.n_kv_heads", "sequential Falcon"),
     "mamba with a feed-forward": (dict(NATIVE["mamba"][1], feedforward="mlp"),
                                   "feedforward.kind", "MambaForCausalLM"),
     "mamba2 gate before norm": (dict(NATIVE["mamba2"][1], attention={

@@ -2,9 +2,10 @@
 DeepSeek's mscale and gpt-oss's truncate, Llama 3.1's llama3, Phi-3's LongRoPE) equal to
 transformers' own rope init functions, and real configs (the shipped rope values on tiny
 widths, with a tiny original context) of Llama 3.1, gpt-oss, DeepSeek-V3, Phi-3 and Qwen2.5
-(and Falcon and Bamba, whose rotary reads the same rope parameters) converting with logits
-within 1e-5 in float32 at lengths below and above the original context, both ways; the
-spec's checks, its unit keys, and the refusals."""
+(and Falcon, Bamba, OLMo 3 and the Llama-like families of the shared decoder, whose rotary
+reads the same rope parameters) converting with logits within 1e-5 in float32 at lengths
+below and above the original context, both ways; the spec's checks, its unit keys, and the
+refusals."""
 
 import math
 
@@ -160,6 +161,13 @@ REAL = {
                                               parallel_attn=True)),
     "bamba-yarn": ("Bamba", QWEN25, dict(attn_layer_indices=[1], mamba_n_heads=8,
                                          mamba_d_state=8, mamba_n_groups=2, mamba_chunk_size=4)),
+    # the Llama-like families of variantlab/hf/decoder.py: Apertus ships llama3, GLM-4's
+    # rotary is partial and interleaved, StableLM's partial
+    "apertus-llama3": ("Apertus", LLAMA31, {}),
+    "glm4-yarn": ("Glm4", QWEN25, dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    "stablelm-dynamic": ("StableLm", {"rope_type": "dynamic", "rope_theta": 10000.0,
+                                      "factor": 2.0, "partial_rotary_factor": 0.5},
+                         dict(max_position_embeddings=8)),
 }
 
 
@@ -185,6 +193,22 @@ def test_real_configs_convert_with_equal_logits_below_and_above_the_context(case
     assert type(back).__name__ == type(hf).__name__
     idx = torch.randint(0, 64, (2, LENGTHS[1]))
     with torch.no_grad():
+        assert (back(idx).logits - hf(idx).logits).abs().max().item() < 1e-5
+
+
+def test_olmo3_yarn_on_its_full_layers():
+    """OLMo 3's rope per layer type: YaRN on the full layers, the sliding ones unscaled with
+    their own base; both ways."""
+    hf = hf_model("Olmo3", {"full_attention": QWEN25, "sliding_attention": {
+        "rope_type": "default", "rope_theta": 50.0}}, num_hidden_layers=4, sliding_window=3)
+    spec, model = from_transformers(hf, REG)
+    full, local = spec.layer_spec(3).positional, spec.layer_spec(0).positional
+    assert (full.scaling, full.factor, local.scaling, local.theta) == ("yarn", 4.0, "none", 50.0)
+    idx = torch.randint(0, 64, (2, LENGTHS[1]))
+    with torch.no_grad():
+        assert (model.eval()(idx) - hf(idx).logits).abs().max().item() < 1e-5
+        back = to_transformers(spec, model)
+        assert back.config.rope_parameters["full_attention"]["rope_type"] == "yarn"
         assert (back(idx).logits - hf(idx).logits).abs().max().item() < 1e-5
 
 

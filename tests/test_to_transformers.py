@@ -149,7 +149,8 @@ REFUSED = {
     "post_norm": (dict(residual="post_norm"), "residual.kind", "'post_norm'"),
     "sinusoidal": (dict(positional="sinusoidal"), "positional.kind", "'sinusoidal'"),
     "no final norm": (dict(final_norm=False), "final_norm", "final norm"),
-    "llama mlp": (dict(norm="rms", positional="rotary"), "feedforward.kind", "glu"),
+    "arcee mlp window": (dict(norm="rms", positional="rotary", attention={
+        "kind": "mha", "window": 4}), "attention.window", "ArceeForCausalLM"),
     "glu bias in qwen3": (dict(norm="rms", positional="rotary", feedforward={
         "kind": "glu", "bias": True}, attention={"kind": "mha", "qk_norm": "rms"}),
         "feedforward.bias", "Qwen3ForCausalLM"),

@@ -63,9 +63,10 @@ class TokenEmbedding(nn.Module):
 
     def __init__(self, parts, vocab_size: int, emb_dim: int, drop_rate: float,
                  share: nn.Embedding | None = None, scale: float | None = None,
-                 token_dim: int | None = None):
+                 token_dim: int | None = None, multiplier: float | None = None):
         super().__init__()
         self.scale = scale  # Gemma: sqrt(emb_dim), cast to the embeddings' dtype
+        self.multiplier = multiplier  # Granite's embedding_multiplier
         self.tok_emb = nn.Embedding(vocab_size, token_dim or emb_dim)
         if share is not None:
             self.tok_emb.weight = share.weight  # one tensor, counted once
@@ -80,6 +81,8 @@ class TokenEmbedding(nn.Module):
         x = self.tok_emb(idx)  # (B, T, token_dim)
         if self.scale is not None:
             x = x * torch.tensor(self.scale, dtype=x.dtype)
+        if self.multiplier is not None:
+            x = x * self.multiplier
         if self.project_in is not None:
             x = self.project_in(x)  # (B, T, D)
         if position_ids is not None and isinstance(self.pos_emb, Positions):
@@ -96,7 +99,7 @@ def final_norm(parts, spec) -> nn.Module:
 
 def lm_head(emb_dim: int, vocab_size: int, tie_to: nn.Embedding | None,
             bias: bool = False) -> nn.Linear:
-    head = nn.Linear(emb_dim, vocab_size, bias=bias)
+    head = nn.Linear(emb_dim, vocab_size, bias=bias)  # bias: head_bias (GPT-J, Phi-1/2)
     mark(head, slot="head")
     if tie_to is not None:
         head.weight = tie_to.weight  # one tensor, counted once

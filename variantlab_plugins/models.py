@@ -36,8 +36,10 @@ class GPTModel(nn.Module):
         token_dim = getattr(spec, "token_dim", None)
         self.embed = TokenEmbedding(parts, spec.vocab_size, spec.emb_dim, spec.drop("emb"),
                                     scale=spec.emb_dim ** 0.5 if scaled else None,
-                                    token_dim=token_dim)
+                                    token_dim=token_dim,
+                                    multiplier=getattr(spec, "emb_multiplier", None))
         self.logit_softcap = getattr(spec, "logit_softcap", None)
+        self.logit_scale = getattr(spec, "logit_scale", None)
         # BLOOM: a norm on the embeddings before the first block
         self.embed_norm = parts.norm() if getattr(spec, "embedding_norm", False) else None
         self.trf_blocks = nn.Sequential(
@@ -78,6 +80,8 @@ class GPTModel(nn.Module):
         if self.project_out is not None:
             x = self.project_out(x)  # (B, T, token_dim)
         logits = self.out_head(x)
+        if self.logit_scale is not None:  # Cohere, Granite: a fixed multiplier
+            logits = logits * self.logit_scale
         if self.logit_softcap is not None:  # Gemma 2: cap * tanh(logits / cap)
             logits = torch.tanh(logits / self.logit_softcap) * self.logit_softcap
         return logits

@@ -36,6 +36,7 @@ ACTIVATIONS: dict[str, dict[str, Any]] = {
     "relu2": {"kind": "relu2"},
     "silu": {"kind": "silu"},
     "swish": {"kind": "silu"},
+    "xielu": {"kind": "xielu"},
 }
 
 
@@ -209,13 +210,20 @@ def warn(message: str) -> None:
 
 #: our activation spec (kind, approximate) -> the Hugging Face ACT2FN name
 _ACT_NAMES = {("gelu", "none"): "gelu", ("gelu", "tanh"): "gelu_pytorch_tanh",
-              ("relu", None): "relu", ("relu2", None): "relu2", ("silu", None): "silu"}
+              ("relu", None): "relu", ("relu2", None): "relu2", ("silu", None): "silu",
+              ("xielu", None): "xielu"}
+
+
+def activation_name(spec: Spec) -> str | None:
+    """The ``hidden_act`` name of the model's activation, None when transformers has none."""
+    act = spec.activation
+    return _ACT_NAMES.get((act.kind, getattr(act, "approximate", None)))
 
 
 def hf_activation(spec: Spec, cls: str) -> str:
     """The ``hidden_act`` name of the model's activation (the inverse of :data:`ACTIVATIONS`)."""
     act = spec.activation
-    name = _ACT_NAMES.get((act.kind, getattr(act, "approximate", None)))
+    name = activation_name(spec)
     if name is None:
         refuse("activation.kind", cls, f"activation {act.kind!r} has no transformers "
                f"equivalent; supported: {', '.join(sorted(ACTIVATIONS))} "
@@ -251,6 +259,8 @@ def check_attention(spec: Spec, cls: str, *, gqa: bool, head_dim_free: bool,
          "attention sinks are in gpt-oss only")
     need(spec, cls, "attention.chunk", chunk or getattr(att, "chunk", None) is None,
          "chunked attention is in Llama 4 only")
+    need(spec, cls, "attention.clip_qkv", getattr(att, "clip_qkv", None) is None,
+         "clamped q/k/v projections are in OLMo 1 only")
     kv = att.n_kv_heads or spec.n_heads
     need(spec, cls, "attention.n_kv_heads", gqa or kv == spec.n_heads,
          f"n_kv_heads={kv}: grouped-query heads are not in this class")
@@ -303,9 +313,17 @@ def check_common(spec: Spec, cls: str, *, norm: str, rotary: bool, final_norm: b
     need(spec, cls, "embedding_norm", embedding_norm or not getattr(spec, "embedding_norm", False),
          "a norm on the embeddings is in BLOOM only")
     need(spec, cls, "head_bias", head_bias or not getattr(spec, "head_bias", False),
-         "an output head bias is in GPT-J only")
+         "an output head bias is in GPT-J and Phi only")
     need(spec, cls, "token_dim", token_dim or getattr(spec, "token_dim", None) in
          (None, spec.emb_dim), "token embeddings of their own width are in OPT only")
+    need(spec, cls, "emb_multiplier", getattr(spec, "emb_multiplier", None) is None,
+         "an embedding multiplier is in Granite only")
+    need(spec, cls, "logit_scale", getattr(spec, "logit_scale", None) is None,
+         "a logit scale is in Cohere and Granite only")
+    need(spec, cls, "residual.branch_scale", getattr(spec.residual, "branch_scale", 1.0) == 1.0,
+         "a residual branch multiplier is in Granite only")
+    need(spec, cls, "norm.affine", getattr(spec.norm, "affine", True),
+         "a LayerNorm without parameters is in OLMo 1 only")
     if spec.layout is not None:
         same = all(spec.layer_spec(i).components() == spec.components()
                    for i in range(spec.n_layers))
