@@ -231,9 +231,9 @@ def assert_native_export(data: dict, cls: str, registry, tol: float) -> None:
 
 
 def left_padded_diff(hf, model, length: int = 11) -> float:
-    """Largest |logit difference| between an HF causal LM and ours over the real positions of
-    three rows of ``length`` tokens, the first left-padded by 4 and the last by 1 (HF gets the
-    position ids a padded generate would use)."""
+    """Largest |logit difference| between an HF causal LM and ours (or a second HF one, an
+    export) over the real positions of three rows of ``length`` tokens, the first left-padded
+    by 4 and the last by 1 (HF gets the position ids a padded generate would use)."""
     idx = torch.randint(0, 64, (3, length))
     mask = torch.ones(3, length, dtype=torch.long)
     mask[0, :4] = 0
@@ -241,7 +241,10 @@ def left_padded_diff(hf, model, length: int = 11) -> float:
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
         ref = hf(idx, attention_mask=mask, position_ids=positions).logits
-        ours = model.eval()(idx, attention_mask=mask)
+        if hasattr(model, "can_generate"):  # transformers'
+            ours = model(idx, attention_mask=mask, position_ids=positions).logits
+        else:
+            ours = model.eval()(idx, attention_mask=mask)
     return (ours - ref)[mask.bool()].abs().max().item()
 
 

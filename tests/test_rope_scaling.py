@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from conftest import TINY, left_padded_diff, n_params, perturbed
+from conftest import TINY, left_padded_diff, n_params, perturbed, perturbed_hf
 
 transformers = pytest.importorskip("transformers")
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
@@ -51,14 +51,7 @@ def hf_config(family, rope, **kwargs):
 
 
 def hf_model(family, rope, **kwargs):
-    torch.manual_seed(0)
-    config = hf_config(family, rope, **kwargs)
-    hf = perturbed(getattr(transformers, f"{family}ForCausalLM")(config))
-    with torch.no_grad():
-        for module in hf.modules():  # DeepSeek-V3's routing bias is a buffer
-            if hasattr(module, "e_score_correction_bias"):
-                module.e_score_correction_bias.normal_(0.0, 0.1)
-    return hf
+    return perturbed_hf(family, {**LLAMA, **kwargs, "rope_parameters": dict(rope)})
 
 
 def rotary_of(config) -> RotarySpec:

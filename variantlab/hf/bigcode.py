@@ -24,9 +24,8 @@ from .common import (
     need,
     token_ids,
 )
-from .falcon import falcon_rows
 from .gpt2 import gpt2_spec, hidden_of
-from .table import Pair, fused_qkv, layer_norm, linear, load_state, same
+from .table import Pair, fused_qkv, layer_norm, linear, load_state, qkv_rows, same
 
 CLS = "GPTBigCodeForCausalLM"
 
@@ -42,7 +41,7 @@ def bigcode_table(cfg: Any) -> list[Pair]:
     """Every weight of a ``GPTBigCodeForCausalLM`` of ``cfg`` and ours, both ways."""
     heads = cfg.n_head
     layout = ("multi_query", 1) if cfg.multi_query else ("per_head", heads)
-    rows = falcon_rows(heads, layout[1], cfg.n_embd // heads, layout[0])
+    rows = qkv_rows(heads, layout[1], cfg.n_embd // heads, layout[0])
     pairs = [same("embed.tok_emb.weight", "transformer.wte.weight"),
              same("embed.pos_emb.pos_emb.weight", "transformer.wpe.weight"),
              same("out_head.weight", "lm_head.weight"),

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 
 from .common import Spec, check_classic, check_dropout, dropouts, need, reject, token_ids
-from .falcon import falcon_rows, falcon_sublayers
+from .falcon import falcon_sublayers
 from .gpt2 import hidden_of
-from .table import Pair, layer_norm, load_state, same
+from .table import Pair, layer_norm, load_state, qkv_rows, same
 
 CLS = "BloomForCausalLM"
 #: BLOOM has no maximum length (ALiBi); the spec needs one: the config's ``seq_length`` when
@@ -52,7 +52,7 @@ def bloom_spec(cfg: Any) -> dict[str, Any]:
 def bloom_table(cfg: Any) -> list[Pair]:
     """Every weight of a ``BloomForCausalLM`` of ``cfg`` and ours, both ways."""
     heads = cfg.n_head
-    rows = falcon_rows(heads, heads, cfg.hidden_size // heads, "per_head")
+    rows = qkv_rows(heads, heads, cfg.hidden_size // heads, "per_head")
     pairs = [same("embed.tok_emb.weight", "transformer.word_embeddings.weight"),
              same("out_head.weight", "lm_head.weight"),
              *layer_norm("embed_norm", "transformer.word_embeddings_layernorm"),

@@ -45,10 +45,13 @@ from .table import (
     GLU,
     Pair,
     fused_experts,
+    fused_qkv,
     glu,
     interleaved_rows,
+    layer_norm,
     load_state,
     permuted,
+    qkv_rows,
     same,
 )
 
@@ -115,16 +118,14 @@ class Layer:
     final_norm: str = "norm"
 
 
-def _norm(ours: str, theirs: str, layer: Layer, shift: bool) -> Iterator[Pair]:
+def _norm(ours: str, theirs: str, layer: Layer, shift: bool) -> list[Pair]:
     if not layer.affine:
-        return
-    if layer.plus_one:
-        yield Pair((f"{ours}.scale",), f"{theirs}.weight", load=lambda t: (t + 1.0,),
-                   save=lambda ts: ts[0] - 1.0)
-    else:
-        yield same(f"{ours}.scale", f"{theirs}.weight")
-    if shift:
-        yield same(f"{ours}.shift", f"{theirs}.bias", "norm shifts")
+        return []
+    pairs = layer_norm(ours, theirs, shift)
+    if layer.plus_one:  # HF's (1 + weight): ours is the whole scale
+        pairs[0] = Pair((f"{ours}.scale",), f"{theirs}.weight", load=lambda t: (t + 1.0,),
+                        save=lambda ts: ts[0] - 1.0)
+    return pairs
 
 
 def _linear(ours: str, theirs: str, bias: bool, what: str,
@@ -162,20 +163,6 @@ def _stacked_norm(ours: tuple[str, ...], theirs: str, order: torch.Tensor | None
     return Pair(ours, theirs,
                 load=lambda t: tuple((t if order is None else t[:, order]).unbind(0)),
                 save=lambda ts: torch.stack(ts) if back is None else torch.stack(ts)[:, back])
-
-
-def _per_head(att: str, fused: str, what: str, heads: int, head_dim: int) -> Pair:
-    """A fused q/k/v ``weight`` or ``bias`` (rows per head: q_h, k_h, v_h) <-> our three."""
-    def load(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        rows = t.view(heads, 3, head_dim, *t.shape[1:])  # (H, 3, hd[, D])
-        return tuple(rows[:, j].reshape(heads * head_dim, *t.shape[1:]) for j in range(3))
-
-    def save(ts: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        rows = torch.stack([t.view(heads, head_dim, *t.shape[1:]) for t in ts], dim=1)
-        return rows.reshape(3 * heads * head_dim, *ts[0].shape[1:])
-
-    names = tuple(f"{att}.{name}.{what}" for name in ("W_query", "W_key", "W_value"))
-    return Pair(names, f"{fused}.{what}", load=load, save=save)
 
 
 def _sparse(ff: str, mlp: str, layer: Layer) -> list[Pair]:
@@ -227,9 +214,8 @@ def decoder_table(n_layers: int, layer: Layer, n_heads: int, n_kv_heads: int) ->
             pairs += _norm(mine, f"{theirs}.{name}", layer, layer.norm_shift)
         if layer.fused_qkv is not None:
             fused = f"{theirs}.{layer.attention}.{layer.fused_qkv}"
-            pairs.append(_per_head(att, fused, "weight", n_heads, layer.head_dim))
-            if layer.qkv_bias:
-                pairs.append(_per_head(att, fused, "bias", n_heads, layer.head_dim))
+            pairs += fused_qkv(att, fused, qkv_rows(n_heads, n_heads, layer.head_dim, "per_head"),
+                               layer.qkv_bias, "attention biases")
         for mine, name in layer.projections.items():
             bias = layer.out_bias if mine == "out_proj" else layer.qkv_bias
             pairs += _linear(f"{att}.{mine}", f"{theirs}.{layer.attention}.{name}", bias,

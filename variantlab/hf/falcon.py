@@ -37,7 +37,7 @@ from .common import (
     token_ids,
 )
 from .gpt2 import hidden_of
-from .table import Pair, fused_qkv, layer_norm, linear, load_state, same
+from .table import Pair, fused_qkv, layer_norm, linear, load_state, qkv_rows, same
 
 CLS = "FalconForCausalLM"
 
@@ -50,17 +50,6 @@ def falcon_heads(cfg: Any) -> tuple[int, str]:
     if cfg.multi_query:
         return 1, "multi_query"
     return int(cfg.num_attention_heads), "per_head"
-
-
-def falcon_rows(heads: int, kv_heads: int, head_dim: int, layout: str,
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The rows of the fused q/k/v output holding the queries, the keys and the values."""
-    if layout == "per_head":  # (heads, 3, head_dim)
-        rows = torch.arange(3 * heads * head_dim).view(heads, 3, head_dim)
-        return rows[:, 0].reshape(-1), rows[:, 1].reshape(-1), rows[:, 2].reshape(-1)
-    group = heads // kv_heads  # multi_query: one group of every head
-    rows = torch.arange((heads + 2 * kv_heads) * head_dim).view(kv_heads, group + 2, head_dim)
-    return rows[:, :group].reshape(-1), rows[:, group].reshape(-1), rows[:, group + 1].reshape(-1)
 
 
 def _residual(cfg: Any) -> dict[str, Any]:
@@ -121,7 +110,7 @@ def falcon_table(cfg: Any) -> list[Pair]:
     """Every weight of a ``FalconForCausalLM`` of ``cfg`` and ours, both ways."""
     heads, bias = cfg.num_attention_heads, bool(cfg.bias)
     kv_heads, layout = falcon_heads(cfg)
-    rows = falcon_rows(heads, kv_heads, cfg.hidden_size // heads, layout)
+    rows = qkv_rows(heads, kv_heads, cfg.hidden_size // heads, layout)
     residual = _residual(cfg)
     pairs = [same("embed.tok_emb.weight", "transformer.word_embeddings.weight"),
              same("out_head.weight", "lm_head.weight"),
