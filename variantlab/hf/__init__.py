@@ -247,7 +247,7 @@ def _decoder_class(spec: Spec) -> str | None:
     logits alone (Granite-MoE), a parallel block with one norm
     and a glu (Cohere without a norm shift, StableLM
     with one), LayerNorm pre-norm with a glu (StableLM), a plain MLP with RMSNorm (Arcee),
-    different q/k/v and output biases (Seed-OSS), LayerNorm pre-norm with grouped-query
+    q/k/v biases without an output bias (Seed-OSS), LayerNorm pre-norm with grouped-query
     heads and partial rotary (Nemotron), or else grouped-query heads or a window
     (StarCoder 2)."""
     if spec.positional.kind != "rotary":
@@ -305,8 +305,8 @@ def _decoder_class(spec: Spec) -> str | None:
         return "StableLmForCausalLM"
     if residual == "pre_norm" and norm == "rms" and ff == "mlp":
         return "ArceeForCausalLM"
-    if residual == "pre_norm" and norm == "rms" and spec.qkv_bias != spec.attn_out_bias:
-        return "SeedOssForCausalLM"
+    if residual == "pre_norm" and norm == "rms" and spec.qkv_bias and not spec.attn_out_bias:
+        return "SeedOssForCausalLM"  # (the other way round Llama holds, with a zero bias)
     kv = getattr(att, "n_kv_heads", None) or spec.n_heads
     if residual == "pre_norm" and norm == "layer" and kv != spec.n_heads and \
             spec.positional.fraction != 1.0:
