@@ -238,18 +238,18 @@ def _frontier_class(spec: Spec) -> str | None:
 
 def _decoder_class(spec: Spec) -> str | None:
     """The Llama-like class (:mod:`variantlab.hf.decoder`) a rotary spec's options name, if
-    any: an output head bias (Phi), a per-head LayerNorm QK-norm with a pre-norm MLP
-    (Persimmon) or an RMS one with an MLP (Apertus), experts routed by sigmoid_topk
-    (GLM-4-MoE), post-sublayer norms with a per-head QK-norm (EXAONE 4) or
-    with a projection QK-norm and windows (OLMo 3), a LayerNorm without parameters (OLMo), Granite's
-    multipliers, scaled embeddings with pre-norm (Gemma), sandwich norms without them
-    (GLM-4), experts with a gated shared expert (Qwen2-MoE) or routed by their top-k
-    logits alone (Granite-MoE), a parallel block with one norm
-    and a glu (Cohere without a norm shift, StableLM
-    with one), LayerNorm pre-norm with a glu (StableLM), a plain MLP with RMSNorm (Arcee),
-    q/k/v biases without an output bias (Seed-OSS), LayerNorm pre-norm with grouped-query
-    heads and partial rotary (Nemotron), or else grouped-query heads or a window
-    (StarCoder 2)."""
+    any, in this order: an output head bias (Phi); post-sublayer norms with a per-head
+    QK-norm (EXAONE 4) or a projection QK-norm and windows (OLMo 3); a per-head LayerNorm
+    QK-norm with a pre-norm MLP (Persimmon); experts routed by sigmoid_topk (GLM-4-MoE); a
+    per-head RMS QK-norm with an MLP (Apertus); a QK-norm per head with its own weights in a
+    parallel block (Cohere); experts with a gated shared expert (Qwen2-MoE) or routed by
+    their top-k logits alone (Granite-MoE); a LayerNorm without parameters (OLMo);
+    Granite's multipliers; scaled embeddings with pre-norm (Gemma); sandwich norms without
+    them (GLM-4); a parallel block with one LayerNorm and a glu (StableLM with a norm shift,
+    Cohere without); LayerNorm pre-norm with a glu (StableLM); a plain MLP with RMSNorm
+    (Arcee); q/k/v biases without an output bias (Seed-OSS); LayerNorm pre-norm with
+    grouped-query heads and partial rotary (Nemotron), or with grouped-query heads or a
+    window (StarCoder 2)."""
     if spec.positional.kind != "rotary":
         return None
     residual, norm, ff = spec.residual.kind, spec.norm.kind, spec.feedforward.kind
