@@ -360,7 +360,8 @@ def _classic_class(spec: Spec) -> str | None:
 def _qwen2_holds(spec: Spec) -> bool:
     """Qwen2 holds a pre-norm RMSNorm spec whose query, key and value projections alone
     have biases, with heads of width emb_dim / n_heads, a bias-free feed-forward and no
-    residual dropout (Seed-OSS holds it too; it is kept for other bias mixes)."""
+    residual dropout (Seed-OSS holds it too, and its feed-forward biases, own head width and
+    residual dropout besides)."""
     return (spec.qkv_bias and not spec.attn_out_bias
             and not getattr(spec.feedforward, "bias", False)
             and getattr(spec.attention, "head_dim", None) in (None, spec.emb_dim // spec.n_heads)
@@ -369,17 +370,19 @@ def _qwen2_holds(spec: Spec) -> bool:
 
 def _decoder_class(spec: Spec) -> str | None:
     """The Llama-like class (:mod:`variantlab.hf.decoder`) a rotary spec's options name, if
-    any: an output head bias (Phi), a per-head LayerNorm QK-norm with a pre-norm MLP
-    (Persimmon) or an RMS one with an MLP (Apertus), experts routed by sigmoid_topk
-    (GLM-4-MoE), post-sublayer norms with a per-head QK-norm (EXAONE 4) or with a projection
-    QK-norm and windows (OLMo 3), a LayerNorm without parameters (OLMo), Granite's
-    multipliers, scaled embeddings with pre-norm (Gemma), sandwich norms without them
-    (GLM-4), experts with a gated shared expert (Qwen2-MoE) or routed by their top-k logits
-    alone (Granite-MoE), a parallel block with one norm and a glu (Cohere without a norm
-    shift, StableLM with one), LayerNorm pre-norm with a glu (StableLM), a plain MLP with
-    RMSNorm (Arcee), different q/k/v and output biases (Seed-OSS, unless Qwen2 holds them),
-    LayerNorm pre-norm with grouped-query heads and partial rotary (Nemotron), or else
-    grouped-query heads or a window (StarCoder 2)."""
+    any, in this order: an output head bias (Phi); post-sublayer norms with a per-head
+    QK-norm (EXAONE 4) or a projection QK-norm and windows (OLMo 3); a per-head LayerNorm
+    QK-norm with a pre-norm MLP (Persimmon); experts routed by sigmoid_topk (GLM-4-MoE); a
+    per-head RMS QK-norm with an MLP (Apertus); a QK-norm per head with its own weights in a
+    parallel block (Cohere); experts with a gated shared expert (Qwen2-MoE) or routed by
+    their top-k logits alone (Granite-MoE); a LayerNorm without parameters (OLMo);
+    Granite's multipliers; scaled embeddings with pre-norm (Gemma); sandwich norms without
+    them (GLM-4); a parallel block with one LayerNorm and a glu (StableLM with a norm shift,
+    Cohere without); LayerNorm pre-norm with a glu (StableLM); a plain MLP with RMSNorm
+    (Arcee); q/k/v biases without an output bias (Seed-OSS, unless Qwen2 holds the
+    spec: :func:`_qwen2_holds`); LayerNorm pre-norm with
+    grouped-query heads and partial rotary (Nemotron), or with grouped-query heads or a
+    window (StarCoder 2)."""
     if spec.positional.kind != "rotary":
         return None
     residual, norm, ff = spec.residual.kind, spec.norm.kind, spec.feedforward.kind
@@ -435,9 +438,9 @@ def _decoder_class(spec: Spec) -> str | None:
         return "StableLmForCausalLM"
     if residual == "pre_norm" and norm == "rms" and ff == "mlp":
         return "ArceeForCausalLM"
-    if residual == "pre_norm" and norm == "rms" and spec.qkv_bias != spec.attn_out_bias \
+    if residual == "pre_norm" and norm == "rms" and spec.qkv_bias and not spec.attn_out_bias \
             and not _qwen2_holds(spec):
-        return "SeedOssForCausalLM"
+        return "SeedOssForCausalLM"  # (the other way round Llama holds, with a zero bias)
     kv = getattr(att, "n_kv_heads", None) or spec.n_heads
     if residual == "pre_norm" and norm == "layer" and kv != spec.n_heads and \
             spec.positional.fraction != 1.0:
