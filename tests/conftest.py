@@ -210,10 +210,30 @@ def perturbed(model, seed: int = 1):
     return model.eval()
 
 
+def assert_native_export(data: dict, cls: str, registry, tol: float) -> None:
+    """A variantlab model of spec ``data`` (perturbed, seeded) exports with
+    ``to_transformers`` to ``cls`` warning of nothing (every weight has its place), with equal
+    parameter counts and logits within ``tol`` on two rows of 10 tokens."""
+    import variantlab as vl
+    from variantlab.hf import ExportWarning
+
+    spec = vl.parse_model_spec(data, registry)
+    torch.manual_seed(0)
+    model = perturbed(vl.build_model(spec, registry), seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ExportWarning)
+        hf = vl.to_transformers(spec, model)
+    assert type(hf).__name__ == cls
+    assert n_params(hf) == n_params(model)
+    idx = torch.randint(0, 64, (2, 10))  # longer than the windows and chunks of the tests
+    with torch.no_grad():
+        assert (model(idx) - hf(idx).logits).abs().max().item() < tol
+
+
 def left_padded_diff(hf, model, length: int = 11) -> float:
-    """Largest |logit difference| between an HF causal LM and ours over the real positions of
-    three rows of ``length`` tokens, the first left-padded by 4 and the last by 1 (HF gets the
-    position ids a padded generate would use)."""
+    """Largest |logit difference| between an HF causal LM and ours (or a second HF one, an
+    export) over the real positions of three rows of ``length`` tokens, the first left-padded
+    by 4 and the last by 1 (HF gets the position ids a padded generate would use)."""
     idx = torch.randint(0, 64, (3, length))
     mask = torch.ones(3, length, dtype=torch.long)
     mask[0, :4] = 0
@@ -221,7 +241,10 @@ def left_padded_diff(hf, model, length: int = 11) -> float:
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
         ref = hf(idx, attention_mask=mask, position_ids=positions).logits
-        ours = model.eval()(idx, attention_mask=mask)
+        if hasattr(model, "can_generate"):  # transformers'
+            ours = model(idx, attention_mask=mask, position_ids=positions).logits
+        else:
+            ours = model.eval()(idx, attention_mask=mask)
     return (ours - ref)[mask.bool()].abs().max().item()
 
 
@@ -257,19 +280,38 @@ def layer_modules(model) -> list:
     return [(i, m) for i, m, _ in layer_stacks(model)]
 
 
-def assert_imports_equal(hf, registry, impl: str = "naive", padded: bool = True):
-    """``from_transformers(hf)`` with ``impl``: equal parameter counts, logits within 1e-4 on
-    two rows of 12 tokens and, with ``padded``, on left-padded rows; returns (spec, model)."""
+def assert_imports_equal(hf, registry, impl: str = "naive", padded: bool = True,
+                         tol: float = 1e-4):
+    """``from_transformers(hf)`` with ``impl``: equal parameter counts, logits within ``tol``
+    on two rows of 12 tokens and, with ``padded``, on left-padded rows; returns (spec, model)."""
     import variantlab as vl
 
     spec, model = vl.from_transformers(hf, registry, impl=impl)
     assert n_params(model) == n_params(hf)
     idx = torch.randint(0, 64, (2, 12))
     with torch.no_grad():
-        assert (model.eval()(idx) - hf(idx).logits).abs().max().item() < 1e-4
+        assert (model.eval()(idx) - hf(idx).logits).abs().max().item() < tol
     if padded:
-        assert left_padded_diff(hf, model) < 1e-4
+        assert left_padded_diff(hf, model) < tol
     return spec, model
+
+
+def perturbed_hf(family: str, kwargs: dict, attn: str = "eager",
+                 config_cls: str | None = None):
+    """A perturbed (:func:`perturbed`) ``{family}ForCausalLM`` of ``{family}Config(**kwargs)``
+    (or ``config_cls``'s), built after seeding 0, with the attention implementation ``attn``;
+    a DeepSeek-V3-style router's choice-bias buffer is perturbed too."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = getattr(transformers, config_cls or f"{family}Config")(
+        **kwargs, attn_implementation=attn)
+    hf = perturbed(getattr(transformers, f"{family}ForCausalLM")(config))
+    with torch.no_grad():
+        for module in hf.modules():  # a buffer: perturbed() moves parameters only
+            if hasattr(module, "e_score_correction_bias"):
+                module.e_score_correction_bias.normal_(0.0, 0.1)
+    return hf
 
 
 @pytest.fixture
@@ -282,3 +324,23 @@ def own_token_cache(tmp_path, monkeypatch):
     sources._SPLITS.clear()
     yield tmp_path / "cache"
     sources._SPLITS.clear()
+
+
+def assert_close_logits(model, hf, tol: float = 1e-5, length: int = 10) -> None:
+    """``model`` (in eval mode) and the HF causal LM give logits within ``tol`` on two rows
+    of ``length`` tokens."""
+    idx = torch.randint(0, 64, (2, length))
+    with torch.no_grad():
+        assert (model.eval()(idx) - hf(idx).logits).abs().max().item() < tol
+
+
+def assert_causal(model, length: int = 10, cut: int = 6) -> None:
+    """Changing the tokens from ``cut`` on leaves ``model``'s logits before ``cut`` exactly
+    as they were, and changes those after."""
+    idx = torch.randint(0, 64, (1, length))
+    later = idx.clone()
+    later[0, cut:] = (later[0, cut:] + 1) % 64
+    with torch.no_grad():
+        before, after = model.eval()(idx), model(later)
+    assert torch.equal(before[:, :cut], after[:, :cut])
+    assert not torch.allclose(before[:, cut:], after[:, cut:])

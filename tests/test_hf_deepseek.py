@@ -6,7 +6,7 @@ sigmoid group-limited routing, the first dense layers as a layout, and a YAML ro
 
 import pytest
 import torch
-from conftest import assert_imports_equal, assert_yaml_round_trip, perturbed
+from conftest import assert_imports_equal, assert_yaml_round_trip, perturbed_hf
 
 transformers = pytest.importorskip("transformers")
 
@@ -33,14 +33,7 @@ CASES = {
 
 
 def hf_model(family, kwargs):
-    torch.manual_seed(0)
-    config = getattr(transformers, f"{family}Config")(**kwargs, attn_implementation="eager")
-    hf = perturbed(getattr(transformers, f"{family}ForCausalLM")(config))
-    with torch.no_grad():
-        for module in hf.modules():  # a buffer: perturbed() moves parameters only
-            if hasattr(module, "e_score_correction_bias"):
-                module.e_score_correction_bias.normal_(0.0, 0.1)
-    return hf
+    return perturbed_hf(family, kwargs)
 
 
 @pytest.mark.parametrize("impl", ["naive", "sdpa"])

@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import n_params, perturbed
+from conftest import assert_native_export, n_params, perturbed, perturbed_hf
 
 transformers = pytest.importorskip("transformers")
 
@@ -59,14 +59,7 @@ CASES = {
 
 
 def hf_model(cls, config_cls, kwargs):
-    torch.manual_seed(0)
-    config = getattr(transformers, config_cls)(**kwargs, attn_implementation="eager")
-    hf = perturbed(getattr(transformers, cls)(config))
-    with torch.no_grad():
-        for module in hf.modules():  # a buffer: perturbed() moves parameters only
-            if hasattr(module, "e_score_correction_bias"):
-                module.e_score_correction_bias.normal_(0.0, 0.1)
-    return hf
+    return perturbed_hf(cls.removesuffix("ForCausalLM"), kwargs, config_cls=config_cls)
 
 
 def max_diff(a, b, idx):
@@ -171,17 +164,7 @@ NATIVE = {
 @pytest.mark.parametrize("case", list(NATIVE))
 def test_a_spec_built_in_variantlab_exports_with_equal_logits(case):
     cls, extra = NATIVE[case]
-    spec = vl.parse_model_spec({**TINY, **extra}, REG)
-    torch.manual_seed(0)
-    model = perturbed(vl.build_model(spec, REG), seed=2)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", ExportWarning)  # every weight has its place
-        hf = to_transformers(spec, model)
-    assert type(hf).__name__ == cls
-    assert n_params(hf) == n_params(model)
-    idx = torch.randint(0, 64, (2, 10))  # longer than the windows and chunks
-    with torch.no_grad():
-        assert (model(idx) - hf(idx).logits).abs().max().item() < 1e-4
+    assert_native_export({**TINY, **extra}, cls, REG, 1e-4)
 
 
 def test_a_bias_the_variant_lacks_is_exported_as_zeros_with_a_warning():

@@ -143,4 +143,5 @@ def test_refusals_name_the_option():
     mlp = spec.model_copy(update={"feedforward": spec.feedforward.model_copy(
         update={"bias": True})})
     with pytest.raises(ConversionError, match="feedforward.bias.*Qwen2's feed-forward"):
-        to_transformers(mlp, vl.build_model(mlp, REG))
+        vl.hf.hf_config(mlp, "Qwen2ForCausalLM")
+    assert choose_class(mlp) == "SeedOssForCausalLM"  # which has an mlp_bias

@@ -2,14 +2,16 @@
 DeepSeek's mscale and gpt-oss's truncate, Llama 3.1's llama3, Phi-3's LongRoPE) equal to
 transformers' own rope init functions, and real configs (the shipped rope values on tiny
 widths, with a tiny original context) of Llama 3.1, gpt-oss, DeepSeek-V3, Phi-3 and Qwen2.5
-converting with logits within 1e-5 in float32 at lengths below and above the original
-context, both ways; the spec's checks, its unit keys, and the refusals."""
+(and Falcon, Bamba, OLMo 3 and the Llama-like families of the shared decoder, whose rotary
+reads the same rope parameters) converting with logits within 1e-5 in float32 at lengths
+below and above the original context, both ways; the spec's checks, its unit keys, and the
+refusals."""
 
 import math
 
 import pytest
 import torch
-from conftest import TINY, left_padded_diff, n_params, perturbed
+from conftest import TINY, left_padded_diff, n_params, perturbed, perturbed_hf
 
 transformers = pytest.importorskip("transformers")
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
@@ -49,14 +51,7 @@ def hf_config(family, rope, **kwargs):
 
 
 def hf_model(family, rope, **kwargs):
-    torch.manual_seed(0)
-    config = hf_config(family, rope, **kwargs)
-    hf = perturbed(getattr(transformers, f"{family}ForCausalLM")(config))
-    with torch.no_grad():
-        for module in hf.modules():  # DeepSeek-V3's routing bias is a buffer
-            if hasattr(module, "e_score_correction_bias"):
-                module.e_score_correction_bias.normal_(0.0, 0.1)
-    return hf
+    return perturbed_hf(family, {**LLAMA, **kwargs, "rope_parameters": dict(rope)})
 
 
 def rotary_of(config) -> RotarySpec:
@@ -154,6 +149,18 @@ REAL = {
     "dynamic": ("Llama", {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0},
                 dict(max_position_embeddings=8)),
     "linear": ("Llama", {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}, {}),
+    # the GPT-2-era and hybrid classes whose rotary reads rope_parameters
+    "falcon-llama3": ("Falcon", LLAMA31, dict(new_decoder_architecture=True, num_kv_heads=2,
+                                              parallel_attn=True)),
+    "bamba-yarn": ("Bamba", QWEN25, dict(attn_layer_indices=[1], mamba_n_heads=8,
+                                         mamba_d_state=8, mamba_n_groups=2, mamba_chunk_size=4)),
+    # the Llama-like families of variantlab/hf/decoder.py: Apertus ships llama3, GLM-4's
+    # rotary is partial and interleaved, StableLM's partial
+    "apertus-llama3": ("Apertus", LLAMA31, {}),
+    "glm4-yarn": ("Glm4", QWEN25, dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    "stablelm-dynamic": ("StableLm", {"rope_type": "dynamic", "rope_theta": 10000.0,
+                                      "factor": 2.0, "partial_rotary_factor": 0.5},
+                         dict(max_position_embeddings=8)),
 }
 
 
@@ -179,6 +186,22 @@ def test_real_configs_convert_with_equal_logits_below_and_above_the_context(case
     assert type(back).__name__ == type(hf).__name__
     idx = torch.randint(0, 64, (2, LENGTHS[1]))
     with torch.no_grad():
+        assert (back(idx).logits - hf(idx).logits).abs().max().item() < 1e-5
+
+
+def test_olmo3_yarn_on_its_full_layers():
+    """OLMo 3's rope per layer type: YaRN on the full layers, the sliding ones unscaled with
+    their own base; both ways."""
+    hf = hf_model("Olmo3", {"full_attention": QWEN25, "sliding_attention": {
+        "rope_type": "default", "rope_theta": 50.0}}, num_hidden_layers=4, sliding_window=3)
+    spec, model = from_transformers(hf, REG)
+    full, local = spec.layer_spec(3).positional, spec.layer_spec(0).positional
+    assert (full.scaling, full.factor, local.scaling, local.theta) == ("yarn", 4.0, "none", 50.0)
+    idx = torch.randint(0, 64, (2, LENGTHS[1]))
+    with torch.no_grad():
+        assert (model.eval()(idx) - hf(idx).logits).abs().max().item() < 1e-5
+        back = to_transformers(spec, model)
+        assert back.config.rope_parameters["full_attention"]["rope_type"] == "yarn"
         assert (back(idx).logits - hf(idx).logits).abs().max().item() < 1e-5
 
 

@@ -33,7 +33,7 @@ class MHASpec(ComponentSpec):
 
     kind: Literal["mha"] = "mha"
     added_options: ClassVar[tuple[str, ...]] = ("scale", "softcap", "output_gate", "sinks",
-                                                "chunk")
+                                                "chunk", "clip_qkv")
     walk_examples: ClassVar[tuple[dict, ...]] = (  # tests/test_registry_walk.py tries these
         {"kind": "mha", "n_kv_heads": 2, "qk_norm": {"kind": "rms"}, "window": 4},
         {"kind": "mha", "scale": 0.125, "softcap": 5.0, "window": 3},
@@ -43,6 +43,8 @@ class MHASpec(ComponentSpec):
         {"kind": "mha", "impl": "sdpa", "output_gate": "headwise", "sinks": True, "window": 3},
         {"kind": "mha", "sinks": True, "n_kv_heads": 2, "chunk": 3,
          "qk_norm": {"kind": "l2"}},
+        {"kind": "mha", "n_kv_heads": 2, "clip_qkv": 2.0, "qk_norm": {"kind": "layer"},
+         "qk_norm_scope": "each_head"},
     )
     impl: Literal["naive", "sdpa"] = Field(
         "naive", description="naive: explicit softmax(QK^T/sqrt(d))V; sdpa: torch's fused kernel"
@@ -56,9 +58,10 @@ class MHASpec(ComponentSpec):
         None, description="a norm {kind: rms|layer|...} on queries and keys before the scores "
         "(and before rotary); unset or none = no QK-norm",
         json_schema_extra={"variantlab_slot": "norm"})
-    qk_norm_scope: Literal["head", "projection"] = Field(
+    qk_norm_scope: Literal["head", "projection", "each_head"] = Field(
         "head", description="head: one norm over each head's head_dim, shared by the heads "
-        "(Qwen3); projection: over the whole query / key projection (OLMo2)")
+        "(Qwen3); projection: over the whole query / key projection (OLMo2); each_head: a "
+        "norm over head_dim per head, each with its own weights (Cohere, StableLM)")
     window: PositiveInt | None = Field(
         None, description="sliding window: each query sees at most this many most recent keys "
         "(Mistral); in bidirectional attention, keys closer than this; unset = all")
@@ -84,6 +87,9 @@ class MHASpec(ComponentSpec):
         None, description="chunked local attention (Llama 4's attention_chunk_size): "
         "positions in chunks of this many, counted from the first real token, and a query "
         "sees only the keys of its own chunk; unset = none")
+    clip_qkv: PositiveFloat | None = Field(
+        None, description="clamp the query, key and value projections to [-c, c] before "
+        "anything else reads them (OLMo 1's clip_qkv, Groeneveld et al. 2024); unset = none")
 
     @field_validator("qk_norm", mode="before")
     @classmethod
@@ -102,6 +108,14 @@ class MHASpec(ComponentSpec):
             return [("n_kv_heads", f"n_kv_heads={kv} does not divide n_heads={heads}; choose "
                      f"one of {choices}")]
         return []
+
+
+class EachHead(nn.ModuleList):
+    """A norm per head, each applied to its own head: (B, H, T, head_dim) in and out (the
+    QK-norms of Cohere and StableLM, ``qk_norm_scope: each_head``)."""
+
+    def forward(self, x):  # (B, H, T, hd)
+        return torch.stack([norm(x[:, h]) for h, norm in enumerate(self)], dim=1)
 
 
 class MultiHeadAttention(nn.Module):
@@ -123,7 +137,7 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = spec.head_dim or emb_dim // n_heads
         self.causal, self.impl, self.drop_rate = causal, spec.impl, drop_rate
         self.window, self.scope, self.chunk = spec.window, spec.qk_norm_scope, spec.chunk
-        self.scale, self.softcap = spec.scale, spec.softcap
+        self.scale, self.softcap, self.clip = spec.scale, spec.softcap, spec.clip_qkv
         q_dim, kv_dim = n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         self.W_query = nn.Linear(emb_dim, q_dim, bias=qkv_bias)
         self.W_key = nn.Linear(emb_dim, kv_dim, bias=qkv_bias)
@@ -145,9 +159,15 @@ class MultiHeadAttention(nn.Module):
                 raise TypeError("qk_norm needs make_norm (build_model passes the model's; "
                                 "pass one when building the attention by hand)")
             make = make_norm
-            per_head = self.scope == "head"
-            self.q_norm = make(self.head_dim if per_head else q_dim, spec.qk_norm)
-            self.k_norm = make(self.head_dim if per_head else kv_dim, spec.qk_norm)
+            if self.scope == "each_head":  # one norm per head, its weights its own
+                self.q_norm = EachHead([make(self.head_dim, spec.qk_norm)
+                                        for _ in range(n_heads)])
+                self.k_norm = EachHead([make(self.head_dim, spec.qk_norm)
+                                        for _ in range(self.n_kv_heads)])
+            else:
+                per_head = self.scope == "head"
+                self.q_norm = make(self.head_dim if per_head else q_dim, spec.qk_norm)
+                self.k_norm = make(self.head_dim if per_head else kv_dim, spec.qk_norm)
         # a reference, not a submodule: the positions live (once) in the token embedding
         self.__dict__["positions"] = positions if positions is not None else Positions()
         # the dynamics probe's hook point: while ``record_stats`` is true, each forward
@@ -164,12 +184,16 @@ class MultiHeadAttention(nn.Module):
         self_attention = memory is None
         kv = x if self_attention else memory  # (B, S, D)
         queries, keys = self.W_query(x), self.W_key(kv)  # (B, T, H*hd), (B, S, H_kv*hd)
+        values = self.W_value(kv)  # (B, S, H_kv*hd)
+        if self.clip is not None:  # OLMo 1: every projection clamped to [-clip, clip]
+            queries, keys, values = (p.clamp(-self.clip, self.clip)
+                                     for p in (queries, keys, values))
         if self.q_norm is not None and self.scope == "projection":
             queries, keys = self.q_norm(queries), self.k_norm(keys)
         queries = self.split_heads(queries, self.n_heads)  # (B, H, T, hd)
         keys = self.split_heads(keys, self.n_kv_heads)  # (B, H_kv, S, hd)
-        values = self.split_heads(self.W_value(kv), self.n_kv_heads)  # (B, H_kv, S, hd)
-        if self.q_norm is not None and self.scope == "head":
+        values = self.split_heads(values, self.n_kv_heads)  # (B, H_kv, S, hd)
+        if self.q_norm is not None and self.scope != "projection":
             queries, keys = self.q_norm(queries), self.k_norm(keys)
         bias = None
         if self_attention:

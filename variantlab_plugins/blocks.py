@@ -62,20 +62,29 @@ class TokenEmbedding(nn.Module):
     embedding's matrix (encoder-decoder three-way sharing)."""
 
     def __init__(self, parts, vocab_size: int, emb_dim: int, drop_rate: float,
-                 share: nn.Embedding | None = None, scale: float | None = None):
+                 share: nn.Embedding | None = None, scale: float | None = None,
+                 token_dim: int | None = None, multiplier: float | None = None):
         super().__init__()
         self.scale = scale  # Gemma: sqrt(emb_dim), cast to the embeddings' dtype
-        self.tok_emb = nn.Embedding(vocab_size, emb_dim)
+        self.multiplier = multiplier  # Granite's embedding_multiplier
+        self.tok_emb = nn.Embedding(vocab_size, token_dim or emb_dim)
         if share is not None:
             self.tok_emb.weight = share.weight  # one tensor, counted once
         mark(self.tok_emb, slot="embedding")
+        # OPT-350m: token embeddings of their own width, projected to the model's
+        self.project_in = (nn.Linear(token_dim, emb_dim, bias=False)
+                           if token_dim not in (None, emb_dim) else None)
         self.pos_emb = parts.positional()
         self.drop_emb = nn.Dropout(drop_rate)
 
     def forward(self, idx, position_ids=None):  # (B, T); position_ids (B, T) or None
-        x = self.tok_emb(idx)  # (B, T, D)
+        x = self.tok_emb(idx)  # (B, T, token_dim)
         if self.scale is not None:
             x = x * torch.tensor(self.scale, dtype=x.dtype)
+        if self.multiplier is not None:
+            x = x * self.multiplier
+        if self.project_in is not None:
+            x = self.project_in(x)  # (B, T, D)
         if position_ids is not None and isinstance(self.pos_emb, Positions):
             x = self.pos_emb(x, position_ids=position_ids)
         else:
@@ -88,8 +97,9 @@ def final_norm(parts, spec) -> nn.Module:
     return parts.norm() if spec.final_norm else nn.Identity()
 
 
-def lm_head(emb_dim: int, vocab_size: int, tie_to: nn.Embedding | None) -> nn.Linear:
-    head = nn.Linear(emb_dim, vocab_size, bias=False)
+def lm_head(emb_dim: int, vocab_size: int, tie_to: nn.Embedding | None,
+            bias: bool = False) -> nn.Linear:
+    head = nn.Linear(emb_dim, vocab_size, bias=bias)  # bias: head_bias (GPT-J, Phi-1/2)
     mark(head, slot="head")
     if tie_to is not None:
         head.weight = tie_to.weight  # one tensor, counted once

@@ -157,13 +157,29 @@ class GPTSpec(ModelSpec):
 
     family: Literal["gpt"] = "gpt"
     added_options: ClassVar[tuple[str, ...]] = ModelSpec.added_options + (
-        "scale_embeddings", "logit_softcap")
+        "scale_embeddings", "logit_softcap", "embedding_norm", "head_bias", "token_dim",
+        "emb_multiplier", "logit_scale")
     scale_embeddings: bool = Field(
         False, description="token embeddings times sqrt(emb_dim) before the first block "
         "(Gemma)")
     logit_softcap: PositiveFloat | None = Field(
         None, description="soft-cap the output logits to (-cap, cap) with cap * tanh(logit / "
         "cap) (Gemma 2); unset: none")
+    embedding_norm: bool = Field(
+        False, description="a norm of the model's kind on the embeddings, after the "
+        "positional and before the first block (BLOOM's word_embeddings_layernorm)")
+    head_bias: bool = Field(
+        False, description="a bias on the output projection (GPT-J's and Phi-1/2's lm_head)")
+    token_dim: PositiveInt | None = Field(
+        None, description="width of the token embeddings and the output head when it differs "
+        "from emb_dim: projected to emb_dim before the positional and back after the final "
+        "norm, bias-free (OPT-350m's project_in / project_out); unset: emb_dim")
+    emb_multiplier: PositiveFloat | None = Field(
+        None, description="token embeddings times this before the first block (Granite's "
+        "embedding_multiplier); unset: none")
+    logit_scale: PositiveFloat | None = Field(
+        None, description="output logits times this, before any soft-cap (Cohere's "
+        "logit_scale, Granite's 1 / logits_scaling); unset: none")
 
 
 class EncoderSpec(ModelSpec):

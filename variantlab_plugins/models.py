@@ -33,15 +33,26 @@ class GPTModel(nn.Module):
         super().__init__()
         # a plugin family may reuse this module with a spec that lacks Gemma's options
         scaled = getattr(spec, "scale_embeddings", False)
+        token_dim = getattr(spec, "token_dim", None)
         self.embed = TokenEmbedding(parts, spec.vocab_size, spec.emb_dim, spec.drop("emb"),
-                                    scale=spec.emb_dim ** 0.5 if scaled else None)
+                                    scale=spec.emb_dim ** 0.5 if scaled else None,
+                                    token_dim=token_dim,
+                                    multiplier=getattr(spec, "emb_multiplier", None))
         self.logit_softcap = getattr(spec, "logit_softcap", None)
+        self.logit_scale = getattr(spec, "logit_scale", None)
+        # BLOOM: a norm on the embeddings before the first block
+        self.embed_norm = parts.norm() if getattr(spec, "embedding_norm", False) else None
         self.trf_blocks = nn.Sequential(
             *numbered([TransformerBlock(parts.layer(i), causal=True) for i in range(spec.n_layers)])
         )
         self.final_norm = final_norm(parts, spec)
+        # OPT-350m: the last hidden states projected back to the token embeddings' width
+        self.project_out = (nn.Linear(spec.emb_dim, token_dim, bias=False)
+                            if token_dim not in (None, spec.emb_dim) else None)
         self.out_head = lm_head(
-            spec.emb_dim, spec.vocab_size, self.embed.tok_emb if spec.tie_weights else None
+            token_dim or spec.emb_dim, spec.vocab_size,
+            self.embed.tok_emb if spec.tie_weights else None,
+            bias=getattr(spec, "head_bias", False),
         )
 
     def forward(self, idx, attention_mask=None):  # (B, T)
@@ -50,19 +61,27 @@ class GPTModel(nn.Module):
         only (:func:`variantlab.model.positions.position_ids_from_mask`), so a left-padded row's
         tokens get the outputs of the unpadded sequence. Outputs at pads are meaningless."""
         if attention_mask is None:
-            x = self.trf_blocks(self.embed(idx))  # (B, T, D)
+            x = self.trf_blocks(self.embedded(self.embed(idx)))  # (B, T, D)
             return self.logits(x)  # (B, T, vocab_size)
         position_ids = position_ids_from_mask(attention_mask)  # (B, T)
         extra = {}
         if getattr(self.embed.pos_emb, "rotates", False):
             extra["position_ids"] = position_ids  # the attentions rotate by them
-        x = self.embed(idx, position_ids=position_ids)  # (B, T, D)
+        x = self.embedded(self.embed(idx, position_ids=position_ids))  # (B, T, D)
         for block in self.trf_blocks:
             x = block(x, key_padding_mask=attention_mask == 0, **extra)
         return self.logits(x)  # (B, T, vocab_size)
 
+    def embedded(self, x):  # (B, T, D): the embeddings, normed when embedding_norm is set
+        return x if self.embed_norm is None else self.embed_norm(x)
+
     def logits(self, x):  # (B, T, D) -> (B, T, vocab_size)
-        logits = self.out_head(self.final_norm(x))
+        x = self.final_norm(x)
+        if self.project_out is not None:
+            x = self.project_out(x)  # (B, T, token_dim)
+        logits = self.out_head(x)
+        if self.logit_scale is not None:  # Cohere, Granite: a fixed multiplier
+            logits = logits * self.logit_scale
         if self.logit_softcap is not None:  # Gemma 2: cap * tanh(logits / cap)
             logits = torch.tanh(logits / self.logit_softcap) * self.logit_softcap
         return logits

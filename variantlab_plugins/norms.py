@@ -18,16 +18,22 @@ class LayerNormSpec(ComponentSpec):
     impl: Literal["naive", "fused"] = Field(
         "naive", description="naive: the seeds' explicit formula; fused: F.layer_norm, same "
         "parameters")
+    affine: bool = Field(
+        True, description="true: a learned scale (and shift, with the model's norm_bias); "
+        "false: no parameters at all, OLMo 1's LayerNorm (Groeneveld et al. 2024)")
+    added_options: ClassVar[tuple[str, ...]] = ("affine",)
 
 
 class LayerNorm(nn.Module):
-    """Layer normalisation (Ba et al. 2016): biased variance over the last dim, scale, shift."""
+    """Layer normalisation (Ba et al. 2016): biased variance over the last dim, scale, shift
+    (none without ``affine``: OLMo 1)."""
 
     def __init__(self, dim: int, spec: LayerNormSpec, bias: bool = True):
         super().__init__()
         self.eps, self.fused = spec.eps, spec.impl == "fused"
-        self.scale = nn.Parameter(torch.ones(dim))
-        self.shift = nn.Parameter(torch.zeros(dim)) if bias else None  # norm_bias: false
+        self.scale = nn.Parameter(torch.ones(dim)) if spec.affine else None
+        # norm_bias: false, or no affine parameters at all
+        self.shift = nn.Parameter(torch.zeros(dim)) if bias and spec.affine else None
 
     def forward(self, x):  # (..., dim)
         if self.fused:
@@ -35,6 +41,8 @@ class LayerNorm(nn.Module):
         mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
         var = x.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1)
         norm_x = (x - mean) / torch.sqrt(var + self.eps)
+        if self.scale is None:
+            return norm_x
         if self.shift is None:
             return self.scale * norm_x
         return self.scale * norm_x + self.shift

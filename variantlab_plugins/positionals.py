@@ -29,18 +29,24 @@ class LearnedSpec(ComponentSpec):
     """Learned absolute position embeddings, one per position (GPT-2, Radford et al. 2019)."""
 
     kind: Literal["learned"] = "learned"
+    added_options: ClassVar[tuple[str, ...]] = ("offset",)
+    offset: int = Field(
+        0, ge=0, description="rows before the first position's: position p reads row p + "
+        "offset of a table of context_length + offset rows (OPT: 2)")
 
 
 class LearnedPositions(Positions):
-    """A trained embedding per position (GPT-2, Radford et al. 2019)."""
+    """A trained embedding per position (GPT-2, Radford et al. 2019); with an ``offset``,
+    position p reads row p + offset, the first ``offset`` rows unused (OPT's table)."""
 
-    def __init__(self, emb_dim: int, context_length: int):
+    def __init__(self, emb_dim: int, context_length: int, offset: int = 0):
         super().__init__()
-        self.pos_emb = torch.nn.Embedding(context_length, emb_dim)
+        self.offset = offset
+        self.pos_emb = torch.nn.Embedding(context_length + offset, emb_dim)
 
     def forward(self, tok_embeds, position_ids=None):  # (B, T, D)
-        pos_embeds = self.pos_emb(_positions(tok_embeds, position_ids))  # (T, D) or (B, T, D)
-        return tok_embeds + pos_embeds
+        rows = _positions(tok_embeds, position_ids) + self.offset  # (T,) or (B, T)
+        return tok_embeds + self.pos_emb(rows)  # (T, D) or (B, T, D) added
 
 
 class SinusoidalSpec(ComponentSpec):
@@ -84,7 +90,7 @@ class NoPositionsSpec(ComponentSpec):
 @hookimpl
 def register_positionals(register):
     register("learned", LearnedSpec, lambda spec, emb_dim, context_length: LearnedPositions(
-        emb_dim, context_length))
+        emb_dim, context_length, spec.offset))
     register("sinusoidal", SinusoidalSpec, lambda spec, emb_dim, context_length:
              SinusoidalPositions(emb_dim, context_length, spec.scale_embeddings))
     register("none", NoPositionsSpec, lambda spec, emb_dim, context_length: Positions())

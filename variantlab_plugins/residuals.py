@@ -23,29 +23,38 @@ class ResidualSpec(ComponentSpec):
 
 
 class PreNormSpec(ResidualSpec):
-    """Pre-LN residual (GPT-2; Xiong et al. 2020): x + drop(f(norm(x)))."""
+    """Pre-LN residual (GPT-2; Xiong et al. 2020): x + drop(f(norm(x))), the branch times
+    ``branch_scale`` (Granite's residual_multiplier)."""
 
     kind: Literal["pre_norm"] = "pre_norm"
+    branch_scale: PositiveFloat = Field(
+        1.0, description="multiplies the branch before it is added: x + m * drop(f(norm(x))) "
+        "(Granite's residual_multiplier, IBM 2024)")
+    added_options: ClassVar[tuple[str, ...]] = ("branch_scale",)
 
 
 class PreNorm(nn.Module):
-    """Pre-LN residual (GPT-2; Xiong et al. 2020): x + drop(f(norm(x))).
+    """Pre-LN residual (GPT-2; Xiong et al. 2020): x + drop(f(norm(x))), the branch times
+    ``branch_scale`` when it is not 1 (Granite).
 
-        x ──┬── norm ── f ── drop ──(+)── out
-            └────────── shortcut ────┘
+        x ──┬── norm ── f ── drop ── (×m) ──(+)── out
+            └────────── shortcut ────────────┘
     """
 
-    def __init__(self, sublayer, norm, drop_rate, shortcut):
+    def __init__(self, sublayer, norm, drop_rate, shortcut, branch_scale: float = 1.0):
         super().__init__()
         self.norm, self.sublayer = norm, sublayer
         self.drop_shortcut = nn.Dropout(drop_rate)
         self.shortcut = shortcut
+        self.branch_scale = branch_scale
 
     def forward(self, x, *args, **kwargs):
         shortcut = x
         x = self.norm(x)
         x = self.sublayer(x, *args, **kwargs)
         x = self.drop_shortcut(x)
+        if self.branch_scale != 1.0:
+            x = x * self.branch_scale
         if self.shortcut:
             x = x + shortcut
         return x
@@ -225,7 +234,7 @@ class ReZero(nn.Module):
 @hookimpl
 def register_residuals(register):
     def pre(spec, sublayer, make_norm, in_dim, out_dim, drop_rate):
-        return PreNorm(sublayer, make_norm(in_dim), drop_rate, spec.shortcut)
+        return PreNorm(sublayer, make_norm(in_dim), drop_rate, spec.shortcut, spec.branch_scale)
 
     def post(spec, sublayer, make_norm, in_dim, out_dim, drop_rate):
         return PostNorm(sublayer, make_norm(out_dim), drop_rate, spec.shortcut)

@@ -36,6 +36,7 @@ ACTIVATIONS: dict[str, dict[str, Any]] = {
     "relu2": {"kind": "relu2"},
     "silu": {"kind": "silu"},
     "swish": {"kind": "silu"},
+    "xielu": {"kind": "xielu"},
 }
 
 
@@ -209,13 +210,20 @@ def warn(message: str) -> None:
 
 #: our activation spec (kind, approximate) -> the Hugging Face ACT2FN name
 _ACT_NAMES = {("gelu", "none"): "gelu", ("gelu", "tanh"): "gelu_pytorch_tanh",
-              ("relu", None): "relu", ("relu2", None): "relu2", ("silu", None): "silu"}
+              ("relu", None): "relu", ("relu2", None): "relu2", ("silu", None): "silu",
+              ("xielu", None): "xielu"}
+
+
+def activation_name(spec: Spec) -> str | None:
+    """The ``hidden_act`` name of the model's activation, None when transformers has none."""
+    act = spec.activation
+    return _ACT_NAMES.get((act.kind, getattr(act, "approximate", None)))
 
 
 def hf_activation(spec: Spec, cls: str) -> str:
     """The ``hidden_act`` name of the model's activation (the inverse of :data:`ACTIVATIONS`)."""
     act = spec.activation
-    name = _ACT_NAMES.get((act.kind, getattr(act, "approximate", None)))
+    name = activation_name(spec)
     if name is None:
         refuse("activation.kind", cls, f"activation {act.kind!r} has no transformers "
                f"equivalent; supported: {', '.join(sorted(ACTIVATIONS))} "
@@ -251,6 +259,8 @@ def check_attention(spec: Spec, cls: str, *, gqa: bool, head_dim_free: bool,
          "attention sinks are in gpt-oss only")
     need(spec, cls, "attention.chunk", chunk or getattr(att, "chunk", None) is None,
          "chunked attention is in Llama 4 only")
+    need(spec, cls, "attention.clip_qkv", getattr(att, "clip_qkv", None) is None,
+         "clamped q/k/v projections are in OLMo 1 only")
     kv = att.n_kv_heads or spec.n_heads
     need(spec, cls, "attention.n_kv_heads", gqa or kv == spec.n_heads,
          f"n_kv_heads={kv}: grouped-query heads are not in this class")
@@ -282,10 +292,16 @@ def check_attention(spec: Spec, cls: str, *, gqa: bool, head_dim_free: bool,
              "a score scale other than 1/sqrt(head_dim) is in Gemma 2/3 only")
 
 
-def check_common(spec: Spec, cls: str, *, norm: str, rotary: bool) -> None:
-    """What every class shares: family gpt, a final norm, shortcuts, no per-layer layout,
-    no Gemma-only option, the norm kind ``norm`` and, with ``rotary``, a full rotation."""
-    need(spec, cls, "final_norm", spec.final_norm, "every transformers class has a final norm")
+def check_common(spec: Spec, cls: str, *, norm: str, rotary: bool, final_norm: bool = True,
+                 embedding_norm: bool = False, head_bias: bool = False,
+                 token_dim: bool = False) -> None:
+    """What every class shares: family gpt, a final norm (unless ``final_norm`` is false: the
+    class may lack it), shortcuts, no per-layer layout, no Gemma-only option, an embedding
+    norm, an output head bias and projected token embeddings only where the class has them
+    (``embedding_norm``, ``head_bias``, ``token_dim``), the norm kind ``norm`` and, with
+    ``rotary``, a full rotation."""
+    need(spec, cls, "final_norm", spec.final_norm or not final_norm,
+         "this transformers class has a final norm")
     need(spec, cls, "residual.shortcut", getattr(spec.residual, "shortcut", True),
          "residuals without the shortcut are not in transformers")
     need(spec, cls, "norm.kind", spec.norm.kind == norm,
@@ -294,6 +310,20 @@ def check_common(spec: Spec, cls: str, *, norm: str, rotary: bool) -> None:
          "scaled embeddings are in Gemma only")
     need(spec, cls, "logit_softcap", getattr(spec, "logit_softcap", None) is None,
          "logit soft-capping is in Gemma only")
+    need(spec, cls, "embedding_norm", embedding_norm or not getattr(spec, "embedding_norm", False),
+         "a norm on the embeddings is in BLOOM only")
+    need(spec, cls, "head_bias", head_bias or not getattr(spec, "head_bias", False),
+         "an output head bias is in GPT-J and Phi only")
+    need(spec, cls, "token_dim", token_dim or getattr(spec, "token_dim", None) in
+         (None, spec.emb_dim), "token embeddings of their own width are in OPT only")
+    need(spec, cls, "emb_multiplier", getattr(spec, "emb_multiplier", None) is None,
+         "an embedding multiplier is in Granite only")
+    need(spec, cls, "logit_scale", getattr(spec, "logit_scale", None) is None,
+         "a logit scale is in Cohere and Granite only")
+    need(spec, cls, "residual.branch_scale", getattr(spec.residual, "branch_scale", 1.0) == 1.0,
+         "a residual branch multiplier is in Granite only")
+    need(spec, cls, "norm.affine", getattr(spec.norm, "affine", True),
+         "a LayerNorm without parameters is in OLMo 1 only")
     if spec.layout is not None:
         same = all(spec.layer_spec(i).components() == spec.components()
                    for i in range(spec.n_layers))
@@ -478,3 +508,22 @@ def sliding_windows(spec: Spec, cls: str, specs: list[Spec]) -> tuple[list[int |
     windows = [layer.attention.window for layer in specs]
     return windows, one(spec, cls, "layout.attention.window", [w for w in windows if w],
                         "windows")
+
+
+def check_classic(spec: Spec, cls: str, *, residuals: tuple[str, ...], gqa: bool,
+                  rotary: bool = False, final_norm: bool = True, embedding_norm: bool = False,
+                  head_bias: bool = False, token_dim: bool = False,
+                  norm_shift: bool = True) -> None:
+    """A GPT-2-era class (Falcon, GPT-J, OPT, BLOOM, MPT, GPTBigCode): what
+    :func:`check_common` checks with LayerNorm, an ``mha`` of emb_dim / n_heads wide heads
+    (grouped-query with ``gqa``), a residual among ``residuals``, a plain MLP and, without
+    ``norm_shift``, LayerNorms without a shift."""
+    check_common(spec, cls, norm="layer", rotary=rotary, final_norm=final_norm,
+                 embedding_norm=embedding_norm, head_bias=head_bias, token_dim=token_dim)
+    check_attention(spec, cls, gqa=gqa, head_dim_free=False)
+    need(spec, cls, "residual.kind", spec.residual.kind in residuals,
+         f"residual {spec.residual.kind!r}: this class is {' or '.join(residuals)}")
+    need(spec, cls, "feedforward.kind", spec.feedforward.kind == "mlp",
+         f"feedforward {spec.feedforward.kind!r}: this class has a plain MLP")
+    need(spec, cls, "norm_bias", norm_shift or not spec.norm_bias,
+         "this class's LayerNorms have no shift; set norm_bias: false")

@@ -90,7 +90,7 @@ def deepseek_spec(cfg: Any, v3: bool) -> dict[str, Any]:
     first_dense = int(cfg.first_k_dense_replace or 0)
     if first_dense >= cfg.num_hidden_layers:
         return data
-    data["feedforward"] = _moe(cfg, v3)
+    data["feedforward"] = deepseek_moe(cfg, v3)
     if first_dense:
         data["layout"] = {"kinds": {"dense": {"feedforward": dense}},
                           "layers": dict.fromkeys(range(first_dense), "dense")}
@@ -109,8 +109,8 @@ def mla_scale(qk_dim: int, params: dict[str, Any]) -> float | None:
     return qk_dim ** -0.5 * mscale * mscale
 
 
-def _moe(cfg: Any, v3: bool) -> dict[str, Any]:
-    """The ``moe`` feed-forward of a DeepSeek config."""
+def deepseek_moe(cfg: Any, v3: bool) -> dict[str, Any]:
+    """The ``moe`` feed-forward of a DeepSeek config (and GLM-4-MoE's, V3's router)."""
     moe: dict[str, Any] = {
         "kind": "moe", "n_experts": int(cfg.n_routed_experts), "top_k": int(cfg.num_experts_per_tok),
         "expert": {"kind": "glu", "hidden_dim": int(cfg.moe_intermediate_size)},

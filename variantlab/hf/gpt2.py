@@ -99,6 +99,9 @@ def gpt2_config(spec: Spec) -> Any:
          f"residual {spec.residual.kind!r}: GPT-2 is pre-norm")
     need(spec, CLS, "feedforward.kind", spec.feedforward.kind == "mlp",
          f"feedforward {spec.feedforward.kind!r}: GPT-2 has a plain MLP")
+    need(spec, CLS, "positional.offset", spec.positional.offset == 0,
+         f"offset={spec.positional.offset}: GPT-2's position table starts at position 0 "
+         "(an offset is OPT's)")
     return transformers.GPT2Config(
         **token_ids(spec, transformers.GPT2Config),
         vocab_size=spec.vocab_size, n_positions=spec.context_length, n_embd=spec.emb_dim,

@@ -195,3 +195,51 @@ def attention(ours: str, theirs: str, bias: bool, names: dict[str, str] = ATTENT
     the variant lacks exported as zeros)."""
     return [p for mine, name in names.items()
             for p in linear(f"{ours}.{mine}", f"{theirs}.{name}", bias, "attention biases")]
+
+
+def qkv_rows(heads: int, kv_heads: int, head_dim: int, layout: str,
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The rows of a fused q/k/v output holding the queries, the keys and the values:
+    ``per_head`` lays them out per head as (q_h, k_h, v_h) (BLOOM, Persimmon, GPT-NeoX);
+    otherwise per key/value group, each group's query heads, then its key, then its value
+    (Falcon's new architecture; one group of every head: multi-query, Falcon, GPTBigCode)."""
+    if layout == "per_head":  # (heads, 3, head_dim)
+        rows = torch.arange(3 * heads * head_dim).view(heads, 3, head_dim)
+        return rows[:, 0].reshape(-1), rows[:, 1].reshape(-1), rows[:, 2].reshape(-1)
+    group = heads // kv_heads
+    rows = torch.arange((heads + 2 * kv_heads) * head_dim).view(kv_heads, group + 2, head_dim)
+    return rows[:, :group].reshape(-1), rows[:, group].reshape(-1), rows[:, group + 1].reshape(-1)
+
+
+def split_rows(ours: tuple[str, ...], theirs: str, rows: tuple[torch.Tensor, ...],
+               zeros: str | None = None) -> Pair:
+    """A fused tensor whose first dim is split by ``rows`` (one index tensor per name in
+    ``ours``; together every row once): a fused q/k/v projection's weight or bias, in
+    whatever order its class lays the heads out."""
+    def save(ts: Tensors) -> torch.Tensor:
+        out = ts[0].new_empty(sum(len(r) for r in rows), *ts[0].shape[1:])
+        for index, t in zip(rows, ts):
+            out[index] = t
+        return out
+
+    return Pair(ours, theirs, load=lambda t: tuple(t[index] for index in rows), save=save,
+                zeros=zeros)
+
+
+def fused_qkv(ours: str, theirs: str, rows: tuple[torch.Tensor, ...], bias: bool,
+              zeros: str | None = None) -> list[Pair]:
+    """A fused q/k/v Linear at ``theirs`` <-> our ``W_query``, ``W_key``, ``W_value`` under
+    ``ours`` (``rows``: each one's rows of the fused output)."""
+    names = ("W_query", "W_key", "W_value")
+    pairs = [split_rows(tuple(f"{ours}.{n}.weight" for n in names), f"{theirs}.weight", rows)]
+    if bias:
+        pairs.append(split_rows(tuple(f"{ours}.{n}.bias" for n in names), f"{theirs}.bias",
+                                rows, zeros))
+    return pairs
+
+
+def layer_norm(ours: str, theirs: str, shift: bool = True) -> list[Pair]:
+    """A LayerNorm's scale and, with ``shift``, its shift (a shift the variant lacks exported
+    as zeros)."""
+    scale = same(f"{ours}.scale", f"{theirs}.weight")
+    return [scale, same(f"{ours}.shift", f"{theirs}.bias", "norm shifts")] if shift else [scale]
