@@ -56,7 +56,8 @@ from ..config.metrics import CEILINGS, Headline, headline_of
 from ..config.metrics import finite as _finite
 from .effects import Effects, rounding
 from .fair.tuned import Sweep, at_edge, choose, find_sweep, improving, tie_broken
-from .frame import ReportData
+from .frame import ReportData, split_seeds
+from .headline import conditions_of
 from .learned import PROBE, seed_learning
 from .stats import ALPHA, detectable, equivalent, holm, interval, p_value, seeds_for
 
@@ -71,6 +72,9 @@ DEFAULT_MARGINS: dict[str, float] = {"loss": 0.02, "recall_accuracy": 0.02}
 CLEAR = ("lower", "higher")
 AVERAGED = "averaged"
 MAX_ARMS = 24  # all pairs up to this many arms in a condition (276 pairs); beyond, vs the baseline
+#: timing rows: δ on the log of the time ratio, so "equal" means within 2% of the time
+TIMING_MARGIN = math.log(1.02)
+PASSES = ("backward", "step", "forward")  # timed passes, the slowest-measured first
 
 
 def stored_doc(data: ReportData) -> dict[str, Any]:
@@ -203,25 +207,91 @@ def _caveats(a: Arm, b: Arm) -> str:
                      for c, tags in said.items())
 
 
+def measured_row(condition: str, a: str, b: str, metric: str, kind: str, diffs: pd.Series,
+                 caveats: str = "", delta: float = math.nan) -> dict[str, Any]:
+    """One comparison's row from its paired per-seed differences ``diffs`` (``a`` minus
+    ``b``, or the log of ``a`` over ``b``): the 95% and 90% t-intervals, the paired t-test's
+    ``p`` and the seed power numbers; ``verdict`` is left for :func:`verdict_of`, which for
+    a ``kind`` other than ``pair`` tests the unadjusted ``p``."""
+    estimate, low, high, n = interval(diffs)
+    _, low90, high90, _ = interval(diffs, 0.90)
+    sd = float(diffs.std(ddof=1)) if n >= 2 else math.nan
+    return {"condition": condition, "a": a, "b": b, "metric": metric, "a_setting": "",
+            "b_setting": "", "estimate": estimate, "low": low, "high": high, "n_seeds": n,
+            "verdict": "", "caveats": caveats, "kind": kind, "p": p_value(diffs),
+            "holm_p": math.nan, "low90": low90, "high90": high90, "delta": delta, "sd": sd,
+            "detectable": detectable(sd, n), "seeds_for_delta": seeds_for(sd, delta),
+            "a_mean": math.nan, "b_mean": math.nan, "solved_share": ""}
+
+
 def pair_row(a: Arm, b: Arm, metric: str, delta: float, tol: float) -> dict[str, Any]:
     """One pair's row before Holm (``holm_p`` is filled per condition)."""
     both = pd.concat([a.values.rename("a"), b.values.rename("b")], axis=1, join="inner")
     both = both[both["a"].map(_finite) & both["b"].map(_finite)]
     diff = both["a"] - both["b"]
     diff = diff.where(diff.abs() > tol, 0.0)
-    estimate, low, high, n = interval(diff)
-    _, low90, high90, _ = interval(diff, 0.90)
-    sd = float(diff.std(ddof=1)) if n >= 2 else math.nan
-    return {"condition": a.condition, "a": a.name, "b": b.name, "metric": metric,
-            "a_setting": a.setting, "b_setting": b.setting, "estimate": estimate,
-            "low": low, "high": high, "n_seeds": n, "verdict": "", "caveats": _caveats(a, b),
-            "kind": "pair", "p": p_value(diff), "holm_p": math.nan, "low90": low90,
-            "high90": high90, "delta": delta, "sd": sd, "detectable": detectable(sd, n),
-            "seeds_for_delta": seeds_for(sd, delta),
-            "a_mean": float(both["a"].mean()) if n else math.nan,
-            "b_mean": float(both["b"].mean()) if n else math.nan,
-            "solved_share": f"{a.solved} vs {b.solved}" if a.solved or b.solved else "",
-            "_unresolved": a.unresolved or b.unresolved}
+    row = measured_row(a.condition, a.name, b.name, metric, "pair", diff, _caveats(a, b), delta)
+    n = row["n_seeds"]
+    row.update({"a_setting": a.setting, "b_setting": b.setting,
+                "a_mean": float(both["a"].mean()) if n else math.nan,
+                "b_mean": float(both["b"].mean()) if n else math.nan,
+                "solved_share": f"{a.solved} vs {b.solved}" if a.solved or b.solved else "",
+                "_unresolved": a.unresolved or b.unresolved})
+    return row
+
+
+def busy_variants(rows: pd.DataFrame, probe: str, variants: Sequence[str]) -> list[str]:
+    """Of ``variants``, those a ``probe`` timing of was measured while the machine was busy
+    (the timing probe's ``busy`` row, :mod:`variantlab.probes.machine`)."""
+    mine = rows[(rows["probe"] == probe) & (rows["metric"] == "busy")
+                & rows["variant"].isin(list(variants)) & (rows["value"] == 1)]
+    return [str(v) for v in dict.fromkeys(mine["variant"])]
+
+
+def timed_table(rows: pd.DataFrame, metric: str, baseline: str) -> pd.DataFrame:
+    """The baseline's probe's finite model-scope values of ``metric``, seeds down and
+    variants across (empty without the baseline)."""
+    part = rows[(rows["metric"] == metric) & (rows["scope"] == "model")
+                & rows["value"].map(_finite)]
+    mine = part.loc[part["variant"] == baseline, "probe"]
+    part = part[part["probe"] == mine.iloc[0]] if len(mine) else part.iloc[:0]
+    return part.pivot_table(index="seed", columns="variant", values="value", aggfunc="mean")
+
+
+def timing_rows(data: ReportData) -> list[dict[str, Any]]:
+    """Each variant's time against the baseline's, per timed pass (``{pass}_median_s``),
+    among the variants of the baseline's condition (a wider model is another size, not a
+    slower variant): ``kind`` ``timing``, the estimate the mean over seeds of the log of the
+    variant's time over the baseline's on the same seed (each timing unit is its own
+    measurement, minutes apart), δ :data:`TIMING_MARGIN`; caveats ``timed on a busy machine
+    (variants)`` and ``timed apart (seeds)`` (the two timed by different invocations of
+    ``variantlab run``)."""
+    rows, base = data.rows, data.baseline
+    conds = conditions_of(data)
+    out: list[dict[str, Any]] = []
+    for key in PASSES:
+        metric = f"{key}_median_s"
+        table = timed_table(rows, metric, base)
+        if base not in table:
+            continue
+        probe = str(rows.loc[(rows["metric"] == metric) & (rows["variant"] == base),
+                             "probe"].iloc[0])
+        for variant in data.order:
+            if variant == base or variant not in table or conds.get(variant) != conds.get(base):
+                continue
+            pair = table[[variant, base]].dropna()
+            pair = pair[(pair > 0).all(axis=1)]
+            logs = (pair[variant] / pair[base]).map(math.log)
+            busy = busy_variants(rows, probe, [base, variant])
+            split = split_seeds(rows, probe, metric, base, variant)
+            caveats = ([f"timed on a busy machine ({', '.join(busy)})"] if busy else []) + (
+                [f"timed apart (seeds {', '.join(map(str, split))})"] if split else [])
+            row = measured_row(conds.get(base, ""), variant, base, metric, "timing", logs,
+                               "; ".join(caveats), TIMING_MARGIN)
+            row.update({"a_mean": float(table[variant].mean()),
+                        "b_mean": float(table[base].mean())})
+            out.append(row)
+    return out
 
 
 def verdict_of(row: dict[str, Any]) -> str:
@@ -292,10 +362,11 @@ def compute_claims(data: ReportData, effects: Effects | None = None) -> pd.DataF
     margins = margins_of(data)
     sweep = find_sweep(data, PROBE) or find_sweep(data, PROBE, untuned=True)
     if sweep is not None:
-        return sweep_claims(data, sweep, average_rows(effects, sweep.reported_on))
+        return sweep_claims(data, sweep, average_rows(effects, sweep.reported_on)
+                            + timing_rows(data))
     head, metric, arms = plain_arms(data)
     return _frame(pair_rows(arms, metric, margins.get(head.name, math.nan), data.baseline)
-                  + average_rows(effects, metric))
+                  + average_rows(effects, metric) + timing_rows(data))
 
 
 def sweep_claims(data: ReportData, sweep: Sweep, more: Sequence[dict[str, Any]] = ()
@@ -366,6 +437,7 @@ def csv_text(frame: pd.DataFrame) -> str:
     return csv_safe(frame).to_csv(index=False, float_format="%.6g", lineterminator="\n")
 
 
-__all__ = ["AVERAGED", "CLEAR", "COLUMNS", "DEFAULT_MARGINS", "VERDICT_COLUMNS", "Arm",
-           "claims_table", "compute_claims", "csv_text", "margins_of",
-           "seeds_frame", "stored_doc", "sweep_claims", "verdict_of"]
+__all__ = ["AVERAGED", "CLEAR", "COLUMNS", "DEFAULT_MARGINS", "PASSES", "TIMING_MARGIN",
+           "VERDICT_COLUMNS", "Arm", "busy_variants", "claims_table", "compute_claims",
+           "csv_text", "margins_of", "measured_row", "seeds_frame", "stored_doc", "sweep_claims",
+           "timed_table", "timing_rows", "verdict_of"]

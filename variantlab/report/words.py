@@ -286,6 +286,72 @@ def averages_note(claims: pd.DataFrame) -> str:
             "the verdicts are per condition, in verdicts.csv")
 
 
-__all__ = ["MAX_READING", "across", "across_lines", "across_word", "average_lines",
+BUSY = "timed on a busy machine"
+APART = "timed apart"
+
+
+def _caveat_names(row: Any, caveat: str) -> str:
+    """What a row's caveat names in its parentheses (``timed apart (seeds 0, 1)``: ``0, 1``),
+    empty when the row does not carry it."""
+    caveats = row.caveats if isinstance(row.caveats, str) else ""
+    for part in caveats.split("; "):
+        if part.startswith(caveat + " ("):
+            return part[len(caveat) + 2:-1]
+    return ""
+
+
+def busy_text(which: str) -> str:
+    """The note beside a timing verdict when ``which`` variants were timed on a busy machine."""
+    if not which:
+        return ""
+    return (f" (but {which} was timed while the machine was busy: its load average was above "
+            "the cores the run could use, so the times read slow by an unknown factor; "
+            "rerun on an idle machine)")
+
+
+def timing_notes(row: Any) -> str:
+    """A ``timing`` row's caveats said in full: timed apart, then timed on a busy machine."""
+    seeds = _caveat_names(row, APART).removeprefix("seeds ")
+    apart = (f" (but timed in different invocations of `variantlab run` on seed(s) {seeds}, "
+             "not side by side: rerun both together to compare)") if seeds else ""
+    return apart + busy_text(_caveat_names(row, BUSY))
+
+
+def speed_phrase(row: Any, ratios: Sequence[float]) -> str:
+    """A ``timing`` row (:func:`.claims.timing_rows`) said in words with its caveats:
+    ``lower`` / ``higher`` (the log time ratio's 95% interval excludes 0) as faster /
+    slower by the geometric mean ratio, with how many seeds agree; ``equal within ±δ`` as
+    "as fast as" (within 2%); otherwise not clearly different in speed, or the one timing
+    unit's ratio and no verdict. ``ratios``: the variant's time over the baseline's per
+    seed (numbers to show, not to judge)."""
+    a, b, n = row.a, row.b, int(row.n_seeds)
+    notes = timing_notes(row)
+    if n == 0:
+        return f"{a} vs {b} not estimated (no seed timed both)" + notes
+    ratio = math.exp(row.estimate)
+    if row.verdict in CLEAR:
+        faster = row.verdict == "lower"
+        speed = f"{1 / ratio:.2f}x faster" if faster else f"{ratio:.2f}x slower"
+        shown = sorted(1 / r if faster else r for r in ratios)
+        agree = sum(1 for r in ratios if (r < 1) == faster)
+        span = f"n={n}, per-seed {shown[0]:.2f}x to {shown[-1]:.2f}x"
+        how = (f" on every seed ({span})" if agree == n else
+               f" on {agree} of {n} seeds ({span}; 95% interval {math.exp(-row.high):.2f}x to "
+               f"{math.exp(-row.low):.2f}x speed-up)")
+        return f"{a} is {speed} than {b}{how}" + notes
+    if row.verdict.startswith("equal"):
+        return (f"{a} is as fast as {b} (within 2%: n={n}, 90% interval of its time "
+                f"{math.exp(row.low90):.2f}x to {math.exp(row.high90):.2f}x {b}'s)" + notes)
+    if n == 1:
+        return (f"{a} took {ratio:.2f}x {b}'s time (one timing unit each: no interval, so no "
+                "verdict; more seeds would show the run-to-run spread)" + notes)
+    ups = [1 / r for r in ratios]
+    return (f"{a} and {b} are not clearly different in speed (n={n}, per-seed "
+            f"{min(ups):.2f}x to {max(ups):.2f}x, 95% interval {math.exp(-row.high):.2f}x to "
+            f"{math.exp(-row.low):.2f}x faster: includes 1)" + notes)
+
+
+__all__ = ["APART", "BUSY", "MAX_READING", "across", "across_lines", "across_word", "average_lines",
            "averages_note", "compose", "condition_phrase", "groups", "pairs_of", "phrase", "power_line",
-           "question_of", "seed_lines", "up_to", "verdict_lines"]
+           "question_of", "seed_lines", "speed_phrase", "timing_notes", "busy_text", "up_to",
+           "verdict_lines"]
