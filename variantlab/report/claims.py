@@ -59,6 +59,7 @@ from .fair.tuned import Sweep, at_edge, choose, find_sweep, improving, tie_broke
 from .frame import ReportData, split_seeds
 from .headline import conditions_of
 from .learned import PROBE, seed_learning
+from .parts import pieces
 from .stats import ALPHA, detectable, equivalent, holm, interval, p_value, seeds_for
 
 VERDICT_COLUMNS = ("condition", "a", "b", "metric", "a_setting", "b_setting", "estimate",
@@ -363,10 +364,17 @@ def compute_claims(data: ReportData, effects: Effects | None = None) -> pd.DataF
     sweep = find_sweep(data, PROBE) or find_sweep(data, PROBE, untuned=True)
     if sweep is not None:
         return sweep_claims(data, sweep, average_rows(effects, sweep.reported_on)
-                            + timing_rows(data))
+                            + timing_rows(data) + probe_rows(data))
     head, metric, arms = plain_arms(data)
     return _frame(pair_rows(arms, metric, margins.get(head.name, math.nan), data.baseline)
-                  + average_rows(effects, metric) + timing_rows(data))
+                  + average_rows(effects, metric) + timing_rows(data) + probe_rows(data))
+
+
+def probe_rows(data: ReportData) -> list[dict[str, Any]]:
+    """Every registered probe's ``claims`` rows (:class:`variantlab.plugin.probe.ProbeView`),
+    e.g. the dynamics probe's (``kind`` ``dynamics``)."""
+    return [dict(row) for piece in pieces(getattr(data, "registry", None), "claims")
+            for row in piece(data)]
 
 
 def sweep_claims(data: ReportData, sweep: Sweep, more: Sequence[dict[str, Any]] = ()
@@ -439,5 +447,5 @@ def csv_text(frame: pd.DataFrame) -> str:
 
 __all__ = ["AVERAGED", "CLEAR", "COLUMNS", "DEFAULT_MARGINS", "PASSES", "TIMING_MARGIN",
            "VERDICT_COLUMNS", "Arm", "busy_variants", "claims_table", "compute_claims",
-           "csv_text", "margins_of", "measured_row", "seeds_frame", "stored_doc", "sweep_claims",
-           "timed_table", "timing_rows", "verdict_of"]
+           "csv_text", "margins_of", "measured_row", "probe_rows", "seeds_frame", "stored_doc",
+           "sweep_claims", "timed_table", "timing_rows", "verdict_of"]

@@ -24,7 +24,7 @@ import pandas as pd
 from ..config.metrics import finite as _finite
 from .claims import AVERAGED, CLEAR, MAX_ARMS, seeds_frame, stored_doc
 from .frame import ReportData
-from .tables import fmt
+from .tables import apart, fmt
 
 MAX_READING = 10  # bullets in a reading, at most
 MAX_SAID = 6  # conditions (or pairs) named in one sentence
@@ -351,7 +351,36 @@ def speed_phrase(row: Any, ratios: Sequence[float]) -> str:
             f"{math.exp(-row.low):.2f}x faster: includes 1)" + notes)
 
 
-__all__ = ["APART", "BUSY", "MAX_READING", "across", "across_lines", "across_word", "average_lines",
-           "averages_note", "compose", "condition_phrase", "groups", "pairs_of", "phrase", "power_line",
-           "question_of", "seed_lines", "speed_phrase", "timing_notes", "busy_text", "up_to",
-           "verdict_lines"]
+def span_text(values: Sequence[float] | pd.Series) -> str:
+    """``0.5 to 2``: the smallest and largest of ``values`` (one number when they agree)."""
+    lo, hi = float(min(values)), float(max(values))
+    return fmt(lo) if math.isclose(lo, hi) else f"{fmt(lo)} to {fmt(hi)}"
+
+
+def dynamics_phrase(row: Any, what: str, diffs: pd.Series) -> str:
+    """A ``dynamics`` row (:func:`.builtin.dynamics_findings.dynamics_row`) said in words:
+    ``a``'s ``what`` against ``b``'s with both means, the per-seed ratio (a ``log`` metric)
+    or difference ``diffs`` (in the row's scale) and the 95% interval; ``lower`` /
+    ``higher`` as "is lower / higher than", otherwise not clearly different; one seed:
+    the numbers and no verdict."""
+    ratio = str(row.metric).startswith("log ")
+    shown = (lambda d: fmt(math.exp(d))) if ratio else fmt
+    x, y = apart(float(row.a_mean), float(row.b_mean))
+    how = "ratio" if ratio else "difference"
+    if int(row.n_seeds) < 2:
+        return (f"{row.a}'s {what} {x} vs {row.b}'s {y} ({how} {shown(row.estimate)}; one "
+                "seed: no verdict)")
+    change = [math.exp(d) for d in diffs] if ratio else list(diffs)
+    spread = (f"per-seed {how} {span_text(change)}, {'geometric mean' if ratio else 'mean'} "
+              f"{shown(row.estimate)}, 95% interval [{shown(row.low)}, {shown(row.high)}] over "
+              f"{int(row.n_seeds)} seeds")
+    if row.verdict in CLEAR:
+        return f"{row.a}'s {what} is {row.verdict} than {row.b}'s ({x} vs {y}; {spread})"
+    return (f"{row.a}'s {what} is not clearly different from {row.b}'s ({x} vs {y}; {spread} "
+            f"includes {1 if ratio else 0})")
+
+
+__all__ = ["APART", "BUSY", "MAX_READING", "across", "across_lines", "across_word",
+           "average_lines", "averages_note", "busy_text", "compose", "condition_phrase",
+           "dynamics_phrase", "groups", "pairs_of", "phrase", "power_line", "question_of",
+           "seed_lines", "span_text", "speed_phrase", "timing_notes", "up_to", "verdict_lines"]
