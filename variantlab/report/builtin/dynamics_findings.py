@@ -7,8 +7,9 @@ variant is compared only with the baseline *of its own condition*
 (:mod:`variantlab.config.roles`: ``data.*``, ``emb_dim``, ``n_layers`` and ``conditions:``
 keys; a tuned axis that the dynamics probe runs with, ``measure.dynamics.*`` or a model key
 under ``tune:``, separates comparisons too, while another probe's setting such as
-``measure.training.lr`` leaves the dynamics run alone). The comparison follows the
-report's verdict rule (:mod:`..verdict`): "higher" or "lower" only when the paired 95%
+``measure.training.lr`` leaves the dynamics run alone). Each comparison is a claims row
+(``kind`` ``dynamics``, :func:`dynamics_rows`, in verdicts.csv) and its sentence is rendered
+from the row (:func:`..words.dynamics_phrase`): "higher" or "lower" only when the paired 95%
 t-interval over seeds excludes 0, on the log of the per-seed ratio for the logit and the
 RMS (quantities that grow manyfold) and on the per-seed difference for the loss; else "not
 clearly different" with that interval; one seed gives the numbers and no verdict.
