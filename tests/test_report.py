@@ -256,7 +256,8 @@ def test_loss_gap_is_judged_by_the_paired_interval_over_seeds():
 def _timing_said(ratios, caveats=""):
     """A timing claims row from per-seed time ratios (variant over baseline), its verdict
     and its sentence."""
-    from variantlab.report.claims import TIMING_MARGIN, measured_row, verdict_of
+    from variantlab.report.claims import measured_row, verdict_of
+    from variantlab.report.timing_claims import TIMING_MARGIN
     from variantlab.report.words import speed_phrase
 
     row = measured_row("", "v", "base", "backward_median_s", "timing",

@@ -56,8 +56,7 @@ from ..config.metrics import CEILINGS, Headline, headline_of
 from ..config.metrics import finite as _finite
 from .effects import Effects, rounding
 from .fair.tuned import Sweep, at_edge, choose, find_sweep, improving, tie_broken
-from .frame import ReportData, split_seeds
-from .headline import conditions_of
+from .frame import ReportData
 from .learned import PROBE, seed_learning
 from .parts import pieces
 from .stats import ALPHA, detectable, equivalent, holm, interval, p_value, seeds_for
@@ -73,9 +72,6 @@ DEFAULT_MARGINS: dict[str, float] = {"loss": 0.02, "recall_accuracy": 0.02}
 CLEAR = ("lower", "higher")
 AVERAGED = "averaged"
 MAX_ARMS = 24  # all pairs up to this many arms in a condition (276 pairs); beyond, vs the baseline
-#: timing rows: δ on the log of the time ratio, so "equal" means within 2% of the time
-TIMING_MARGIN = math.log(1.02)
-PASSES = ("backward", "step", "forward")  # timed passes, the slowest-measured first
 
 
 def stored_doc(data: ReportData) -> dict[str, Any]:
@@ -241,60 +237,6 @@ def pair_row(a: Arm, b: Arm, metric: str, delta: float, tol: float) -> dict[str,
     return row
 
 
-def busy_variants(rows: pd.DataFrame, probe: str, variants: Sequence[str]) -> list[str]:
-    """Of ``variants``, those a ``probe`` timing of was measured while the machine was busy
-    (the timing probe's ``busy`` row, :mod:`variantlab.probes.machine`)."""
-    mine = rows[(rows["probe"] == probe) & (rows["metric"] == "busy")
-                & rows["variant"].isin(list(variants)) & (rows["value"] == 1)]
-    return [str(v) for v in dict.fromkeys(mine["variant"])]
-
-
-def timed_table(rows: pd.DataFrame, metric: str, baseline: str) -> pd.DataFrame:
-    """The baseline's probe's finite model-scope values of ``metric``, seeds down and
-    variants across (empty without the baseline)."""
-    part = rows[(rows["metric"] == metric) & (rows["scope"] == "model")
-                & rows["value"].map(_finite)]
-    mine = part.loc[part["variant"] == baseline, "probe"]
-    part = part[part["probe"] == mine.iloc[0]] if len(mine) else part.iloc[:0]
-    return part.pivot_table(index="seed", columns="variant", values="value", aggfunc="mean")
-
-
-def timing_rows(data: ReportData) -> list[dict[str, Any]]:
-    """Each variant's time against the baseline's, per timed pass (``{pass}_median_s``),
-    among the variants of the baseline's condition (a wider model is another size, not a
-    slower variant): ``kind`` ``timing``, the estimate the mean over seeds of the log of the
-    variant's time over the baseline's on the same seed (each timing unit is its own
-    measurement, minutes apart), δ :data:`TIMING_MARGIN`; caveats ``timed on a busy machine
-    (variants)`` and ``timed apart (seeds)`` (the two timed by different invocations of
-    ``variantlab run``)."""
-    rows, base = data.rows, data.baseline
-    conds = conditions_of(data)
-    out: list[dict[str, Any]] = []
-    for key in PASSES:
-        metric = f"{key}_median_s"
-        table = timed_table(rows, metric, base)
-        if base not in table:
-            continue
-        probe = str(rows.loc[(rows["metric"] == metric) & (rows["variant"] == base),
-                             "probe"].iloc[0])
-        for variant in data.order:
-            if variant == base or variant not in table or conds.get(variant) != conds.get(base):
-                continue
-            pair = table[[variant, base]].dropna()
-            pair = pair[(pair > 0).all(axis=1)]
-            logs = (pair[variant] / pair[base]).map(math.log)
-            busy = busy_variants(rows, probe, [base, variant])
-            split = split_seeds(rows, probe, metric, base, variant)
-            caveats = ([f"timed on a busy machine ({', '.join(busy)})"] if busy else []) + (
-                [f"timed apart (seeds {', '.join(map(str, split))})"] if split else [])
-            row = measured_row(conds.get(base, ""), variant, base, metric, "timing", logs,
-                               "; ".join(caveats), TIMING_MARGIN)
-            row.update({"a_mean": float(table[variant].mean()),
-                        "b_mean": float(table[base].mean())})
-            out.append(row)
-    return out
-
-
 def verdict_of(row: dict[str, Any]) -> str:
     """The verdict word of one row (module docstring)."""
     if row["n_seeds"] < 2:
@@ -364,15 +306,15 @@ def compute_claims(data: ReportData, effects: Effects | None = None) -> pd.DataF
     sweep = find_sweep(data, PROBE) or find_sweep(data, PROBE, untuned=True)
     if sweep is not None:
         return sweep_claims(data, sweep, average_rows(effects, sweep.reported_on)
-                            + timing_rows(data) + probe_rows(data))
+                            + probe_rows(data))
     head, metric, arms = plain_arms(data)
     return _frame(pair_rows(arms, metric, margins.get(head.name, math.nan), data.baseline)
-                  + average_rows(effects, metric) + timing_rows(data) + probe_rows(data))
+                  + average_rows(effects, metric) + probe_rows(data))
 
 
 def probe_rows(data: ReportData) -> list[dict[str, Any]]:
     """Every registered probe's ``claims`` rows (:class:`variantlab.plugin.probe.ProbeView`),
-    e.g. the dynamics probe's (``kind`` ``dynamics``)."""
+    e.g. the timing probe's (``kind`` ``timing``) and the dynamics probe's (``dynamics``)."""
     return [dict(row) for piece in pieces(getattr(data, "registry", None), "claims")
             for row in piece(data)]
 
@@ -445,7 +387,6 @@ def csv_text(frame: pd.DataFrame) -> str:
     return csv_safe(frame).to_csv(index=False, float_format="%.6g", lineterminator="\n")
 
 
-__all__ = ["AVERAGED", "CLEAR", "COLUMNS", "DEFAULT_MARGINS", "PASSES", "TIMING_MARGIN",
-           "VERDICT_COLUMNS", "Arm", "busy_variants", "claims_table", "compute_claims",
-           "csv_text", "margins_of", "measured_row", "probe_rows", "seeds_frame", "stored_doc",
-           "sweep_claims", "timed_table", "timing_rows", "verdict_of"]
+__all__ = ["AVERAGED", "CLEAR", "COLUMNS", "DEFAULT_MARGINS", "VERDICT_COLUMNS", "Arm",
+           "claims_table", "compute_claims", "csv_text", "margins_of", "measured_row",
+           "probe_rows", "seeds_frame", "stored_doc", "sweep_claims", "verdict_of"]

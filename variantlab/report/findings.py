@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..plugin.registry import Registry
-from .claims import PASSES, busy_variants, claims_table, timed_table
+from .claims import claims_table
 from .effects import Effects
 from .frame import ReportData
 from .grid import grid_reading, problems
@@ -13,6 +13,7 @@ from .headline import conditions_of, has_conditions, is_tuning, reading_leads
 from .learned import learned_lines
 from .parts import pieces
 from .tables import PASS_NAMES
+from .timing_claims import PASSES, busy_variants, timed_table
 from .words import average_lines, busy_text, pairs_of, speed_phrase
 
 MAX_LISTED = 4  # with many variants, name the extremes only
