@@ -32,7 +32,6 @@ ALLOWED = {
 PENDING = {
     "fair/scaling.py": "'flips' across sizes decided from the by-size effects table",
     "grid.py": "the grid reading's 'matters' decided from the effects' intervals",
-    "verdict.py": "reading_leads / tuned_leads decide 'Best variant by' from their margins",
 }
 
 

@@ -409,7 +409,42 @@ def ranking_phrase(at_lr: Any, at_best: Any, lr: float, reported_on: str,
             f"{why}), though their order changes at lr {fmt(lr)}.")
 
 
+def lead_phrase(label: str, found: Any, unit: str = "") -> str:
+    """A :class:`.verdict.Lead` said from its row: ``Best variant by <label>: ...`` when
+    the row's verdict puts the first ahead; with one seed the numbers and no verdict; else
+    that the first two are not clearly different."""
+    a, b = apart(found.first_mean, found.second_mean, unit)
+    if found.clear:
+        return (f"Best variant by {label}: {found.first} ({a}), ahead of {found.second} "
+                f"({b}) by {fmt(found.margin)} [{fmt(found.low)}, {fmt(found.high)}] over "
+                f"{found.n} seeds")
+    label = label[:1].upper() + label[1:]
+    if found.n < 2:
+        return (f"{label}: {found.first} {a}, {found.second} {b} (one seed: no interval, so "
+                "no verdict)")
+    if found.row.get("verdict") in CLEAR:  # the better mean, yet behind on the paired seeds
+        return (f"{label}: on the seeds both ran, {found.first} ({a}) {found.row['verdict']} "
+                f"than {found.second} ({b}) (paired difference {fmt(found.margin)}, 95% "
+                f"interval [{fmt(found.low)}, {fmt(found.high)}] over {found.n} seeds)")
+    return (f"{label}: {found.first} ({a}) and {found.second} ({b}) are not clearly different "
+            f"(paired difference {fmt(found.margin)}, 95% interval [{fmt(found.low)}, "
+            f"{fmt(found.high)}] over {found.n} seeds includes 0)")
+
+
+def disagreement_phrase(label: str, top: Any, other: str, theirs: Any) -> str:
+    """``By test loss, B leads ...``: another metric's leader whose row is clear
+    (:class:`.verdict.Lead`), where the headline metric (``label``) has another leader or
+    none."""
+    a, b = apart(theirs.first_mean, theirs.second_mean)
+    where = (f"where by {label} {top.first} leads" if top.clear else
+             f"where by {label} no variant clearly leads")
+    return (f"By {other}, {theirs.first} leads ({a} vs {b} for "
+            f"{theirs.second}, ahead by {fmt(theirs.margin)} [{fmt(theirs.low)}, "
+            f"{fmt(theirs.high)}] over {theirs.n} seeds), {where}.")
+
+
 __all__ = ["APART", "BUSY", "MAX_READING", "across", "across_lines", "across_word",
            "average_lines", "averages_note", "busy_text", "compose", "condition_phrase",
+           "disagreement_phrase", "lead_phrase",
            "dynamics_phrase", "groups", "pairs_of", "phrase", "power_line", "question_of", "ranking_phrase",
            "seed_lines", "span_text", "speed_phrase", "timing_notes", "up_to", "verdict_lines"]

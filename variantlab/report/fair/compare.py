@@ -75,7 +75,7 @@ def fair_parts(data: ReportData, probe: str, size_probe: str,
         if learned:  # the ranking sentences' rows (:func:`ranking_rows`)
             parts.claims += [row for flip in ranking_rows(sweep, frame)[:MAX_FLIPS]
                              for row in (flip.at_lr, flip.at_best)]
-        parts.lines += leads_within(data, sweep, named)
+        parts.lines += leads_within(data, sweep, named, parts.claims)
         parts.lines += improving_lines(sweep, frame, named)
         if sweep.lr_axis is not None:
             parts.plots.append(lr_plot(sweep, frame))
@@ -83,7 +83,7 @@ def fair_parts(data: ReportData, probe: str, size_probe: str,
     elif (plain := find_sweep(data, probe, untuned=True)) is not None:
         plain_frame, named = tuned_frame(plain), set()
         parts.lines += condition_lines(plain, plain_frame, not nothing_learned(data), named)
-        parts.lines += leads_within(data, plain, named)
+        parts.lines += leads_within(data, plain, named, parts.claims)
         parts.lines += improving_lines(plain, plain_frame, named)
         _by_condition(parts, plain)
     scaled = scaling_parts(data, sweep, probe, size_probe, count)
@@ -95,13 +95,14 @@ def fair_parts(data: ReportData, probe: str, size_probe: str,
     return parts
 
 
-def leads_within(data: ReportData, sweep: Sweep, named: set[str] | None = None
-                 ) -> list[str]:
+def leads_within(data: ReportData, sweep: Sweep, named: set[str] | None = None,
+                 claims: list[dict[str, Any]] | None = None) -> list[str]:
     """The headline's leader and the metrics whose clear leader differs
     (:func:`..headline.tuned_leads`), over the compared variants at their chosen settings;
     with condition axes, only the disagreements, per condition (the claims' verdicts,
     :func:`..words.verdict_lines`, name each condition's pairs). ``named`` gains the
-    groups the sentences said are about."""
+    groups the sentences said are about; ``claims`` gains their ``lead`` rows (each with
+    its condition)."""
     rows = data.rows[data.rows["run"] == sweep.run]
     out: list[tuple[str, Lead, str]] = []
     for cond in dict.fromkeys(sweep.sizes.get(g, "") for g in sweep.archs):
@@ -114,6 +115,8 @@ def leads_within(data: ReportData, sweep: Sweep, named: set[str] | None = None
             (f"{cond}: {line[:1].lower()}{line[1:]}", lead, cond) for line, lead in found[1:]]
     for _, lead, cond in out[:MAX_FLIPS]:
         _name(named, cond, lead.first, lead.second)
+        if claims is not None:
+            claims.append({**lead.row, "condition": cond})
     return [line for line, _, _ in out[:MAX_FLIPS]]
 
 
