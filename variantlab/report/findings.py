@@ -49,7 +49,7 @@ def timing_speed(data: ReportData, summary: pd.DataFrame) -> str | None:
         if not len(mine):
             continue
         ends = mine.set_index("a")["a_mean"]
-        table = timed_table(data.rows, f"{key}_median_s", data.baseline)
+        table, _ = timed_table(data.rows, f"{key}_median_s", data.baseline)
         parts = [speed_phrase(row, ratios_of(table, str(row.a), data.baseline))
                  for row in mine.set_index("a").loc[list(dict.fromkeys(
                      [ends.idxmin(), ends.idxmax()]))].reset_index().itertuples()]

@@ -29,14 +29,16 @@ def busy_variants(rows: pd.DataFrame, probe: str, variants: Sequence[str]) -> li
     return [str(v) for v in dict.fromkeys(mine["variant"])]
 
 
-def timed_table(rows: pd.DataFrame, metric: str, baseline: str) -> pd.DataFrame:
-    """The baseline's probe's finite model-scope values of ``metric``, seeds down and
-    variants across (empty without the baseline)."""
+def timed_table(rows: pd.DataFrame, metric: str, baseline: str) -> tuple[pd.DataFrame, str]:
+    """The finite model-scope values of ``metric`` of the probe that timed the baseline,
+    seeds down and variants across, and that probe (empty and "" without the baseline)."""
     part = rows[(rows["metric"] == metric) & (rows["scope"] == "model")
                 & rows["value"].map(_finite)]
     mine = part.loc[part["variant"] == baseline, "probe"]
-    part = part[part["probe"] == mine.iloc[0]] if len(mine) else part.iloc[:0]
-    return part.pivot_table(index="seed", columns="variant", values="value", aggfunc="mean")
+    probe = str(mine.iloc[0]) if len(mine) else ""
+    part = part[part["probe"] == probe]
+    return (part.pivot_table(index="seed", columns="variant", values="value", aggfunc="mean"),
+            probe)
 
 
 def timing_rows(data: ReportData) -> list[dict[str, Any]]:
@@ -52,11 +54,9 @@ def timing_rows(data: ReportData) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for key in PASSES:
         metric = f"{key}_median_s"
-        table = timed_table(rows, metric, base)
+        table, probe = timed_table(rows, metric, base)
         if base not in table:
             continue
-        probe = str(rows.loc[(rows["metric"] == metric) & (rows["variant"] == base),
-                             "probe"].iloc[0])
         for variant in data.order:
             if variant == base or variant not in table or conds.get(variant) != conds.get(base):
                 continue
