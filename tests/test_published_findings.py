@@ -23,6 +23,7 @@ from variantlab.report.builtin.dynamics_findings import (
     at_step_max,
     depth_ratio,
     dynamics_reading,
+    dynamics_rows,
     last_layer_at,
 )
 from variantlab.report.fair.tuned import find_sweep
@@ -434,6 +435,32 @@ def test_reading_judges_the_logit_by_the_interval_of_its_log_ratio():
                          "b's step-10 max attention logit 5 vs a's 250 (ratio 0.02; one seed: "
                          "no verdict).")
     assert "lower" not in text and "higher" not in text
+
+
+def test_the_dynamics_verdicts_are_claims_rows_in_verdicts_csv():
+    """Issue 37.1: the "lower than" of the dynamics reading is rendered from a ``dynamics``
+    claims row, and the same row is in the report's verdicts (the probe's ``claims``
+    piece)."""
+    from variantlab.report.claims import compute_claims
+
+    data = report_data(logit_rows({0: 250.0, 1: 125.0, 2: 62.5}))
+    rows = dynamics_rows(data)
+    assert [(r["kind"], r["a"], r["b"], r["metric"], r["n_seeds"], r["verdict"]) for r in rows] \
+        == [("dynamics", "b", "a", "log max_attn_logit", 3, "lower")]
+    half = T975[2] * math.log(2) / math.sqrt(3)
+    assert rows[0]["estimate"] == pytest.approx(math.log(0.04))
+    assert (rows[0]["low"], rows[0]["high"]) == pytest.approx(
+        (math.log(0.04) - half, math.log(0.04) + half))
+    assert (rows[0]["a_mean"], rows[0]["b_mean"]) == pytest.approx((5.0, 437.5 / 3))
+    claims = compute_claims(data)
+    mine = claims[claims["kind"] == "dynamics"]
+    assert list(mine["verdict"]) == ["lower"] and list(mine["a"]) == ["b"]
+    # a row made to say otherwise is said otherwise: the words come from the row
+    from variantlab.report.words import dynamics_phrase
+
+    flipped = pd.Series({**rows[0], "verdict": "higher"})
+    assert dynamics_phrase(flipped, "logit", pd.Series([0.0, 0.0])).startswith(
+        "b's logit is higher than a's (5 vs 145.8;")
 
 
 def test_reading_residual_depth_ratio_at_the_last_step():

@@ -253,40 +253,68 @@ def test_loss_gap_is_judged_by_the_paired_interval_over_seeds():
     assert {verdict_of(r) for r in pair_rows(one, "test_loss", 0.02)} == {"not estimated"}
 
 
-def test_speed_up_is_judged_seed_by_seed():
-    from variantlab.report.findings import _speed_sureness, paired_ratios
+def _timing_said(ratios, caveats=""):
+    """A timing claims row from per-seed time ratios (variant over baseline), its verdict
+    and its sentence."""
+    from variantlab.report.claims import measured_row, verdict_of
+    from variantlab.report.timing_claims import TIMING_MARGIN
+    from variantlab.report.words import speed_phrase
 
-    rows = pd.DataFrame([
-        {"probe": "timing", "metric": "backward_median_s", "scope": "model", "variant": v,
-         "seed": s, "value": t}
-        for s, drift in ((0, 1.0), (1, 1.6), (2, 0.7))  # the machine drifts between seeds
-        for v, t in (("naive", 0.02 * drift), ("sdpa", 0.01 * drift),
-                     ("noisy", 0.02 * drift * (0.9 if s else 1.2)))
-    ])
-    ratios = paired_ratios(rows, "timing", "backward_median_s", "naive")
-    assert ratios["sdpa"] == pytest.approx([2.0, 2.0, 2.0])
-    assert _speed_sureness(ratios["sdpa"], faster=True).startswith(" on every seed (n=3")
-    assert "on 2 of 3 seeds" in _speed_sureness(ratios["noisy"], faster=True)
-    # a slow-down is said as one: baseline/variant ratios 0.5 and 0.8 are 2x and 1.25x slower
-    assert _speed_sureness([0.5, 0.8], faster=False) == (
-        " on every seed (n=2, per-seed 1.25x to 2.00x)")
+    row = measured_row("", "v", "base", "backward_median_s", "timing",
+                       pd.Series([math.log(r) for r in ratios]), caveats, TIMING_MARGIN)
+    row["verdict"] = verdict_of(row)
+    return row["verdict"], speed_phrase(pd.Series(row), ratios)
+
+
+def test_a_timing_row_judges_the_time_ratio_seed_by_seed():
+    """Issue 37.1: speed words are rendered from a ``timing`` claims row (the log time
+    ratio's interval over seeds), with how many seeds agree."""
+    assert _timing_said([0.5, 0.5, 0.5]) == (
+        "lower", "v is 2.00x faster than base on every seed (n=3, per-seed 2.00x to 2.00x)")
+    assert _timing_said([2.0, 1.98]) == (
+        "higher", "v is 1.99x slower than base on every seed (n=2, per-seed 1.98x to 2.00x)")
+    # clear over 7 seeds although one seed is slower: said with the count and the interval
+    ratios = [0.5] * 6 + [1.01]
+    logs = [math.log(r) for r in ratios]
+    mean = sum(logs) / 7
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 6)
+    half = 2.446912 * sd / math.sqrt(7)  # t(6) at 97.5%
+    assert _timing_said(ratios) == (
+        "lower", f"v is {math.exp(-mean):.2f}x faster than base on 6 of 7 seeds (n=7, per-seed "
+        f"0.99x to 2.00x; 95% interval {math.exp(-mean - half):.2f}x to "
+        f"{math.exp(-mean + half):.2f}x speed-up)")
+    # within 2% only when the 90% interval of the time ratio is: equal within ±log(1.02)
+    verdict, text = _timing_said([1.001, 0.999, 1.0, 1.0005])
+    assert verdict == f"equal within ±{math.log(1.02):g}"
+    assert text.startswith("v is as fast as base (within 2%: n=4, 90% interval of its time "
+                           "1.00x to 1.00x base's)")
+    assert _timing_said([1.98]) == (
+        "not estimated", "v took 1.98x base's time (one timing unit each: no interval, so no "
+        "verdict; more seeds would show the run-to-run spread)")
+    verdict, text = _timing_said([0.5, 0.5, 0.5], "timed on a busy machine (v); timed apart "
+                                 "(seeds 0, 2)")
+    assert verdict == "lower" and text.endswith(
+        "(but timed in different invocations of `variantlab run` on seed(s) 0, 2, not side by "
+        "side: rerun both together to compare) (but v was timed while the machine was busy: "
+        "its load average was above the cores the run could use, so the times read slow by "
+        "an unknown factor; rerun on an idle machine)")
 
 
 def test_a_speed_verdict_needs_a_paired_interval_that_excludes_no_change():
     """Issue 31.3: "faster"/"slower" only when the 95% t-interval over seeds of the log
     speed-ups excludes 0; every seed agreeing in sign is not enough with n=2 or 3."""
-    from variantlab.report.findings import speed_is_clear, speed_span
-
-    assert speed_is_clear([2.0, 2.0, 2.0]) and speed_is_clear([1.9, 2.0, 2.1])
-    assert not speed_is_clear([0.5, 0.8])  # both slower, but t(1) = 12.7 makes it wide
-    assert not speed_is_clear([1.04, 1.19, 0.98])
-    logs = [math.log(r) for r in (1.04, 1.19, 0.98)]
+    assert _timing_said([1 / 2.0] * 3)[0] == "lower"
+    assert _timing_said([1 / 1.9, 1 / 2.0, 1 / 2.1])[0] == "lower"
+    assert _timing_said([1 / 0.5, 1 / 0.8])[0] == "not clearly different"  # t(1) = 12.7
+    ups = [1.04, 1.19, 0.98]
+    logs = [math.log(r) for r in ups]
     mean = sum(logs) / 3
     sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 2)
     half = 4.302653 * sd / math.sqrt(3)  # t(2) at 97.5%
     low, high = math.exp(mean - half), math.exp(mean + half)
-    assert speed_span([1.04, 1.19, 0.98]) == (
-        f"n=3, per-seed 0.98x to 1.19x, 95% interval {low:.2f}x to {high:.2f}x faster: includes 1")
+    assert _timing_said([1 / u for u in ups]) == (
+        "not clearly different", "v and base are not clearly different in speed (n=3, per-seed "
+        f"0.98x to 1.19x, 95% interval {low:.2f}x to {high:.2f}x faster: includes 1)")
     # in the reading: a noisy slow-down is "not clearly different in speed", no verdict word
     noisy = sample_run((("naive", {}, 1.0), ("sdpa", {"norm.kind": "rms"}, 1.0)),
                        fail=None, diverge=None)

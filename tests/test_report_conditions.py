@@ -227,8 +227,14 @@ def test_speed_is_compared_within_the_baselines_condition():
 
 
 def test_a_metric_that_disagrees_with_the_headline_is_said_per_condition(tmp_path):
-    _, lines, _ = report(tmp_path, "  activation.kind: [gelu, relu]\n  data.n_pairs: [2, 4]\n",
-                         probe_fn=disagreeing)
+    _, lines, files = report(tmp_path, "  activation.kind: [gelu, relu]\n  data.n_pairs: [2, 4]\n",
+                             probe_fn=disagreeing)
+    # issue 37.1: the sentence is rendered from a lead row, which verdicts.csv holds
+    rows = pd.read_csv(files.verdicts)
+    led = rows[(rows["kind"] == "lead") & (rows["metric"] == "test_loss")]
+    assert led[["condition", "a", "b", "n_seeds", "verdict"]].values.tolist() == [
+        ["n_pairs=2", "activation=gelu", "activation=relu", 3, "lower"]]
+    assert led["estimate"].tolist() == pytest.approx([-0.31])
     # relu - gelu test loss per seed: 0.30, 0.31, 0.32: mean 0.31, 95% [0.2852, 0.3348]; at 4
     # pairs gelu leads on both metrics, so nothing disagrees there
     assert [line for line in lines if "by test loss" in line] == [

@@ -18,7 +18,8 @@ from variantlab.report import build_context, gather, write_report
 from variantlab.report.labels import short_axes
 from variantlab.report.learned import learned_frame
 from variantlab.report.tables import apart
-from variantlab.report.verdict import lead, lead_sentence
+from variantlab.report.verdict import lead
+from variantlab.report.words import lead_phrase
 from variantlab.testing.sample import sample_grid, sample_run
 
 REG = vl.get_registry()
@@ -142,17 +143,28 @@ def _values(a: list[float], b: list[float]) -> pd.DataFrame:
 def test_best_only_when_the_paired_interval_excludes_zero():
     clear = lead(_values([3.0, 3.1, 3.2], [3.1, 3.2, 3.31]), lower=True)
     assert clear is not None and clear.first == "A" and clear.clear
-    assert lead_sentence("test loss", clear).startswith(
+    assert lead_phrase("test loss", clear).startswith(
         "Best variant by test loss: A (3.1), ahead of B (3.203) by 0.1033 [")
     tie = lead(_values([3.4881, 3.5, 3.47], [3.4882, 3.49, 3.481]), lower=True)
     assert tie is not None and not tie.clear
-    text = lead_sentence("test loss", tie)
+    text = lead_phrase("test loss", tie)
     assert "not clearly different" in text and "Best" not in text and "includes 0" in text
     one = lead(_values([3.48811], [3.48812]), lower=True)
-    assert lead_sentence("test loss", one) == \
+    assert lead_phrase("test loss", one) == \
         "Test loss: A 3.48811, B 3.48812 (one seed: no interval, so no verdict)"
     higher = lead(_values([0.2, 0.21, 0.22], [0.3, 0.33, 0.34]), lower=False)
     assert higher.first == "B" and higher.clear and higher.margin == pytest.approx(0.34 / 3)
+    # issue 37.1: the lead is a claims row (first minus second), and the words follow it
+    assert (clear.row["kind"], clear.row["a"], clear.row["b"], clear.row["verdict"]) == \
+        ("lead", "A", "B", "lower")
+    assert clear.row["estimate"] == pytest.approx(-0.31 / 3)
+    assert higher.row["verdict"] == "higher" and tie.row["verdict"] == "not clearly different"
+    # A's mean is better only through a seed B lacks: on the paired seeds A is higher
+    odd = lead(_values([3.0, 3.0, 2.0], [2.9, 2.9]), lower=True)
+    assert odd.first == "A" and odd.row["verdict"] == "higher" and not odd.clear
+    assert lead_phrase("test loss", odd) == (
+        "Test loss: on the seeds both ran, A (2.667) higher than B (2.9) (paired difference "
+        "-0.1, 95% interval [-0.1, -0.1] over 2 seeds)")
 
 
 def test_numbers_get_the_digits_that_tell_them_apart():

@@ -135,6 +135,40 @@ def test_a_ranking_that_depends_on_the_lr_is_said_when_both_bests_are_inside(tmp
         "3.01), loses at each one's best lr (val\\_loss 2.91 vs 2.51; test\\_loss 3.01 vs " \
         "2.61); both orders hold over 3 seeds." in md
     assert "Unresolved" not in md
+    # issue 37.1: the sentence is rendered from two ranking rows, which verdicts.csv holds
+    rows = pd.read_csv(files.verdicts)
+    ranking = rows[rows["kind"] == "ranking"]
+    assert ranking[["a", "b", "metric", "a_setting", "n_seeds", "verdict"]].values.tolist() == [
+        ["activation=relu", "activation=gelu", "val_loss", "lr=0.001", 3, "lower"],
+        ["activation=relu", "activation=gelu", "val_loss", "its best", 3, "higher"]]
+    assert ranking["estimate"].tolist() == pytest.approx([-0.1, 0.4])
+
+
+def test_the_ranking_words_follow_the_rows():
+    from variantlab.report.words import ranking_phrase
+
+    shown = (2.9, 3.0, 2.95, 2.5, 3.05, 2.6)
+
+    def said(at_lr: str, at_best: str, lower: bool = True) -> str:
+        row = {"a": "relu", "b": "gelu", "metric": "val_loss", "n_seeds": 3}
+        return ranking_phrase(pd.Series({**row, "verdict": at_lr}),
+                              pd.Series({**row, "verdict": at_best}), 1e-3, "test_loss",
+                              shown, lower)
+
+    assert said("lower", "higher") == (
+        "The ranking depends on the learning rate: relu beats gelu at lr 0.001 (val_loss 2.9 "
+        "vs 3), loses at each one's best lr (val_loss 2.95 vs 2.5; test_loss 3.05 vs 2.6); "
+        "both orders hold over 3 seeds.")
+    assert said("not clearly different", "higher") == (
+        "At each one's best lr, relu higher than gelu (val_loss 2.95 vs 2.5; test_loss 3.05 vs "
+        "2.6; over 3 seeds); at lr 0.001 their order changes (val_loss 2.9 vs 3), but the "
+        "paired 95% interval there includes 0.")
+    assert said("lower", "not clearly different") == (
+        "At each one's best lr, relu and gelu are not clearly different (val_loss 2.95 vs 2.5; "
+        "test_loss 3.05 vs 2.6; paired 95% intervals over 3 seeds include 0), though their "
+        "order changes at lr 0.001.")
+    # for a metric where higher is better, a "lower" row at lr is the worse one: no flip
+    assert "beats" not in said("lower", "higher", lower=False)
 
 
 def test_a_diverged_seed_keeps_its_setting_from_being_chosen_and_is_counted(tmp_path):

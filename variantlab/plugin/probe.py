@@ -47,6 +47,10 @@ class ProbeView:
     - ``fair(data) -> variantlab.report.fair.compare.FairParts``: for a probe that trains, its losses
       compared at each architecture's best setting and across model sizes
       (``variantlab.report.fair.compare.fair_piece``);
+    - ``claims(data) -> list[dict]``: the probe's comparisons as claims rows
+      (``variantlab.report.claims.measured_row``, its ``kind`` naming the probe's kind of
+      comparison), appended to the report's ``verdicts.csv``; the probe's reading says them
+      with ``variantlab.report.words``;
     - ``rank``: where these pieces go among every probe's (lower first; ties in registration
       order); the built-in probes use ranks below 100, the default.
 
@@ -62,13 +66,14 @@ class ProbeView:
     aside: Callable[[Any, Any], Sequence[str | None]] | None = None
     warnings: Callable[[Any], Sequence[Sequence[str]]] | None = None
     fair: Callable[[Any], Any] | None = None
+    claims: Callable[[Any], Sequence[dict[str, Any]]] | None = None
     rank: int = 100
 
     def pieces(self) -> dict[str, Callable[..., Any] | None]:
         """The pieces by name (None: not given)."""
         return {"metrics": self.metrics, "section": self.section, "plots": self.plots,
                 "reading": self.reading, "aside": self.aside, "warnings": self.warnings,
-                "fair": self.fair}
+                "fair": self.fair, "claims": self.claims}
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,9 @@ def _context(data: ReportData, registry: Registry) -> tuple[dict[str, Any], list
     chosen, why = run_part("plot focus", focus, data, summary, effects,
                            default=lambda f: (None, ""))
     fair = run_part("fair comparisons", fair_of, data, registry, default=lambda f: FairParts())
+    if fair.claims:  # the ranking rows of the fair comparison (:func:`.fair.compare.ranking_rows`)
+        claims = pd.concat([claims, pd.DataFrame(fair.claims, columns=list(CLAIM_COLUMNS))],
+                           ignore_index=True)
     plots = (run_part("effect plots", effect_plots, effects, default=_empty) + fair.plots
              + run_part("plots", build_plots, data, chosen, why, registry, default=_empty)
              + extra_plots)

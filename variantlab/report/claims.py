@@ -58,6 +58,7 @@ from .effects import Effects, rounding
 from .fair.tuned import Sweep, at_edge, choose, find_sweep, improving, tie_broken
 from .frame import ReportData
 from .learned import PROBE, seed_learning
+from .parts import pieces
 from .stats import ALPHA, detectable, equivalent, holm, interval, p_value, seeds_for
 
 VERDICT_COLUMNS = ("condition", "a", "b", "metric", "a_setting", "b_setting", "estimate",
@@ -203,25 +204,37 @@ def _caveats(a: Arm, b: Arm) -> str:
                      for c, tags in said.items())
 
 
+def measured_row(condition: str, a: str, b: str, metric: str, kind: str, diffs: pd.Series,
+                 caveats: str = "", delta: float = math.nan) -> dict[str, Any]:
+    """One comparison's row from its paired per-seed differences ``diffs`` (``a`` minus
+    ``b``, or the log of ``a`` over ``b``): the 95% and 90% t-intervals, the paired t-test's
+    ``p`` and the seed power numbers; ``verdict`` is left for :func:`verdict_of`, which for
+    a ``kind`` other than ``pair`` tests the unadjusted ``p``."""
+    estimate, low, high, n = interval(diffs)
+    _, low90, high90, _ = interval(diffs, 0.90)
+    sd = float(diffs.std(ddof=1)) if n >= 2 else math.nan
+    return {"condition": condition, "a": a, "b": b, "metric": metric, "a_setting": "",
+            "b_setting": "", "estimate": estimate, "low": low, "high": high, "n_seeds": n,
+            "verdict": "", "caveats": caveats, "kind": kind, "p": p_value(diffs),
+            "holm_p": math.nan, "low90": low90, "high90": high90, "delta": delta, "sd": sd,
+            "detectable": detectable(sd, n), "seeds_for_delta": seeds_for(sd, delta),
+            "a_mean": math.nan, "b_mean": math.nan, "solved_share": ""}
+
+
 def pair_row(a: Arm, b: Arm, metric: str, delta: float, tol: float) -> dict[str, Any]:
     """One pair's row before Holm (``holm_p`` is filled per condition)."""
     both = pd.concat([a.values.rename("a"), b.values.rename("b")], axis=1, join="inner")
     both = both[both["a"].map(_finite) & both["b"].map(_finite)]
     diff = both["a"] - both["b"]
     diff = diff.where(diff.abs() > tol, 0.0)
-    estimate, low, high, n = interval(diff)
-    _, low90, high90, _ = interval(diff, 0.90)
-    sd = float(diff.std(ddof=1)) if n >= 2 else math.nan
-    return {"condition": a.condition, "a": a.name, "b": b.name, "metric": metric,
-            "a_setting": a.setting, "b_setting": b.setting, "estimate": estimate,
-            "low": low, "high": high, "n_seeds": n, "verdict": "", "caveats": _caveats(a, b),
-            "kind": "pair", "p": p_value(diff), "holm_p": math.nan, "low90": low90,
-            "high90": high90, "delta": delta, "sd": sd, "detectable": detectable(sd, n),
-            "seeds_for_delta": seeds_for(sd, delta),
-            "a_mean": float(both["a"].mean()) if n else math.nan,
-            "b_mean": float(both["b"].mean()) if n else math.nan,
-            "solved_share": f"{a.solved} vs {b.solved}" if a.solved or b.solved else "",
-            "_unresolved": a.unresolved or b.unresolved}
+    row = measured_row(a.condition, a.name, b.name, metric, "pair", diff, _caveats(a, b), delta)
+    n = row["n_seeds"]
+    row.update({"a_setting": a.setting, "b_setting": b.setting,
+                "a_mean": float(both["a"].mean()) if n else math.nan,
+                "b_mean": float(both["b"].mean()) if n else math.nan,
+                "solved_share": f"{a.solved} vs {b.solved}" if a.solved or b.solved else "",
+                "_unresolved": a.unresolved or b.unresolved})
+    return row
 
 
 def verdict_of(row: dict[str, Any]) -> str:
@@ -292,10 +305,18 @@ def compute_claims(data: ReportData, effects: Effects | None = None) -> pd.DataF
     margins = margins_of(data)
     sweep = find_sweep(data, PROBE) or find_sweep(data, PROBE, untuned=True)
     if sweep is not None:
-        return sweep_claims(data, sweep, average_rows(effects, sweep.reported_on))
+        return sweep_claims(data, sweep, average_rows(effects, sweep.reported_on)
+                            + probe_rows(data))
     head, metric, arms = plain_arms(data)
     return _frame(pair_rows(arms, metric, margins.get(head.name, math.nan), data.baseline)
-                  + average_rows(effects, metric))
+                  + average_rows(effects, metric) + probe_rows(data))
+
+
+def probe_rows(data: ReportData) -> list[dict[str, Any]]:
+    """Every registered probe's ``claims`` rows (:class:`variantlab.plugin.probe.ProbeView`),
+    e.g. the timing probe's (``kind`` ``timing``) and the dynamics probe's (``dynamics``)."""
+    return [dict(row) for piece in pieces(getattr(data, "registry", None), "claims")
+            for row in piece(data)]
 
 
 def sweep_claims(data: ReportData, sweep: Sweep, more: Sequence[dict[str, Any]] = ()
@@ -367,5 +388,5 @@ def csv_text(frame: pd.DataFrame) -> str:
 
 
 __all__ = ["AVERAGED", "CLEAR", "COLUMNS", "DEFAULT_MARGINS", "VERDICT_COLUMNS", "Arm",
-           "claims_table", "compute_claims", "csv_text", "margins_of",
-           "seeds_frame", "stored_doc", "sweep_claims", "verdict_of"]
+           "claims_table", "compute_claims", "csv_text", "margins_of", "measured_row",
+           "probe_rows", "seeds_frame", "stored_doc", "sweep_claims", "verdict_of"]

@@ -14,7 +14,8 @@ from .frame import ReportData, differing_axes, variant_flat
 from .learned import nothing_learned
 from .plots import Plot, heatmap
 from .tables import Table, cell_text, fmt
-from .verdict import lead, lead_sentence
+from .verdict import lead
+from .words import lead_phrase
 
 MAX_NAMES = 3  # names listed in one sentence of the reading before "and N more"
 MAX_READING = 10
@@ -136,9 +137,10 @@ def best_sentence(data: ReportData, effects: Effects, losses: bool = True) -> st
         if not losses and metric.endswith("_loss"):
             continue
         part = effects.values[effects.values["metric"] == metric]
-        found = lead(part[["variant", "seed", "value"]], lower) if lower is not None else None
+        found = (lead(part[["variant", "seed", "value"]], lower, metric)
+                 if lower is not None else None)
         if found is not None:
-            parts.append(lead_sentence(label, found))
+            parts.append(lead_phrase(label, found))
     return "; ".join(parts) + "." if parts else None
 
 

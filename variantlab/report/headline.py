@@ -22,8 +22,8 @@ from ..store.store import axis_default
 from .frame import ReportData
 from .labels import GridLabels
 from .learned import nothing_learned
-from .tables import apart, fmt
-from .verdict import Lead, lead, lead_sentence
+from .verdict import Lead, lead
+from .words import disagreement_phrase, lead_phrase
 
 
 def column_label(column: str) -> str:
@@ -76,30 +76,20 @@ def leads(data: ReportData, values_of: Any, registry: Any = None,
     if not found:
         return []
     (head, column), others = found[0], found[1:]
-    top = lead(values_of(head, column), head.lower_is_better)
+    top = lead(values_of(head, column), head.lower_is_better, column)
     if top is None:
         return []
-    lines = [lead_sentence(f"{column_label(column)} (the headline metric)", top) + "."]
+    lines = [lead_phrase(f"{column_label(column)} (the headline metric)", top) + "."]
     made = [top]
     for other, col in others:
-        theirs = lead(values_of(other, col), other.lower_is_better)
+        theirs = lead(values_of(other, col), other.lower_is_better, col)
         if theirs is not None and theirs.clear and (theirs.first != top.first or not top.clear):
-            lines.append(disagreement(column, top, col, theirs))
+            lines.append(disagreement_phrase(column_label(column), top, column_label(col),
+                                             theirs))
             made.append(theirs)
     if said is not None:
         said += made
     return lines
-
-
-def disagreement(column: str, top: Lead, other: str, theirs: Lead) -> str:
-    """``By test loss, B leads ...``: another metric's clear leader, where the headline
-    metric has another leader or none."""
-    a, b = apart(theirs.first_mean, theirs.second_mean)
-    where = (f"where by {column_label(column)} {top.first} leads" if top.clear else
-             f"where by {column_label(column)} no variant clearly leads")
-    return (f"By {column_label(other)}, {theirs.first} leads ({a} vs {b} for "
-            f"{theirs.second}, ahead by {fmt(theirs.margin)} [{fmt(theirs.low)}, "
-            f"{fmt(theirs.high)}] over {theirs.n} seeds), {where}.")
 
 
 def reading_leads(data: ReportData, variants: Sequence[str] | None = None,
@@ -158,5 +148,5 @@ def tuned_leads(data: ReportData, chosen: dict[str, str], probe_rows: pd.DataFra
     return leads(data, values_of, registry, said)
 
 
-__all__ = ["column_label", "conditions_of", "disagreement", "has_conditions", "headlines",
+__all__ = ["column_label", "conditions_of", "has_conditions", "headlines",
            "is_tuning", "leads", "reading_leads", "seed_values", "tuned_leads"]

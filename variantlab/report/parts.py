@@ -17,7 +17,7 @@ from ..plugin.probe import ProbeView
 from ..plugin.registry import Registry, get_registry
 from .guard import Failure, guarded, run_part
 
-PIECES = ("metrics", "section", "plots", "reading", "aside", "warnings", "fair")
+PIECES = ("metrics", "section", "plots", "reading", "aside", "warnings", "fair", "claims")
 
 
 _REGISTRY: ContextVar[Registry | None] = ContextVar("variantlab_report_registry", default=None)

@@ -1,29 +1,31 @@
-"""Verdict words only where the numbers carry them.
+"""The leader on a metric, as a claims row.
 
-"best", "beats", "loses", "better" and "worse" say that one variant is ahead of another on a
-metric. The report says so only when the paired difference over seeds has a 95% t-interval
-that excludes 0 (:func:`variantlab.report.effects.interval`; each seed pairs the two
-variants' runs on the same data). Otherwise the two are *not clearly different*, and the
-numbers are printed with enough digits to show what difference there is
-(:func:`variantlab.report.tables.apart`). With one seed there is no interval, so no verdict:
-the report gives the numbers and says why it names no winner.
+"Best variant by" and "leads" say that one variant is ahead of another on a metric. The
+leader and the runner-up by mean are compared on their paired per-seed difference (each
+seed pairs the two variants' runs on the same data), a ``lead`` row of the claims
+(:func:`.claims.measured_row`); :func:`.words.lead_phrase` says "Best variant by" only when
+that row's verdict puts the leader ahead (its 95% t-interval excludes 0). Otherwise the two
+are *not clearly different*, and the numbers are printed with enough digits to show what
+difference there is (:func:`variantlab.report.tables.apart`). With one seed there is no
+interval, so no verdict: the report gives the numbers and says why it names no winner.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
-from .effects import clear, interval
-from .tables import apart, fmt
+from .claims import measured_row, verdict_of
 
 
 @dataclass(frozen=True)
 class Lead:
     """The leader on a metric and the runner-up, with the leader's paired margin over it
-    (positive: ahead) and its 95% interval over ``n`` seeds (NaN bounds: one seed)."""
+    (positive: ahead) and its 95% interval over ``n`` seeds (NaN bounds: one seed), and
+    the comparison's claims ``row`` (``kind`` ``lead``: ``first`` minus ``second``)."""
 
     first: str
     second: str
@@ -33,26 +35,19 @@ class Lead:
     low: float
     high: float
     n: int
+    row: dict[str, Any] = field(default_factory=dict, compare=False)
+    better: str = "lower"  # the row's verdict that puts ``first`` ahead
 
     @property
     def clear(self) -> bool:
-        """Whether the margin's interval excludes 0."""
-        return clear(self.low, self.high)
+        """Whether the row's verdict puts ``first`` ahead (its interval excludes 0)."""
+        return self.row.get("verdict") == self.better
 
 
-def margin(values: pd.DataFrame, a: str, b: str, lower: bool) -> tuple[float, float, float, int]:
-    """How far ``a`` is ahead of ``b``, seed by seed (``values``: variant, seed, value; a
-    positive difference means ``a`` is better): mean, 95% interval and seeds paired."""
-    table = values.pivot_table(index="seed", columns="variant", values="value", aggfunc="mean")
-    if a not in table or b not in table:
-        return math.nan, math.nan, math.nan, 0
-    diff = (table[b] - table[a]) if lower else (table[a] - table[b])
-    return interval(diff[diff.map(math.isfinite)])
-
-
-def lead(values: pd.DataFrame, lower: bool) -> Lead | None:
+def lead(values: pd.DataFrame, lower: bool, metric: str = "") -> Lead | None:
     """The best two variants by mean over seeds of ``values`` (variant, seed, value) and how
-    sure the first's lead is (None with fewer than two variants)."""
+    sure the first's lead is, from its claims row (:func:`.claims.measured_row` on the
+    paired per-seed differences; None with fewer than two variants)."""
     if not len(values):
         return None
     finite = values[pd.to_numeric(values["value"], errors="coerce").map(math.isfinite)]
@@ -61,25 +56,16 @@ def lead(values: pd.DataFrame, lower: bool) -> Lead | None:
         return None
     ranked = means.sort_values(ascending=lower, kind="stable")
     first, second = str(ranked.index[0]), str(ranked.index[1])
-    mean, low, high, n = margin(finite, first, second, lower)
-    return Lead(first, second, float(ranked.iloc[0]), float(ranked.iloc[1]), mean, low, high, n)
+    table = finite.pivot_table(index="seed", columns="variant", values="value", aggfunc="mean")
+    diff = table[first] - table[second]
+    row = measured_row("", first, second, metric, "lead", diff[diff.map(math.isfinite)])
+    row["verdict"] = verdict_of(row)
+    row.update({"a_mean": float(ranked.iloc[0]), "b_mean": float(ranked.iloc[1])})
+    sign = -1.0 if lower else 1.0  # ahead: lower values when lower is better
+    low, high = sorted((sign * row["low"], sign * row["high"]))
+    return Lead(first, second, float(ranked.iloc[0]), float(ranked.iloc[1]),
+                sign * row["estimate"], low, high, row["n_seeds"], row,
+                "lower" if lower else "higher")
 
 
-def lead_sentence(label: str, found: Lead, unit: str = "") -> str:
-    """``Best variant by <label>: ...`` when the lead is clear; else that the first two are
-    not clearly different (or, with one seed, that there is no verdict)."""
-    a, b = apart(found.first_mean, found.second_mean, unit)
-    if found.clear:
-        return (f"Best variant by {label}: {found.first} ({a}), ahead of {found.second} "
-                f"({b}) by {fmt(found.margin)} [{fmt(found.low)}, {fmt(found.high)}] over "
-                f"{found.n} seeds")
-    label = label[:1].upper() + label[1:]
-    if found.n < 2:
-        return (f"{label}: {found.first} {a}, {found.second} {b} (one seed: no interval, so "
-                "no verdict)")
-    return (f"{label}: {found.first} ({a}) and {found.second} ({b}) are not clearly different "
-            f"(paired difference {fmt(found.margin)}, 95% interval [{fmt(found.low)}, "
-            f"{fmt(found.high)}] over {found.n} seeds includes 0)")
-
-
-__all__ = ["Lead", "lead", "lead_sentence", "margin"]
+__all__ = ["Lead", "lead"]

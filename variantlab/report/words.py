@@ -24,7 +24,7 @@ import pandas as pd
 from ..config.metrics import finite as _finite
 from .claims import AVERAGED, CLEAR, MAX_ARMS, seeds_frame, stored_doc
 from .frame import ReportData
-from .tables import fmt
+from .tables import apart, fmt
 
 MAX_READING = 10  # bullets in a reading, at most
 MAX_SAID = 6  # conditions (or pairs) named in one sentence
@@ -286,6 +286,165 @@ def averages_note(claims: pd.DataFrame) -> str:
             "the verdicts are per condition, in verdicts.csv")
 
 
-__all__ = ["MAX_READING", "across", "across_lines", "across_word", "average_lines",
-           "averages_note", "compose", "condition_phrase", "groups", "pairs_of", "phrase", "power_line",
-           "question_of", "seed_lines", "up_to", "verdict_lines"]
+BUSY = "timed on a busy machine"
+APART = "timed apart"
+
+
+def _caveat_names(row: Any, caveat: str) -> str:
+    """What a row's caveat names in its parentheses (``timed apart (seeds 0, 1)``: ``0, 1``),
+    empty when the row does not carry it."""
+    caveats = row.caveats if isinstance(row.caveats, str) else ""
+    for part in caveats.split("; "):
+        if part.startswith(caveat + " ("):
+            return part[len(caveat) + 2:-1]
+    return ""
+
+
+def busy_text(which: str) -> str:
+    """The note beside a timing verdict when ``which`` variants were timed on a busy machine."""
+    if not which:
+        return ""
+    return (f" (but {which} was timed while the machine was busy: its load average was above "
+            "the cores the run could use, so the times read slow by an unknown factor; "
+            "rerun on an idle machine)")
+
+
+def timing_notes(row: Any) -> str:
+    """A ``timing`` row's caveats said in full: timed apart, then timed on a busy machine."""
+    seeds = _caveat_names(row, APART).removeprefix("seeds ")
+    apart = (f" (but timed in different invocations of `variantlab run` on seed(s) {seeds}, "
+             "not side by side: rerun both together to compare)") if seeds else ""
+    return apart + busy_text(_caveat_names(row, BUSY))
+
+
+def speed_phrase(row: Any, ratios: Sequence[float]) -> str:
+    """A ``timing`` row (:func:`.claims.timing_rows`) said in words with its caveats:
+    ``lower`` / ``higher`` (the log time ratio's 95% interval excludes 0) as faster /
+    slower by the geometric mean ratio, with how many seeds agree; ``equal within ±δ`` as
+    "as fast as" (within 2%); otherwise not clearly different in speed, or the one timing
+    unit's ratio and no verdict. ``ratios``: the variant's time over the baseline's per
+    seed (numbers to show, not to judge)."""
+    a, b, n = row.a, row.b, int(row.n_seeds)
+    notes = timing_notes(row)
+    if n == 0:
+        return f"{a} vs {b} not estimated (no seed timed both)" + notes
+    ratio = math.exp(row.estimate)
+    if row.verdict in CLEAR:
+        faster = row.verdict == "lower"
+        speed = f"{1 / ratio:.2f}x faster" if faster else f"{ratio:.2f}x slower"
+        shown = sorted(1 / r if faster else r for r in ratios)
+        agree = sum(1 for r in ratios if (r < 1) == faster)
+        span = f"n={n}, per-seed {shown[0]:.2f}x to {shown[-1]:.2f}x"
+        how = (f" on every seed ({span})" if agree == n else
+               f" on {agree} of {n} seeds ({span}; 95% interval {math.exp(-row.high):.2f}x to "
+               f"{math.exp(-row.low):.2f}x speed-up)")
+        return f"{a} is {speed} than {b}{how}" + notes
+    if row.verdict.startswith("equal"):
+        return (f"{a} is as fast as {b} (within 2%: n={n}, 90% interval of its time "
+                f"{math.exp(row.low90):.2f}x to {math.exp(row.high90):.2f}x {b}'s)" + notes)
+    if n == 1:
+        return (f"{a} took {ratio:.2f}x {b}'s time (one timing unit each: no interval, so no "
+                "verdict; more seeds would show the run-to-run spread)" + notes)
+    ups = [1 / r for r in ratios]
+    return (f"{a} and {b} are not clearly different in speed (n={n}, per-seed "
+            f"{min(ups):.2f}x to {max(ups):.2f}x, 95% interval {math.exp(-row.high):.2f}x to "
+            f"{math.exp(-row.low):.2f}x faster: includes 1)" + notes)
+
+
+def span_text(values: Sequence[float] | pd.Series) -> str:
+    """``0.5 to 2``: the smallest and largest of ``values`` (one number when they agree)."""
+    lo, hi = float(min(values)), float(max(values))
+    return fmt(lo) if math.isclose(lo, hi) else f"{fmt(lo)} to {fmt(hi)}"
+
+
+def dynamics_phrase(row: Any, what: str, diffs: pd.Series) -> str:
+    """A ``dynamics`` row (:func:`.builtin.dynamics_findings.dynamics_row`) said in words:
+    ``a``'s ``what`` against ``b``'s with both means, the per-seed ratio (a ``log`` metric)
+    or difference ``diffs`` (in the row's scale) and the 95% interval; ``lower`` /
+    ``higher`` as "is lower / higher than", otherwise not clearly different; one seed:
+    the numbers and no verdict."""
+    ratio = str(row.metric).startswith("log ")
+    shown = (lambda d: fmt(math.exp(d))) if ratio else fmt
+    x, y = apart(float(row.a_mean), float(row.b_mean))
+    how = "ratio" if ratio else "difference"
+    if int(row.n_seeds) < 2:
+        return (f"{row.a}'s {what} {x} vs {row.b}'s {y} ({how} {shown(row.estimate)}; one "
+                "seed: no verdict)")
+    change = [math.exp(d) for d in diffs] if ratio else list(diffs)
+    spread = (f"per-seed {how} {span_text(change)}, {'geometric mean' if ratio else 'mean'} "
+              f"{shown(row.estimate)}, 95% interval [{shown(row.low)}, {shown(row.high)}] over "
+              f"{int(row.n_seeds)} seeds")
+    if row.verdict in CLEAR:
+        return f"{row.a}'s {what} is {row.verdict} than {row.b}'s ({x} vs {y}; {spread})"
+    return (f"{row.a}'s {what} is not clearly different from {row.b}'s ({x} vs {y}; {spread} "
+            f"includes {1 if ratio else 0})")
+
+
+def ranking_phrase(at_lr: Any, at_best: Any, lr: float, reported_on: str,
+                   shown: Sequence[float], lower_is_better: bool) -> str:
+    """Two ``ranking`` rows of one pair (``a`` minus ``b`` on the choice metric, at learning
+    rate ``lr`` and at each one's best) said in words: ``a`` "beats" ``b`` at ``lr`` and
+    "loses" at each one's best only when both rows are clear in those directions; when
+    only the best's row is clear, its verdict with the order at ``lr`` not clear; else not
+    clearly different at the best. ``shown``: the means to print (choice metric at ``lr``,
+    at the best, reported metric at the best; ``a``'s first)."""
+    a, b, name = at_lr.a, at_lr.b, at_lr.metric
+    better, worse = ("lower", "higher") if lower_is_better else ("higher", "lower")
+    yl, xw = apart(shown[0], shown[1])
+    vl, vw = apart(shown[2], shown[3])
+    tl, tw = apart(shown[4], shown[5])
+    n = int(at_best.n_seeds)
+    at_best_said = f"{name} {vl} vs {vw}; {reported_on} {tl} vs {tw}"
+    if at_lr.verdict == better and at_best.verdict == worse:
+        return (f"The ranking depends on the learning rate: {a} beats {b} at lr {fmt(lr)} "
+                f"({name} {yl} vs {xw}), loses at each one's best lr ({at_best_said}); both "
+                f"orders hold over {n} seeds.")
+    if at_best.verdict == worse:
+        return (f"At each one's best lr, {a} {worse} than {b} ({at_best_said}; over {n} "
+                f"seeds); at lr {fmt(lr)} their order changes ({name} {yl} vs {xw}), but "
+                "the paired 95% interval there includes 0.")
+    why = ("one seed: no interval, so no verdict" if n < 2 else
+           f"paired 95% intervals over {n} seeds include 0")
+    return (f"At each one's best lr, {a} and {b} are not clearly different ({at_best_said}; "
+            f"{why}), though their order changes at lr {fmt(lr)}.")
+
+
+def lead_phrase(label: str, found: Any, unit: str = "") -> str:
+    """A :class:`.verdict.Lead` said from its row: ``Best variant by <label>: ...`` when
+    the row's verdict puts the first ahead; with one seed the numbers and no verdict; else
+    that the first two are not clearly different."""
+    a, b = apart(found.first_mean, found.second_mean, unit)
+    if found.clear:
+        return (f"Best variant by {label}: {found.first} ({a}), ahead of {found.second} "
+                f"({b}) by {fmt(found.margin)} [{fmt(found.low)}, {fmt(found.high)}] over "
+                f"{found.n} seeds")
+    label = label[:1].upper() + label[1:]
+    if found.n < 2:
+        return (f"{label}: {found.first} {a}, {found.second} {b} (one seed: no interval, so "
+                "no verdict)")
+    if found.row.get("verdict") in CLEAR:  # the better mean, yet behind on the paired seeds
+        return (f"{label}: on the seeds both ran, {found.first} ({a}) {found.row['verdict']} "
+                f"than {found.second} ({b}) (paired difference {fmt(found.margin)}, 95% "
+                f"interval [{fmt(found.low)}, {fmt(found.high)}] over {found.n} seeds)")
+    return (f"{label}: {found.first} ({a}) and {found.second} ({b}) are not clearly different "
+            f"(paired difference {fmt(found.margin)}, 95% interval [{fmt(found.low)}, "
+            f"{fmt(found.high)}] over {found.n} seeds includes 0)")
+
+
+def disagreement_phrase(label: str, top: Any, other: str, theirs: Any) -> str:
+    """``By test loss, B leads ...``: another metric's leader whose row is clear
+    (:class:`.verdict.Lead`), where the headline metric (``label``) has another leader or
+    none."""
+    a, b = apart(theirs.first_mean, theirs.second_mean)
+    where = (f"where by {label} {top.first} leads" if top.clear else
+             f"where by {label} no variant clearly leads")
+    return (f"By {other}, {theirs.first} leads ({a} vs {b} for "
+            f"{theirs.second}, ahead by {fmt(theirs.margin)} [{fmt(theirs.low)}, "
+            f"{fmt(theirs.high)}] over {theirs.n} seeds), {where}.")
+
+
+__all__ = ["APART", "BUSY", "MAX_READING", "across", "across_lines", "across_word",
+           "average_lines", "averages_note", "busy_text", "compose", "condition_phrase",
+           "disagreement_phrase", "lead_phrase",
+           "dynamics_phrase", "groups", "pairs_of", "phrase", "power_line", "question_of", "ranking_phrase",
+           "seed_lines", "span_text", "speed_phrase", "timing_notes", "up_to", "verdict_lines"]

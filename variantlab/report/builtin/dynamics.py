@@ -19,7 +19,7 @@ def dynamics_views() -> tuple[Any, ...]:
     """The dynamics probe's report views (matplotlib is imported only when one runs): its
     heatmaps and lines, its sentences in the reading after the training probe's, and the
     numbers they quote in the summary (:mod:`.dynamics_summary`)."""
-    return (heatmaps, lines, ProbeView(metrics=metrics, reading=reading, rank=50))
+    return (heatmaps, lines, ProbeView(metrics=metrics, reading=reading, claims=claims, rank=50))
 
 
 def metrics(data: Any) -> Any:
@@ -34,6 +34,13 @@ def reading(data: Any, summary: Any) -> list[str]:
     from .dynamics_findings import dynamics_reading
 
     return dynamics_reading(data)
+
+
+def claims(data: Any) -> list[dict[str, Any]]:
+    """The dynamics probe's comparisons as claims rows (:func:`.dynamics_findings.dynamics_rows`)."""
+    from .dynamics_findings import dynamics_rows
+
+    return dynamics_rows(data)
 
 
 def _layer_rows(data: Any) -> Any:
@@ -103,4 +110,4 @@ def lines(data: Any) -> Sequence[Any]:
     return [Plot("dynamics-lines", title, caption + "." + said if said else caption, fig)]
 
 
-__all__ = ["dynamics_views", "heatmaps", "lines", "metrics", "reading"]
+__all__ = ["claims", "dynamics_views", "heatmaps", "lines", "metrics", "reading"]

@@ -7,8 +7,9 @@ variant is compared only with the baseline *of its own condition*
 (:mod:`variantlab.config.roles`: ``data.*``, ``emb_dim``, ``n_layers`` and ``conditions:``
 keys; a tuned axis that the dynamics probe runs with, ``measure.dynamics.*`` or a model key
 under ``tune:``, separates comparisons too, while another probe's setting such as
-``measure.training.lr`` leaves the dynamics run alone). The comparison follows the
-report's verdict rule (:mod:`..verdict`): "higher" or "lower" only when the paired 95%
+``measure.training.lr`` leaves the dynamics run alone). Each comparison is a claims row
+(``kind`` ``dynamics``, :func:`dynamics_rows`, in verdicts.csv) and its sentence is rendered
+from the row (:func:`..words.dynamics_phrase`): "higher" or "lower" only when the paired 95%
 t-interval over seeds excludes 0, on the log of the per-seed ratio for the logit and the
 RMS (quantities that grow manyfold) and on the per-seed difference for the loss; else "not
 clearly different" with that interval; one seed gives the numbers and no verdict.
@@ -16,17 +17,18 @@ clearly different" with that interval; one seed gives the numbers and no verdict
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ...config.roles import COMPARED, CONDITION, TUNED
+from ..claims import measured_row, verdict_of
 from ..frame import ReportData
 from ..headline import conditions_of
-from ..tables import apart, fmt
-from ..verdict import margin
+from ..tables import fmt
+from ..words import dynamics_phrase, span_text
 
 PROBE = "dynamics"
 
@@ -78,11 +80,6 @@ def _last_step(rows: pd.DataFrame, metric: str) -> int:
     return int(_layer_table(rows, metric)["step"].max())
 
 
-def _span(values: pd.Series) -> str:
-    lo, hi = float(values.min()), float(values.max())
-    return fmt(lo) if math.isclose(lo, hi) else f"{fmt(lo)} to {fmt(hi)}"
-
-
 def _dynamic(axis: str, role: str) -> bool:
     """Whether ``axis`` sets how the dynamics run goes: a condition, or a tuned axis that is
     not another probe's setting."""
@@ -120,40 +117,69 @@ def _pairs(data: ReportData, table: pd.DataFrame) -> Iterator[tuple[str, str, st
         yield from ((cell, v, ref) for v in mine if ref is not None and v != ref)
 
 
-def versus(table: pd.DataFrame, variant: str, base: str, what: str, ratio: bool = True) -> str:
-    """``variant``'s ``what`` against ``base``'s over their paired seeds (module docstring):
-    the per-seed ratio (``ratio``) or difference, with the verdict the interval allows."""
+def dynamics_row(table: pd.DataFrame, variant: str, base: str, metric: str, cell: str = "",
+                 ratio: bool = True) -> tuple[dict[str, Any], pd.Series] | None:
+    """``variant``'s ``metric`` against ``base``'s over their paired seeds as a claims row
+    (``kind`` ``dynamics``, :func:`..claims.measured_row`; module docstring): on the log of
+    the per-seed ratio (``ratio``, positive numbers only; the row's metric is then
+    ``log <metric>``) or on the per-seed difference; with those per-seed values."""
     pair = table[[base, variant]].dropna()
     if not len(pair):
-        return ""
+        return None
     ratio = ratio and bool((pair > 0).all().all())  # a ratio of positive numbers only
-    judged = np.log(pair) if ratio else pair
-    long = judged.rename_axis(columns="variant").stack().rename("value").reset_index()
-    mean, low, high, n = margin(long, base, variant, lower=True)  # variant minus base
-    x, y = apart(float(pair[variant].mean()), float(pair[base].mean()))
-    change = pair[variant] / pair[base] if ratio else pair[variant] - pair[base]
-    shown = (lambda d: fmt(math.exp(d))) if ratio else fmt
-    if n < 2:
-        how = "ratio" if ratio else "difference"
-        return f"{variant}'s {what} {x} vs {base}'s {y} ({how} {shown(mean)}; one seed: no verdict)"
-    spread = (f"per-seed {'ratio' if ratio else 'difference'} {_span(change)}, "
-              f"{'geometric mean' if ratio else 'mean'} {shown(mean)}, 95% interval "
-              f"[{shown(low)}, {shown(high)}] over {n} seeds")
-    if low > 0 or high < 0:
-        side = "higher" if mean > 0 else "lower"
-        return f"{variant}'s {what} is {side} than {base}'s ({x} vs {y}; {spread})"
-    return (f"{variant}'s {what} is not clearly different from {base}'s ({x} vs {y}; {spread} "
-            f"includes {1 if ratio else 0})")
+    diffs = np.log(pair[variant]) - np.log(pair[base]) if ratio else pair[variant] - pair[base]
+    row = measured_row(cell, variant, base, f"log {metric}" if ratio else metric, "dynamics",
+                       diffs)
+    row["verdict"] = verdict_of(row)
+    row.update({"a_mean": float(pair[variant].mean()), "b_mean": float(pair[base].mean())})
+    return row, diffs
 
 
-def _versus(data: ReportData, table: pd.DataFrame, what: str, ratio: bool = True) -> str:
-    """Each variant against the baseline of its cell (:func:`cells`, :func:`versus`),
-    prefixed by its cell where there are several."""
+def versus(table: pd.DataFrame, variant: str, base: str, what: str, ratio: bool = True,
+           metric: str = "") -> str:
+    """``variant``'s ``what`` against ``base``'s over their paired seeds (module docstring):
+    its row (:func:`dynamics_row`) said by :func:`..words.dynamics_phrase`."""
+    found = dynamics_row(table, variant, base, metric or what, "", ratio)
+    if found is None:
+        return ""
+    row, diffs = found
+    return dynamics_phrase(pd.Series(row), what, diffs)
+
+
+def comparisons(data: ReportData, table: pd.DataFrame, metric: str, ratio: bool = True
+                ) -> list[tuple[str, dict[str, Any], pd.Series]]:
+    """``(cell, row, per-seed values)`` for each variant against the baseline of its cell
+    (:func:`cells`, :func:`dynamics_row`)."""
+    out = []
+    for cell, variant, base in _pairs(data, table):
+        found = dynamics_row(table, variant, base, metric, cell, ratio)
+        if found is not None:
+            out.append((cell, *found))
+    return out
+
+
+def _versus(data: ReportData, table: pd.DataFrame, what: str, metric: str,
+            ratio: bool = True) -> str:
+    """Each variant against the baseline of its cell, said from its row, prefixed by its
+    cell where there are several."""
     several = len(cells(data, [v for v in data.order if v in table])) > 1
-    out = [(f"{cell}: " if several and cell else "") + said
-           for cell, variant, base in _pairs(data, table)
-           if (said := versus(table, variant, base, what, ratio))]
+    out = [(f"{cell}: " if several and cell else "") + dynamics_phrase(pd.Series(row), what, diffs)
+           for cell, row, diffs in comparisons(data, table, metric, ratio)]
     return " " + "; ".join(out) + "." if out else ""
+
+
+def dynamics_rows(data: ReportData) -> list[dict[str, Any]]:
+    """The dynamics probe's comparisons as claims rows (verdicts.csv): the step-end largest
+    attention logit and last-layer residual RMS (log ratios) and the eval loss after the
+    dynamics run (differences), each variant against its cell's baseline."""
+    rows = data.rows
+    if not len(rows) or not (rows["probe"] == PROBE).any():
+        return []
+    tables = [("max_attn_logit", at_step_max(rows, "max_attn_logit", last=True), True),
+              ("residual_rms", last_layer_at(rows, "residual_rms", last=True), True),
+              ("eval_loss", _loss_table(rows), False)]
+    return [row for metric, table, ratio in tables if not table.empty
+            for _, row, _ in comparisons(data, table, metric, ratio)]
 
 
 def _by_cell(data: ReportData, parts: dict[str, str]) -> str:
@@ -174,11 +200,11 @@ def attention_logit_growth(data: ReportData) -> str | None:
     if end.empty:
         return None
     parts = {v: f"{v} {fmt(start[v].mean())} → {fmt(end[v].mean())} "
-                f"({_span((end[v] / start[v]).dropna())}x per seed)" for v in end}
+                f"({span_text((end[v] / start[v]).dropna())}x per seed)" for v in end}
     step = _last_step(data.rows, "max_attn_logit")
     text = (f"Max attention logit (largest over layers, mean over seeds) from the first "
             f"recorded step to step {step}: " + _by_cell(data, parts) + ".")
-    return text + _versus(data, end, f"step-{step} max attention logit")
+    return text + _versus(data, end, f"step-{step} max attention logit", "max_attn_logit")
 
 
 def last_layer_at(rows: pd.DataFrame, metric: str, last: bool) -> pd.DataFrame:
@@ -204,11 +230,11 @@ def residual_depth_growth(data: ReportData) -> str | None:
     end = last_layer_at(data.rows, "residual_rms", last=True)
     step = _last_step(data.rows, "residual_rms")
     size = {v: f"{v} {fmt(start[v].mean())} → {fmt(end[v].mean())}" for v in end}
-    depth = {v: f"{v} {fmt(ratio[v].mean())}x ({_span(ratio[v].dropna())} per seed)"
+    depth = {v: f"{v} {fmt(ratio[v].mean())}x ({span_text(ratio[v].dropna())} per seed)"
              for v in ratio}
     return (f"Residual-stream RMS after the last layer (mean over seeds) from the first recorded "
             f"step to step {step}: " + _by_cell(data, size) + "."
-            + _versus(data, end, f"step-{step} last-layer RMS")
+            + _versus(data, end, f"step-{step} last-layer RMS", "residual_rms")
             + f" At step {step}, the RMS after the last layer over that after the first: "
             + _by_cell(data, depth) + ".")
 
@@ -216,17 +242,24 @@ def residual_depth_growth(data: ReportData) -> str | None:
 def dynamics_loss(data: ReportData) -> str | None:
     """The eval loss after the dynamics run, per variant; each against its cell's baseline's
     (module docstring; the training probe's loss sentence covers the training probe only)."""
-    rows = data.rows
-    part = rows[(rows["probe"] == PROBE) & (rows["metric"] == "eval_loss")
-                & (rows["scope"] == "model") & rows["value"].notna()]
-    if not len(part):
+    table = _loss_table(data.rows)
+    if table.empty:
         return None
-    table = part.pivot_table(index="seed", columns="variant", values="value")
     parts = {v: f"{v} {fmt(table[v].mean())}" for v in table}
     rates = {run.measure.get(PROBE, {}).get("lr") for run in data.runs}
     at = f" at lr {fmt(rates.pop())}" if len(rates) == 1 and None not in rates else ""
     return (f"Eval loss after the dynamics run{at} (mean over seeds): " + _by_cell(data, parts)
-            + "." + _versus(data, table, "dynamics eval loss", ratio=False))
+            + "." + _versus(data, table, "dynamics eval loss", "eval_loss", ratio=False))
 
 
-__all__ = ["at_step_max", "cells", "depth_ratio", "dynamics_reading", "last_layer_at", "versus"]
+def _loss_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """The eval loss after the dynamics run, seeds down and variants across."""
+    part = rows[(rows["probe"] == PROBE) & (rows["metric"] == "eval_loss")
+                & (rows["scope"] == "model") & rows["value"].notna()]
+    if not len(part):
+        return pd.DataFrame()
+    return part.pivot_table(index="seed", columns="variant", values="value")
+
+
+__all__ = ["at_step_max", "cells", "comparisons", "depth_ratio", "dynamics_reading", "dynamics_row",
+           "dynamics_rows", "last_layer_at", "versus"]

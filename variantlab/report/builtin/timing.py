@@ -14,6 +14,7 @@ from ..frame import ReportData, invocation_numbers
 from ..headline import conditions_of
 from ..plots import Plot, label_lines, mean_by, new_axes, shown, styles
 from ..tables import PASS_NAMES, MetricRows, Table, select, summary_section
+from ..timing_claims import timing_rows
 from .dynamics_summary import seed_rows
 
 PROBE = "timing"
@@ -117,4 +118,5 @@ def reading(data: ReportData, summary: pd.DataFrame) -> Sequence[str | None]:
 
 def views() -> tuple[ProbeView, ...]:
     """The timing probe's pieces, after the params section and the gradients plots."""
-    return (ProbeView(metrics=metrics, section=section, plots=plots, reading=reading, rank=20),)
+    return (ProbeView(metrics=metrics, section=section, plots=plots, reading=reading,
+                      claims=timing_rows, rank=20),)

@@ -16,8 +16,7 @@ import pandas as pd
 
 from ...config.metrics import finite as _finite
 from ...plugin.registry import Registry
-from ..claims import claims_table
-from ..effects import clear
+from ..claims import claims_table, measured_row, verdict_of
 from ..frame import ReportData
 from ..headline import tuned_leads
 from ..labels import value_text
@@ -25,9 +24,9 @@ from ..learned import nothing_learned
 from ..panels import mark_coinciding, panels_legend, small_multiples
 from ..parts import pieces
 from ..plots import Plot, legend, log_scale, styles
-from ..tables import Table, apart, fmt
-from ..verdict import Lead, margin
-from ..words import groups
+from ..tables import Table, fmt
+from ..verdict import Lead
+from ..words import groups, ranking_phrase
 from .conditions import axes_table, condition_table, condition_values, effects_by_condition
 from .gaps import group_values
 from .improving import improving_cell, improving_lines
@@ -55,6 +54,7 @@ class FairParts:
     tuned: pd.DataFrame | None = None  # tuned.csv
     by_size: pd.DataFrame | None = None  # effects_by_size.csv
     by_condition: pd.DataFrame | None = None  # effects_by_condition.csv
+    claims: list[dict[str, Any]] = field(default_factory=list)  # rows for verdicts.csv
 
 
 def fair_parts(data: ReportData, probe: str, size_probe: str,
@@ -72,7 +72,10 @@ def fair_parts(data: ReportData, probe: str, size_probe: str,
         learned = not nothing_learned(data)
         named: set[str] = set()  # the groups some verdict is about
         parts.lines += tuned_lines(sweep, frame, learned, named)
-        parts.lines += leads_within(data, sweep, named)
+        if learned:  # the ranking sentences' rows (:func:`ranking_rows`)
+            parts.claims += [row for flip in ranking_rows(sweep, frame)[:MAX_FLIPS]
+                             for row in (flip.at_lr, flip.at_best)]
+        parts.lines += leads_within(data, sweep, named, parts.claims)
         parts.lines += improving_lines(sweep, frame, named)
         if sweep.lr_axis is not None:
             parts.plots.append(lr_plot(sweep, frame))
@@ -80,7 +83,7 @@ def fair_parts(data: ReportData, probe: str, size_probe: str,
     elif (plain := find_sweep(data, probe, untuned=True)) is not None:
         plain_frame, named = tuned_frame(plain), set()
         parts.lines += condition_lines(plain, plain_frame, not nothing_learned(data), named)
-        parts.lines += leads_within(data, plain, named)
+        parts.lines += leads_within(data, plain, named, parts.claims)
         parts.lines += improving_lines(plain, plain_frame, named)
         _by_condition(parts, plain)
     scaled = scaling_parts(data, sweep, probe, size_probe, count)
@@ -92,13 +95,14 @@ def fair_parts(data: ReportData, probe: str, size_probe: str,
     return parts
 
 
-def leads_within(data: ReportData, sweep: Sweep, named: set[str] | None = None
-                 ) -> list[str]:
+def leads_within(data: ReportData, sweep: Sweep, named: set[str] | None = None,
+                 claims: list[dict[str, Any]] | None = None) -> list[str]:
     """The headline's leader and the metrics whose clear leader differs
     (:func:`..headline.tuned_leads`), over the compared variants at their chosen settings;
     with condition axes, only the disagreements, per condition (the claims' verdicts,
     :func:`..words.verdict_lines`, name each condition's pairs). ``named`` gains the
-    groups the sentences said are about."""
+    groups the sentences said are about; ``claims`` gains their ``lead`` rows (each with
+    its condition)."""
     rows = data.rows[data.rows["run"] == sweep.run]
     out: list[tuple[str, Lead, str]] = []
     for cond in dict.fromkeys(sweep.sizes.get(g, "") for g in sweep.archs):
@@ -111,6 +115,8 @@ def leads_within(data: ReportData, sweep: Sweep, named: set[str] | None = None
             (f"{cond}: {line[:1].lower()}{line[1:]}", lead, cond) for line, lead in found[1:]]
     for _, lead, cond in out[:MAX_FLIPS]:
         _name(named, cond, lead.first, lead.second)
+        if claims is not None:
+            claims.append({**lead.row, "condition": cond})
     return [line for line, _, _ in out[:MAX_FLIPS]]
 
 
@@ -145,6 +151,7 @@ def fair_of(data: ReportData, registry: Registry | None = None) -> FairParts:
         merged.tables += got.tables
         merged.lines += got.lines
         merged.plots += got.plots
+        merged.claims += got.claims
         merged.tuned = merged.tuned if merged.tuned is not None else got.tuned
         merged.by_size = merged.by_size if merged.by_size is not None else got.by_size
         merged.by_condition = merged.by_condition if merged.by_condition is not None \
@@ -280,21 +287,40 @@ def condition_lines(sweep: Sweep, frame: pd.DataFrame, learned: bool = True,
     return lines
 
 
-def _lead(sweep: Sweep, a: str, b: str, column: str = "test", lr: float | None = None
-          ) -> tuple[float, float, float, int]:
-    """How far group ``a`` is ahead of group ``b`` seed by seed (:func:`.verdict.margin`)."""
+def _paired(sweep: Sweep, a: str, b: str, column: str = "val", lr: float | None = None
+            ) -> pd.Series:
+    """Group ``a``'s ``column`` minus group ``b``'s, seed by seed, at each one's chosen
+    setting or both at learning rate ``lr``."""
     values = pd.concat([group_values(sweep, a, column, lr), group_values(sweep, b, column, lr)])
-    return margin(values, a, b, sweep.head.lower_is_better)
+    table = values.pivot_table(index="seed", columns="variant", values="value", aggfunc="mean")
+    if a not in table or b not in table:
+        return pd.Series(dtype=float)
+    diff = table[a] - table[b]
+    return diff[diff.map(_finite)]
 
 
-def ranking_flips(sweep: Sweep, frame: pd.DataFrame, named: set[str] | None = None
-                  ) -> list[str]:
-    """When two compared variants of the same condition rank one way at some learning rate
-    and the other way at their own best settings ("relu beats gelu at lr 0.001, loses at
-    each one's best"), both judged on the choice metric (the test metric at the best is
-    added); never for a group whose best sits at an edge (unresolved). Said only when both
-    orders are clear over seeds (:mod:`..verdict`); a flip whose orders are not clear says
-    the two are not clearly different at their best. ``named`` gains the groups said."""
+@dataclass
+class Flip:
+    """Two groups whose order on the choice metric changes with the learning rate: the
+    ``ranking`` claims rows of ``lose`` minus ``win`` at ``lr`` and at each one's best, with
+    the means to show (choice metric at ``lr`` and at the best, reported metric at the
+    best; ``lose``'s first)."""
+
+    win: str
+    lose: str
+    lr: float
+    at_lr: dict[str, Any]
+    at_best: dict[str, Any]
+    shown: tuple[float, float, float, float, float, float]
+
+
+def ranking_rows(sweep: Sweep, frame: pd.DataFrame) -> list[Flip]:
+    """Pairs of compared variants of the same condition whose order by mean on the choice
+    metric at some learning rate is the other way round from their order at their own best
+    settings (the learning rate where the reversal is largest), never for a group whose
+    best sits at an edge (unresolved): each with its two ``ranking`` rows
+    (:func:`..claims.measured_row` on the paired per-seed differences, ``lose`` minus
+    ``win``, unadjusted)."""
     if sweep.lr_axis is None:
         return []
     val_col, test_col = sweep.metric_columns
@@ -303,7 +329,7 @@ def ranking_flips(sweep: Sweep, frame: pd.DataFrame, named: set[str] | None = No
     tested = {g: r[test_col] for g, r in records.items()}
     curves = {a: lr_curves(sweep, a, choose(sweep, a)).set_index("lr") for a in sweep.archs}
     key, name = sweep.head.key, sweep.chosen_on
-    out: list[str] = []
+    out: list[Flip] = []
     for i, a in enumerate(sweep.archs):
         for b in sweep.archs[i + 1:]:
             va, vb = chosen.get(a, math.nan), chosen.get(b, math.nan)
@@ -320,25 +346,34 @@ def ranking_flips(sweep: Sweep, frame: pd.DataFrame, named: set[str] | None = No
             if not flips:
                 continue
             _, lr, x, y = max(flips, key=lambda f: f[0] if math.isfinite(f[0]) else 1e300)
-            best = _lead(sweep, win, lose, "val")
-            at_lr = _lead(sweep, lose, win, "val", lr)
-            vl, vw = apart(chosen[lose], chosen[win])
-            tl, tw = apart(tested[lose], tested[win])
-            if named is not None and len(out) < MAX_FLIPS:
-                named.update((win, lose))
-            if clear(*best[1:3]) and clear(*at_lr[1:3]):
-                yl, xw = apart(y, x)
-                out.append(f"The ranking depends on the learning rate: {lose} beats {win} at "
-                           f"lr {fmt(lr)} ({name} {yl} vs {xw}), loses at each one's best lr "
-                           f"({name} {vl} vs {vw}; {sweep.reported_on} {tl} vs {tw}); both "
-                           f"orders hold over {best[3]} seeds.")
-            else:
-                why = ("one seed: no interval, so no verdict" if best[3] < 2 else
-                       f"paired 95% intervals over {best[3]} seeds include 0")
-                out.append(f"At each one's best lr, {lose} and {win} are not clearly "
-                           f"different ({name} {vl} vs {vw}; {sweep.reported_on} {tl} vs "
-                           f"{tw}; {why}), though their order changes at lr {fmt(lr)}.")
-    return out[:MAX_FLIPS]
+            cond = sweep.sizes.get(win, "")
+            at_lr = measured_row(cond, lose, win, name, "ranking", _paired(sweep, lose, win,
+                                                                          "val", lr))
+            at_lr.update({"a_setting": f"lr={fmt(lr)}", "b_setting": f"lr={fmt(lr)}",
+                          "a_mean": float(y), "b_mean": float(x)})
+            at_best = measured_row(cond, lose, win, name, "ranking", _paired(sweep, lose, win))
+            at_best.update({"a_setting": "its best", "b_setting": "its best",
+                            "a_mean": float(chosen[lose]), "b_mean": float(chosen[win])})
+            for row in (at_lr, at_best):
+                row["verdict"] = verdict_of(row)
+            out.append(Flip(win, lose, float(lr), at_lr, at_best,
+                            (y, x, chosen[lose], chosen[win], tested[lose], tested[win])))
+    return out
+
+
+def ranking_flips(sweep: Sweep, frame: pd.DataFrame, named: set[str] | None = None
+                  ) -> list[str]:
+    """When two compared variants of the same condition rank one way at some learning rate
+    and the other way at their own best settings (:func:`ranking_rows`), said from their
+    rows (:func:`..words.ranking_phrase`): both orders clear, one, or neither. ``named``
+    gains the groups said."""
+    out = []
+    for flip in ranking_rows(sweep, frame)[:MAX_FLIPS]:
+        if named is not None:
+            named.update((flip.win, flip.lose))
+        out.append(ranking_phrase(pd.Series(flip.at_lr), pd.Series(flip.at_best), flip.lr,
+                                  sweep.reported_on, flip.shown, sweep.head.lower_is_better))
+    return out
 
 
 def lr_plot(sweep: Sweep, frame: pd.DataFrame) -> Plot:
