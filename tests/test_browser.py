@@ -309,3 +309,51 @@ def _tables_box(page) -> dict:
       return {x: 0, y: top, width: document.documentElement.clientWidth,
               height: bottom - top};
     }""", JUDGED)
+
+
+#: where the question and the first card sit, and how wide the cards and the page are
+FIRST_SCREEN = """() => {
+  const top = sel => { const e = document.querySelector(sel);
+                       return e ? e.getBoundingClientRect().top : null; };
+  const cards = Array.from(document.querySelectorAll('article.card'),
+                           c => c.getBoundingClientRect().right);
+  return {question: top('p.question'), card: top('article.card'), details: top('details'),
+          height: window.innerHeight, page: document.documentElement.scrollWidth,
+          right: Math.max(...cards), cards: cards.length};
+}"""
+
+
+def test_question_and_first_card_are_on_the_first_screen_at_1280_and_800px(tmp_path):
+    """Issue 40.1, on a report this code writes (a tuned run, two conditions, a question):
+    at 1280 and 800 px the question and the first verdict card start inside the first
+    screen, before the run's details, and the cards fit the page. The screenshots judged
+    go to tmp_path, or to reports/screenshots/ with VARIANTLAB_SCREENSHOT=1."""
+    from dataclasses import replace
+
+    from playwright import sync_api
+    from test_cards import QUESTION, by_width
+    from test_report_tuned import tuning_run
+
+    run = tuning_run({"activation.kind": ["gelu", "relu"], "emb_dim": [32, 64],
+                      "measure.training.lr": [1e-3, 3e-3, 1e-2]}, by_width, by_width)
+    run.meta = replace(run.meta, yaml=f"name: grid\nquestion: {QUESTION!r}\n")
+    files = write_report([run], tmp_path / "report", registry=REG)
+    shots = SHOTS if os.environ.get("VARIANTLAB_SCREENSHOT") == "1" else tmp_path
+    shots.mkdir(parents=True, exist_ok=True)
+    seen = {}
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            for width in (1280, 800):
+                page = browser.new_page(viewport={"width": width, "height": 720})
+                page.goto(files.html.resolve().as_uri(), wait_until="load")
+                seen[width] = page.evaluate(FIRST_SCREEN)
+                page.screenshot(path=str(shots / f"answer-first-{width}.png"))
+                page.close()
+        finally:
+            browser.close()
+    for width, at in seen.items():
+        assert at["cards"] == 2, (width, at)
+        assert 0 <= at["question"] < at["card"] < at["height"], (width, at, shots)
+        assert at["card"] < at["details"], (width, at)
+        assert at["page"] <= width and at["right"] <= width, (width, at)
