@@ -6,7 +6,9 @@ from __future__ import annotations
 import html as htmllib
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -182,7 +184,7 @@ def test_dict_valued_axes_wrap_and_keep_the_number_columns_in_view_at_1280px(tmp
             browser.close()
     assert wrong == {1280: [], 800: []}
     # issue 40.3: the answer columns follow the labels; short headers, spelled out below
-    assert heads[-1] == ["variant", "lr", "vs base", "at edge", "diverged", "improving", "rank",
+    assert heads[-1] == ["variant", "lr", "vs base", "at edge", "diverged", "improving", "group",
                          "eval (chose)", "eval_loss", "95% CI", "n", "lr sens."]
     assert legends[-1].startswith("Columns: lr: measure.training.lr; vs base: vs feedforward=")
     assert "; 95% CI: 95% interval; n: n seeds; lr sens.: lr sensitivity." in legends[-1]
@@ -271,28 +273,39 @@ def test_committed_reports_tables_fit_at_1280_and_scroll_in_their_box_at_800px(r
     no judged table widens the page or splits a word across lines; at 1280 each fits its box;
     a table wider than its box keeps its label column in view when scrolled. The screenshots
     judged go to tmp_path, or to reports/screenshots/ with VARIANTLAB_SCREENSHOT=1."""
-    from playwright import sync_api
-
     committed = (ROOT / "reports" / report / "report.html").read_text(encoding="utf-8")
     baseline = committed.split("<p>Baseline: <strong>", 1)[1].split("</strong>", 1)[0]
     page_file = tmp_path / "report.html"
     page_file.write_text(laid_out(committed, htmllib.unescape(baseline)), encoding="utf-8")
     shots = SHOTS if os.environ.get("VARIANTLAB_SCREENSHOT") == "1" else tmp_path
-    wrong = {}
+    shots.mkdir(parents=True, exist_ok=True)
+
+    def judge(page, width: int) -> list[str]:
+        page.screenshot(path=str(shots / f"{report}-tables-{width}.png"),
+                        clip=_tables_box(page), full_page=True)
+        return judge_tables(page, width)
+
+    wrong = at_widths(page_file.resolve().as_uri(), 900, judge)
+    assert wrong == {1280: [], 800: []}, f"screenshots in {shots}"
+
+
+def at_widths(url: str, height: int, judge: Callable[[Any, int], Any]) -> dict[int, Any]:
+    """``judge(page, width)`` of ``url`` opened at 1,280 and at 800 px wide (``height`` px
+    high) in one browser, by width."""
+    from playwright import sync_api
+
+    seen = {}
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:
             for width in (1280, 800):
-                page = browser.new_page(viewport={"width": width, "height": 900})
-                page.goto(page_file.resolve().as_uri(), wait_until="load")
-                wrong[width] = judge_tables(page, width)
-                shots.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(shots / f"{report}-tables-{width}.png"),
-                                clip=_tables_box(page), full_page=True)
+                page = browser.new_page(viewport={"width": width, "height": height})
+                page.goto(url, wait_until="load")
+                seen[width] = judge(page, width)
                 page.close()
         finally:
             browser.close()
-    assert wrong == {1280: [], 800: []}, f"screenshots in {shots}"
+    return seen
 
 
 def _tables_box(page) -> dict:
@@ -330,7 +343,6 @@ def test_question_and_first_card_are_on_the_first_screen_at_1280_and_800px(tmp_p
     go to tmp_path, or to reports/screenshots/ with VARIANTLAB_SCREENSHOT=1."""
     from dataclasses import replace
 
-    from playwright import sync_api
     from test_cards import QUESTION, by_width
     from test_report_tuned import tuning_run
 
@@ -340,18 +352,12 @@ def test_question_and_first_card_are_on_the_first_screen_at_1280_and_800px(tmp_p
     files = write_report([run], tmp_path / "report", registry=REG)
     shots = SHOTS if os.environ.get("VARIANTLAB_SCREENSHOT") == "1" else tmp_path
     shots.mkdir(parents=True, exist_ok=True)
-    seen = {}
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            for width in (1280, 800):
-                page = browser.new_page(viewport={"width": width, "height": 720})
-                page.goto(files.html.resolve().as_uri(), wait_until="load")
-                seen[width] = page.evaluate(FIRST_SCREEN)
-                page.screenshot(path=str(shots / f"answer-first-{width}.png"))
-                page.close()
-        finally:
-            browser.close()
+
+    def judge(page, width: int) -> dict:
+        page.screenshot(path=str(shots / f"answer-first-{width}.png"))
+        return page.evaluate(FIRST_SCREEN)
+
+    seen = at_widths(files.html.resolve().as_uri(), 720, judge)
     for width, at in seen.items():
         assert at["cards"] == 2, (width, at)
         assert 0 <= at["question"] < at["card"] < at["height"], (width, at, shots)
