@@ -171,3 +171,17 @@ def test_the_context_cards_are_those_of_the_claims():
     context = build_context(gather([run]), REG)[0]
     assert context["cards"] == verdict_cards(context["claims"])
     assert context["question"] == "A fixed synthetic run for tests."
+
+
+def test_claims_that_fail_leave_a_card_that_says_so(monkeypatch):
+    import variantlab.report as report
+
+    def broken(*_, **__):
+        raise RuntimeError("claims broke")
+
+    monkeypatch.setattr(report, "claims_table", broken)
+    run = tuning_run({"activation.kind": ["gelu", "relu"]}, gap, gap)
+    md, html = rendered(run)
+    assert ("### No comparison\n\n- **no comparison**: The comparisons could not be computed "
+            "(see Parts that failed), so this report gives no verdict.\n") in md
+    assert "- **claims**: RuntimeError: claims broke" in md

@@ -108,8 +108,13 @@ def _context(data: ReportData, registry: Registry) -> tuple[dict[str, Any], list
     summary = run_part("summary", summarize, data, per_seed, registry,
                        default=lambda f: pd.DataFrame(columns=list(SUMMARY_COLUMNS)))
     effects = run_part("effects", compute_effects, data, per_seed, default=_none)
-    claims = run_part("claims", claims_table, data, effects,
-                      default=lambda f: pd.DataFrame(columns=list(CLAIM_COLUMNS)))
+    lost: list[Failure] = []  # the claims' failure: the cards say so
+
+    def no_claims(failure: Failure) -> pd.DataFrame:
+        lost.append(failure)
+        return pd.DataFrame(columns=list(CLAIM_COLUMNS))
+
+    claims = run_part("claims", claims_table, data, effects, default=no_claims)
     seeds = run_part("seeds", seeds_frame, data, default=lambda f: pd.DataFrame())
     extra_tables, extra_plots = run_part("probe views", probe_views, data, registry,
                                          default=lambda f: ([], []))
@@ -129,7 +134,7 @@ def _context(data: ReportData, registry: Registry) -> tuple[dict[str, Any], list
         "title": title_of(data),
         "question": run_part("question", question_of, data, default=lambda f: ""),
         "cards": run_part("verdict cards", verdict_cards, claims, list(data.order), n_seeds,
-                          default=_empty),
+                          failed=bool(lost), default=_empty),
         "headers": run_part("headers", headers, data, registry.probe_names(), default=_empty),
         "reading": said,
         "fair": fair.tables,

@@ -5,8 +5,8 @@ with :func:`.words.phrase`, the one renderer of verdict words: nothing here deci
 verdict. Its rows go clear first (``lower`` / ``higher``), then ``equal within ±δ``, ``not
 clearly different``, ``unresolved`` and ``not estimated``, each with its caveats; past
 :data:`.words.MAX_SAID` rows the card counts the rest (they are in verdicts.csv). A report
-without a pair (one variant, or no headline value on shared seeds) gets one card that says
-so.
+without a pair (one variant, or no headline value on shared seeds), or whose claims failed to
+compute, gets one card that says so.
 """
 
 from __future__ import annotations
@@ -69,10 +69,14 @@ def card_of(claims: pd.DataFrame, condition: str) -> Card:
 
 
 def verdict_cards(claims: pd.DataFrame, variants: Sequence[str] = (),
-                  n_seeds: int = 0) -> list[Card]:
+                  n_seeds: int = 0, failed: bool = False) -> list[Card]:
     """One card per condition of the claims' pair rows, in their order; without a pair, one
     card that says why there is no verdict (``variants``: the report's variants, ``n_seeds``:
-    its seeds)."""
+    its seeds; ``failed``: computing the claims raised, and the report lists it)."""
+    if failed:
+        return [Card("No comparison", "", (Entry("no comparison", "none",
+                     "The comparisons could not be computed (see Parts that failed), so this "
+                     "report gives no verdict.", ""),))]
     pairs = pairs_of(claims)
     if len(pairs):
         return [card_of(claims, str(c)) for c in dict.fromkeys(pairs["condition"])]
