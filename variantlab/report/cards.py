@@ -58,7 +58,8 @@ def card_of(claims: pd.DataFrame, condition: str) -> Card:
     """The card of one ``condition`` of ``claims`` (module docstring)."""
     rows = pairs_of(claims, condition)
     entries = sorted((Entry(str(r.verdict), kind_of(str(r.verdict)), phrase(r),
-                            str(r.caveats or "")) for r in rows.itertuples()),
+                            r.caveats if isinstance(r.caveats, str) else "")
+                      for r in rows.itertuples()),
                      key=lambda e: ORDER.index(e.kind))  # stable: the rows' order within a kind
     n = len(entries)
     metric = str(rows["metric"].iloc[0]) if n else ""
