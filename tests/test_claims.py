@@ -237,3 +237,18 @@ def test_a_seed_that_never_learns_is_named_and_carried_as_a_caveat(tmp_path):
     assert not seeds.loc[("activation=gelu", 2), "learned"]
     assert seeds.loc[("activation=gelu", 0), "learned"]
     _words_are_in_rows(lines, verdicts)
+
+
+def test_a_margin_for_no_headline_metric_is_refused_before_any_run(tmp_path):
+    from conftest import invoke
+
+    path = tmp_path / "m.yaml"
+    path.write_text(f"name: m\nmodel: {TINY_MODEL}\nequivalence_margin: {{los: 0.01}}\n"
+                    "measure: {training: {steps: 2, seq_len: 16}}\n")
+    result = invoke("validate", path)
+    said = result.output + (getattr(result, "stderr", "") or "")
+    assert result.exit_code == 2
+    assert ("equivalence_margin.los: equivalence_margin: 'los' is not a headline metric; use "
+            "one of loss, recall_accuracy") in said
+    path.write_text(path.read_text().replace("los:", "loss:"))
+    assert invoke("validate", path).exit_code == 0

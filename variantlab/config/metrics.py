@@ -186,7 +186,17 @@ def headline_of(meta: Any, registry: Any = None) -> Headline:
 def compare_on_checks(spec: Any, measure: Any, registry: Any, variants: Sequence[Any]
                       ) -> list[tuple[tuple, str, str]]:
     """``(YAML location, message, at)`` when an experiment's ``compare_on`` names no
-    headline metric, or one that no probe running here records."""
+    headline metric, or one that no probe running here records, or an
+    ``equivalence_margin`` key names no headline metric."""
+    choices = compare_choices(registry)
+    margins = [(("equivalence_margin", key), f"equivalence_margin: {key!r} is not a headline "
+                f"metric; use one of {', '.join(choices)}", "auto")
+               for key in getattr(spec, "equivalence_margin", {}) or {} if key not in choices]
+    return margins + _compare_on_checks(spec, measure, registry, variants)
+
+
+def _compare_on_checks(spec: Any, measure: Any, registry: Any, variants: Sequence[Any]
+                       ) -> list[tuple[tuple, str, str]]:
     name = spec.compare_on
     problem = compare_on_problem(name, registry)
     if problem is not None:
