@@ -6,7 +6,9 @@ from __future__ import annotations
 import html as htmllib
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -271,28 +273,39 @@ def test_committed_reports_tables_fit_at_1280_and_scroll_in_their_box_at_800px(r
     no judged table widens the page or splits a word across lines; at 1280 each fits its box;
     a table wider than its box keeps its label column in view when scrolled. The screenshots
     judged go to tmp_path, or to reports/screenshots/ with VARIANTLAB_SCREENSHOT=1."""
-    from playwright import sync_api
-
     committed = (ROOT / "reports" / report / "report.html").read_text(encoding="utf-8")
     baseline = committed.split("<p>Baseline: <strong>", 1)[1].split("</strong>", 1)[0]
     page_file = tmp_path / "report.html"
     page_file.write_text(laid_out(committed, htmllib.unescape(baseline)), encoding="utf-8")
     shots = SHOTS if os.environ.get("VARIANTLAB_SCREENSHOT") == "1" else tmp_path
-    wrong = {}
+    shots.mkdir(parents=True, exist_ok=True)
+
+    def judge(page, width: int) -> list[str]:
+        page.screenshot(path=str(shots / f"{report}-tables-{width}.png"),
+                        clip=_tables_box(page), full_page=True)
+        return judge_tables(page, width)
+
+    wrong = at_widths(page_file.resolve().as_uri(), 900, judge)
+    assert wrong == {1280: [], 800: []}, f"screenshots in {shots}"
+
+
+def at_widths(url: str, height: int, judge: Callable[[Any, int], Any]) -> dict[int, Any]:
+    """``judge(page, width)`` of ``url`` opened at 1,280 and at 800 px wide (``height`` px
+    high) in one browser, by width."""
+    from playwright import sync_api
+
+    seen = {}
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:
             for width in (1280, 800):
-                page = browser.new_page(viewport={"width": width, "height": 900})
-                page.goto(page_file.resolve().as_uri(), wait_until="load")
-                wrong[width] = judge_tables(page, width)
-                shots.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(shots / f"{report}-tables-{width}.png"),
-                                clip=_tables_box(page), full_page=True)
+                page = browser.new_page(viewport={"width": width, "height": height})
+                page.goto(url, wait_until="load")
+                seen[width] = judge(page, width)
                 page.close()
         finally:
             browser.close()
-    assert wrong == {1280: [], 800: []}, f"screenshots in {shots}"
+    return seen
 
 
 def _tables_box(page) -> dict:
@@ -309,3 +322,44 @@ def _tables_box(page) -> dict:
       return {x: 0, y: top, width: document.documentElement.clientWidth,
               height: bottom - top};
     }""", JUDGED)
+
+
+#: where the question and the first card sit, and how wide the cards and the page are
+FIRST_SCREEN = """() => {
+  const top = sel => { const e = document.querySelector(sel);
+                       return e ? e.getBoundingClientRect().top : null; };
+  const cards = Array.from(document.querySelectorAll('article.card'),
+                           c => c.getBoundingClientRect().right);
+  return {question: top('p.question'), card: top('article.card'), details: top('details'),
+          height: window.innerHeight, page: document.documentElement.scrollWidth,
+          right: Math.max(...cards), cards: cards.length};
+}"""
+
+
+def test_question_and_first_card_are_on_the_first_screen_at_1280_and_800px(tmp_path):
+    """Issue 40.1, on a report this code writes (a tuned run, two conditions, a question):
+    at 1280 and 800 px the question and the first verdict card start inside the first
+    screen, before the run's details, and the cards fit the page. The screenshots judged
+    go to tmp_path, or to reports/screenshots/ with VARIANTLAB_SCREENSHOT=1."""
+    from dataclasses import replace
+
+    from test_cards import QUESTION, by_width
+    from test_report_tuned import tuning_run
+
+    run = tuning_run({"activation.kind": ["gelu", "relu"], "emb_dim": [32, 64],
+                      "measure.training.lr": [1e-3, 3e-3, 1e-2]}, by_width, by_width)
+    run.meta = replace(run.meta, yaml=f"name: grid\nquestion: {QUESTION!r}\n")
+    files = write_report([run], tmp_path / "report", registry=REG)
+    shots = SHOTS if os.environ.get("VARIANTLAB_SCREENSHOT") == "1" else tmp_path
+    shots.mkdir(parents=True, exist_ok=True)
+
+    def judge(page, width: int) -> dict:
+        page.screenshot(path=str(shots / f"answer-first-{width}.png"))
+        return page.evaluate(FIRST_SCREEN)
+
+    seen = at_widths(files.html.resolve().as_uri(), 720, judge)
+    for width, at in seen.items():
+        assert at["cards"] == 2, (width, at)
+        assert 0 <= at["question"] < at["card"] < at["height"], (width, at, shots)
+        assert at["card"] < at["details"], (width, at)
+        assert at["page"] <= width and at["right"] <= width, (width, at)

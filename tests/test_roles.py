@@ -297,8 +297,9 @@ def test_compare_on_recall_accuracy_chooses_within_each_condition(tmp_path):
     assert by["unresolved"].tolist() == [True, True, False, False]
     assert by["group"].isna().tolist() == [True, True, False, False]  # relu alone: "a"
     assert "recall\\_accuracy vs learning rate" in md and "Loss vs learning rate" not in md
-    assert md.count("activation=gelu vs activation=relu unresolved (a best setting at an edge "
-                    "of the sweep)") == 2  # one per n_pairs, in the reading
+    said = "activation=gelu vs activation=relu unresolved (a best setting at an edge of the sweep)"
+    reading, cards = md[md.index("## Reading"):], md[:md.index("## Details")]
+    assert reading.count(said) == 2 and cards.count(said) == 2  # one per n_pairs in each
 
 
 def test_a_verdict_per_condition_says_whether_it_holds_across_them(tmp_path):

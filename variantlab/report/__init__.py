@@ -8,7 +8,8 @@ references), ``summary.csv``, ``effects.csv`` (a grid's effects; see :mod:`.effe
 its verdict words; :mod:`.claims`, rendered by :mod:`.words`), ``seeds.csv`` (per variant
 and seed),
 and for sweeps over probe settings or model size ``tuned.csv`` and ``effects_by_size.csv``
-(:mod:`.fair`).
+(:mod:`.fair`). Both pages open with the experiment's question and one verdict card per
+condition (:mod:`.cards`); the run's date, versions, device and seeds follow them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from ..plugin.registry import Registry
+from .cards import verdict_cards
 from .claims import COLUMNS as CLAIM_COLUMNS
 from .claims import claims_table, csv_text, seeds_frame
 from .converged import judge_on_headline
@@ -49,7 +51,7 @@ from .tables import (
     variant_table,
     warning_table,
 )
-from .words import MAX_READING, compose
+from .words import MAX_READING, compose, question_of
 
 __all__ = ["ReportData", "ReportFiles", "build_context", "gather", "write_report"]
 
@@ -106,8 +108,13 @@ def _context(data: ReportData, registry: Registry) -> tuple[dict[str, Any], list
     summary = run_part("summary", summarize, data, per_seed, registry,
                        default=lambda f: pd.DataFrame(columns=list(SUMMARY_COLUMNS)))
     effects = run_part("effects", compute_effects, data, per_seed, default=_none)
-    claims = run_part("claims", claims_table, data, effects,
-                      default=lambda f: pd.DataFrame(columns=list(CLAIM_COLUMNS)))
+    lost: list[Failure] = []  # the claims' failure: the cards say so
+
+    def no_claims(failure: Failure) -> pd.DataFrame:
+        lost.append(failure)
+        return pd.DataFrame(columns=list(CLAIM_COLUMNS))
+
+    claims = run_part("claims", claims_table, data, effects, default=no_claims)
     seeds = run_part("seeds", seeds_frame, data, default=lambda f: pd.DataFrame())
     extra_tables, extra_plots = run_part("probe views", probe_views, data, registry,
                                          default=lambda f: ([], []))
@@ -125,8 +132,12 @@ def _context(data: ReportData, registry: Registry) -> tuple[dict[str, Any], list
     said = run_part("verdicts", compose, data, claims, lines + fair.lines, first,
                     default=lambda f: (lines + fair.lines)[:MAX_READING])
     grid = effects is not None
+    n_seeds = int(data.rows["seed"].dropna().nunique()) if "seed" in data.rows else 0
     context = {
         "title": title_of(data),
+        "question": run_part("question", question_of, data, default=lambda f: ""),
+        "cards": run_part("verdict cards", verdict_cards, claims, list(data.order), n_seeds,
+                          failed=bool(lost), default=_empty),
         "headers": run_part("headers", headers, data, registry.probe_names(), default=_empty),
         "reading": said,
         "fair": fair.tables,
