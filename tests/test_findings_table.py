@@ -119,6 +119,14 @@ def test_the_cell_falls_back_to_every_metric_and_names_them():
         "w64: attn vs linear: higher 0.740 [0.700, 0.780]"
 
 
+def test_lead_and_ranking_rows_do_not_repeat_a_pair_in_the_cell():
+    text = (VERDICT_COLUMNS + ",kind\n"
+            ",a,b,test_loss,,,0.01,-0.02,0.04,3,not clearly different,,pair\n"
+            ",b,a,test_loss,,,-0.01,-0.04,0.02,3,not clearly different,,lead\n"
+            ",a,b,val_loss,,,0.01,-0.02,0.04,3,not clearly different,,ranking\n")
+    assert verdict_cell(rows(text), "loss") == "not clearly different: a vs b"
+
+
 def test_short_keeps_three_significant_digits():
     assert [short(x) for x in (0.08712, -1.2871, 349.6, 0.0, 1.5e-5, 12.04)] == \
         ["0.0871", "-1.29", "350", "0", "1.50e-05", "12.0"]

@@ -33,6 +33,7 @@ from ..store.export import EXPORT_FILE
 from .render import md_escape
 
 VERDICTS_FILE = "verdicts.csv"
+RESTATED = ("lead", "ranking")  # row kinds the findings table leaves out
 NOT_YET = "not yet regenerated with verdict rows"
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 COLUMNS = ["experiment", "question", "verdicts (headline test metric, per condition)", "sizes",
@@ -182,7 +183,9 @@ def _clear_part(row: dict[str, Any], metric: bool) -> str:
 def verdict_cell(rows: Sequence[dict[str, Any]], compare_on: str) -> str:
     """Per condition (in the order the rows give them): each clear verdict with its numbers
     and caveats, then the pairs whose verdict is not clear, by name (with their caveats)."""
-    chosen = _headline(list(rows), compare_on)
+    # lead and ranking rows restate pairs (the leader on the mean, a rate's ranking): the
+    # pair rows already carry their verdicts
+    chosen = _headline([r for r in rows if _text(r.get("kind")) not in RESTATED], compare_on)
     several = len({_text(r.get("metric")) for r in chosen}) > 1
     conditions = list(dict.fromkeys(_text(r.get("condition")) for r in chosen))
     out = []
