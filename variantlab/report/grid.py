@@ -15,10 +15,9 @@ from .learned import nothing_learned
 from .plots import Plot, heatmap
 from .tables import Table, cell_text, fmt
 from .verdict import lead
-from .words import lead_phrase
+from .words import MAX_READING, lead_phrase
 
 MAX_NAMES = 3  # names listed in one sentence of the reading before "and N more"
-MAX_READING = 10
 AVERAGES = "Averages over settings and conditions"
 
 
