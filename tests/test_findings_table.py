@@ -127,6 +127,28 @@ def test_lead_and_ranking_rows_do_not_repeat_a_pair_in_the_cell():
     assert verdict_cell(rows(text), "loss") == "not clearly different: a vs b"
 
 
+def test_averages_stay_out_of_the_cell_beside_per_condition_verdicts():
+    text = (VERDICT_COLUMNS + ",kind\n"
+            "w32,gelu,relu,test_loss,0.01,0.003,-0.05,-0.08,-0.02,3,lower,,pair\n"
+            "averaged,lr=0.01,lr=0.001,test_loss,,,-0.18,-0.22,-0.15,3,lower,"
+            "averaged over (activation),average\n")
+    assert verdict_cell(rows(text), "loss") == "w32: gelu vs relu: lower -0.0500 [-0.0800, -0.0200]"
+    alone = VERDICT_COLUMNS + ",kind\n" + text.splitlines()[2] + "\n"
+    assert verdict_cell(rows(alone), "loss") == (
+        "averaged: lr=0.01 vs lr=0.001: lower -0.180 [-0.220, -0.150] "
+        "(averaged over (activation))")
+
+
+def test_a_caveat_every_pair_carries_is_said_once():
+    text = (VERDICT_COLUMNS + "\n"
+            ",pre,post,test_loss,,,-0.5,-0.7,-0.3,3,lower,one rate only (not tuned)\n"
+            ",pre,off,test_loss,,,0.01,-0.01,0.03,3,not clearly different,"
+            "one rate only (not tuned); still improving (1 of 3)\n")
+    assert verdict_cell(rows(text), "loss") == (
+        "pre vs post: lower -0.500 [-0.700, -0.300]; not clearly different: pre vs off "
+        "(still improving (1 of 3)) (every pair: one rate only (not tuned))")
+
+
 def test_short_keeps_three_significant_digits():
     assert [short(x) for x in (0.08712, -1.2871, 349.6, 0.0, 1.5e-5, 12.04)] == \
         ["0.0871", "-1.29", "350", "0", "1.50e-05", "12.0"]

@@ -71,13 +71,15 @@ def test_the_tuned_rows_count_seeds_still_improving_and_the_reading_names_the_ve
              for c in [[x.strip() for x in line.strip("|").split("|")]]}
     assert cells == {"activation=gelu": "2/3", "activation=relu": "0/3",
                      "activation=silu": "3/3"}
-    # the verdict is gelu ahead of relu: gelu is named, relu (stopped) and silu (in no
-    # verdict, though still improving) are not
+    # every pair is a verdict: gelu and silu (still improving) are named, relu (stopped)
+    # is not
     line = reading_line(md.splitlines(), STILL)
     assert line == (f"- {STILL} (seeds of the chosen setting): activation=gelu: 2 of 3 "
-                    "seeds; verdicts involving them may change with more steps "
-                    "(docs/fair-comparisons.md\\#still-improving).")
-    assert "Best variant by test loss (the headline metric): activation=gelu" in md
+                    "seeds; activation=silu: 3 of 3 seeds; verdicts involving them may change "
+                    "with more steps (docs/fair-comparisons.md\\#still-improving).")
+    # the headline's leader is not restated beside the pair verdicts that name it
+    assert "(the headline metric)" not in md
+    assert "activation=gelu lower than activation=relu (-0.3" in md
     # a seed without a still_improving row is unknown, not stopped
     data = gather([store])
     rows = data.rows

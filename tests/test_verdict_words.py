@@ -1,10 +1,9 @@
 """Issue 37.1: verdict words are rendered from the claims rows only.
 
 The report package's string literals (docstrings aside) are scanned for the verdict words;
-one may appear only in :mod:`variantlab.report.words` (the renderer), in a module listed in
-ALLOWED (each says why its words are no verdict), or in a module listed in PENDING (one that
-still decides a verdict word by its own rule: issue 37's remainder, to be rendered from
-rows). A PENDING module that no longer has such a literal must leave the list.
+one may appear only in :mod:`variantlab.report.words` (the renderer) or in a module listed in
+ALLOWED (each says why its words are no verdict). A listed module that no longer has such a
+literal must leave the list.
 """
 
 from __future__ import annotations
@@ -29,12 +28,6 @@ ALLOWED = {
                        "better' the metric's direction; its ranking sentences are rendered "
                        "from ranking rows (words.ranking_phrase)",
 }
-PENDING = {
-    "fair/scaling.py": "'flips' across sizes decided from the by-size effects table",
-    "grid.py": "the grid reading's 'matters' decided from the effects' intervals",
-}
-
-
 def verdict_literals(source: str) -> list[tuple[int, str]]:
     """``(line, word)`` for each verdict word in a string literal of ``source`` that is not
     a docstring (f-strings' literal parts included)."""
@@ -71,7 +64,7 @@ def test_the_scanner_finds_verdict_words_in_literals_only():
 
 def test_verdict_words_appear_only_where_rows_are_rendered():
     hits = _hits()
-    stray = {m: h[:3] for m, h in hits.items() if m not in ALLOWED and m not in PENDING}
+    stray = {m: h[:3] for m, h in hits.items() if m not in ALLOWED}
     assert not stray, f"verdict words outside words.py (render them from claims rows): {stray}"
     assert "findings.py" not in hits  # the speed words are rendered from timing rows
     ranked = {w.lower() for _, w in hits["fair/compare.py"]}
@@ -80,5 +73,5 @@ def test_verdict_words_appear_only_where_rows_are_rendered():
 
 def test_every_listed_module_still_needs_its_place():
     hits = _hits()
-    gone = sorted(m for m in {**ALLOWED, **PENDING} if m not in hits)
+    gone = sorted(m for m in ALLOWED if m not in hits)
     assert not gone, f"no verdict word left in {gone}: take them off the lists"

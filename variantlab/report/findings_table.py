@@ -34,6 +34,9 @@ from .render import md_escape
 
 VERDICTS_FILE = "verdicts.csv"
 RESTATED = ("lead", "ranking")  # row kinds the findings table leaves out
+#: a grid's main effects averaged over its other axes: descriptions, not verdicts on any one
+#: condition; the cell gives them only when a report has no per-condition rows
+AVERAGE = "average"
 NOT_YET = "not yet regenerated with verdict rows"
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 COLUMNS = ["experiment", "question", "verdicts (headline test metric, per condition)", "sizes",
@@ -167,7 +170,21 @@ def _headline(rows: list[dict[str, Any]], compare_on: str) -> list[dict[str, Any
     return rows
 
 
-def _clear_part(row: dict[str, Any], metric: bool) -> str:
+def _caveats(row: dict[str, Any], shared: Sequence[str] = ()) -> str:
+    """The row's caveats less those every row of its condition carries (said once)."""
+    return "; ".join(c for c in _text(row.get("caveats")).split("; ") if c and c not in shared)
+
+
+def _shared(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The caveats that each of two or more rows carries, in the first row's order."""
+    if len(rows) < 2:
+        return []
+    each = [set(_text(r.get("caveats")).split("; ")) - {""} for r in rows]
+    common = set.intersection(*each)
+    return [c for c in _text(rows[0].get("caveats")).split("; ") if c in common]
+
+
+def _clear_part(row: dict[str, Any], metric: bool, shared: Sequence[str] = ()) -> str:
     verdict = _text(row["verdict"])
     text = f"{row['a']} vs {row['b']}"
     text += f" ({row['metric']})" if metric else ""
@@ -176,32 +193,39 @@ def _clear_part(row: dict[str, Any], metric: bool) -> str:
     if all(isinstance(v, float) and math.isfinite(v) for v in numbers):
         est, low, high = (short(float(v)) for v in numbers)  # type: ignore[arg-type]
         text += f" {est} [{low}, {high}]"
-    caveats = _text(row.get("caveats"))
+    caveats = _caveats(row, shared)
     return text + (f" ({caveats})" if caveats else "")
 
 
 def verdict_cell(rows: Sequence[dict[str, Any]], compare_on: str) -> str:
     """Per condition (in the order the rows give them): each clear verdict with its numbers
-    and caveats, then the pairs whose verdict is not clear, by name (with their caveats)."""
+    and caveats, then the pairs whose verdict is not clear, by name (with their caveats).
+    Averages over a grid's other axes are left out where the report has per-condition
+    verdicts (they are in its own Averages section). A caveat that every row of a condition
+    carries is said once, after them."""
     # lead and ranking rows restate pairs (the leader on the mean, a rate's ranking): the
     # pair rows already carry their verdicts
-    chosen = _headline([r for r in rows if _text(r.get("kind")) not in RESTATED], compare_on)
+    kept = [r for r in rows if _text(r.get("kind")) not in RESTATED]
+    verdicts = [r for r in kept if _text(r.get("kind")) != AVERAGE]
+    chosen = _headline(verdicts or kept, compare_on)
     several = len({_text(r.get("metric")) for r in chosen}) > 1
     conditions = list(dict.fromkeys(_text(r.get("condition")) for r in chosen))
     out = []
     for condition in conditions:
         mine = [r for r in chosen if _text(r.get("condition")) == condition]
-        clear = [_clear_part(r, several) for r in mine
+        shared = _shared(mine)
+        clear = [_clear_part(r, several, shared) for r in mine
                  if _text(r["verdict"]).startswith(CLEAR)]
         rest: dict[str, list[str]] = {}
         for r in mine:
             verdict = _text(r["verdict"])
             if not verdict.startswith(CLEAR):
-                caveats = _text(r.get("caveats"))
+                caveats = _caveats(r, shared)
                 rest.setdefault(verdict, []).append(
                     f"{r['a']} vs {r['b']}" + (f" ({caveats})" if caveats else ""))
         parts = clear + [f"{verdict}: {', '.join(pairs)}" for verdict, pairs in rest.items()]
-        out.append((f"{condition}: " if condition else "") + "; ".join(parts))
+        every = f" (every pair: {'; '.join(shared)})" if shared else ""
+        out.append((f"{condition}: " if condition else "") + "; ".join(parts) + every)
     return " — ".join(out) or "no verdict rows"
 
 

@@ -51,7 +51,7 @@ def effects_table(effects: Effects) -> Table:
     settings = [a for a in effects.grid.axes if a.startswith("measure.")]
     if settings:
         note += (f" Setting axes ({', '.join(settings)}) are averaged over like the others "
-                 "here; Tuned comparison compares each architecture at its own best setting.")
+                 "here; Tuned comparison compares each architecture at its own chosen setting.")
     if effects.main["n"].max() < 2:
         note += " One seed: no interval can be given; run more seeds to get one."
     if effects.several_runs:
@@ -86,42 +86,11 @@ def interaction_table(effects: Effects) -> Table:
                                   "clear"], body, note)
 
 
-def axis_sentence(effects: Effects, metric: str) -> str | None:
-    """Which axes change ``metric`` (interval excludes 0) and which do not."""
+def unchanged(effects: Effects, metric: str) -> bool:
+    """Whether no axis moves ``metric`` at all: no effect row, or every effect exactly 0
+    (a parameter count that no compared axis changes)."""
     mine = effects.main[effects.main["metric"] == metric]
-    if not len(mine) or (mine["effect"].abs() == 0).all():
-        return None
-    base = effects.grid.baseline
-    matters, single, unclear = [], [], []
-    for axis in dict.fromkeys(mine["axis"]):  # ranked by the largest effect first
-        rows = mine[mine["axis"] == axis]
-        top = rows.iloc[0]
-        said = f"{axis} ({top['value']} vs {base[axis]}: {_signed(top['effect'])}"
-        if any(clear(lo, hi) for lo, hi in zip(rows["low"], rows["high"])):
-            matters.append(f"{said} {_interval(top['low'], top['high'])})")
-        elif (rows["n"] < 2).all() and (rows["effect"] != 0).any():
-            single.append(said + ")")
-        else:
-            unclear.append(axis)
-    parts = []
-    if matters:
-        parts.append("matters: " + cut(matters, 2))
-    # an axis whose variants never differ from the baseline in it alone (a compared axis
-    # beside a tuned one that only some of its values have, e.g. DyT's alpha0 beside
-    # LayerNorm): no paired effect exists, which is not "no clear effect"
-    apart = [a for a, vals in effects.grid.axes.items()
-             if len(vals) > 1 and a not in set(mine["axis"])
-             and effects.grid.roles.get(a, "compared") == "compared"]
-    if single:
-        parts.append("one seed, so no interval (more seeds would give one): "
-                     + cut(single, 2))
-    if unclear:
-        parts.append(("no clear effect (interval includes 0): " + cut(unclear, 4))
-                     if parts or apart else "no axis has a clear effect")
-    if apart:
-        parts.append("not estimated here (no two variants differ in it alone; see Tuned "
-                     "comparison): " + cut(apart, 4))
-    return f"{label_of(metric).capitalize()}: " + "; ".join(parts) + "."
+    return not len(mine) or bool((mine["effect"].abs() == 0).all())
 
 
 def best_sentence(data: ReportData, effects: Effects, losses: bool = True) -> str | None:
@@ -146,28 +115,26 @@ def best_sentence(data: ReportData, effects: Effects, losses: bool = True) -> st
 def grid_reading(data: ReportData, summary: pd.DataFrame, effects: Effects,
                  problems: list[str], extra: Sequence[str] = (),
                  heads: Sequence[str] = (), best: bool = True,
-                 averages: Sequence[str] | None = None) -> list[str]:
-    """At most MAX_READING sentences: the grid, what matters per metric, ``extra`` (the
+                 averages: Sequence[str] = ()) -> list[str]:
+    """At most MAX_READING sentences: the grid, the averaged main effects, ``extra`` (the
     per-variant sentences of a small grid), the headline metric's leader and the metrics
     that disagree (``heads``, :mod:`.headline`), the best variants (``best`` False: none,
     for a tuned or condition run, whose fair comparison names them within each
-    condition), the problems. ``averages``: the claims' sentence on the main effects, in
-    place of the per-metric axis sentences."""
+    condition), the problems. ``averages``: the claims' sentence on the main effects
+    (:func:`.words.average_lines`); no verdict word is decided here."""
     g = effects.grid
     seeds = len(data.seeds)
     axes = f"{len(g.axes)} ax{'is' if len(g.axes) == 1 else 'es'}"
     lines = [f"A grid of {len(g.cells)} variants over {axes} (" + cut(list(g.axes), 6)
              + f"), {seeds} seed(s); effects are paired differences with 95% intervals over "
              "seeds (see Effects of each axis)."]
-    flat = [label_of(m) for m, _, _ in g.metrics if axis_sentence(effects, m) is None]
+    flat = [label_of(m) for m, _, _ in g.metrics if unchanged(effects, m)]
     if pooled(effects):  # averages over rates or conditions: their own section, no verdict
         lines[0] = lines[0].replace("(see Effects of each axis)", f"(averaged over settings "
                                     f"and conditions: see {AVERAGES}, not verdicts)")
         flat = []
-    elif averages is not None:  # the claims' average rows (:func:`.words.average_lines`)
+    else:  # the claims' average rows (:func:`.words.average_lines`)
         lines += list(averages)
-    else:
-        lines += [s for s in (axis_sentence(effects, m) for m, _, _ in g.metrics) if s]
     lines += list(extra)
     if flat:
         lines.append("No axis changes " + cut(flat, 4) + ".")

@@ -148,6 +148,28 @@ def across_word(verdicts: Sequence[str]) -> str:
             "holds" if len(said) == 1 and said <= set(CLEAR) else "unclear")
 
 
+def across_sizes_sentence(by_size: pd.DataFrame) -> str:
+    """The reading's sentence on the effects-by-size rows whose ``across_sizes`` says
+    ``flips`` (:func:`across_word`); empty when none does."""
+    rows = by_size[by_size["across_sizes"] == "flips"] if len(by_size) else by_size
+    said = list(dict.fromkeys(f"{r.axis}={r.value}" for r in rows.itertuples()))
+    if not said:
+        return ""
+    return ("The sign of an effect flips across sizes for " + ", ".join(said[:4])
+            + " (two sizes' intervals exclude 0 with opposite signs; averaged over the other "
+            "axes, see Effects by size).")
+
+
+def across_note(over: str) -> str:
+    """The note under the Effects by size (``over="condition"``: condition) table: what its
+    last column's words mean (:func:`across_word`)."""
+    return (f"effect of each architecture axis value against its baseline value at each {over} "
+            "(paired per seed, averaged within a seed over the other axes, 95% t-interval over "
+            "seeds); 'holds' when every interval excludes 0 with one sign, 'flips' when two "
+            f"exclude 0 with opposite signs, else 'unclear'. All rows are in "
+            f"effects_by_{over}.csv.")
+
+
 def across(claims: pd.DataFrame) -> dict[tuple[str, str], str]:
     """``(a, b)`` -> ``holds`` / ``flips`` / ``unclear`` for each pair compared in two or
     more conditions (module docstring)."""

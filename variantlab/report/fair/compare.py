@@ -66,11 +66,15 @@ def fair_parts(data: ReportData, probe: str, size_probe: str,
     parts = FairParts()
     sweep = find_sweep(data, probe)
     if sweep is not None:
-        frame = with_groups(tuned_frame(sweep), sweep, claims_table(data))
+        claims = claims_table(data)
+        frame = with_groups(tuned_frame(sweep), sweep, claims)
         parts.tuned = frame
         parts.tables.append(tuned_table(sweep, frame))
         learned = not nothing_learned(data)
-        named: set[str] = set()  # the groups some verdict is about
+        named: set[str] = set()  # the groups some verdict is about: every pair's
+        for row in claims[claims["kind"] == "pair"].itertuples():
+            _name(named, str(row.condition) if isinstance(row.condition, str) else "",
+                  str(row.a), str(row.b))
         parts.lines += tuned_lines(sweep, frame, learned, named)
         if learned:  # the ranking sentences' rows (:func:`ranking_rows`)
             parts.claims += [row for flip in ranking_rows(sweep, frame)[:MAX_FLIPS]
@@ -98,9 +102,9 @@ def fair_parts(data: ReportData, probe: str, size_probe: str,
 def leads_within(data: ReportData, sweep: Sweep, named: set[str] | None = None,
                  claims: list[dict[str, Any]] | None = None) -> list[str]:
     """The headline's leader and the metrics whose clear leader differs
-    (:func:`..headline.tuned_leads`), over the compared variants at their chosen settings;
-    with condition axes, only the disagreements, per condition (the claims' verdicts,
-    :func:`..words.verdict_lines`, name each condition's pairs). ``named`` gains the
+    (:func:`..headline.tuned_leads`), over the compared variants at their chosen settings:
+    only the disagreements (per condition where there are conditions), since the claims'
+    verdicts (:func:`..words.verdict_lines`) name each condition's pairs on the headline. ``named`` gains the
     groups the sentences said are about; ``claims`` gains their ``lead`` rows (each with
     its condition)."""
     rows = data.rows[data.rows["run"] == sweep.run]
@@ -111,8 +115,13 @@ def leads_within(data: ReportData, sweep: Sweep, named: set[str] | None = None,
         said: list[Lead] = []
         found = list(zip(tuned_leads(data, picks, rows, getattr(data, "registry", None),
                                      said), said))
-        out += [(line, lead, cond) for line, lead in found] if not cond else [
-            (f"{cond}: {line[:1].lower()}{line[1:]}", lead, cond) for line, lead in found[1:]]
+        # the headline's leader restates a pair the claims' verdicts already give
+        # (:func:`..words.verdict_lines`): only the metrics that disagree are said here,
+        # while the headline pair's groups still count as named by a verdict
+        for _, lead in found[:1]:
+            _name(named, cond, lead.first, lead.second)
+        out += [((f"{cond}: {line[:1].lower()}{line[1:]}" if cond else line), lead, cond)
+                for line, lead in found[1:]]
     for _, lead, cond in out[:MAX_FLIPS]:
         _name(named, cond, lead.first, lead.second)
         if claims is not None:

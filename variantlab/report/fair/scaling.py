@@ -30,7 +30,7 @@ from ..labels import GridLabels
 from ..panels import mark_coinciding, panels_legend
 from ..plots import Plot, log_scale, new_axes, styles
 from ..tables import Table, fmt
-from ..words import across_word
+from ..words import across_note, across_sizes_sentence, across_word
 from .tuned import REPORT, SETTING, SIZE_AXES, Sweep, arch_name, choose
 
 MIN_FIT = 3  # sizes a line needs for a fitted power law
@@ -51,11 +51,9 @@ def scaling_parts(data: ReportData, sweep: Sweep | None, probe: str, size_probe:
     lines = fit_lines(frame, metric)
     by_size = effects_by_size(per_seed, axes, baseline, metric)
     tables = [by_size_table(by_size)] if len(by_size) else []
-    flips = by_size[by_size["across_sizes"] == "flips"]
-    said = list(dict.fromkeys(f"{r.axis}={r.value}" for r in flips.itertuples()))
+    said = across_sizes_sentence(by_size)
     if said:
-        lines.append("The sign of an effect flips across sizes for " + ", ".join(said[:4])
-                     + " (see Effects by size).")
+        lines.append(said)
     higher = sweep is not None and not sweep.head.lower_is_better  # an accuracy: linear
     return [scaling_plot(frame, metric, log_y=not higher)], lines, tables, by_size
 
@@ -287,9 +285,6 @@ def by_size_table(frame: pd.DataFrame, over: str = "size") -> Table:
     body = [[r["axis"], r["value"], r[over], fmt(r["effect"]),
              f"[{fmt(r['low'])}, {fmt(r['high'])}]" if math.isfinite(r["low"]) else "— (one seed)",
              str(r["n"]), r[f"across_{over}s"]] for r in frame.to_dict("records")]
-    note = (f"effect of each architecture axis value against its baseline value at each {over} "
-            "(paired per seed, 95% t-interval over seeds); 'holds' when every interval "
-            f"excludes 0 with one sign, 'flips' when two exclude 0 with opposite signs, "
-            f"else 'unclear'. All rows are in effects_by_{over}.csv.")
+    note = across_note(over)
     return Table(f"Effects by {over}", ["axis", "value", over, "effect", "95% interval",
                                         "n seeds", f"across {over}s"], body, note)
