@@ -111,10 +111,11 @@ def worktree(ref: str) -> Iterator[Path]:
 
 
 @contextmanager
-def busy(n: int) -> Iterator[None]:
-    """``n`` spinning processes in a process group of their own, ended by its id."""
+def busy(n: int, settle: float = 5.0) -> Iterator[int | None]:
+    """``n`` spinning processes in a process group of their own, ended by its id (yielded;
+    None without any); ``settle`` seconds to let them show in the load average."""
     if n <= 0:
-        yield
+        yield None
         return
     # one leader in a session of its own forks the others, so that all share its group
     # (a process cannot join a group in another session)
@@ -128,8 +129,8 @@ def busy(n: int) -> Iterator[None]:
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     group = os.getpgid(leader.pid)
     try:
-        time.sleep(5)  # let them show in the load average's first seconds
-        yield
+        time.sleep(settle)
+        yield group
     finally:
         os.killpg(group, signal.SIGTERM)
         leader.wait(timeout=30)
