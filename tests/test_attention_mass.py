@@ -98,8 +98,31 @@ def test_the_heatmaps_leave_a_blank_panel_where_a_variant_has_no_sink():
             for variant in ("plain", "sinks") for layer in (0, 1) for step in (0, 10)
             for metric in ("first_token_mass", "sink_mass")
             if metric != "sink_mass" or variant == "sinks"]
-    data = SimpleNamespace(rows=pd.DataFrame(rows), order=["plain", "sinks"])
+    data = SimpleNamespace(rows=pd.DataFrame(rows), order=["plain", "sinks"], runs=[],
+                           variants=pd.DataFrame(columns=["run", "variant", "overrides"]))
     (plot,) = heatmaps(data)
     assert not plot.skipped and plot.figure is not None
     texts = [t.get_text() for ax in plot.figure.axes for t in ax.texts]
     assert texts == ["none"]  # plain's sink panel
+
+
+def test_the_heatmaps_rows_come_condition_by_condition_named_by_it(monkeypatch):
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from variantlab.report import panels
+    from variantlab.report.builtin.dynamics import heatmaps
+
+    order = ["w32-plain", "w64-plain", "w32-sinks", "w64-sinks"]
+    rows = [{"probe": "dynamics", "scope": "layer", "name": "", "layer": layer, "step": step,
+             "variant": variant, "metric": "first_token_mass", "value": 0.1 * layer + step}
+            for variant in order for layer in (0, 1) for step in (0, 10)]
+    monkeypatch.setattr(panels, "condition_groups", lambda data: [
+        ("emb_dim=32", ["w32-plain", "w32-sinks"]), ("emb_dim=64", ["w64-plain", "w64-sinks"])])
+    monkeypatch.setattr(panels, "line_labels", lambda data: {v: v.split("-")[1] for v in order})
+    (plot,) = heatmaps(SimpleNamespace(rows=pd.DataFrame(rows), order=order))
+    labels = [ax.get_ylabel() for ax in plot.figure.axes if ax.get_ylabel()]
+    assert labels == ["emb_dim=32\nplain\nlayer", "emb_dim=32\nsinks\nlayer",
+                      "emb_dim=64\nplain\nlayer", "emb_dim=64\nsinks\nlayer"]
+    assert "grouped by condition" in plot.caption

@@ -50,7 +50,8 @@ def _layer_rows(data: Any) -> Any:
 
 
 def heatmaps(data: Any) -> Sequence[Any]:
-    """One figure: a row of heatmaps (layer x step) per variant, a column per quantity."""
+    """One figure: a row of heatmaps (layer x step) per variant, a column per quantity;
+    with condition axes the rows come condition by condition (:func:`..panels.condition_groups`)."""
     import matplotlib.pyplot as plt
 
     from ..plots import RC, Plot, shown
@@ -61,8 +62,19 @@ def heatmaps(data: Any) -> Sequence[Any]:
                "mean over seeds; colour scales are per panel")
     if not len(part):
         return [Plot("dynamics-heatmaps", title, caption, skipped="no dynamics rows")]
-    variants = [v for v in data.order if v in set(part["variant"])]
+    from ..panels import condition_groups, line_labels
+
+    have = set(part["variant"])
+    # with condition axes: the rows grouped by condition, each row named by its condition
+    # and its other axes' values
+    groups = [(c, [v for v in vs if v in have]) for c, vs in condition_groups(data)]
+    names = line_labels(data)
+    shown_as = {v: (f"{shown(c)}\n{shown(names.get(v, v))}" if c else shown(v))
+                for c, vs in groups for v in vs}
+    variants = [v for _, vs in groups for v in vs]
     metrics = [m for m in RECORDED if m in set(part["metric"])]
+    if len(groups) > 1:
+        caption += "; rows grouped by condition, each named by its condition first"
     with plt.rc_context(RC):
         fig, axes = plt.subplots(len(variants), len(metrics), squeeze=False,
                                  figsize=(2.6 * len(metrics), 1.9 * len(variants) + 0.6))
@@ -87,7 +99,7 @@ def heatmaps(data: Any) -> Sequence[Any]:
                 ax.set_yticks(range(len(grid.index)), [f"{n}/{int(i)}" if n else str(int(i))
                                                        for n, i in grid.index])
                 if c == 0:
-                    ax.set_ylabel(f"{shown(variant)}\nlayer", fontsize=8)
+                    ax.set_ylabel(f"{shown_as[variant]}\nlayer", fontsize=8)
                 if r == len(variants) - 1:
                     ax.set_xlabel("step")
         fig.tight_layout()
