@@ -363,3 +363,26 @@ def test_question_and_first_card_are_on_the_first_screen_at_1280_and_800px(tmp_p
         assert 0 <= at["question"] < at["card"] < at["height"], (width, at, shots)
         assert at["card"] < at["details"], (width, at)
         assert at["page"] <= width and at["right"] <= width, (width, at)
+
+
+@pytest.mark.parametrize("report", ["pre-vs-post-norm", "zoology-mqar"])
+def test_committed_reports_open_with_the_question_and_their_cards(report, tmp_path):
+    """Issue 40's done-when, on the main job's report and zoology-mqar as committed: at 1280
+    and 800 px the question and the first verdict card start on the first screen, before
+    the run's details, and the cards fit the page. The screenshots judged go to tmp_path,
+    or to reports/screenshots/ with VARIANTLAB_SCREENSHOT=1."""
+    page_file = ROOT / "reports" / report / "report.html"
+    shots = SHOTS if os.environ.get("VARIANTLAB_SCREENSHOT") == "1" else tmp_path
+    shots.mkdir(parents=True, exist_ok=True)
+
+    def judge(page, width: int) -> dict:
+        page.screenshot(path=str(shots / f"{report}-first-{width}.png"))
+        return page.evaluate(FIRST_SCREEN)
+
+    seen = at_widths(page_file.resolve().as_uri(), 720, judge)
+    for width, at in seen.items():
+        assert at["cards"] >= 1, (width, at)
+        assert at["question"] is not None and 0 <= at["question"] < at["card"] < at["height"], \
+            (width, at, shots)
+        assert at["card"] < at["details"], (width, at)
+        assert at["page"] <= width and at["right"] <= width, (width, at)
