@@ -365,7 +365,7 @@ def test_question_and_first_card_are_on_the_first_screen_at_1280_and_800px(tmp_p
         assert at["page"] <= width and at["right"] <= width, (width, at)
 
 
-@pytest.mark.parametrize("report", ["pre-vs-post-norm"])
+@pytest.mark.parametrize("report", ["pre-vs-post-norm", "zoology-mqar"])
 def test_committed_reports_open_with_the_question_and_their_cards(report, tmp_path):
     """Issue 40's done-when, on the main job's report and zoology-mqar as committed: at 1280
     and 800 px the question and the first verdict card start on the first screen, before
