@@ -167,3 +167,18 @@ def test_step_lines_give_a_row_of_metric_panels_per_condition():
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["activation=gelu",
                                                                   "activation=relu"]
     assert said == " One row of panels per condition, on shared axes."
+
+
+def test_the_committed_zoology_report_draws_one_panel_per_condition():
+    """Issue 40's done-when on reports/zoology-mqar as committed: its plots that mix the
+    four conditions draw one panel (matplotlib axes) per condition, each titled by it."""
+    import re
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parent.parent / "reports" / "zoology-mqar"
+    conditions = [f"n_pairs={p}, emb_dim={w}" for w in (64, 128) for p in (4, 8)]
+    for name in ("loss_vs_lr.svg", "training.svg"):
+        svg = (folder / name).read_text(encoding="utf-8")
+        assert len(set(re.findall(r'id="axes_(\d+)"', svg))) == 4, name
+        for condition in conditions:
+            assert condition in svg, (name, condition)
