@@ -103,6 +103,21 @@ def test_pairs_are_holm_adjusted_within_each_condition_and_verdicts_follow_the_r
     assert y["detectable"] == pytest.approx(detectable(y["sd"], 3))
 
 
+def test_an_interval_that_holm_undoes_says_its_adjusted_p():
+    from types import SimpleNamespace
+
+    from variantlab.report.words import phrase
+
+    base = dict(a="dense", b="total", verdict="not clearly different", estimate=0.066,
+                n_seeds=3, solved_share="", low90=0.03, high90=0.1, a_mean=3.0, b_mean=2.9)
+    undone = phrase(SimpleNamespace(**base, low=0.0156, high=0.1165, holm_p=0.078))
+    assert undone == ("dense and total not clearly different (0.066 [0.0156, 0.1165]; "
+                      "Holm-adjusted p 0.078 over the condition's pairs; a difference up to "
+                      "0.1165 is not ruled out)")
+    plain = phrase(SimpleNamespace(**base, low=-0.01, high=0.1165, holm_p=0.3))
+    assert "Holm" not in plain
+
+
 def test_groups_agree_with_the_verdict_rows():
     rows = pd.DataFrame([
         {"kind": "pair", "condition": "", "a": a, "b": b, "verdict": v}

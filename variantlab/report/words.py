@@ -85,7 +85,12 @@ def phrase(row: Any) -> str:
         return (f"{a} and {b} {verdict} (90% interval [{_num(row.low90)}, "
                 f"{_num(row.high90)}])")
     if verdict == "not clearly different":
-        return (f"{a} and {b} not clearly different ({span}; a difference up to "
+        holm = getattr(row, "holm_p", math.nan)
+        # an interval that excludes 0 on its own, undone by the correction for several pairs
+        held = (f"; Holm-adjusted p {_num(holm)} over the condition's pairs"
+                if _finite(low) and _finite(high) and (low > 0 or high < 0) and _finite(holm)
+                else "")
+        return (f"{a} and {b} not clearly different ({span}{held}; a difference up to "
                 f"{_num(up_to(row))} is not ruled out{solved})")
     if verdict == "unresolved":
         return f"{a} vs {b} unresolved (a best setting at an edge of the sweep)"
