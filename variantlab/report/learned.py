@@ -113,7 +113,8 @@ def learned_frame(data: ReportData) -> pd.DataFrame:
 def seed_learning(data: ReportData) -> pd.DataFrame:
     """Per (variant, seed): ``value`` (the measure's column), ``start``, ``gain``, ``noise``
     and ``learned``: whether that seed's gain exceeds SIGMAS times its own noise (a seed
-    that diverged or left no finite value did not learn). Empty when no seed is judged
+    that diverged or left no finite value did not learn; on recall, neither did a seed left
+    behind by a sibling that solved the task, :func:`_left_behind`). Empty when no seed is judged
     (no held-out number or no starting point recorded)."""
     rows = data.rows[data.rows["probe"] == PROBE]
     found = measure_of(rows) if len(rows) else None
@@ -128,9 +129,27 @@ def seed_learning(data: ReportData) -> pd.DataFrame:
     noise = table[measure.noise].fillna(0.0)
     ok = gain.map(math.isfinite) & (table["diverged"].fillna(0) < 0.5) & start.notna()
     learned = ok & (gain > SIGMAS * noise)
+    if measure is RECALL:  # a recall seed left behind by a sibling that solved the task
+        learned = learned & ~_left_behind(rows, table.index, value, start)
     frame = pd.DataFrame({"metric": column, "value": value, "start": start, "gain": gain,
                           "noise": noise, "learned": learned})[start.notna()]
     return frame.reset_index()[columns]
+
+
+def _left_behind(rows: pd.DataFrame, index: pd.Index, value: pd.Series,
+                 start: pd.Series) -> pd.Series:
+    """Per (variant, seed): a seed that never solved the task (no ``steps_to_solve`` row)
+    while a seed of its variant did, and whose value stayed nearer its start (chance) than
+    the solved seeds' mean value (a seed at 0.26 beside two at 1.00 from chance 0.03; not
+    one at 0.98 beside one at 0.99)."""
+    solved = rows[(rows["metric"] == "steps_to_solve") & rows["step"].isna()
+                  & rows["value"].map(lambda v: isinstance(v, float) and math.isfinite(v))]
+    done = set(zip(solved["variant"], solved["seed"]))
+    did = pd.Series([key in done for key in index], index=index)
+    if not did.any():
+        return pd.Series(False, index=index)
+    top = value.where(did).groupby(level="variant").transform("mean")
+    return (~did) & top.notna() & (value < (start + top) / 2)
 
 
 def learned_of(data: ReportData) -> pd.DataFrame:

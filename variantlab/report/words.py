@@ -254,9 +254,10 @@ def seed_lines(data: ReportData, claims: pd.DataFrame) -> list[str]:
                     + (f": {label} {nums}" if value else ""))
     if not said:
         return []
-    return ["Seeds that did not learn (gain within 3x the seed's own noise of its start, or "
-            "diverged): " + "; ".join(said[:4]) + (f"; and {len(said) - 4} more" if len(said) > 4
-                                                    else "")
+    more = f"; and {len(said) - 4} more" if len(said) > 4 else ""
+    return ["Seeds that did not learn (gain within 3x the seed's own noise of its start, "
+            "diverged, or on recall left nearer chance than a sibling seed that solved it): "
+            + "; ".join(said[:4]) + more
             + "; each is a caveat on its verdicts (verdicts.csv, seeds.csv)."]
 
 
