@@ -408,33 +408,19 @@ def dynamics_phrase(row: Any, what: str, diffs: pd.Series) -> str:
             f"includes {1 if ratio else 0})")
 
 
-def ranking_phrase(at_lr: Any, at_best: Any, lr: float, reported_on: str,
-                   shown: Sequence[float], lower_is_better: bool) -> str:
+def ranking_phrase(at_lr: Any, at_best: Any, lr: float, shown: Sequence[float]) -> str:
     """Two ``ranking`` rows of one pair (``a`` minus ``b`` on the choice metric, at learning
-    rate ``lr`` and at each one's best) said in words: ``a`` "beats" ``b`` at ``lr`` and
-    "loses" at each one's best only when both rows are clear in those directions; when
-    only the best's row is clear, its verdict with the order at ``lr`` not clear; else not
-    clearly different at the best. ``shown``: the means to print (choice metric at ``lr``,
-    at the best, reported metric at the best; ``a``'s first)."""
+    rate ``lr`` and at each one's best, both clear the opposite ways round:
+    :func:`.fair.compare.ranking_rows` keeps no other) said in words: ``a`` beats ``b`` at
+    ``lr`` and loses at each one's best. Only the choice metric is said: the verdict on the
+    reported metric is the pair's own row. ``shown``: the means to print (choice metric at
+    ``lr``, then at the best; ``a``'s first)."""
     a, b, name = at_lr.a, at_lr.b, at_lr.metric
-    better, worse = ("lower", "higher") if lower_is_better else ("higher", "lower")
     yl, xw = apart(shown[0], shown[1])
     vl, vw = apart(shown[2], shown[3])
-    tl, tw = apart(shown[4], shown[5])
-    n = int(at_best.n_seeds)
-    at_best_said = f"{name} {vl} vs {vw}; {reported_on} {tl} vs {tw}"
-    if at_lr.verdict == better and at_best.verdict == worse:
-        return (f"The ranking depends on the learning rate: {a} beats {b} at lr {fmt(lr)} "
-                f"({name} {yl} vs {xw}), loses at each one's best lr ({at_best_said}); both "
-                f"orders hold over {n} seeds.")
-    if at_best.verdict == worse:
-        return (f"At each one's best lr, {a} {worse} than {b} ({at_best_said}; over {n} "
-                f"seeds); at lr {fmt(lr)} their order changes ({name} {yl} vs {xw}), but "
-                "the paired 95% interval there includes 0.")
-    why = ("one seed: no interval, so no verdict" if n < 2 else
-           f"paired 95% intervals over {n} seeds include 0")
-    return (f"At each one's best lr, {a} and {b} are not clearly different ({at_best_said}; "
-            f"{why}), though their order changes at lr {fmt(lr)}.")
+    return (f"The ranking on {name} depends on the learning rate: {a} beats {b} at lr "
+            f"{fmt(lr)} ({yl} vs {xw}) and loses at each one's best lr ({vl} vs {vw}); both "
+            f"orders hold over {int(at_best.n_seeds)} seeds.")
 
 
 def lead_phrase(label: str, found: Any, unit: str = "") -> str:

@@ -312,15 +312,14 @@ def _paired(sweep: Sweep, a: str, b: str, column: str = "val", lr: float | None 
 class Flip:
     """Two groups whose order on the choice metric changes with the learning rate: the
     ``ranking`` claims rows of ``lose`` minus ``win`` at ``lr`` and at each one's best, with
-    the means to show (choice metric at ``lr`` and at the best, reported metric at the
-    best; ``lose``'s first)."""
+    the means to show (choice metric at ``lr``, then at the best; ``lose``'s first)."""
 
     win: str
     lose: str
     lr: float
     at_lr: dict[str, Any]
     at_best: dict[str, Any]
-    shown: tuple[float, float, float, float, float, float]
+    shown: tuple[float, float, float, float]
 
 
 def ranking_rows(sweep: Sweep, frame: pd.DataFrame) -> list[Flip]:
@@ -329,13 +328,14 @@ def ranking_rows(sweep: Sweep, frame: pd.DataFrame) -> list[Flip]:
     settings (the learning rate where the reversal is largest), never for a group whose
     best sits at an edge (unresolved): each with its two ``ranking`` rows
     (:func:`..claims.measured_row` on the paired per-seed differences, ``lose`` minus
-    ``win``, unadjusted)."""
+    ``win``, unadjusted). Only pairs whose two rows are both clear, opposite ways round, are
+    kept: an order that is not clear at either end is not said to change (the rule for
+    "flips" in docs/fair-comparisons.md)."""
     if sweep.lr_axis is None:
         return []
-    val_col, test_col = sweep.metric_columns
+    val_col = sweep.metric_columns[0]
     records = dict(zip(sweep.archs, frame.to_dict("records")))
     chosen = {g: r[val_col] for g, r in records.items()}
-    tested = {g: r[test_col] for g, r in records.items()}
     curves = {a: lr_curves(sweep, a, choose(sweep, a)).set_index("lr") for a in sweep.archs}
     key, name = sweep.head.key, sweep.chosen_on
     out: list[Flip] = []
@@ -365,8 +365,12 @@ def ranking_rows(sweep: Sweep, frame: pd.DataFrame) -> list[Flip]:
                             "a_mean": float(chosen[lose]), "b_mean": float(chosen[win])})
             for row in (at_lr, at_best):
                 row["verdict"] = verdict_of(row)
+            better, worse = ("lower", "higher") if sweep.head.lower_is_better else \
+                ("higher", "lower")
+            if at_lr["verdict"] != better or at_best["verdict"] != worse:
+                continue  # an order that is not clear both ways is no flip
             out.append(Flip(win, lose, float(lr), at_lr, at_best,
-                            (y, x, chosen[lose], chosen[win], tested[lose], tested[win])))
+                            (y, x, chosen[lose], chosen[win])))
     return out
 
 
@@ -374,14 +378,13 @@ def ranking_flips(sweep: Sweep, frame: pd.DataFrame, named: set[str] | None = No
                   ) -> list[str]:
     """When two compared variants of the same condition rank one way at some learning rate
     and the other way at their own best settings (:func:`ranking_rows`), said from their
-    rows (:func:`..words.ranking_phrase`): both orders clear, one, or neither. ``named``
-    gains the groups said."""
+    rows (:func:`..words.ranking_phrase`). ``named`` gains the groups said."""
     out = []
     for flip in ranking_rows(sweep, frame)[:MAX_FLIPS]:
         if named is not None:
             named.update((flip.win, flip.lose))
         out.append(ranking_phrase(pd.Series(flip.at_lr), pd.Series(flip.at_best), flip.lr,
-                                  sweep.reported_on, flip.shown, sweep.head.lower_is_better))
+                                  flip.shown))
     return out
 
 
