@@ -203,6 +203,38 @@ def test_a_report_without_verdict_rows_says_so_and_quotes_no_number(tmp_path):
     assert not re.search(r"\d", table.splitlines()[2].split(" | ", 2)[2])
 
 
+SEEDS = """variant,compared,condition,setting,chosen,seed,learned,test_recall_accuracy
+w20,base,warmup_steps=20,,True,0,True,1
+w20,base,warmup_steps=20,,True,1,True,1
+w20,base,warmup_steps=20,,True,2,False,0.257324
+w200,base,warmup_steps=200,,True,0,True,1
+w200,base,warmup_steps=200,,True,1,True,0.998
+w200,base,warmup_steps=200,,True,2,True,1
+w200,base,warmup_steps=200,lr=0.003,False,0,False,0.2
+"""
+
+
+def test_a_report_that_compares_nothing_gives_each_conditions_headline_and_failed_seeds(
+        tmp_path):
+    # a pilot: every axis a condition, so its verdicts.csv has no rows; the cell gives the
+    # held-out recall per condition from seeds.csv (chosen setting only: the lr=0.003 seed
+    # is not counted) and names the seed that did not learn, without a verdict word
+    folder = report_folder(tmp_path, verdicts=False)
+    (folder / "verdicts.csv").write_text(VERDICT_COLUMNS + "\n")
+    (folder / "seeds.csv").write_text(SEEDS)
+    exp = tmp_path / "experiments" / "norms.yaml"
+    exp.write_text(EXPERIMENT.replace("measure:", "compare_on: recall_accuracy\nvariants:\n"
+                                      "  - {name: long, set: {measure.training.steps: 400}}\n"
+                                      "measure:"))
+    (row,) = findings(folder.parent)
+    assert row.verdicts == (
+        "nothing compared; warmup_steps=20: test_recall_accuracy 0.752 over 3 seeds (1 of 3 "
+        "did not learn: 0.257) — warmup_steps=200: test_recall_accuracy 0.999 over 3 seeds")
+    assert row.budget.startswith("200, 400 steps of batch 8; 3 seeds")
+    (folder / "seeds.csv").write_text(SEEDS.replace("test_recall_accuracy", "recall_accuracy"))
+    assert findings(folder.parent)[0].verdicts == "no verdict rows"  # nothing held out
+
+
 def test_a_note_quoting_a_number_its_report_lacks_is_refused(tmp_path):
     folder = report_folder(tmp_path, note="the loss is 2.81 here")
     result = invoke("findings", folder.parent)

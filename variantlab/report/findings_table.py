@@ -8,7 +8,9 @@ listed by name), the sizes and the budget (steps, batch, seeds, learning rates) 
 experiment file, the running time from the results export beside the report
 (:mod:`variantlab.store.export`; a dash without one) and the YAML's hand-written ``note:``.
 A report folder without ``verdicts.csv`` gets a row that says it was not yet regenerated
-with verdict rows, and no numbers (its note waits too). A ``note:`` may quote only numbers that the report's
+with verdict rows, and no numbers (its note waits too); one whose
+report compares nothing (a pilot: every axis a condition) gets the headline test metric per
+condition from its ``seeds.csv`` instead (:func:`values_cell`). A ``note:`` may quote only numbers that the report's
 CSVs hold (:func:`unquoted_numbers`); the command refuses one that quotes another.
 
 README.md and docs/findings.md hold the table between :data:`START` and :data:`END`
@@ -33,6 +35,7 @@ from ..store.export import EXPORT_FILE
 from .render import md_escape
 
 VERDICTS_FILE = "verdicts.csv"
+SEEDS_FILE = "seeds.csv"
 RESTATED = ("lead", "ranking")  # row kinds the findings table leaves out
 #: a grid's main effects averaged over its other axes: descriptions, not verdicts on any one
 #: condition; the cell gives them only when a report has no per-condition rows
@@ -108,9 +111,24 @@ def sizes(doc: dict[str, Any]) -> str:
     return "; ".join(parts) or "-"
 
 
+def _all_values(doc: dict[str, Any], key: str, base: Any) -> list[Any]:
+    """Every value ``key`` takes in the experiment: the base, the grid's, the variants'
+    (``set:``), in that order, once each."""
+    values = [base] if base is not None else []
+    grid = doc.get("grid") or {}
+    if key in grid:
+        values = _values(grid[key])[0]
+    for variant in doc.get("variants") or []:
+        if isinstance(variant, dict) and isinstance(variant.get("set"), dict) \
+                and key in variant["set"]:
+            values.append(variant["set"][key])
+    return list(dict.fromkeys(values))
+
+
 def budget(doc: dict[str, Any]) -> str:
-    """Steps and batch of the probe that trains (training, else dynamics), the seeds, and
-    the learning rates: the tuned ones of the grid, else the one rate."""
+    """Steps (every value a grid axis or a variant gives them) and batch of the probe that
+    trains (training, else dynamics), the seeds, and the learning rates: the tuned ones of
+    the grid, else the one rate."""
     measure, grid = doc.get("measure") or {}, doc.get("grid") or {}
     seeds = len(doc.get("seeds") or [0])
     parts = []
@@ -119,8 +137,9 @@ def budget(doc: dict[str, Any]) -> str:
         probes = ", ".join(measure) or "params"
         return f"{probes} at initialisation; {seeds} seed{'s' * (seeds != 1)}"
     settings = measure.get(probe) or {}
-    steps, batch = settings.get("steps"), settings.get("batch_size")
-    parts.append(f"{steps if steps is not None else 'default'} steps"
+    steps, batch = _all_values(doc, f"measure.{probe}.steps", settings.get("steps")), \
+        settings.get("batch_size")
+    parts.append(f"{', '.join(str(v) for v in steps) if steps else 'default'} steps"
                  + (f" of batch {batch}" if batch is not None else ""))
     parts.append(f"{seeds} seed{'s' * (seeds != 1)}")
     axis = f"measure.{probe}.lr"
@@ -229,6 +248,37 @@ def verdict_cell(rows: Sequence[dict[str, Any]], compare_on: str) -> str:
     return " — ".join(out) or "no verdict rows"
 
 
+def values_cell(path: Path, compare_on: str) -> str:
+    """For a report that compares nothing (no verdict rows: every axis a condition, a
+    pilot), the headline held-out test metric per condition from its seeds.csv (the chosen
+    setting's seeds): the mean over seeds and, where some did not learn, how many and their values.
+    No verdict: "nothing compared" says so. '' without seeds.csv or a test metric (a run
+    that measured at initialisation only)."""
+    import pandas as pd
+
+    if not path.is_file():
+        return ""
+    seeds = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    metric = f"test_{compare_on}"  # held-out scores only: runs that trained
+    if metric not in seeds.columns or seeds.empty:
+        return ""
+    if "chosen" in seeds.columns:
+        seeds = seeds[seeds["chosen"].astype(str) == "True"]
+    by = "condition" if seeds["condition"].notna().any() else "variant"
+    out = []
+    for name, mine in seeds.groupby(by, sort=False):
+        values = pd.to_numeric(mine[metric], errors="coerce")
+        n = len(values)
+        text = f"{name}: {metric} {short(float(values.mean()))} over {n} seed{'s' * (n != 1)}"
+        if "learned" in mine.columns:
+            failed = mine[mine["learned"].astype(str) == "False"]
+            if not failed.empty:
+                shown = ", ".join(short(float(v)) for v in failed[metric])
+                text += f" ({len(failed)} of {len(mine)} did not learn: {shown})"
+        out.append(text)
+    return "nothing compared; " + " — ".join(out) if out else ""
+
+
 def read_verdicts(path: Path) -> list[dict[str, Any]]:
     """The rows of a verdicts.csv; InputError naming the file when it lacks a column."""
     import pandas as pd
@@ -306,7 +356,10 @@ def finding(folder: Path, experiments: Path) -> Finding:
     verdicts = folder / VERDICTS_FILE
     if not verdicts.is_file():
         return Finding(folder.name, question, NOT_YET, "-", "-", "-")  # no numbers, note too
-    cell = verdict_cell(read_verdicts(verdicts), _text(data.get("compare_on")) or "loss")
+    compare_on = _text(data.get("compare_on")) or "loss"
+    cell = verdict_cell(read_verdicts(verdicts), compare_on)
+    if cell == "no verdict rows":
+        cell = values_cell(folder / SEEDS_FILE, compare_on) or cell
     return Finding(folder.name, question, cell + (f". Note: {note}" if note else ""),
                    sizes(data), budget(data), running_time(folder))
 
@@ -354,6 +407,6 @@ def table_in(text: str) -> str:
     return text[start + len(START):end].strip("\n") + "\n" if 0 <= start < end else ""
 
 
-__all__ = ["END", "NOT_YET", "START", "Finding", "budget", "csv_numbers", "findings",
+__all__ = ["END", "NOT_YET", "START", "Finding", "budget", "csv_numbers", "findings", "values_cell",
            "findings_markdown", "quoted", "replace_table", "short", "sizes", "table_in",
            "unquoted_numbers", "verdict_cell"]
