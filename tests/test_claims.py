@@ -293,3 +293,38 @@ def test_a_recall_seed_left_near_chance_beside_solved_siblings_did_not_learn():
     learned = got.set_index(["variant", "seed"])["learned"].to_dict()
     assert learned == {("attn", 0): True, ("attn", 1): True, ("attn", 2): False,
                        ("relu", 0): True, ("relu", 1): True}
+
+
+# test loss per (activation, lr, seed): each activation is best at lr 0.003 on validation;
+# at 128 tokens relu is 0.5 worse on every seed (a clear gap the training length hides)
+LOSS = {"gelu": {0.001: 3.0, 0.003: 2.5, 0.01: 2.8}, "relu": {0.001: 3.1, 0.003: 2.52, 0.01: 2.9}}
+
+
+def length_training(name, spec, settings, *, seed, data=None, **_):
+    act, lr = spec.activation.kind, settings.lr
+    loss = LOSS[act][lr] + 0.01 * seed
+    longer = loss + (0.5 if act == "relu" else 0.0) + 0.003 * seed * seed + (
+        9.0 if lr != 0.003 else 0.0)  # another rate's score at 128 never counts
+    return [row(name, "loss", 4.0, step=0), row(name, "diverged", 0.0),
+            row(name, "val_loss", loss), row(name, "test_loss", loss + 0.1),
+            row(name, "test_loss_at_128", longer), row(name, "init_loss", 4.0),
+            row(name, "loss_noise", 0.01)]
+
+
+def test_the_pairs_are_judged_again_at_each_scored_length(tmp_path):
+    lines, verdicts, _ = _tiny(
+        tmp_path, "  activation.kind: [gelu, relu]\n  measure.training.lr: [0.001, 0.003, 0.01]\n",
+        "[0, 1, 2]", probe_fn=length_training)
+    length = verdicts[verdicts["kind"] == "length"]
+    assert length[["a", "b", "metric", "a_setting", "b_setting", "n_seeds", "verdict"]
+                  ].values.tolist() == [["activation=gelu", "activation=relu", "test_loss_at_128",
+                                         "lr=0.003", "lr=0.003", 3, "lower"]]
+    assert length["estimate"].iloc[0] == pytest.approx(-0.52)
+    pair = verdicts[verdicts["kind"] == "pair"].iloc[0]
+    assert pair["metric"] == "test_loss" and pair["estimate"] == pytest.approx(-0.02)
+    said = next(line for line in lines if line.startswith("On test_loss_at_128"))
+    assert said.startswith("On test_loss_at_128 (the same models, each at the setting chosen "
+                           "at the training length; Holm over all pairs): activation=gelu "
+                           "lower than activation=relu (-0.52 [")
+    assert lines.index(said) == 1  # right after the answer at the training length
+    assert len(lines) <= MAX_READING

@@ -119,6 +119,17 @@ def test_the_cell_falls_back_to_every_metric_and_names_them():
         "w64: attn vs linear: higher 0.740 [0.700, 0.780]"
 
 
+def test_the_pairs_at_other_lengths_follow_the_headline_with_their_metric():
+    text = (VERDICT_COLUMNS + ",kind\n"
+            "w64,rope,nope,test_loss,,,0.001,-0.01,0.01,3,equal within ±0.02,,pair\n"
+            "w64,rope,nope,test_loss_at_256,,,0.2,0.1,0.3,3,higher,,length\n"
+            "w64,rope,nope,test_loss_at_128,,,0.02,-0.1,0.14,3,not clearly different,,length\n")
+    assert verdict_cell(rows(text), "loss") == (
+        "w64: rope vs nope (test_loss): equal within ±0.02 0.00100 [-0.0100, 0.0100]; "
+        "rope vs nope (test_loss_at_256): higher 0.200 [0.100, 0.300]; "
+        "not clearly different (test_loss_at_128): rope vs nope")
+
+
 def test_lead_and_ranking_rows_do_not_repeat_a_pair_in_the_cell():
     text = (VERDICT_COLUMNS + ",kind\n"
             ",a,b,test_loss,,,0.01,-0.02,0.04,3,not clearly different,,pair\n"

@@ -36,6 +36,10 @@ setting tied with another, :func:`.fair.tuned.tied`), ``still improving (k of n)
 (not tuned)``, ``averaged over (axes)``. Recall rows carry ``solved_share``: the seeds
 that solved the task (a ``steps_to_solve`` row: validation recall reached 0.99).
 
+**Other lengths.** A run that also scores its models at other lengths (``eval_lengths``:
+``test_loss_at_256``) gets its pairs again on each, ``kind`` ``length``: the same arms at the
+settings chosen at the training length, Holm over each condition's pairs of one length.
+
 **Averages.** A grid's main effects (:mod:`.effects`) are averages over the grid's other
 axes; with two or more axes those on the pairs' metric are rows too (``kind`` ``average``, condition
 ``averaged``), judged on their 95% interval and never a verdict on one condition.
@@ -44,8 +48,9 @@ axes; with two or more axes those on the pairs' metric are rows too (``kind`` ``
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 from typing import Any
 
@@ -71,6 +76,8 @@ COLUMNS = VERDICT_COLUMNS + EXTRA_COLUMNS
 DEFAULT_MARGINS: dict[str, float] = {"loss": 0.02, "recall_accuracy": 0.02}
 CLEAR = ("lower", "higher")
 AVERAGED = "averaged"
+#: row kinds tested on their Holm-adjusted p (families of pairs within a condition)
+HOLM_KINDS = ("pair", "length")
 MAX_ARMS = 24  # all pairs up to this many arms in a condition (276 pairs); beyond, vs the baseline
 
 
@@ -108,6 +115,7 @@ class Arm:
     unresolved: bool = False
     caveats: list[str] = field(default_factory=list)
     solved: str = ""  # "k/n" seeds solved (recall), else ""
+    variant: str = ""  # the stored variant of its chosen setting ("" for a plain arm)
 
 
 def _setting(sweep: Sweep, chosen: pd.Series) -> str:
@@ -167,8 +175,35 @@ def sweep_arms(data: ReportData, sweep: Sweep) -> list[Arm]:
             caveats.append("one rate only (not tuned)")
         arms.append(Arm(sweep.compared.get(group, group), sweep.sizes.get(group, ""),
                         _setting(sweep, chosen), values, bool(edges), caveats,
-                        _solved(data, sweep.head, str(chosen["variant"]), values)))
+                        _solved(data, sweep.head, str(chosen["variant"]), values),
+                        str(chosen["variant"])))
     return arms
+
+
+def length_metrics(data: ReportData, metric: str) -> list[str]:
+    """The metrics that score ``metric`` at other lengths (``eval_lengths``:
+    ``test_loss_at_256``), shortest first."""
+    pattern = re.compile(re.escape(metric) + r"_at_(\d+)$")
+    found = {m: int(hit.group(1)) for m in data.rows["metric"].unique()
+             if isinstance(m, str) and (hit := pattern.match(m))}
+    return sorted(found, key=found.__getitem__)
+
+
+def length_rows(data: ReportData, arms: list[Arm], metric: str, delta: float,
+                baseline: str = "") -> list[dict[str, Any]]:
+    """The pairs again on each of ``metric``'s other lengths (:func:`length_metrics`),
+    every arm at the setting chosen at the training length (the test at other lengths
+    never chooses): ``kind`` ``length``, Holm over each condition's pairs of one length."""
+    rows = data.rows[(data.rows["probe"] == PROBE) & (data.rows["scope"] == "model")]
+    out: list[dict[str, Any]] = []
+    for name in length_metrics(data, metric):
+        part = rows[rows["metric"] == name]
+        moved = [replace(a, values=part[part["variant"] == a.variant].groupby("seed")["value"]
+                         .mean(), solved="") for a in arms if a.variant]
+        for row in pair_rows([a for a in moved if len(a.values)], name, delta, baseline):
+            row["kind"] = "length"
+            out.append(row)
+    return out
 
 
 def plain_arms(data: ReportData) -> tuple[Headline, str, list[Arm]]:
@@ -243,7 +278,7 @@ def verdict_of(row: dict[str, Any]) -> str:
         return "not estimated"
     if row.get("_unresolved"):
         return "unresolved"
-    p = row["holm_p"] if row["kind"] == "pair" else row["p"]
+    p = row["holm_p"] if row["kind"] in HOLM_KINDS else row["p"]
     if _finite(p) and p < ALPHA and row["estimate"] != 0:
         return "lower" if row["estimate"] < 0 else "higher"
     if equivalent(row["low90"], row["high90"], row["delta"]):
@@ -323,7 +358,9 @@ def sweep_claims(data: ReportData, sweep: Sweep, more: Sequence[dict[str, Any]] 
                  ) -> pd.DataFrame:
     """The pair rows of a tuned or condition ``sweep`` (then ``more`` rows)."""
     delta = margins_of(data).get(sweep.head.name, math.nan)
-    return _frame(pair_rows(sweep_arms(data, sweep), sweep.reported_on, delta, sweep.baseline)
+    arms = sweep_arms(data, sweep)
+    return _frame(pair_rows(arms, sweep.reported_on, delta, sweep.baseline)
+                  + length_rows(data, arms, sweep.reported_on, delta, sweep.baseline)
                   + list(more))
 
 
@@ -387,6 +424,7 @@ def csv_text(frame: pd.DataFrame) -> str:
     return csv_safe(frame).to_csv(index=False, float_format="%.6g", lineterminator="\n")
 
 
-__all__ = ["AVERAGED", "CLEAR", "COLUMNS", "DEFAULT_MARGINS", "VERDICT_COLUMNS", "Arm",
-           "claims_table", "compute_claims", "csv_text", "margins_of", "measured_row",
+__all__ = ["AVERAGED", "CLEAR", "COLUMNS", "DEFAULT_MARGINS", "HOLM_KINDS", "VERDICT_COLUMNS",
+           "Arm", "claims_table", "compute_claims", "csv_text", "length_metrics", "length_rows",
+           "margins_of", "measured_row",
            "probe_rows", "seeds_frame", "stored_doc", "sweep_claims", "verdict_of"]

@@ -40,6 +40,8 @@ RESTATED = ("lead", "ranking")  # row kinds the findings table leaves out
 #: a grid's main effects averaged over its other axes: descriptions, not verdicts on any one
 #: condition; the cell gives them only when a report has no per-condition rows
 AVERAGE = "average"
+#: the pairs again on the headline scored at other lengths (eval_lengths): after its rows
+LENGTH = "length"
 NOT_YET = "not yet regenerated with verdict rows"
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 COLUMNS = ["experiment", "question", "verdicts (headline test metric, per condition)", "sizes",
@@ -220,13 +222,15 @@ def verdict_cell(rows: Sequence[dict[str, Any]], compare_on: str) -> str:
     """Per condition (in the order the rows give them): each clear verdict with its numbers
     and caveats, then the pairs whose verdict is not clear, by name (with their caveats).
     Averages over a grid's other axes are left out where the report has per-condition
-    verdicts (they are in its own Averages section). A caveat that every row of a condition
-    carries is said once, after them."""
+    verdicts (they are in its own Averages section). The pairs again at other lengths
+    (``length`` rows, eval_lengths) follow the headline's, each part naming its metric. A
+    caveat that every row of a condition carries is said once, after them."""
     # lead and ranking rows restate pairs (the leader on the mean, a rate's ranking): the
     # pair rows already carry their verdicts
     kept = [r for r in rows if _text(r.get("kind")) not in RESTATED]
-    verdicts = [r for r in kept if _text(r.get("kind")) != AVERAGE]
+    verdicts = [r for r in kept if _text(r.get("kind")) not in (AVERAGE, LENGTH)]
     chosen = _headline(verdicts or kept, compare_on)
+    chosen += [r for r in kept if _text(r.get("kind")) == LENGTH]  # the same pairs, longer
     several = len({_text(r.get("metric")) for r in chosen}) > 1
     conditions = list(dict.fromkeys(_text(r.get("condition")) for r in chosen))
     out = []
@@ -240,7 +244,8 @@ def verdict_cell(rows: Sequence[dict[str, Any]], compare_on: str) -> str:
             verdict = _text(r["verdict"])
             if not verdict.startswith(CLEAR):
                 caveats = _caveats(r, shared)
-                rest.setdefault(verdict, []).append(
+                label = f"{verdict} ({r['metric']})" if several else verdict
+                rest.setdefault(label, []).append(
                     f"{r['a']} vs {r['b']}" + (f" ({caveats})" if caveats else ""))
         parts = clear + [f"{verdict}: {', '.join(pairs)}" for verdict, pairs in rest.items()]
         every = f" (every pair: {'; '.join(shared)})" if shared else ""

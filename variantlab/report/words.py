@@ -30,9 +30,10 @@ MAX_READING = 10  # bullets in a reading, at most
 MAX_SAID = 6  # conditions (or pairs) named in one sentence
 
 
-def pairs_of(claims: pd.DataFrame, condition: str | None = None) -> pd.DataFrame:
-    """The ``pair`` rows (of one ``condition`` when given)."""
-    mine = claims[claims["kind"] == "pair"]
+def pairs_of(claims: pd.DataFrame, condition: str | None = None, kind: str = "pair"
+             ) -> pd.DataFrame:
+    """The ``pair`` rows (or those of ``kind``; of one ``condition`` when given)."""
+    mine = claims[claims["kind"] == kind]
     return mine if condition is None else mine[mine["condition"] == condition]
 
 
@@ -101,8 +102,9 @@ def phrase(row: Any) -> str:
 
 
 def condition_phrase(claims: pd.DataFrame, condition: str) -> str:
-    """A condition's verdicts: clear and equal pairs named, the rest counted."""
-    rows = pairs_of(claims, condition)
+    """A condition's verdicts: clear and equal pairs named, the rest counted (``claims``:
+    one family of rows, e.g. one metric's)."""
+    rows = claims[claims["condition"] == condition]
     named = [r for r in rows.itertuples() if r.verdict in CLEAR or r.verdict.startswith("equal")
              or r.verdict == "unresolved"]
     unsure = [r for r in rows.itertuples() if r.verdict == "not clearly different"]
@@ -130,7 +132,7 @@ def verdict_lines(claims: pd.DataFrame, question: str = "") -> list[str]:
         return []
     metric = str(pairs["metric"].iloc[0])
     conds = list(dict.fromkeys(pairs["condition"]))
-    parts = [condition_phrase(claims, c) for c in conds[:MAX_SAID]]
+    parts = [condition_phrase(pairs, c) for c in conds[:MAX_SAID]]
     more = f"; and {len(conds) - MAX_SAID} more conditions in verdicts.csv" \
         if len(conds) > MAX_SAID else ""
     lead = f"{question.strip()} Answer: " if question else ""
@@ -143,6 +145,22 @@ def verdict_lines(claims: pd.DataFrame, question: str = "") -> list[str]:
     line = (f"{lead}On {metric}, {what}{within} (a minus b, 95% interval; "
             f"{family}): " + " — ".join(parts) + more + ".")
     return [line, *across_lines(claims)]
+
+
+def length_lines(claims: pd.DataFrame) -> list[str]:
+    """The ``length`` rows, one sentence per length: the pairs again on the metric scored
+    beyond (or below) the training length, each at the setting chosen there."""
+    rows = pairs_of(claims, kind="length")
+    out = []
+    for metric, mine in rows.groupby("metric", sort=False):
+        conds = list(dict.fromkeys(mine["condition"]))
+        parts = [condition_phrase(mine, c) for c in conds[:MAX_SAID]]
+        more = f"; and {len(conds) - MAX_SAID} more conditions in verdicts.csv" \
+            if len(conds) > MAX_SAID else ""
+        family = "Holm over each condition's pairs" if any(conds) else "Holm over all pairs"
+        out.append(f"On {metric} (the same models, each at the setting chosen at the "
+                   f"training length; {family}): " + " — ".join(parts) + more + ".")
+    return out
 
 
 def across_word(verdicts: Sequence[str]) -> str:
@@ -273,10 +291,12 @@ def question_of(data: ReportData) -> str:
 
 def compose(data: ReportData, claims: pd.DataFrame, lines: Sequence[str],
             first: Sequence[str] = ()) -> list[str]:
-    """The reading: ``first`` (nothing learned), the answer from the claims, the seeds
+    """The reading: ``first`` (nothing learned), the answer from the claims (the pairs,
+    then the pairs at other lengths), the seeds
     that did not learn, what the seeds could detect, then ``lines`` (the other sentences,
     none a verdict), at most MAX_READING."""
     answer = verdict_lines(claims, question_of(data)) if len(pairs_of(claims)) else []
+    answer += length_lines(claims)
     power = power_line(claims)
     head = [*first, *answer, *seed_lines(data, claims), *([power] if power else [])]
     rest = [line for line in lines if line not in head]
@@ -460,5 +480,5 @@ def disagreement_phrase(label: str, top: Any, other: str, theirs: Any) -> str:
 __all__ = ["APART", "BUSY", "MAX_READING", "across", "across_lines", "across_word",
            "average_lines", "averages_note", "busy_text", "compose", "condition_phrase",
            "disagreement_phrase", "lead_phrase",
-           "dynamics_phrase", "groups", "pairs_of", "phrase", "power_line", "question_of", "ranking_phrase",
+           "dynamics_phrase", "groups", "length_lines", "pairs_of", "phrase", "power_line", "question_of", "ranking_phrase",
            "seed_lines", "span_text", "speed_phrase", "timing_notes", "up_to", "verdict_lines"]
