@@ -17,10 +17,12 @@ from pydantic import ValidationError
 from variantlab.config.experiment import ExperimentSpec
 from variantlab.report.findings_table import (
     NOT_YET,
+    budget,
     csv_numbers,
     findings,
     findings_markdown,
     short,
+    sizes,
     table_in,
     unquoted_numbers,
     verdict_cell,
@@ -244,6 +246,17 @@ def test_a_report_that_compares_nothing_gives_each_conditions_headline_and_faile
     assert row.budget.startswith("200, 400 steps of batch 8; 3 seeds")
     (folder / "seeds.csv").write_text(SEEDS.replace("test_recall_accuracy", "recall_accuracy"))
     assert findings(folder.parent)[0].verdicts == "no verdict rows"  # nothing held out
+
+
+def test_sizes_and_rates_count_what_named_variants_set():
+    doc = {"model": {"emb_dim": 64, "n_layers": 2}, "grid": {"emb_dim": [64, 32]},
+           "seeds": [0], "measure": {"training": {"steps": 1500, "batch_size": 32, "lr": 3e-3}},
+           "variants": [{"name": "w128", "set": {"emb_dim": 128, "measure.training.lr": 1e-3}},
+                        {"name": "fast", "set": {"measure.training.lr": 1e-2}}]}
+    assert sizes(doc) == "width 64, 32, 128; 2 layers"
+    assert budget(doc) == "1500 steps of batch 32; 1 seed; lr 0.003, 0.001, 0.01 (named variants)"
+    del doc["variants"]
+    assert budget(doc) == "1500 steps of batch 32; 1 seed; lr 0.003 (one rate, not tuned)"
 
 
 def test_a_note_quoting_a_number_its_report_lacks_is_refused(tmp_path):

@@ -99,12 +99,12 @@ def _values(axis: Any) -> tuple[list[Any], int]:
 
 
 def sizes(doc: dict[str, Any]) -> str:
-    """Width and depth of the model, each grid value of ``emb_dim`` and ``n_layers``."""
-    model, grid = doc.get("model") or {}, doc.get("grid") or {}
+    """Width and depth of the model: every value of ``emb_dim`` and ``n_layers`` the model,
+    the grid or a named variant gives."""
+    model = doc.get("model") or {}
     parts = []
     for key, word in (("emb_dim", "width"), ("n_layers", "layers")):
-        values = _values(grid[key])[0] if key in grid else [model.get(key)]
-        values = [v for v in values if v is not None]
+        values = [v for v in _all_values(doc, key, model.get(key)) if v is not None]
         if values:
             shown = ", ".join(str(v) for v in values)
             parts.append(f"{word} {shown}" if key == "emb_dim" else f"{shown} {word}")
@@ -149,8 +149,10 @@ def budget(doc: dict[str, Any]) -> str:
         rates, extend = _values(grid[axis])
         parts.append("lr " + ", ".join(f"{r:g}" for r in rates) + " tuned"
                      + (f" (+{extend} beyond an edge)" if extend else ""))
-    elif settings.get("lr") is not None:
-        parts.append(f"lr {settings['lr']:g} (one rate, not tuned)")
+    elif len(rates := _all_values(doc, axis, settings.get("lr"))) > 1:
+        parts.append("lr " + ", ".join(f"{r:g}" for r in rates) + " (named variants)")
+    elif rates:
+        parts.append(f"lr {rates[0]:g} (one rate, not tuned)")
     return "; ".join(parts)
 
 
@@ -254,8 +256,8 @@ def verdict_cell(rows: Sequence[dict[str, Any]], compare_on: str) -> str:
 
 
 def values_cell(path: Path, compare_on: str) -> str:
-    """For a report that compares nothing (no verdict rows: every axis a condition, a
-    pilot), the headline held-out test metric per condition from its seeds.csv (the chosen
+    """For a report that compares nothing (no pair rows: every axis a condition, a pilot;
+    its grid averages, if any, are no verdict on a condition), the headline held-out test metric per condition from its seeds.csv (the chosen
     setting's seeds): the mean over seeds and, where some did not learn, how many and their values.
     No verdict: "nothing compared" says so. '' without seeds.csv or a test metric (a run
     that measured at initialisation only)."""
@@ -362,8 +364,10 @@ def finding(folder: Path, experiments: Path) -> Finding:
     if not verdicts.is_file():
         return Finding(folder.name, question, NOT_YET, "-", "-", "-")  # no numbers, note too
     compare_on = _text(data.get("compare_on")) or "loss"
-    cell = verdict_cell(read_verdicts(verdicts), compare_on)
-    if cell == "no verdict rows":
+    rows = read_verdicts(verdicts)
+    cell = verdict_cell(rows, compare_on)
+    kinds = {_text(r.get("kind")) or "pair" for r in rows}
+    if not kinds & {"pair", LENGTH}:  # no verdict on any condition: a pilot's values
         cell = values_cell(folder / SEEDS_FILE, compare_on) or cell
     return Finding(folder.name, question, cell + (f". Note: {note}" if note else ""),
                    sizes(data), budget(data), running_time(folder))
