@@ -328,3 +328,18 @@ def test_the_pairs_are_judged_again_at_each_scored_length(tmp_path):
                            "lower than activation=relu (-0.52 [")
     assert lines.index(said) == 1  # right after the answer at the training length
     assert len(lines) <= MAX_READING
+
+
+def test_a_condition_of_many_unclear_pairs_counts_those_it_does_not_name():
+    from variantlab.report.words import condition_phrase
+
+    # five arms whose seeds disagree: all 10 pairs not clearly different; six are named,
+    # the other four counted, none left out silently
+    arms = _arms({name: [3.0 + 0.01 * k, 3.3 - 0.02 * k, 2.9 + 0.03 * k]
+                  for k, name in enumerate("abcde")})
+    rows = pd.DataFrame(pair_rows(arms, "test_loss", 0.001), columns=list(COLUMNS))
+    rows["verdict"] = [verdict_of(r) for r in rows.to_dict("records")]
+    assert set(rows["verdict"]) == {"not clearly different"} and len(rows) == 10
+    said = condition_phrase(rows, "")
+    assert said.count("not ruled out") == 6
+    assert said.endswith("; 4 more pairs not clearly different (verdicts.csv)")

@@ -111,7 +111,11 @@ def condition_phrase(claims: pd.DataFrame, condition: str) -> str:
     missing = [r for r in rows.itertuples() if r.verdict == "not estimated"]
     said = [phrase(r) for r in named[:MAX_SAID]]
     if len(unsure) == 1 or (unsure and not said):
-        said += [phrase(r) for r in unsure[:max(1, MAX_SAID - len(said))]]
+        shown = unsure[:max(1, MAX_SAID - len(said))]
+        said += [phrase(r) for r in shown]
+        if len(unsure) > len(shown):
+            said.append(f"{len(unsure) - len(shown)} more pairs not clearly different "
+                        "(verdicts.csv)")
     elif unsure:
         worst = max((up_to(r) for r in unsure if _finite(up_to(r))), default=math.nan)
         said.append(f"the other {len(unsure)} pairs not clearly different (differences up "
