@@ -8,10 +8,10 @@ listed by name), the sizes and the budget (steps, batch, seeds, learning rates) 
 experiment file, the running time from the results export beside the report
 (:mod:`variantlab.store.export`; a dash without one) and the YAML's hand-written ``note:``.
 A report folder without ``verdicts.csv`` gets a row that says it was not yet regenerated
-with verdict rows, and no numbers (its note waits too); one whose
-report compares nothing (a pilot: every axis a condition) gets the headline test metric per
-condition from its ``seeds.csv`` instead (:func:`values_cell`). A ``note:`` may quote only numbers that the report's
-CSVs hold (:func:`unquoted_numbers`); the command refuses one that quotes another.
+with verdict rows, and no numbers (its note waits too); one whose report compares nothing
+(a pilot: every axis a condition) gets the headline test metric per condition from its
+``seeds.csv`` instead (:func:`values_cell`). A ``note:`` may quote only numbers that the
+report's CSVs hold (:func:`unquoted_numbers`); the command refuses one that quotes another.
 
 README.md and docs/findings.md hold the table between :data:`START` and :data:`END`
 (:func:`replace_table`); tests/test_findings_table.py fails when either differs from it.
@@ -257,8 +257,9 @@ def verdict_cell(rows: Sequence[dict[str, Any]], compare_on: str) -> str:
 
 def values_cell(path: Path, compare_on: str) -> str:
     """For a report that compares nothing (no pair rows: every axis a condition, a pilot;
-    its grid averages, if any, are no verdict on a condition), the headline held-out test metric per condition from its seeds.csv (the chosen
-    setting's seeds): the mean over seeds and, where some did not learn, how many and their values.
+    its grid averages, if any, are no verdict on a condition), the headline held-out test
+    metric per condition from its seeds.csv (the chosen setting's seeds): the mean over
+    seeds and, where some did not learn, how many and their values.
     No verdict: "nothing compared" says so. '' without seeds.csv or a test metric (a run
     that measured at initialisation only)."""
     import pandas as pd

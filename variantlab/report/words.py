@@ -483,6 +483,6 @@ def disagreement_phrase(label: str, top: Any, other: str, theirs: Any) -> str:
 
 __all__ = ["APART", "BUSY", "MAX_READING", "across", "across_lines", "across_word",
            "average_lines", "averages_note", "busy_text", "compose", "condition_phrase",
-           "disagreement_phrase", "lead_phrase",
-           "dynamics_phrase", "groups", "length_lines", "pairs_of", "phrase", "power_line", "question_of", "ranking_phrase",
+           "disagreement_phrase", "lead_phrase", "dynamics_phrase", "groups", "length_lines",
+           "pairs_of", "phrase", "power_line", "question_of", "ranking_phrase",
            "seed_lines", "span_text", "speed_phrase", "timing_notes", "up_to", "verdict_lines"]
