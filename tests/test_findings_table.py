@@ -248,6 +248,16 @@ def test_a_report_that_compares_nothing_gives_each_conditions_headline_and_faile
     assert findings(folder.parent)[0].verdicts == "no verdict rows"  # nothing held out
 
 
+def test_a_seeds_table_without_its_columns_is_one_line_naming_it(tmp_path):
+    folder = report_folder(tmp_path, verdicts=False)
+    (folder / "verdicts.csv").write_text(VERDICT_COLUMNS + "\n")
+    (folder / "seeds.csv").write_text("seed,test_loss\n0,2.5\n")
+    result = invoke("findings", folder.parent)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert (f"{folder / 'seeds.csv'}: no column variant, condition; regenerate the report"
+            in " ".join(result.output.split()))
+
+
 def test_sizes_and_rates_count_what_named_variants_set():
     doc = {"model": {"emb_dim": 64, "n_layers": 2}, "grid": {"emb_dim": [64, 32]},
            "seeds": [0], "measure": {"training": {"steps": 1500, "batch_size": 32, "lr": 3e-3}},

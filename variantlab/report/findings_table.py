@@ -270,6 +270,10 @@ def values_cell(path: Path, compare_on: str) -> str:
     metric = f"test_{compare_on}"  # held-out scores only: runs that trained
     if metric not in seeds.columns or seeds.empty:
         return ""
+    missing = [c for c in ("variant", "condition") if c not in seeds.columns]
+    if missing:
+        raise InputError([f"{path}: no column {', '.join(missing)}; regenerate the report "
+                          "with this variantlab (variantlab report)"])
     if "chosen" in seeds.columns:
         seeds = seeds[seeds["chosen"].astype(str) == "True"]
     by = "condition" if seeds["condition"].notna().any() else "variant"

@@ -128,6 +128,17 @@ def condition_phrase(claims: pd.DataFrame, condition: str) -> str:
     return where + "; ".join(said)
 
 
+def _by_condition(rows: pd.DataFrame) -> tuple[str, str]:
+    """One family of rows (one metric's pairs) said condition by condition (at most
+    MAX_SAID, the rest counted), and the Holm family they were adjusted over."""
+    conds = list(dict.fromkeys(rows["condition"]))
+    parts = [condition_phrase(rows, c) for c in conds[:MAX_SAID]]
+    more = f"; and {len(conds) - MAX_SAID} more conditions in verdicts.csv" \
+        if len(conds) > MAX_SAID else ""
+    family = "Holm over each condition's pairs" if any(conds) else "Holm over all pairs"
+    return " — ".join(parts) + more, family
+
+
 def verdict_lines(claims: pd.DataFrame, question: str = "") -> list[str]:
     """The answer: every condition's pair verdicts in one sentence (with the question
     first when the experiment states one), then holds/flips across conditions."""
@@ -136,18 +147,14 @@ def verdict_lines(claims: pd.DataFrame, question: str = "") -> list[str]:
         return []
     metric = str(pairs["metric"].iloc[0])
     conds = list(dict.fromkeys(pairs["condition"]))
-    parts = [condition_phrase(pairs, c) for c in conds[:MAX_SAID]]
-    more = f"; and {len(conds) - MAX_SAID} more conditions in verdicts.csv" \
-        if len(conds) > MAX_SAID else ""
+    said, family = _by_condition(pairs)
     lead = f"{question.strip()} Answer: " if question else ""
     within = " within each condition" if any(conds) else ""
-    family = "Holm over each condition's pairs" if any(conds) else "Holm over all pairs"
     arms = [len(set(p["a"]) | set(p["b"])) for _, p in pairs.groupby("condition", sort=False)]
     complete = all(len(pairs_of(claims, c)) == n * (n - 1) // 2 for c, n in zip(conds, arms))
     what = "every pair compared" if complete else (
         f"each variant against the baseline (more than {MAX_ARMS} compared)")
-    line = (f"{lead}On {metric}, {what}{within} (a minus b, 95% interval; "
-            f"{family}): " + " — ".join(parts) + more + ".")
+    line = f"{lead}On {metric}, {what}{within} (a minus b, 95% interval; {family}): {said}."
     return [line, *across_lines(claims)]
 
 
@@ -157,13 +164,9 @@ def length_lines(claims: pd.DataFrame) -> list[str]:
     rows = pairs_of(claims, kind="length")
     out = []
     for metric, mine in rows.groupby("metric", sort=False):
-        conds = list(dict.fromkeys(mine["condition"]))
-        parts = [condition_phrase(mine, c) for c in conds[:MAX_SAID]]
-        more = f"; and {len(conds) - MAX_SAID} more conditions in verdicts.csv" \
-            if len(conds) > MAX_SAID else ""
-        family = "Holm over each condition's pairs" if any(conds) else "Holm over all pairs"
+        said, family = _by_condition(mine)
         out.append(f"On {metric} (the same models, each at the setting chosen at the "
-                   f"training length; {family}): " + " — ".join(parts) + more + ".")
+                   f"training length; {family}): {said}.")
     return out
 
 
