@@ -5,7 +5,7 @@ written out query by query, and ``dead_rows`` on live, dead and meta-device mask
 import pytest
 import torch
 
-from variantlab_plugins.masks import attend_mask, dead_rows
+from variantlab_plugins.masks import attend_mask, dead_rows, masked_scores
 
 CPU = torch.device("cpu")
 
@@ -61,3 +61,26 @@ def test_dead_rows_on_the_meta_device_keep_the_mask_without_reading_values():
     allowed = torch.ones(2, 1, 4, 4, dtype=torch.bool, device="meta")
     dead = dead_rows(allowed)
     assert dead is not None and dead.device.type == "meta" and dead.shape == (2, 1, 4, 1)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_masked_scores_are_masked_fill_bit_for_bit_with_the_same_gradient(padded):
+    """The naive attentions' added 0 / -inf mask gives masked_fill's exact scores and,
+    through softmax, the same weights and score gradients (-0.0 and 0.0 compare equal);
+    dead rows (padded queries) are let see every key first, as the attentions do."""
+    torch.manual_seed(0)
+    pad = torch.tensor([[False] * 6, [True, True, False, False, False, False]])
+    allowed = attend_mask(6, 6, True, 3, pad if padded else None, CPU)
+    dead = dead_rows(allowed)
+    assert (dead is not None) == padded
+    allowed = allowed if dead is None else allowed | dead
+    scores = (torch.randn(2, 3, 6, 6) * 4).requires_grad_()
+    ref = scores.masked_fill(~allowed, -torch.inf)
+    got = masked_scores(scores, allowed)
+    assert torch.equal(got, ref)
+    full = allowed.expand(2, 3, 6, 6)
+    assert torch.equal(got[full], scores.detach()[full]) and (got[~full] == -torch.inf).all()
+    g = torch.randn(2, 3, 6, 6)
+    (want,) = torch.autograd.grad(torch.softmax(ref, -1), scores, g)
+    (have,) = torch.autograd.grad(torch.softmax(got, -1), scores, g)
+    assert torch.equal(have, want)

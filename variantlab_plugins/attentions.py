@@ -23,7 +23,7 @@ from variantlab import ComponentSpec, hookimpl
 from variantlab.model.positions import Positions, position_ids_from_mask
 from variantlab.model.roles import declare_role
 from variantlab.model.specs import context_registry, resolve_component
-from variantlab_plugins.masks import attend_mask, dead_rows
+from variantlab_plugins.masks import attend_mask, dead_rows, masked_scores
 
 
 class MHASpec(ComponentSpec):
@@ -237,7 +237,7 @@ class MultiHeadAttention(nn.Module):
         if self.scale is not None or self.softcap is not None:
             attn_scores = self.capped(attn_scores)
         if allowed is not None:
-            attn_scores = attn_scores.masked_fill(~allowed, -torch.inf)
+            attn_scores = masked_scores(attn_scores, allowed)
         if self.scale is None and self.softcap is None:
             attn_scores = attn_scores / math.sqrt(self.head_dim)
         if bias is not None:

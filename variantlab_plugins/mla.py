@@ -32,7 +32,7 @@ from variantlab import ComponentSpec, hookimpl
 from variantlab.model.positions import Positions
 from variantlab.model.roles import declare_role
 from variantlab.model.specs import context_registry, resolve_component
-from variantlab_plugins.masks import attend_mask, dead_rows
+from variantlab_plugins.masks import attend_mask, dead_rows, masked_scores
 
 
 class MLASpec(ComponentSpec):
@@ -201,7 +201,7 @@ class MultiHeadLatentAttention(nn.Module):
         if bias is not None:
             scores = scores + bias
         if allowed is not None:
-            scores = scores.masked_fill(~allowed, -torch.inf)
+            scores = masked_scores(scores, allowed)
         return self.dropout(torch.softmax(scores, dim=-1))
 
     def naive(self, queries, keys, values, allowed, bias):

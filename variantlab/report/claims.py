@@ -124,8 +124,9 @@ def _setting(sweep: Sweep, chosen: pd.Series) -> str:
                      if chosen[a] is not None and chosen[a] == chosen[a])
 
 
-def _learning(data: ReportData, variant: str, seeds: Sequence[Any]) -> str:
-    frame = seed_learning(data)
+def _learning(frame: pd.DataFrame, variant: str, seeds: Sequence[Any]) -> str:
+    """The caveat for ``variant``'s ``seeds`` that did not learn, from
+    :func:`seed_learning` (``frame``, made once per report)."""
     mine = frame[(frame["variant"] == variant) & frame["seed"].isin(list(seeds))]
     stuck = int((~mine["learned"].astype(bool)).sum())
     return f"seeds that did not learn ({stuck} of {len(mine)})" if stuck else ""
@@ -149,6 +150,7 @@ def _solved(data: ReportData, head: Headline, variant: str, values: pd.Series) -
 def sweep_arms(data: ReportData, sweep: Sweep) -> list[Arm]:
     """The compared variants of a tuned or condition sweep at their chosen settings."""
     arms = []
+    learning = seed_learning(data)
     for group in sweep.archs:
         chosen = choose(sweep, group)
         if chosen is None:  # every setting has a seed without a finite value: no pair
@@ -168,7 +170,7 @@ def sweep_arms(data: ReportData, sweep: Sweep) -> list[Arm]:
         if _finite(judged["still_improving"]) and judged["still_improving"] > 0:
             caveats.append(f"still improving ({judged['still_improving']:.0f} of "
                            f"{judged['seeds_judged']:.0f})")
-        stuck = _learning(data, str(chosen["variant"]), list(values.index))
+        stuck = _learning(learning, str(chosen["variant"]), list(values.index))
         if stuck:
             caveats.append(stuck)
         if not sweep.setting_axes:
@@ -216,12 +218,16 @@ def plain_arms(data: ReportData) -> tuple[Headline, str, list[Arm]]:
     if column is None:
         return head, "", []
     part = held[held["metric"] == column]
+    by_variant = dict(tuple(part.groupby("variant", sort=False)))
+    learning = seed_learning(data)
     arms = []
     for variant in data.order:
-        values = part[part["variant"] == variant].groupby("seed")["value"].mean()
+        if variant not in by_variant:
+            continue
+        values = by_variant[variant].groupby("seed")["value"].mean()
         if not len(values):
             continue
-        caveats = [c for c in [_learning(data, variant, list(values.index))] if c]
+        caveats = [c for c in [_learning(learning, variant, list(values.index))] if c]
         if head.probe == PROBE:
             caveats.append("one rate only (not tuned)")
         arms.append(Arm(variant, "", "", values, False, caveats,

@@ -48,7 +48,7 @@ EFFECT_COLUMNS = ("axis", "value", "metric", "effect", "low", "high", "n")
 TOP_AXES = 3  # interactions are computed among this many top axes
 ROUNDING = 1e-6  # float32 rounding, relative: smaller paired differences count as 0
 def t975(df: int) -> float:
-    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (scipy.stats)."""
+    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (:func:`.stats.t_quantile`)."""
     return t_quantile(0.975, df)
 
 

@@ -172,14 +172,23 @@ def invocation_numbers(rows: pd.DataFrame, probe: str) -> dict[str, int]:
     return {inv: i + 1 for i, inv in enumerate(sorted(set(ids)))}
 
 
-def split_seeds(rows: pd.DataFrame, probe: str, metric: str, a: str, b: str) -> list[int]:
-    """Seeds on which variants ``a`` and ``b`` have ``metric`` rows of ``probe`` measured by
-    different invocations of ``variantlab run`` (so not side by side)."""
+def invocations_of(rows: pd.DataFrame, probe: str, metric: str) -> dict[tuple[str, int], str]:
+    """(variant, seed) -> the invocation of ``variantlab run`` that measured its ``metric``
+    rows of ``probe`` (empty for rows without invocations)."""
     if "invocation" not in rows.columns:
-        return []
+        return {}
     part = rows[(rows["probe"] == probe) & (rows["metric"] == metric)
                 & rows["invocation"].notna()]
-    inv = {(v, int(s)): i for v, s, i in zip(part["variant"], part["seed"], part["invocation"])}
+    return {(v, int(s)): i for v, s, i in zip(part["variant"], part["seed"], part["invocation"])}
+
+
+def split_seeds(rows: pd.DataFrame | dict[tuple[str, int], str], probe: str, metric: str,
+                a: str, b: str) -> list[int]:
+    """Seeds on which variants ``a`` and ``b`` have ``metric`` rows of ``probe`` measured by
+    different invocations of ``variantlab run`` (so not side by side). ``rows`` may be
+    :func:`invocations_of` of them already (a report pairs every variant with the
+    baseline, so it maps them once)."""
+    inv = rows if isinstance(rows, dict) else invocations_of(rows, probe, metric)
     seeds = sorted({s for v, s in inv if v == a} & {s for v, s in inv if v == b})
     return [s for s in seeds if inv[(a, s)] != inv[(b, s)]]
 

@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..config.metrics import finite as _finite
 from .claims import measured_row
-from .frame import ReportData, split_seeds
+from .frame import ReportData, invocations_of, split_seeds
 from .headline import conditions_of
 
 #: δ on the log of the time ratio, so "equal" means within 2% of the time
@@ -57,14 +57,16 @@ def timing_rows(data: ReportData) -> list[dict[str, Any]]:
         table, probe = timed_table(rows, metric, base)
         if base not in table:
             continue
+        busy_order = busy_variants(rows, probe, list(data.order))  # each variant once
+        measured_by = invocations_of(rows, probe, metric)
         for variant in data.order:
             if variant == base or variant not in table or conds.get(variant) != conds.get(base):
                 continue
             pair = table[[variant, base]].dropna()
             pair = pair[(pair > 0).all(axis=1)]
             logs = (pair[variant] / pair[base]).map(math.log)
-            busy = busy_variants(rows, probe, [base, variant])
-            split = split_seeds(rows, probe, metric, base, variant)
+            busy = [v for v in busy_order if v in (base, variant)]
+            split = split_seeds(measured_by, probe, metric, base, variant)
             caveats = ([f"timed on a busy machine ({', '.join(busy)})"] if busy else []) + (
                 [f"timed apart (seeds {', '.join(map(str, split))})"] if split else [])
             row = measured_row(conds.get(base, ""), variant, base, metric, "timing", logs,
