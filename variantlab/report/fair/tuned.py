@@ -104,6 +104,9 @@ class Sweep:
     compared: dict[str, str] = field(default_factory=dict)  # group -> compared variant
     conditions: dict[str, dict[str, Any]] = field(default_factory=dict)  # condition -> values
     wanted: str = ""  # a compare_on metric the run did not record (the loss stands in)
+    # group -> its choice (:func:`choose`): a report asks for each group's many times
+    chosen: dict[str, pd.Series | None] = field(default_factory=dict, init=False,
+                                                repr=False, compare=False)
 
     def same_size(self, a: str, b: str) -> bool:
         """Whether groups ``a`` and ``b`` are in the same condition (so comparable)."""
@@ -280,7 +283,13 @@ def choose(sweep: Sweep, arch: str) -> pd.Series | None:
     metric (``tie``), else the best score, then the first in sweep order; None when every
     combination has a seed without a finite choice metric. Without tuned axes, the group's
     variant as it ran (its seeds without a finite value drop out of its mean, as in any
-    untuned comparison)."""
+    untuned comparison). Worked out once per group of a sweep."""
+    if arch not in sweep.chosen:
+        sweep.chosen[arch] = _choose(sweep, arch)
+    return sweep.chosen[arch]
+
+
+def _choose(sweep: Sweep, arch: str) -> pd.Series | None:
     table = scores(sweep, arch)
     if len(table) and not sweep.setting_axes and not math.isfinite(table["key"].min()):
         return table.iloc[0]
