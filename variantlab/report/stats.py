@@ -103,10 +103,16 @@ def seeds_for(sd: float, delta: float) -> float:
     ``delta``; NaN when unknown (no spread measured, no margin) or beyond MAX_SEEDS."""
     if not (math.isfinite(sd) and delta > 0):
         return math.nan
-    for n in range(2, MAX_SEEDS + 1):
-        if detectable(sd, n) <= delta:
-            return float(n)
-    return math.nan
+    if not detectable(sd, MAX_SEEDS) <= delta:
+        return math.nan
+    low, high = 2, MAX_SEEDS  # detectable falls as n grows: bisect for the first n that does
+    while low < high:
+        mid = (low + high) // 2
+        if detectable(sd, mid) <= delta:
+            high = mid
+        else:
+            low = mid + 1
+    return float(low)
 
 
 __all__ = ["ALPHA", "POWER", "detectable", "equivalent", "holm", "interval", "p_value",
