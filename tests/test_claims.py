@@ -79,6 +79,15 @@ def test_detectable_difference_and_seeds_follow_the_power_formula():
     assert math.isnan(seeds_for(sd, 1e-9))  # beyond a thousand seeds: unknown
 
 
+@pytest.mark.parametrize("sd", [0.0, 1e-4, 0.003, 0.03, 0.2, 1.0, 3.0])
+@pytest.mark.parametrize("delta", [0.001, 0.005, 0.02, 0.1])
+def test_seeds_for_is_the_first_n_of_the_scan(sd, delta):
+    """seeds_for bisects; the reference scans n = 2, 3, ... up to a thousand."""
+    first = next((float(n) for n in range(2, 1001) if detectable(sd, n) <= delta), math.nan)
+    got = seeds_for(sd, delta)
+    assert got == first or (math.isnan(got) and math.isnan(first))
+
+
 # --- rows, verdicts, groups -------------------------------------------------------------------
 
 
