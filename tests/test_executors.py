@@ -44,6 +44,7 @@ def register_norms(register):
     register("killer", KillerSpec, lambda spec, dim: Killer())
 '''
 
+@pytest.mark.slow  # two worker processes, each importing torch: 10-16 s
 def test_pool_stores_the_in_process_results_and_times_after_it(tmp_path):
     exp = write_exp(tmp_path, "  norm.kind: [layer, rms]\n", measure=ALL_PROBES)
     one, two = tmp_path / "one", tmp_path / "two"
@@ -74,6 +75,7 @@ def test_pool_stores_the_in_process_results_and_times_after_it(tmp_path):
     pd.testing.assert_frame_equal(stored(two / "pooltest")[1], rows_2)
 
 
+@pytest.mark.slow  # two worker processes, each importing torch: 10-16 s
 def test_failing_component_fails_only_its_units_in_the_pool(tmp_path):
     exp = write_exp(tmp_path, "  norm.kind: [broken, layer]\n", seeds="[0, 1]",
                     plugin=BROKEN_PLUGIN)

@@ -180,6 +180,7 @@ def test_plot_without_data_is_skipped_with_a_reason(tmp_path):
     assert "### Training\n" not in md
 
 
+@pytest.mark.slow  # 72 log-scale panels drawn to SVG: 14-16 s
 def test_many_variants_stay_readable():
     variants = [(f"v{i:02d}", {"emb_dim": 32 + 4 * i}, 1.0 + i / 10) for i in range(24)]
     data = gather([sample_run(variants, seeds=(0,), fail=None, diverge=None)])
