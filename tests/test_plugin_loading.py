@@ -217,3 +217,24 @@ def test_cli_forward_that_raises_fails_only_its_own_variants(tmp_path):
     assert set(ok[ok.variant == good].probe) == {"params", "gradients"}
     assert set(ok[ok.variant == bad].probe) == {"params"}  # params never calls forward
     assert (ok[(ok.probe == "gradients") & (ok.metric == "loss")].value > 0).all()
+
+
+def test_a_plugin_file_edited_within_the_same_second_runs_its_new_code(tmp_path):
+    """Python trusts cached bytecode whose source has the same size and whole-second mtime;
+    a plugin file is compiled from its source every time, and leaves no __pycache__."""
+    import os
+
+    plugin = tmp_path / "scale.py"
+    plugin.write_text("SCALE = 1.0\n")
+    stamp = (1_700_000_000, 1_700_000_000)
+    os.utime(plugin, stamp)
+    sys.dont_write_bytecode, before = False, sys.dont_write_bytecode
+    try:
+        first = registry_mod.import_target("scale.py", base_dir=tmp_path)
+        plugin.write_text("SCALE = 2.0\n")  # the same size
+        os.utime(plugin, stamp)  # and the same mtime
+        second = registry_mod.import_target("scale.py", base_dir=tmp_path)
+    finally:
+        sys.dont_write_bytecode = before
+    assert (first.SCALE, second.SCALE) == (1.0, 2.0)
+    assert not (tmp_path / "__pycache__").exists()

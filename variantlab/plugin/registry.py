@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import os
@@ -311,6 +312,17 @@ class PluginExitError(RuntimeError):
                          "imported; a plugin must not exit")
 
 
+class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
+    """Loads a plugin file from its source as it is now, never from ``__pycache__``:
+    Python's cached bytecode is trusted when the file's size and its mtime in whole
+    seconds match, so a plugin edited within the same second to the same size (scale
+    1.0 -> 2.0) would run its old code under the new code's unit key. Nothing is
+    written either."""
+
+    def get_code(self, fullname: str) -> Any:
+        return self.source_to_code(self.get_data(self.path), self.path)
+
+
 def import_target(target: str, base_dir: Path | None = None) -> object:
     """A module name (``pkg.mod``) or a path to a ``.py`` file, relative to ``base_dir``."""
     if target.endswith(".py") or os.sep in target or "/" in target:
@@ -320,7 +332,11 @@ def import_target(target: str, base_dir: Path | None = None) -> object:
         if not path.is_file():
             raise FileNotFoundError(f"plugin file {str(path)!r} does not exist")
         mod_name = f"variantlab_local_{path.stem}_{abs(hash(str(path.resolve()))):x}"
-        spec = importlib.util.spec_from_file_location(mod_name, path)
+        if path.suffix == ".py":  # its source as it is now
+            spec = importlib.util.spec_from_file_location(
+                mod_name, path, loader=SourceOnlyLoader(mod_name, str(path)))
+        else:  # None for a file Python cannot load, which is said next
+            spec = importlib.util.spec_from_file_location(mod_name, path)
         if spec is None or spec.loader is None:
             raise ImportError(f"cannot import plugin file {str(path)!r} (not a Python source file?)")
         module = importlib.util.module_from_spec(spec)
