@@ -200,8 +200,9 @@ def length_rows(data: ReportData, arms: list[Arm], metric: str, delta: float,
     out: list[dict[str, Any]] = []
     for name in length_metrics(data, metric):
         part = rows[rows["metric"] == name]
-        moved = [replace(a, values=part[part["variant"] == a.variant].groupby("seed")["value"]
-                         .mean(), solved="") for a in arms if a.variant]
+        by_variant = dict(tuple(part.groupby("variant", sort=False)))
+        moved = [replace(a, values=by_variant[a.variant].groupby("seed")["value"].mean(),
+                         solved="") for a in arms if a.variant in by_variant]
         for row in pair_rows([a for a in moved if len(a.values)], name, delta, baseline):
             row["kind"] = "length"
             out.append(row)
