@@ -8,7 +8,11 @@ at its own default:
 - **sweep**: a fixed small tuned sweep, the design of ``experiments/gelu-vs-relu.yaml`` at
   width 32, seeds 0 and 1, 100 training steps (GELU, ReLU, ReLU², SwiGLU at five learning
   rates), ``--workers 2``;
-- **main**: ``experiments/pre-vs-post-norm.yaml`` as committed (``--workers 1``).
+- **main**: ``experiments/pre-vs-post-norm.yaml`` as committed (``--workers 1``);
+- **sweep-fused**: the sweep, whose "after" runs with torch's fused kernels (``norm.impl:
+  fused``, ``attention.impl: sdpa``, ``activation.impl: fused``) in place of the seeds'
+  written-out ones: what the sweep would take were they the defaults, and how far its
+  numbers would move (not asked by default: ``--jobs sweep-fused``).
 
 "before" is a git ref (``--before``, default ``main``) checked out into a temporary
 worktree and run from there; "after" is this checkout. Runs are interleaved: for each
@@ -19,8 +23,8 @@ loops the script starts in a process group of their own and ends by that group's
 Printed: per job, condition and version the median wall time and CPU time (the run and its
 workers) over the repeats, the load average before and after each run, the ratio after /
 before, the ratio busy / quiet, and whether both versions reached the same verdicts (the
-sweep: the same chosen learning rate per activation; both: the largest difference of the
-chosen / per-variant test loss).
+sweep: the same chosen learning rate per feed-forward and activation, chosen on mean
+validation loss; both: the largest difference of the chosen / per-variant test loss).
 
     .venv/bin/python benchmarks/throughput.py [--before main] [--busy 2] [--repeats 3]
         [--smoke] [--markdown FILE]
@@ -94,7 +98,21 @@ def main_yaml(smoke: bool) -> dict:
     return doc
 
 
-JOBS = {"sweep": (sweep_yaml, 2), "main": (main_yaml, 1)}
+def fused_sweep_yaml(smoke: bool) -> dict:
+    """The tuned sweep with torch's fused kernels in place of the seeds' written-out ones
+    (LayerNorm, tanh-GELU and SiLU, attention): what the sweep would take if they were the
+    defaults; the numbers are not the naive kernels' bits."""
+    doc = sweep_yaml(smoke)
+    model = doc["model"]
+    model["norm"] = {"kind": "layer", "impl": "fused"}
+    model["attention"] = {"kind": "mha", "impl": "sdpa"}
+    model["activation"] = {**model["activation"], "impl": "fused"}
+    return doc
+
+
+#: job -> (its YAML, workers, the YAML the "after" version runs when it differs)
+JOBS = {"sweep": (sweep_yaml, 2, None), "main": (main_yaml, 1, None),
+        "sweep-fused": (sweep_yaml, 2, fused_sweep_yaml)}
 
 
 @contextmanager
@@ -169,14 +187,15 @@ def verdicts(run_dir: Path, job: str) -> dict[str, float]:
     rows = frame[(frame["probe"] == "training") & frame["step"].isna()]
     table = rows.pivot_table(index=["variant", "seed"], columns="metric", values="value")
     means = table.groupby(level="variant")[["val_loss", "test_loss"]].mean()
-    if job != "sweep":
+    if not job.startswith("sweep"):
         return {f"{v} test_loss": float(t) for v, t in means["test_loss"].items()}
     out: dict[str, float] = {}
     groups: dict[str, list[str]] = {}
-    for variant in means.index:
-        kind = "swiglu" if variant.startswith("swiglu") else variant.split(",")[0]
+    axes = frame.drop_duplicates("variant").set_index("variant")
+    for variant in means.index:  # one group per feed-forward: its rates compete
+        kind = f"{axes.loc[variant, 'feedforward.kind']}-{axes.loc[variant, 'activation.kind']}"
         groups.setdefault(kind, []).append(variant)
-    lr_of = frame.drop_duplicates("variant").set_index("variant")["measure.training.lr"]
+    lr_of = axes["measure.training.lr"]
     for kind, names in sorted(groups.items()):
         best = means.loc[names, "val_loss"].idxmin()
         out[f"{kind} lr"] = float(lr_of[best])
@@ -198,9 +217,10 @@ def compare(before: dict[str, float], after: dict[str, float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", default="main", help="git ref of the version to beat")
-    parser.add_argument("--busy", type=int, default=2, help="busy processes beside the runs")
+    parser.add_argument("--busy", type=int, default=2,
+                        help="busy processes beside the runs (0: the quiet runs only)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=list(JOBS))
+    parser.add_argument("--jobs", nargs="+", default=["sweep", "main"], choices=list(JOBS))
     parser.add_argument("--smoke", action="store_true",
                         help="check the script: a few steps, one seed, two rates, one repeat")
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
@@ -209,23 +229,26 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="throughput-"))
     files = {}
     for job in args.jobs:
-        make, _workers = JOBS[job]
-        files[job] = work / f"{job}.yaml"
-        files[job].write_text(yaml.safe_dump(make(args.smoke), sort_keys=False))
+        make, _workers, make_after = JOBS[job]
+        for version, maker in (("before", make), ("after", make_after or make)):
+            files[job, version] = work / f"{job}-{version}.yaml"
+            files[job, version].write_text(yaml.safe_dump(maker(args.smoke), sort_keys=False))
+    conditions = [("quiet", 0)] + ([(f"busy x{args.busy}", args.busy)] if args.busy else [])
     runs: dict[tuple[str, str, str], list[dict]] = {}
     found: dict[tuple[str, str, str], dict[str, float]] = {}
     with worktree(args.before) as old:
         trees = {"before": old, "after": ROOT}
-        for condition, n_busy in (("quiet", 0), (f"busy x{args.busy}", args.busy)):
+        for condition, n_busy in conditions:
             with busy(n_busy):
                 for repeat in range(repeats):
                     for job in args.jobs:
                         for version, tree in trees.items():
                             out = work / f"{condition}-{repeat}-{job}-{version}".replace(" ", "")
-                            got = run_once(tree, files[job], out, JOBS[job][1])
+                            yaml_file = files[job, version]
+                            got = run_once(tree, yaml_file, out, JOBS[job][1])
                             runs.setdefault((job, condition, version), []).append(got)
                             found[(job, condition, version)] = verdicts(
-                                out / yaml.safe_load(files[job].read_text())["name"], job)
+                                out / yaml.safe_load(yaml_file.read_text())["name"], job)
                             print(f"{job} {condition} {version} repeat {repeat + 1}: "
                                   f"{got['wall']:.1f} s wall, {got['cpu']:.1f} s CPU, load "
                                   f"{got['load0']:.2f} -> {got['load1']:.2f}", flush=True)

@@ -87,6 +87,20 @@ def test_stdlib_corpus(spec):
     assert same(a, b) and a[0].inputs["idx"].shape == (2, 16)
 
 
+def test_stdlib_listing_skips_installed_packages_and_is_sorted(tmp_path, monkeypatch):
+    for name in ["b/x.py", "a.py", "a/z.py", "a/notes.txt", "site-packages/pkg/p.py",
+                 "b/dist-packages/q.py", "c/site-packages.py"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x = 1\n")
+    monkeypatch.setattr(datalib, "_stdlib_root", lambda: tmp_path)
+    datalib._stdlib_files.cache_clear()
+    try:
+        got = [str(p.relative_to(tmp_path)) for p in datalib.stdlib_files()]
+    finally:
+        datalib._stdlib_files.cache_clear()
+    assert got == ["a/z.py", "a.py", "b/x.py", "c/site-packages.py"]  # Path order: by parts
+
+
 def test_float_families_ignore_tokens():
     spec = resolve_spec({"family": "block", "emb_dim": 32, "n_heads": 4, "context_length": 16}, REG)
     got = datalib.batches(TextData(path="nothing/*.txt"), spec, 2, 8, 2, seed=0, registry=REG)

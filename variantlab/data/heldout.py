@@ -20,7 +20,8 @@ The windows are scored without gradients in batches of :func:`eval_rows` rows, a
 the memory bound on a scoring batch allows (``EVAL_LOGITS`` logits, the bound the scoring
 had before; at least ``batch_size`` rows; the last may be smaller); a score over them
 weights every batch by the targets it scores (:func:`scored`), so the grouping changes a
-score only in float rounding.
+score only in float rounding. (On CPU a batch's forward runs in pieces whose outputs are
+joined before its loss: :func:`variantlab.probes.heldout.forward`.)
 A validation curve point scores :func:`spread` rows of the set (``CURVE_TOKENS`` targets at
 most, spread evenly over it); the final scores take the whole set.
 """

@@ -344,12 +344,15 @@ def _stdlib_root() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def _stdlib_files() -> tuple[Path, ...]:
-    """Every stdlib source, listed once per process (walking the folder takes ~0.4 s)."""
+    """Every stdlib source, listed once per process. The walk never enters a
+    site-packages or dist-packages folder (installed packages can be far larger than the
+    stdlib: walking them took 0.36 s of the 0.38 here)."""
     root = _stdlib_root()
-    return tuple(sorted(
-        p for p in root.rglob("*.py")
-        if not {"site-packages", "dist-packages"} & set(p.relative_to(root).parts)
-    ))
+    found = []
+    for folder, subfolders, names in os.walk(root):
+        subfolders[:] = [d for d in subfolders if d not in ("site-packages", "dist-packages")]
+        found += [Path(folder) / name for name in names if name.endswith(".py")]
+    return tuple(sorted(found))
 
 
 def token_stream(paths: tuple[str, ...], tokenizer: str = "gpt2") -> torch.Tensor:
