@@ -238,3 +238,36 @@ def test_a_plugin_file_edited_within_the_same_second_runs_its_new_code(tmp_path)
         sys.dont_write_bytecode = before
     assert (first.SCALE, second.SCALE) == (1.0, 2.0)
     assert not (tmp_path / "__pycache__").exists()
+
+
+def test_a_plugin_module_edited_within_the_same_second_runs_its_new_code(tmp_path):
+    """The same for a plugin given by module name: every module of its package (whose
+    ``.py`` files its unit keys hash) comes from its source as it is now."""
+    import os
+
+    package = tmp_path / "scalepkg_edit"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "parts.py").write_text("FACTOR = 1.0\n")
+    (package / "comps.py").write_text("from .parts import FACTOR\nSCALE = 1.0 * FACTOR\n")
+    stamp = (1_700_000_000, 1_700_000_000)
+    for f in package.iterdir():
+        os.utime(f, stamp)
+    names = ["scalepkg_edit", "scalepkg_edit.parts", "scalepkg_edit.comps"]
+    sys.dont_write_bytecode, before = False, sys.dont_write_bytecode
+    try:
+        first = registry_mod.import_target("scalepkg_edit.comps", base_dir=tmp_path)
+        for name in names:
+            sys.modules.pop(name)  # a new process, as the next run
+        (package / "parts.py").write_text("FACTOR = 3.0\n")  # the same size
+        (package / "comps.py").write_text("from .parts import FACTOR\nSCALE = 2.0 * FACTOR\n")
+        for f in package.iterdir():
+            os.utime(f, stamp)  # and the same mtimes
+        second = registry_mod.import_target("scalepkg_edit.comps", base_dir=tmp_path)
+    finally:
+        sys.dont_write_bytecode = before
+        for name in names:
+            sys.modules.pop(name, None)
+    assert (first.SCALE, second.SCALE) == (1.0, 6.0)
+    assert not (package / "__pycache__").exists()
+    assert "variantlab" not in registry_mod.SOURCE_ONLY.tops  # the core keeps its bytecode

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.abc
 import importlib.machinery
 import importlib.metadata
 import importlib.util
@@ -323,6 +324,41 @@ class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
         return self.source_to_code(self.get_data(self.path), self.path)
 
 
+class SourceOnlyFinder(importlib.abc.MetaPathFinder):
+    """Finds the modules of the top-level packages in ``tops`` (plugins given by module
+    name, ``plugins: [mylab.components]``, and everything in their package) as the path
+    finder does, but loads their ``.py`` sources with :class:`SourceOnlyLoader`: a unit key
+    hashes every ``.py`` file of such a package (:mod:`variantlab.sweep.keys`), so the code
+    that runs must be those files as they are now, not bytecode cached from an edit before."""
+
+    def __init__(self) -> None:
+        self.tops: set[str] = set()
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname.partition(".")[0] not in self.tops:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is not None and type(spec.loader) is importlib.machinery.SourceFileLoader:
+            spec.loader = SourceOnlyLoader(fullname, spec.origin)
+        return spec
+
+
+#: the one :class:`SourceOnlyFinder` of this process, first on ``sys.meta_path`` once used
+SOURCE_ONLY = SourceOnlyFinder()
+
+
+def import_by_source(target: str) -> object:
+    """``importlib.import_module(target)``, the modules of ``target``'s top-level package
+    loaded from their sources (:class:`SourceOnlyFinder`); the core packages are imported as
+    usual."""
+    top = target.partition(".")[0]
+    if top not in ("variantlab", "variantlab_plugins"):
+        if SOURCE_ONLY not in sys.meta_path:
+            sys.meta_path.insert(0, SOURCE_ONLY)
+        SOURCE_ONLY.tops.add(top)
+    return importlib.import_module(target)
+
+
 def import_target(target: str, base_dir: Path | None = None) -> object:
     """A module name (``pkg.mod``) or a path to a ``.py`` file, relative to ``base_dir``."""
     if target.endswith(".py") or os.sep in target or "/" in target:
@@ -349,7 +385,7 @@ def import_target(target: str, base_dir: Path | None = None) -> object:
         return module
     if base_dir is not None and str(base_dir) not in sys.path:
         sys.path.insert(0, str(base_dir))  # a module beside the experiment file
-    return importlib.import_module(target)
+    return import_by_source(target)
 
 
 def strict_from_env() -> bool:
