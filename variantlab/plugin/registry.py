@@ -338,7 +338,8 @@ class SourceOnlyFinder(importlib.abc.MetaPathFinder):
         if fullname.partition(".")[0] not in self.tops:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is not None and type(spec.loader) is importlib.machinery.SourceFileLoader:
+        if spec is not None and spec.origin is not None \
+                and type(spec.loader) is importlib.machinery.SourceFileLoader:
             spec.loader = SourceOnlyLoader(fullname, spec.origin)
         return spec
 
