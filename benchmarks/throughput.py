@@ -27,7 +27,8 @@ sweep: the same chosen learning rate per feed-forward and activation, chosen on 
 validation loss; both: the largest difference of the chosen / per-variant test loss).
 
     .venv/bin/python benchmarks/throughput.py [--before main] [--busy 2] [--repeats 3]
-        [--smoke] [--markdown FILE]
+        [--jobs sweep main sweep-fused] [--smoke] [--markdown FILE]
+    .venv/bin/python benchmarks/throughput.py --diff BEFORE_RUN AFTER_RUN
 
 ``--smoke`` checks that the script works: a few steps, one seed, two rates, one repeat.
 """
@@ -214,8 +215,34 @@ def compare(before: dict[str, float], after: dict[str, float]) -> str:
     return f"{choice}, max |Δ test loss| {worst:.2e} ({within} {TOLERANCE:g})"
 
 
+def rate_differences(before: Path, after: Path) -> str:
+    """How far two runs of the sweep are apart, per learning rate: the largest |difference|
+    of test loss over every variant and seed at that rate, and the median."""
+    sys.path.insert(0, str(ROOT))
+    import variantlab as vl
+
+    def losses(folder: Path):
+        frame = vl.results(folder)
+        rows = frame[(frame["probe"] == "training") & (frame["metric"] == "test_loss")
+                     & frame["step"].isna()]
+        return rows.set_index(["variant", "seed"])[["value", "measure.training.lr"]]
+
+    a, b = losses(before), losses(after)
+    both = a.join(b["value"].rename("value_after"), how="inner")
+    both["diff"] = (both["value"] - both["value_after"]).abs()
+    lines = ["| learning rate | runs | median abs difference | largest abs difference |",
+             "|---:|---:|---:|---:|"]
+    for lr, group in both.groupby("measure.training.lr"):
+        lines.append(f"| {lr:g} | {len(group)} | {group['diff'].median():.2e} "
+                     f"| {group['diff'].max():.2e} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--diff", nargs=2, type=Path, metavar=("BEFORE", "AFTER"),
+                        help="only compare two finished runs of the sweep (their run folders, "
+                        "runs/<name>) rate by rate, and exit")
     parser.add_argument("--before", default="main", help="git ref of the version to beat")
     parser.add_argument("--busy", type=int, default=2,
                         help="busy processes beside the runs (0: the quiet runs only)")
@@ -225,6 +252,9 @@ def main() -> None:
                         help="check the script: a few steps, one seed, two rates, one repeat")
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
     args = parser.parse_args()
+    if args.diff:
+        print(rate_differences(*args.diff))
+        return
     repeats = 1 if args.smoke else args.repeats
     work = Path(tempfile.mkdtemp(prefix="throughput-"))
     files = {}
