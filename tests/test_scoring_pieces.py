@@ -97,3 +97,13 @@ def test_a_plugin_module_can_say_its_rows_meet(tiny):
     mixer.couples_rows = True
     model.add_module("mixer", mixer)
     assert heldout.couples_rows(model)
+
+
+def test_an_output_without_a_row_per_input_row_comes_from_the_whole_batch():
+    class Flat(nn.Module):  # (rows, T) -> (T, rows): rows on the second axis
+        def forward(self, idx):
+            return idx.float().t() * 2
+
+    idx = torch.arange(12).view(6, 2)
+    batch = vl.Batch({"idx": idx}, torch.zeros(6, 2, dtype=torch.long))
+    assert torch.equal(heldout.forward(Flat(), batch, 4), idx.float().t() * 2)

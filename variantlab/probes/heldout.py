@@ -102,9 +102,11 @@ def forward(model: torch.nn.Module, batch: Batch, rows: int | None) -> Any:
         return model(**batch.inputs)
     outs = []
     for start in range(0, batch.target.shape[0], rows):
-        out = model(**{k: v[start:start + rows] for k, v in batch.inputs.items()})
-        if not isinstance(out, torch.Tensor):  # a structured output: the whole batch at once
-            return model(**batch.inputs)
+        piece = {k: v[start:start + rows] for k, v in batch.inputs.items()}
+        out = model(**piece)
+        n = next(iter(piece.values())).shape[0]
+        if not isinstance(out, torch.Tensor) or out.dim() == 0 or out.shape[0] != n:
+            return model(**batch.inputs)  # not one output row per input row: the whole batch
         outs.append(out)
     return torch.cat(outs)
 
