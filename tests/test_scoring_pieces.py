@@ -107,3 +107,23 @@ def test_an_output_without_a_row_per_input_row_comes_from_the_whole_batch():
     idx = torch.arange(12).view(6, 2)
     batch = vl.Batch({"idx": idx}, torch.zeros(6, 2, dtype=torch.long))
     assert torch.equal(heldout.forward(Flat(), batch, 4), idx.float().t() * 2)
+
+
+def test_the_scoring_benchmark_measures_the_same_bits(tmp_path):
+    """benchmarks/scoring_pieces.py on a tiny experiment: pieces of FORWARD_TOKENS // 16
+    rows, outputs equal to one forward's."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "scoring_pieces.py"
+    spec = importlib.util.spec_from_file_location("scoring_pieces_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    exp = tmp_path / "tiny.yaml"
+    exp.write_text("name: tiny\nseeds: [0]\nmodel: {family: gpt, vocab_size: 256, "
+                   "context_length: 16, emb_dim: 32, n_heads: 4, n_layers: 2, drop_rate: 0.0}\n"
+                   "measure:\n  training: {steps: 2, batch_size: 4, seq_len: 16}\n")
+    got = bench.measure(exp, repeats=1)
+    assert got["rows"] == 2 ** 22 // (16 * 256) == 1024
+    assert got["per"] == heldout.FORWARD_TOKENS // 16 == 256
+    assert got["same"] is True and got["whole"] > 0 and got["pieces"] > 0
