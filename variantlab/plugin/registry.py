@@ -346,6 +346,8 @@ class SourceOnlyFinder(importlib.abc.MetaPathFinder):
 
 #: the one :class:`SourceOnlyFinder` of this process, first on ``sys.meta_path`` once used
 SOURCE_ONLY = SourceOnlyFinder()
+#: variantlab's own packages (the core and the built-in plugins)
+CORE_PACKAGES = ("variantlab", "variantlab_plugins")
 
 
 def import_by_source(target: str) -> object:
@@ -353,7 +355,7 @@ def import_by_source(target: str) -> object:
     loaded from their sources (:class:`SourceOnlyFinder`); the core packages are imported as
     usual."""
     top = target.partition(".")[0]
-    if top not in ("variantlab", "variantlab_plugins"):
+    if top not in CORE_PACKAGES:
         if SOURCE_ONLY not in sys.meta_path:
             sys.meta_path.insert(0, SOURCE_ONLY)
         SOURCE_ONLY.tops.add(top)

@@ -36,13 +36,13 @@ import torch
 
 from ..data.cache import file_digest
 from ..errors import SpecError
+from ..plugin.registry import CORE_PACKAGES
 from ..version import __version__
 
 if TYPE_CHECKING:
     from ..plugin.probe import Probe
     from ..plugin.registry import Registry
 
-CORE_PACKAGES = ("variantlab", "variantlab_plugins")
 _SKIP_DIRS = {"__pycache__"}
 #: the folders of ``variantlab`` whose code can change a number; the rest of the core (and its
 #: top-level modules) is left out of unit keys. ``variantlab_plugins`` counts whole.
