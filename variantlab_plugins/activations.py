@@ -1,7 +1,7 @@
 """Elementwise activations."""
 
 import math
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +17,7 @@ class GELUSpec(ComponentSpec):
     kind: Literal["gelu"] = "gelu"
     approximate: Literal["tanh", "none"] = Field(
         "tanh", description="tanh: the approximation the seeds (and GPT-2) use; none: exact erf")
+    fast_impl: ClassVar[str | None] = "fused"  # kernels: fast, impl unset
     impl: Literal["naive", "fused"] = Field(
         "naive", description="naive: the explicit formula; fused: F.gelu")
 

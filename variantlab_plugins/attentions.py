@@ -46,6 +46,7 @@ class MHASpec(ComponentSpec):
         {"kind": "mha", "n_kv_heads": 2, "clip_qkv": 2.0, "qk_norm": {"kind": "layer"},
          "qk_norm_scope": "each_head"},
     )
+    fast_impl: ClassVar[str | None] = "sdpa"  # kernels: fast, impl unset
     impl: Literal["naive", "sdpa"] = Field(
         "naive", description="naive: explicit softmax(QK^T/sqrt(d))V; sdpa: torch's fused kernel"
     )

@@ -47,6 +47,7 @@ class MLASpec(ComponentSpec):
         {"kind": "mla", "scale": 0.3},
     )
     added_options: ClassVar[tuple[str, ...]] = ("scale",)
+    fast_impl: ClassVar[str | None] = "sdpa"  # kernels: fast, impl unset
     impl: Literal["naive", "sdpa", "absorbed"] = Field(
         "naive", description="naive: keys and values expanded per head, explicit softmax; "
         "sdpa: the same through torch's fused kernel; absorbed: W_UK folded into the queries "

@@ -15,6 +15,7 @@ class LayerNormSpec(ComponentSpec):
 
     kind: Literal["layer"] = "layer"
     eps: PositiveFloat = Field(1e-5, description="added to the variance before the square root")
+    fast_impl: ClassVar[str | None] = "fused"  # kernels: fast, impl unset
     impl: Literal["naive", "fused"] = Field(
         "naive", description="naive: the seeds' explicit formula; fused: F.layer_norm, same "
         "parameters")

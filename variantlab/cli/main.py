@@ -128,7 +128,7 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     """
     from ..config.experiment import load_experiment
     from ..executors.base import command_line_options, make_executor
-    from ..executors.runner import check_rerun, plan_units, run_experiment, select_variants
+    from ..executors.runner import pool_work_pending
     from ..executors.threads import choose_threads
 
     stdout, err = consoles()
@@ -143,6 +143,28 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     exp = load_experiment(experiment, extra_plugins=plugins, max_variants=max_variants)
     runner_ = make_executor(exp.registry, executor, options)  # before any check that computes
     _check_device_option(device, runner_.runs_here)
+    from ..executors.base import ExperimentSource
+
+    try:
+        if pool_work_pending(exp, out, only, device, rerun):
+            # the workers start while the checks below run; one that refuses closes them
+            runner_.warm(ExperimentSource.of(exp, plugins, device), threads)
+    except ValueError:  # a bad --only or --rerun: said below, with its option
+        pass
+    try:
+        _run_checked(stdout, err, exp, runner_, experiment, out, only, device, fail_fast,
+                     no_report, threads, rerun, extend_edges, plugins)
+    finally:
+        runner_.close()
+
+
+def _run_checked(stdout: Any, err: Any, exp: Experiment, runner_: Any, experiment: str,
+                 out: str, only: Sequence[str], device: str | None, fail_fast: bool,
+                 no_report: bool, threads: int | None, rerun: str | None, extend_edges: bool,
+                 plugins: Sequence[str]) -> None:
+    """``run`` once the experiment is loaded and its executor made (and warmed)."""
+    from ..executors.runner import check_rerun, plan_units, run_experiment, select_variants
+
     try:
         selected = select_variants(exp, only)
     except ValueError as exc:

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import SpecError, pydantic_issues
+from ..model.kernels import with_kernels
 from ..model.specs import ModelSpec, parse_model_spec
 from ..plugin.registry import SLOTS, Registry
 from .axes import base_settings_of, setting_problems
@@ -118,7 +119,7 @@ def expand_variants(
         ctx = model.get("context_length")
         seen[name] = ctx if isinstance(ctx, int) else ModelSpec.model_fields["context_length"].default
         try:
-            model_spec = parse_model_spec(model, registry)
+            model_spec = with_kernels(parse_model_spec(model, registry), spec.kernels, registry)
         except SpecError as exc:
             for issue in exc.issues:
                 src = override_source(issue.loc, where)

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..data.sources import DataSpec, SyntheticData
 from ..errors import InputError, PluginLoadError, SpecError
+from ..model.kernels import DEFAULT_KERNELS, Kernels
 from ..plugin.registry import Registry, build_registry
 from .axes import effective, seq_len_problems
 from .checks import MAX_VARIANTS, grid_cap_message, grid_size, nonfinite, seed_problems
@@ -61,6 +62,12 @@ class ExperimentSpec(BaseModel):
                     "must be in the report's CSVs")
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     model: dict[str, Any]
+    kernels: Kernels = Field(
+        default=DEFAULT_KERNELS,
+        description="fast: components whose impl the experiment leaves unset run torch's "
+                    "fused kernels (F.layer_norm, F.gelu, scaled_dot_product_attention); "
+                    "reference: their written-out formulas, the seeds' bits "
+                    "(docs/running.md, \"Kernels\")")
     grid: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(default_factory=dict)
     variants: list[NamedVariant] = Field(default_factory=list)
     baseline: str | None = None

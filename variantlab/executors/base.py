@@ -110,7 +110,13 @@ class Executor(ABC):
         """Compute the units, storing each through ``sink``; ``False`` if stopped early."""
 
     def close(self) -> None:
-        """Release what ``prepare`` took (connections, processes)."""
+        """Release what ``prepare`` or ``warm`` took (connections, processes)."""
+        return None
+
+    def warm(self, source: ExperimentSource, threads: int | None = None) -> None:
+        """Start what is slow to start (worker processes importing torch and rebuilding
+        ``source``'s experiment) while the driver still checks the experiment; ``close``
+        releases it if the run never comes. Nothing by default."""
         return None
 
     def checkpoint_dir(self, run_dir: Path) -> Path | None:
@@ -252,12 +258,11 @@ class ExperimentSource:
 _LOADED: dict[tuple[ExperimentSource, str | None], tuple[Experiment, dict[str, Unit]]] = {}
 
 
-def compute(source: ExperimentSource, key: str, probe_fn: Callable[..., list],
-            device: str | None = None) -> tuple[UnitRecord, list]:
-    """Run the unit ``key`` of ``source`` in this (worker) process, rebuilding the
-    experiment on first use; an experiment that cannot be rebuilt or lacks the unit raises.
-    ``device``: the unit's device as the driver resolved it (``auto`` is the driver's
-    machine's answer, which another machine may not share), else the run's ``--device``."""
+def rebuilt(source: ExperimentSource, device: str | None = None
+            ) -> tuple[Experiment, dict[str, Unit]]:
+    """``source``'s experiment and its units by key, rebuilt in this (worker) process on
+    first use and kept (one experiment per process: a new run's replaces the last); an
+    experiment that cannot be rebuilt raises, and is tried again on the next call."""
     if (source, device) not in _LOADED:
         try:
             loaded = source.load(device)
@@ -266,9 +271,18 @@ def compute(source: ExperimentSource, key: str, probe_fn: Callable[..., list],
             raise RuntimeError("the worker could not rebuild the experiment: "
                                + "; ".join(map(str, messages))) from None
         if _LOADED and next(iter(_LOADED))[0] != source:
-            _LOADED.clear()  # one experiment per worker: a new run's replaces the last
+            _LOADED.clear()
         _LOADED[(source, device)] = loaded
-    experiment, units = _LOADED[(source, device)]
+    return _LOADED[(source, device)]
+
+
+def compute(source: ExperimentSource, key: str, probe_fn: Callable[..., list],
+            device: str | None = None) -> tuple[UnitRecord, list]:
+    """Run the unit ``key`` of ``source`` in this (worker) process, rebuilding the
+    experiment on first use; an experiment that cannot be rebuilt or lacks the unit raises.
+    ``device``: the unit's device as the driver resolved it (``auto`` is the driver's
+    machine's answer, which another machine may not share), else the run's ``--device``."""
+    experiment, units = rebuilt(source, device)
     unit = units.get(key)
     if unit is None:
         raise LookupError(f"unit {key[:12]} is not in the experiment as the worker rebuilt it "

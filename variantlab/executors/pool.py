@@ -10,8 +10,14 @@ data, the :class:`~variantlab.store.store.UnitRecord` and the rows. A unit whose
 ``SystemExit`` (``sys.exit()`` in a plugin) or another ``BaseException`` fails alone, in a
 worker as in process; the worker and the pool go on. Each worker uses one torch thread
 (:mod:`variantlab.executors.threads`: ``--threads`` or the user's ``OMP_NUM_THREADS`` wins;
-``N`` is the pool's size, no more processes than units to compute). Every unit seeds torch
-itself, so on CPU the rows are the in-process ones bit for bit (``tests/test_executors.py``).
+``N`` is the pool's size, no more units at a time than there are to compute; the threads go
+with each unit). Every unit seeds torch itself, so on CPU the rows are the in-process ones
+bit for bit (``tests/test_executors.py``).
+
+``variantlab run`` starts the workers as soon as it has read the experiment and found units
+to compute (:meth:`PoolExecutor.warm`): they import torch and rebuild the experiment while
+the driver checks it and sizes its variants, and are ended if a check refuses. The workers
+are ended as soon as the last unit is stored, not waited for.
 
 The driver alone writes the store, one transaction per unit as results arrive, and emits
 the same progress events as the in-process executor (``start`` when a unit is handed to a
@@ -51,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, PositiveInt
 
 from ..plugin.settings import Strict
+from ..probes import checkpoint
 from ..store.store import UnitRecord
 from ..sweep.units import Unit
 from .base import (
@@ -60,6 +67,7 @@ from .base import (
     Work,
     compute,
     fed,
+    rebuilt,
     split_units,
     store_result,
 )
@@ -97,6 +105,20 @@ class PoolExecutor(Executor):
 
     def __init__(self, options: PoolOptions | None = None) -> None:
         self.workers = (options or PoolOptions()).workers
+        self._warm: ProcessPoolExecutor | None = None  # started by warm(), not yet used
+
+    def warm(self, source: ExperimentSource, threads: int | None = None) -> None:
+        """Spawn the workers now: each imports torch and rebuilds the experiment while the
+        driver checks it and sizes its variants (seconds the run would otherwise wait)."""
+        if self._warm is None:
+            self._warm = _new_pool(self.workers, threads_per_worker(self.workers, threads))
+            for _ in range(self.workers):
+                self._warm.submit(_rebuild, source)
+
+    def close(self) -> None:
+        if self._warm is not None:
+            _terminate(self._warm)
+            self._warm = None
 
     def describe(self) -> str:
         return f"{self.workers} worker processes"
@@ -115,18 +137,17 @@ class PoolExecutor(Executor):
         stored), then the timing units here, one at a time."""
         work = split_units(sink, units)
         if work.leaders or context.feed is not None:
+            warm, self._warm = self._warm, None
             if not _pool(sink, work, self.workers, context,
-                         ExperimentSource.of(experiment, context.extra_plugins, context.device)):
+                         ExperimentSource.of(experiment, context.extra_plugins, context.device),
+                         warm):
                 return False
         now = context.feed.experiment if context.feed is not None else experiment
         return run_in_process(sink, work.serial, now, context.probe_fn, context.fail_fast)
 
 
 # -- the worker side ---------------------------------------------------------------------
-_STATE: dict[str, Any] = {}
-
-
-def _init_worker(source: ExperimentSource, threads: int, probe_fn: Callable[..., list]) -> None:
+def _init_worker(threads: int) -> None:
     import torch
 
     from ..model.build import VariantWarning
@@ -137,7 +158,6 @@ def _init_worker(source: ExperimentSource, threads: int, probe_fn: Callable[...,
     parent = multiprocessing.parent_process()
     if parent is not None:  # never outlive a driver that was killed
         threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
-    _STATE.update(source=source, probe_fn=probe_fn)
 
 
 def _exit_with(parent: Any) -> None:
@@ -145,19 +165,48 @@ def _exit_with(parent: Any) -> None:
     os._exit(1)
 
 
-def _compute(key: str, source: ExperimentSource | None = None) -> tuple[UnitRecord, list]:
-    """Run the unit ``key`` in this worker (loading the experiment on first use): of
-    ``source`` when given (the experiment grew during the run), else the pool's."""
-    return compute(source or _STATE["source"], key, _STATE["probe_fn"])
+def _rebuild(source: ExperimentSource) -> None:
+    """Rebuild the experiment ahead of its first unit (:meth:`PoolExecutor.warm`); a failure
+    is left to that unit, which reports it."""
+    try:
+        rebuilt(source)
+    except BaseException:  # noqa: BLE001 - said by the unit that needs it
+        pass
+
+
+def _compute(key: str, source: ExperimentSource, threads: int, probe_fn: Callable[..., list],
+             checkpoints: str | None) -> tuple[UnitRecord, list]:
+    """Run the unit ``key`` of ``source``'s experiment in this worker with ``threads`` torch
+    threads (the pool's size when the unit was handed out decides them), writing its
+    checkpoints in the driver's folder for them (set after a warm worker started)."""
+    import torch
+
+    from ..probes import checkpoint
+
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    if checkpoints is None:
+        os.environ.pop(checkpoint.DIR_VAR, None)
+    else:
+        os.environ[checkpoint.DIR_VAR] = checkpoints
+    return compute(source, key, probe_fn)
+
+
+def _new_pool(workers: int, threads: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(
+        max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker, initargs=(threads,))
 
 
 # -- the driver side ---------------------------------------------------------------------
 def _pool(sink: ResultSink, work: Work, workers: int, context: RunContext,
-          source: ExperimentSource) -> bool:
+          source: ExperimentSource, warm: ProcessPoolExecutor | None = None) -> bool:
     """Compute ``work``'s leaders, and the units ``context.feed`` adds as units are stored,
-    in ``workers`` processes (no more than there are leaders when nothing can be added);
-    added serial units join ``work.serial``. ``False`` when the run stopped early."""
-    feed, first = context.feed, source
+    in ``workers`` processes (no more at a time than there are leaders when nothing can be
+    added), those of ``warm`` when it was started already; added serial units join
+    ``work.serial``. ``False`` when the run stopped early. The workers are ended as soon as
+    the last unit is stored (nothing of theirs is left to wait for)."""
+    feed = context.feed
     queue: deque[tuple[int, Unit, ExperimentSource]] = deque(
         (index, unit, source) for index, unit in work.leaders)
 
@@ -178,12 +227,12 @@ def _pool(sink: ResultSink, work: Work, workers: int, context: RunContext,
 
     add(fed(sink, feed, None))
     if not queue:
+        if warm is not None:
+            _terminate(warm)
         return True
     n = workers if feed is not None else min(workers, len(queue))
-    pool = ProcessPoolExecutor(
-        max_workers=n, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
-        initargs=(first, threads_per_worker(n, context.threads), context.probe_fn),
-    )
+    threads = threads_per_worker(n, context.threads)
+    pool = warm if warm is not None else _new_pool(n, threads)
     in_flight: dict[Future, tuple[int, Unit, str, float]] = {}
     processes: dict[int, Any] = {}  # pid -> Process, to say which one died
     stopped = False
@@ -192,7 +241,8 @@ def _pool(sink: ResultSink, work: Work, workers: int, context: RunContext,
             while queue and not stopped and len(in_flight) < n:
                 index, unit, where = queue.popleft()
                 sink.start(index, unit)
-                task = pool.submit(_compute, unit.key, None if where is first else where)
+                task = pool.submit(_compute, unit.key, where, threads, context.probe_fn,
+                                   os.environ.get(checkpoint.DIR_VAR))
                 in_flight[task] = (index, unit, now_iso(), time.perf_counter())
             processes.update(getattr(pool, "_processes", None) or {})
             if not in_flight:
@@ -205,11 +255,8 @@ def _pool(sink: ResultSink, work: Work, workers: int, context: RunContext,
                 stopped = stopped or broken or (context.fail_fast and not ok)
                 if not stopped:
                     add(fed(sink, feed, unit))
-    except BaseException:  # Ctrl-C, SIGTERM, a store that cannot be written: stop now
+    finally:  # done, or Ctrl-C, SIGTERM, a store that cannot be written: stop now
         _terminate(pool)
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
     return not stopped
 
 

@@ -21,7 +21,7 @@ import torch
 
 from ..probes import checkpoint, run_probe
 from ..store.contract import RunMeta
-from ..store.store import STORE_FILE, StoreWriteError
+from ..store.store import STORE_FILE, Store, StoreWriteError
 from ..sweep.runfolder import open_run
 from ..sweep.units import Unit, plain, plan_units
 from ..version import __version__
@@ -161,6 +161,28 @@ def run_experiment(
     finally:
         executor.close()
     return summary
+
+
+def pool_work_pending(experiment: Experiment, out: str | Path = "runs",
+                      only: Sequence[str] = (), device: str | None = None,
+                      rerun: str | None = None) -> bool:
+    """Whether a run would hand any unit to worker processes: a non-serial unit of the
+    selected variants not stored ok yet, or one ``rerun`` asks for. Read only; a store it
+    cannot read counts as pending (the run itself then says what is wrong)."""
+    selected = select_variants(experiment, only)
+    units = [u for u in plan_units(experiment, device)
+             if u.variant.name in selected and not u.serial]
+    if any(rerun in ("all", u.probe) for u in units):
+        return True
+    path = run_dir_for(experiment, out) / STORE_FILE
+    if not units or not path.is_file():
+        return bool(units)
+    try:
+        with Store(path, create=False) as store:
+            statuses = store.statuses()
+    except Exception:  # noqa: BLE001 - the run reports it
+        return True
+    return any(statuses.get(u.key) != "ok" for u in units)
 
 
 class Growing:

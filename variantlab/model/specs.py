@@ -48,6 +48,10 @@ class ComponentSpec(BaseModel):
     #: token's output then depends on later tokens; warned wherever it sits in the spec
     #: (:meth:`ModelSpec.warnings`)
     pools_positions: ClassVar[bool] = False
+    #: the ``impl`` that runs a fused kernel, for a spec whose ``impl`` field defaults to its
+    #: written-out reference: an experiment's ``kernels: fast`` (the default) switches to it
+    #: where the experiment leaves ``impl`` unset (:mod:`variantlab.model.kernels`)
+    fast_impl: ClassVar[str | None] = None
     kind: str
 
     @model_serializer(mode="wrap")
@@ -79,7 +83,7 @@ DEFAULT_COMPONENTS: dict[str, dict[str, Any]] = {
     "norm": {"kind": "layer", "eps": 1e-5},
     "activation": {"kind": "gelu", "approximate": "tanh"},
     "feedforward": {"kind": "mlp", "hidden_mult": 4},
-    "attention": {"kind": "mha", "impl": "naive"},
+    "attention": {"kind": "mha"},
     "residual": {"kind": "pre_norm", "shortcut": True},
     "positional": {"kind": "learned"},
     "init": {"kind": "default"},

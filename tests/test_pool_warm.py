@@ -1,0 +1,78 @@
+"""``run --workers N`` starts its workers while it checks the experiment, only when it has
+units for them, and ends them when the run is over or refused."""
+
+import time
+
+import pytest
+from conftest import invoke, write_exp
+
+from variantlab.config.experiment import load_experiment
+from variantlab.executors import pool
+from variantlab.executors.base import ExperimentSource
+from variantlab.executors.runner import pool_work_pending, run_experiment
+
+TIMING_ONLY = ("measure:\n  timing: {batch_size: 2, seq_len: 16, passes: [forward], "
+               "warmup: 0, repeats: 1, device: cpu}\n")
+
+
+def test_pool_work_is_pending_until_every_pooled_unit_is_stored(tmp_path):
+    path = write_exp(tmp_path, "  norm.kind: [layer, rms]\n")
+    exp = load_experiment(path)
+    out = tmp_path / "runs"
+    assert pool_work_pending(exp, out)
+    assert invoke("run", path, "--out", out, "--no-report").exit_code == 0
+    assert not pool_work_pending(exp, out)
+    assert pool_work_pending(exp, out, rerun="gradients")
+    assert not pool_work_pending(exp, out, rerun="training")  # no such units here
+    assert not pool_work_pending(exp, out, only=["norm.kind=rms"])
+    (tmp_path / "t").mkdir()
+    timing = load_experiment(write_exp(tmp_path / "t", "  norm.kind: [layer]\n",
+                                       measure=TIMING_ONLY))
+    assert not pool_work_pending(timing, out)  # timing runs in the driver, never the pool
+
+
+def test_run_warms_the_pool_only_with_units_for_it_and_always_closes_it(tmp_path, monkeypatch):
+    calls: list[str] = []
+    monkeypatch.setattr(pool.PoolExecutor, "warm",
+                        lambda self, source, threads=None: calls.append("warm"))
+    monkeypatch.setattr(pool.PoolExecutor, "close", lambda self: calls.append("close"))
+    path = write_exp(tmp_path, "  norm.kind: [layer, rms]\n")
+    out = tmp_path / "runs"
+    refused = invoke("run", path, "--out", out, "--no-report", "--workers", "2",
+                     "--only", "nope")
+    assert refused.exit_code == 2 and calls == ["close"]  # a bad --only: no workers started
+    calls.clear()
+    ran = invoke("run", path, "--out", out, "--no-report", "--workers", "2")
+    assert ran.exit_code == 0, ran.output
+    assert calls[0] == "warm" and calls[-1] == "close"
+    calls.clear()
+    again = invoke("run", path, "--out", out, "--no-report", "--workers", "2")
+    assert "0 computed, 4 stored already" in again.output
+    assert "warm" not in calls and calls[-1] == "close"
+
+
+def alive(executor: pool.PoolExecutor) -> list:
+    warm = executor._warm
+    return [p for p in (getattr(warm, "_processes", None) or {}).values() if p.is_alive()]
+
+
+@pytest.mark.slow  # a worker process importing torch: 3-6 s
+def test_warm_workers_compute_the_run_and_are_ended_after_it(tmp_path):
+    path = write_exp(tmp_path, "  norm.kind: [layer, rms]\n")
+    exp = load_experiment(path)
+    executor = pool.PoolExecutor(pool.PoolOptions(workers=1))
+    executor.warm(ExperimentSource.of(exp))
+    deadline = time.monotonic() + 60
+    while not alive(executor) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (worker,) = alive(executor)
+    executor.close()  # a run that never came: the worker is ended, not left behind
+    assert not worker.is_alive() and executor._warm is None
+    executor.warm(ExperimentSource.of(exp))
+    deadline = time.monotonic() + 60
+    while not alive(executor) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (worker,) = alive(executor)
+    summary = run_experiment(exp, tmp_path / "runs", executor=executor)
+    assert (summary.done, summary.failed) == (4, [])
+    assert executor._warm is None and not worker.is_alive()  # it ran the units, then ended

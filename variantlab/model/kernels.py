@@ -1,0 +1,101 @@
+"""An experiment's ``kernels:``: which implementation a component runs when the experiment
+leaves its ``impl`` unset.
+
+- ``fast`` (the default): each such component with a fused kernel runs it
+  (:attr:`~variantlab.model.specs.ComponentSpec.fast_impl`: LayerNorm's ``F.layer_norm``,
+  GELU's ``F.gelu``, attention through ``scaled_dot_product_attention``);
+- ``reference``: every component runs its written-out formula, the seeds' code and bits.
+
+An ``impl`` the experiment writes (in ``model:``, a grid axis or a variant's ``set:``) is
+kept either way. The chosen impl is part of the variant's spec, so of its unit keys: results
+of the two never mix. A fused kernel is the same function up to float rounding (each is
+tested equal to its reference); the differences grow with training at a high learning rate
+(docs/running.md, "Kernels").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from ..errors import SpecError
+from ..plugin.registry import Registry
+from .specs import ComponentSpec, ModelSpec, parse_model_spec
+
+Kernels = Literal["fast", "reference"]
+KERNELS: tuple[str, ...] = ("fast", "reference")
+#: what an experiment runs when it does not say
+DEFAULT_KERNELS: Kernels = "fast"
+
+Path = tuple[Any, ...]
+
+
+def components(value: Any, path: Path = ()) -> Iterator[tuple[Path, ComponentSpec]]:
+    """Every component spec in ``value`` (a model spec, a layout, a component holding others:
+    an MLA's latent norm, a hybrid's attention) with its path of field names, keys and
+    indices, outer before inner."""
+    if isinstance(value, ComponentSpec):
+        yield path, value
+    if isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from components(getattr(value, name), (*path, name))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from components(item, (*path, key))
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from components(item, (*path, index))
+
+
+def replaced(value: Any, path: Path, new: Any) -> Any:
+    """``value`` with the item at ``path`` replaced by ``new`` (copies along the path; the
+    whole is validated again by the caller)."""
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    if isinstance(value, BaseModel):
+        return value.model_copy(update={head: replaced(getattr(value, head), rest, new)})
+    if isinstance(value, dict):
+        return {**value, head: replaced(value[head], rest, new)}
+    items = list(value)
+    items[head] = replaced(items[head], rest, new)
+    return type(value)(items)
+
+
+def unset_reference(spec: ComponentSpec) -> bool:
+    """Whether ``spec`` has a fast kernel and runs its reference only because nothing set
+    its ``impl``."""
+    fast = type(spec).fast_impl
+    if fast is None or "impl" in spec.model_fields_set:
+        return False
+    return getattr(spec, "impl", None) == type(spec).model_fields["impl"].default
+
+
+def with_kernels(spec: ModelSpec, kernels: str, registry: Registry) -> ModelSpec:
+    """``spec`` with every component whose ``impl`` it leaves unset on ``kernels``' choice:
+    ``reference`` keeps ``spec`` as it is; ``fast`` switches each such component to its
+    :attr:`~variantlab.model.specs.ComponentSpec.fast_impl`, one at a time, keeping a switch
+    only if the whole model still validates (a soft-capped attention keeps its written-out
+    softmax, which torch's fused kernel cannot cap)."""
+    if kernels == "reference":
+        return spec
+    if kernels != "fast":
+        raise ValueError(f"kernels: {kernels!r} is not one of {', '.join(KERNELS)}")
+    out = spec
+    for path, component in list(components(spec)):
+        if not unset_reference(component):
+            continue
+        data = {**component.model_dump(), "impl": type(component).fast_impl}
+        try:
+            fast = type(component).model_validate(data, context={"registry": registry})
+            candidate = parse_model_spec(replaced(out, path, fast).model_dump(), registry)
+        except (SpecError, ValueError):
+            continue
+        out = candidate
+    return out
+
+
+__all__ = ["DEFAULT_KERNELS", "KERNELS", "Kernels", "components", "replaced",
+           "unset_reference", "with_kernels"]
