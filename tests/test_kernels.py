@@ -151,3 +151,15 @@ def test_every_committed_experiment_pins_the_kernels_its_results_were_computed_o
     assert len(files) >= 20
     for path in files:
         assert yaml.safe_load(path.read_text()).get("kernels") == "reference", path.name
+
+
+def test_validate_says_which_kernels_each_component_runs(tmp_path):
+    from conftest import invoke
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(experiment_text("grid:\n  attention.impl: [naive, sdpa]\n"))
+    out = invoke("validate", path).output
+    assert "kernels: fast (activation: fused; attention: naive | sdpa; norm: fused)" in out
+    path.write_text(experiment_text("kernels: reference\n"))
+    out = invoke("validate", path).output
+    assert "kernels: reference (activation: naive; attention: naive; norm: naive)" in out

@@ -398,6 +398,10 @@ def validate(experiment: str, device: str | None, max_variants: int,
     probes = ", ".join(exp.measure.probes()) or "(none)"
     n_units = len(exp.variants) * len(exp.seeds) * len(exp.measure.probes())
     stdout.print(f"seeds: {list(exp.seeds)}  probes: {probes}  units: {n_units}")
+    from ..model.kernels import kernel_line
+
+    stdout.print(escape(kernel_line(exp.spec.kernels, [v.spec for v in exp.variants])),
+                 soft_wrap=True)
     if exp.base_note:
         stdout.print(f"note: {escape(exp.base_note)}", soft_wrap=True)
     stdout.print("ok")

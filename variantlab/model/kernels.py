@@ -97,5 +97,21 @@ def with_kernels(spec: ModelSpec, kernels: str, registry: Registry) -> ModelSpec
     return out
 
 
-__all__ = ["DEFAULT_KERNELS", "KERNELS", "Kernels", "components", "replaced",
+def kernel_line(kernels: str, specs: list[ModelSpec]) -> str:
+    """``kernels: fast (attention: sdpa; norm: fused)``: the experiment's choice and the impl
+    of every component with a fast kernel in any of its variants (``a | b`` where they
+    differ), for ``variantlab validate``."""
+    found: dict[str, list[str]] = {}
+    for spec in specs:
+        for path, component in components(spec):
+            if type(component).fast_impl is None:
+                continue
+            impls = found.setdefault(".".join(map(str, path)), [])
+            if component.impl not in impls:  # type: ignore[attr-defined]
+                impls.append(component.impl)  # type: ignore[attr-defined]
+    parts = "; ".join(f"{p}: {' | '.join(i)}" for p, i in sorted(found.items()))
+    return f"kernels: {kernels}" + (f" ({parts})" if parts else "")
+
+
+__all__ = ["DEFAULT_KERNELS", "KERNELS", "Kernels", "components", "kernel_line", "replaced",
            "unset_reference", "with_kernels"]
