@@ -52,3 +52,49 @@ def test_label_keys_are_left_out_of_both_versions_yaml():
     sweep = bench.sweep_yaml(False)
     assert sweep["seeds"] == [0, 1] and sweep["model"]["emb_dim"] == 32
     assert sweep["measure"]["training"]["steps"] == 100
+
+
+def test_the_sweep_runs_each_versions_default_kernels_and_the_main_job_the_reference():
+    bench = _bench()
+    assert "kernels" not in bench.sweep_yaml(False)  # each version at its defaults
+    assert bench.reference_sweep_yaml(False)["kernels"] == "reference"
+    main = bench.main_yaml(False)
+    assert main["kernels"] == "reference"  # the seeds' configuration, as committed
+    assert "kernels" not in bench.before_yaml(main)  # the version before rejects the key
+    try:
+        bench.before_yaml({**main, "kernels": "fast"})
+    except SystemExit as exc:
+        assert "reference kernels only" in str(exc)
+    else:
+        raise AssertionError("a fast-kernel YAML for the version before was accepted")
+
+
+def test_compare_states_the_tolerance_of_each_kind_of_job():
+    bench = _bench()
+    before = {"mlp-gelu lr": 0.03, "mlp-gelu test_loss": 3.0, "mlp-gelu seed range": 0.2}
+    close = {"mlp-gelu lr": 0.03, "mlp-gelu test_loss": 3.00005}
+    assert bench.compare(before, close, False).endswith("(within 0.0001)")
+    moved = {"mlp-gelu lr": 0.03, "mlp-gelu test_loss": 3.04}
+    assert "ABOVE 0.0001" in bench.compare(before, moved, False)
+    text = bench.compare(before, moved, True)  # 0.04 of a 0.2 range: 0.20
+    assert text.startswith("same choices") and "at most 0.20 of the seeds' range" in text
+    assert text.endswith("(within 0.25)")
+    far = {"mlp-gelu lr": 0.01, "mlp-gelu test_loss": 3.06}
+    text = bench.compare(before, far, True)
+    assert text.startswith("DIFFERENT choices") and "(ABOVE 0.25)" in text
+
+
+def test_kernel_floor_bench_runs_its_paths():
+    path = BENCH.parent / "kernel_floor.py"
+    spec = importlib.util.spec_from_file_location("kernel_floor_bench", path)
+    floor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(floor)
+    import torch
+
+    bare = floor.bare_model()
+    assert bare(torch.zeros(2, 8, dtype=torch.long)).shape == (2, 8, floor.VOCAB)
+    for model in (bare, floor.variantlab_model("fast"), floor.variantlab_model("reference")):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        times = floor.step_times(model, opt, 2)
+        assert len(times) == 2 and all(t > 0 for t in times)
+    assert 0 < floor.adamw_gap(20) < 1e-5

@@ -149,8 +149,8 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
         if pool_work_pending(exp, out, only, device, rerun):
             # the workers start while the checks below run; one that refuses closes them
             runner_.warm(ExperimentSource.of(exp, plugins, device), threads)
-    except ValueError:  # a bad --only or --rerun: said below, with its option
-        pass
+    except Exception:  # noqa: BLE001 - a bad --only or --rerun, data that cannot be read:
+        pass  # the checks below say what is wrong, where, before anything runs
     try:
         _run_checked(stdout, err, exp, runner_, experiment, out, only, device, fail_fast,
                      no_report, threads, rerun, extend_edges, plugins)
