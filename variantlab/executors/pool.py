@@ -181,8 +181,6 @@ def _compute(key: str, source: ExperimentSource, threads: int, probe_fn: Callabl
     checkpoints in the driver's folder for them (set after a warm worker started)."""
     import torch
 
-    from ..probes import checkpoint
-
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     if checkpoints is None:
