@@ -83,18 +83,44 @@ def with_kernels(spec: ModelSpec, kernels: str, registry: Registry) -> ModelSpec
         return spec
     if kernels != "fast":
         raise ValueError(f"kernels: {kernels!r} is not one of {', '.join(KERNELS)}")
-    out = spec
-    for path, component in list(components(spec)):
+    switches = []  # (path, the component on its fast kernel) where that validates alone
+    for path, component in components(spec):
         if not unset_reference(component):
             continue
         data = {**component.model_dump(), "impl": type(component).fast_impl}
         try:
-            fast = type(component).model_validate(data, context={"registry": registry})
-            candidate = parse_model_spec(replaced(out, path, fast).model_dump(), registry)
+            switches.append((path, type(component).model_validate(
+                data, context={"registry": registry})))
         except (SpecError, ValueError):
             continue
-        out = candidate
+    if not switches:
+        return spec
+    try:  # all at once: one validation of the whole model, as almost always suffices
+        return whole(spec, switches, registry)
+    except (SpecError, ValueError):
+        pass
+    out = spec
+    for switch in switches:  # one at a time, each kept only if the model still validates
+        try:
+            out = whole(out, [switch], registry)
+        except (SpecError, ValueError):
+            continue
     return out
+
+
+def whole(spec: ModelSpec, switches: list[tuple[Path, ComponentSpec]],
+          registry: Registry) -> ModelSpec:
+    """``spec`` with each switch's component in place, validated as a whole model (outer
+    paths before inner ones, so an inner switch lands in its switched parent)."""
+    out: Any = spec
+    for path, component in switches:
+        inner = [(p[len(path):], c) for p, c in switches if len(p) > len(path)
+                 and p[:len(path)] == path]
+        for rest, child in inner:
+            component = replaced(component, rest, child)
+        if not any(len(p) < len(path) and path[:len(p)] == p for p, _ in switches):
+            out = replaced(out, path, component)
+    return parse_model_spec(out.model_dump(), registry)
 
 
 def kernel_line(kernels: str, specs: list[ModelSpec]) -> str:
