@@ -232,8 +232,11 @@ def compare(before: dict[str, float], after: dict[str, float], kernels_differ: b
     if not kernels_differ:
         within = "within" if worst <= TOLERANCE else "ABOVE"
         return f"{choice}, max |Δ test loss| {worst:.2e} ({within} {TOLERANCE:g})"
-    shares = [abs(before[k] - after[k]) / before[k.replace("test_loss", "seed range")]
-              for k in keys]
+    def share_of_range(key: str) -> float:  # one seed (--smoke): no range to compare with
+        diff, spread = abs(before[key] - after[key]), before[key.replace("test_loss", "seed range")]
+        return diff / spread if spread > 0 else (0.0 if diff == 0 else math.inf)
+
+    shares = [share_of_range(k) for k in keys]
     share = max(shares, default=math.nan)
     within = "within" if share <= SPREAD_SHARE else "ABOVE"
     return (f"{choice}, max |Δ test loss| {worst:.2e}, at most {share:.2f} of the seeds' "

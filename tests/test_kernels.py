@@ -163,3 +163,17 @@ def test_validate_says_which_kernels_each_component_runs(tmp_path):
     path.write_text(experiment_text("kernels: reference\n"))
     out = invoke("validate", path).output
     assert "kernels: reference (activation: naive; attention: naive; norm: naive)" in out
+
+
+def test_a_bad_kernels_value_exits_2_at_its_line_before_anything_runs(tmp_path):
+    from conftest import invoke
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(experiment_text("kernels: turbo\n"))
+    line = path.read_text().splitlines().index("kernels: turbo") + 1
+    for command in (["validate", path], ["run", path, "--out", tmp_path / "runs"]):
+        result = invoke(*command)
+        assert result.exit_code == 2, result.output
+        assert f"exp.yaml:{line}:" in result.output and "kernels" in result.output
+        assert "Traceback" not in result.output
+    assert not (tmp_path / "runs").exists()  # nothing computed, no run folder

@@ -76,3 +76,14 @@ def test_warm_workers_compute_the_run_and_are_ended_after_it(tmp_path):
     summary = run_experiment(exp, tmp_path / "runs", executor=executor)
     assert (summary.done, summary.failed) == (4, [])
     assert executor._warm is None and not worker.is_alive()  # it ran the units, then ended
+
+
+def test_an_executor_that_starts_nothing_never_reads_the_store_first(tmp_path, monkeypatch):
+    from variantlab.executors import runner
+
+    asked: list[str] = []
+    monkeypatch.setattr(runner, "pool_work_pending", lambda *a, **k: asked.append("x") or True)
+    path = write_exp(tmp_path, "  norm.kind: [layer]\n")
+    result = invoke("run", path, "--out", tmp_path / "runs", "--no-report")
+    assert result.exit_code == 0, result.output
+    assert asked == []  # in process: nothing to warm, so the store is not read twice

@@ -79,6 +79,9 @@ def test_compare_states_the_tolerance_of_each_kind_of_job():
     text = bench.compare(before, moved, True)  # 0.04 of a 0.2 range: 0.20
     assert text.startswith("same choices") and "at most 0.20 of the seeds' range" in text
     assert text.endswith("(within 0.25)")
+    one_seed = {**before, "mlp-gelu seed range": 0.0}  # --smoke: no range to compare with
+    assert bench.compare(one_seed, before, True).endswith("(within 0.25)")
+    assert "(ABOVE 0.25)" in bench.compare(one_seed, moved, True)
     far = {"mlp-gelu lr": 0.01, "mlp-gelu test_loss": 3.06}
     text = bench.compare(before, far, True)
     assert text.startswith("DIFFERENT choices") and "(ABOVE 0.25)" in text

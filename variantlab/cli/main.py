@@ -143,10 +143,11 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     exp = load_experiment(experiment, extra_plugins=plugins, max_variants=max_variants)
     runner_ = make_executor(exp.registry, executor, options)  # before any check that computes
     _check_device_option(device, runner_.runs_here)
-    from ..executors.base import ExperimentSource
+    from ..executors.base import Executor, ExperimentSource
 
-    try:
-        if pool_work_pending(exp, out, only, device, rerun):
+    try:  # only an executor with something to start looks at the store first
+        if (type(runner_).warm is not Executor.warm
+                and pool_work_pending(exp, out, only, device, rerun)):
             # the workers start while the checks below run; one that refuses closes them
             runner_.warm(ExperimentSource.of(exp, plugins, device), threads)
     except Exception:  # noqa: BLE001 - a bad --only or --rerun, data that cannot be read:

@@ -16,7 +16,7 @@ tested equal to its reference); the differences grow with training at a high lea
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel
 
@@ -25,7 +25,7 @@ from ..plugin.registry import Registry
 from .specs import ComponentSpec, ModelSpec, parse_model_spec
 
 Kernels = Literal["fast", "reference"]
-KERNELS: tuple[str, ...] = ("fast", "reference")
+KERNELS: tuple[str, ...] = get_args(Kernels)
 #: what an experiment runs when it does not say
 DEFAULT_KERNELS: Kernels = "fast"
 
@@ -76,9 +76,10 @@ def unset_reference(spec: ComponentSpec) -> bool:
 def with_kernels(spec: ModelSpec, kernels: str, registry: Registry) -> ModelSpec:
     """``spec`` with every component whose ``impl`` it leaves unset on ``kernels``' choice:
     ``reference`` keeps ``spec`` as it is; ``fast`` switches each such component to its
-    :attr:`~variantlab.model.specs.ComponentSpec.fast_impl`, one at a time, keeping a switch
-    only if the whole model still validates (a soft-capped attention keeps its written-out
-    softmax, which torch's fused kernel cannot cap)."""
+    :attr:`~variantlab.model.specs.ComponentSpec.fast_impl`: all at once when the whole
+    model validates so, else one at a time, each kept only if the model still validates (a
+    soft-capped attention keeps its written-out softmax, which torch's fused kernel cannot
+    cap)."""
     if kernels == "reference":
         return spec
     if kernels != "fast":
