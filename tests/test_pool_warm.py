@@ -87,3 +87,44 @@ def test_an_executor_that_starts_nothing_never_reads_the_store_first(tmp_path, m
     result = invoke("run", path, "--out", tmp_path / "runs", "--no-report")
     assert result.exit_code == 0, result.output
     assert asked == []  # in process: nothing to warm, so the store is not read twice
+
+
+def _deaf_to_sigterm(ready) -> None:
+    import signal
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # as if inherited so
+    ready.set()
+    time.sleep(60)
+
+
+class _Pool:
+    """What ``_terminate`` reads of a ProcessPoolExecutor."""
+
+    def __init__(self, processes: list) -> None:
+        self._processes = {p.pid: p for p in processes}
+        self.shut = False
+
+    def shutdown(self, wait: bool, cancel_futures: bool) -> None:
+        self.shut = True
+
+
+def test_a_worker_that_does_not_end_on_sigterm_is_killed(monkeypatch):
+    import multiprocessing
+    import signal
+
+    monkeypatch.setattr(pool, "TERMINATE_GRACE_S", 0.5)
+    context = multiprocessing.get_context("fork")
+    ready = context.Event()
+    deaf = context.Process(target=_deaf_to_sigterm, args=(ready,))
+    deaf.start()
+    try:
+        assert ready.wait(30)
+        fake = _Pool([deaf])
+        t0 = time.monotonic()
+        pool._terminate(fake)  # type: ignore[arg-type]
+        assert fake.shut and not deaf.is_alive()
+        assert deaf.exitcode == -signal.SIGKILL  # SIGTERM was held back: it took SIGKILL
+        assert time.monotonic() - t0 < 10
+    finally:
+        if deaf.is_alive():
+            deaf.kill()

@@ -78,6 +78,7 @@ from .unit import ResultSink, error_text, now_iso, unit_record
 if TYPE_CHECKING:
     from ..config.experiment import Experiment
 
+TERMINATE_GRACE_S = 5.0  # after SIGTERM, the workers' time to exit before SIGKILL
 
 def cpu_count() -> int:
     """CPUs this process may run on (the affinity mask where the OS has one, capped by a
@@ -153,6 +154,8 @@ def _init_worker(threads: int) -> None:
     from ..model.build import VariantWarning
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # whatever the driver's parent set, the
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # driver can end it
     torch.set_num_threads(threads)
     warnings.filterwarnings("ignore", category=VariantWarning)  # the driver reports them once
     parent = multiprocessing.parent_process()
@@ -301,11 +304,17 @@ def _exit_text(code: int) -> str:
 
 
 def _terminate(pool: ProcessPoolExecutor) -> None:
-    """Cancel what has not started and stop the workers now (Ctrl-C, SIGTERM)."""
+    """Cancel what has not started and stop the workers now (Ctrl-C, SIGTERM): SIGTERM,
+    then SIGKILL for any still alive after :data:`TERMINATE_GRACE_S`."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         if process.is_alive():
             process.terminate()
+    deadline = time.monotonic() + TERMINATE_GRACE_S
     for process in processes:
-        process.join(timeout=5)
+        process.join(timeout=max(0.0, deadline - time.monotonic()))
+    for process in processes:  # SIGTERM blocked or ignored (inherited), or stuck in I/O
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=TERMINATE_GRACE_S)
