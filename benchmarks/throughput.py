@@ -8,7 +8,7 @@ at its own default:
 - **sweep**: a fixed small tuned sweep, the design of ``experiments/gelu-vs-relu.yaml`` at
   width 32, seeds 0 and 1, 100 training steps (GELU, ReLU, ReLU², SwiGLU at five learning
   rates), ``--workers 2``, on each version's default kernels (after ``kernels:`` existed:
-  ``fast``, torch's fused LayerNorm, GELU and attention);
+  ``fast``, torch's fused LayerNorm, GELU, attention and AdamW step);
 - **main**: ``experiments/pre-vs-post-norm.yaml`` as committed (``--workers 1``), the seeds'
   configuration on the reference kernels;
 - **sweep-reference**: the sweep, whose "after" runs on the seeds' written-out kernels

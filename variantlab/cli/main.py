@@ -401,8 +401,9 @@ def validate(experiment: str, device: str | None, max_variants: int,
     stdout.print(f"seeds: {list(exp.seeds)}  probes: {probes}  units: {n_units}")
     from ..model.kernels import kernel_line
 
-    stdout.print(escape(kernel_line(exp.spec.kernels, [v.spec for v in exp.variants])),
-                 soft_wrap=True)
+    line = kernel_line(exp.spec.kernels, [v.spec for v in exp.variants],
+                       [s for v in exp.variants for s in exp.probes_of(v).values()])
+    stdout.print(escape(line), soft_wrap=True)
     if exp.base_note:
         stdout.print(f"note: {escape(exp.base_note)}", soft_wrap=True)
     stdout.print("ok")

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..data.sources import DataSpec, SyntheticData
 from ..errors import InputError, PluginLoadError, SpecError
-from ..model.kernels import DEFAULT_KERNELS, Kernels
+from ..model.kernels import DEFAULT_KERNELS, Kernels, settings_with_kernels
 from ..plugin.registry import Registry, build_registry
 from .axes import effective, seq_len_problems
 from .checks import MAX_VARIANTS, grid_cap_message, grid_size, nonfinite, seed_problems
@@ -65,8 +65,10 @@ class ExperimentSpec(BaseModel):
     kernels: Kernels = Field(
         default=DEFAULT_KERNELS,
         description="fast: components whose impl the experiment leaves unset run torch's "
-                    "fused kernels (F.layer_norm, F.gelu, scaled_dot_product_attention); "
-                    "reference: their written-out formulas, the seeds' bits "
+                    "fused kernels (F.layer_norm, F.gelu, scaled_dot_product_attention), "
+                    "and training steps its optimizer fused where fused is unset; "
+                    "reference: their written-out formulas and torch's default step, the "
+                    "seeds' bits "
                     "(docs/running.md, \"Kernels\")")
     grid: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(default_factory=dict)
     variants: list[NamedVariant] = Field(default_factory=list)
@@ -189,7 +191,8 @@ class Experiment:
     @property
     def measure(self) -> MeasureSpec:
         if self.measure_spec is None:
-            self.measure_spec = MeasureSpec(self.spec.measure, registry=self.registry)
+            given = MeasureSpec(self.spec.measure, registry=self.registry).probes()
+            self.measure_spec = MeasureSpec(settings_with_kernels(given, self.spec.kernels))
         return self.measure_spec
 
     @property
@@ -282,7 +285,7 @@ def _measure(spec: ExperimentSpec, registry: Registry | None, out: Collector) ->
             valid[name] = probe.settings_cls.model_validate(raw)
         except ValidationError as exc:
             out.add_pydantic(exc, ("measure", name), list(probe.settings_cls.model_fields))
-    return MeasureSpec(valid, registry=registry)
+    return MeasureSpec(settings_with_kernels(valid, spec.kernels), registry=registry)
 
 
 def _named(short: dict[str, int], contexts: dict[str, int]) -> str:

@@ -6,7 +6,12 @@ leaves its ``impl`` unset.
   GELU's ``F.gelu``, attention through ``scaled_dot_product_attention``);
 - ``reference``: every component runs its written-out formula, the seeds' code and bits.
 
-An ``impl`` the experiment writes (in ``model:``, a grid axis or a variant's ``set:``) is
+Training settings follow too: on ``fast``, a probe whose settings have a ``fused`` option
+(the training recipe's, :class:`~variantlab.probes.recipe.RecipeSettings`) steps its
+optimizer with torch's fused kernel where the experiment leaves ``fused`` unset
+(:func:`settings_with_kernels`).
+
+An ``impl`` (or ``fused``) the experiment writes (in ``model:``, a grid axis or a variant's ``set:``) is
 kept either way. The chosen impl is part of the variant's spec, so of its unit keys: results
 of the two never mix. A fused kernel is the same function up to float rounding (each is
 tested equal to its reference); the differences grow with training at a high learning rate
@@ -15,7 +20,7 @@ tested equal to its reference); the differences grow with training at a high lea
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel
@@ -124,10 +129,21 @@ def whole(spec: ModelSpec, switches: list[tuple[Path, ComponentSpec]],
     return parse_model_spec(out.model_dump(), registry)
 
 
-def kernel_line(kernels: str, specs: list[ModelSpec]) -> str:
-    """``kernels: fast (attention: sdpa; norm: fused)``: the experiment's choice and the impl
-    of every component with a fast kernel in any of its variants (``a | b`` where they
-    differ), for ``variantlab validate``."""
+def settings_with_kernels(probes: Mapping[str, Any], kernels: str) -> dict[str, Any]:
+    """Probe name -> settings, with ``fused: true`` on ``fast`` wherever a probe's settings
+    have that option and the experiment left it unset; ``reference`` keeps them as given."""
+    if kernels != "fast":
+        return dict(probes)
+    return {name: s.model_copy(update={"fused": True})
+            if "fused" in type(s).model_fields and "fused" not in s.model_fields_set else s
+            for name, s in probes.items()}
+
+
+def kernel_line(kernels: str, specs: list[ModelSpec], settings: Iterable[Any] = ()) -> str:
+    """``kernels: fast (attention: sdpa; norm: fused; optimizer: fused)``: the experiment's
+    choice, the impl of every component with a fast kernel in any of its variants (``a | b``
+    where they differ) and the optimizer step of the probe settings in ``settings`` that
+    train (every variant's), for ``variantlab validate``."""
     found: dict[str, list[str]] = {}
     for spec in specs:
         for path, component in components(spec):
@@ -136,9 +152,12 @@ def kernel_line(kernels: str, specs: list[ModelSpec]) -> str:
             impls = found.setdefault(".".join(map(str, path)), [])
             if component.impl not in impls:  # type: ignore[attr-defined]
                 impls.append(component.impl)  # type: ignore[attr-defined]
-    parts = "; ".join(f"{p}: {' | '.join(i)}" for p, i in sorted(found.items()))
-    return f"kernels: {kernels}" + (f" ({parts})" if parts else "")
+    parts = [f"{p}: {' | '.join(i)}" for p, i in sorted(found.items())]
+    fused = sorted({"fused" if s.fused else "default" for s in settings
+                    if "fused" in type(s).model_fields}, reverse=True)
+    parts += [f"optimizer: {' | '.join(fused)}"] if fused else []
+    return f"kernels: {kernels}" + (f" ({'; '.join(parts)})" if parts else "")
 
 
 __all__ = ["DEFAULT_KERNELS", "KERNELS", "Kernels", "components", "kernel_line", "replaced",
-           "unset_reference", "with_kernels"]
+           "settings_with_kernels", "unset_reference", "with_kernels"]

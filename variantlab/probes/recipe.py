@@ -14,7 +14,13 @@ Optimizers: ``adamw`` (torch's AdamW with ``betas``), ``sgd`` (SGD with momentum
 as an L2 term), ``muon`` (``torch.optim.Muon``, Jordan et al. 2024, for the 2-D weights of the
 hidden layers, with ``adjust_lr_fn="match_rms_adamw"`` (Liu et al. 2025, "Muon is scalable")
 so that one learning rate suits both; AdamW for embeddings, output head, norms and biases,
-as modded-nanogpt does). ``no_decay`` lists parameter kinds that get no weight decay:
+as modded-nanogpt does). ``fused: true`` steps AdamW and SGD (Muon's AdamW part too) with
+torch's fused kernel, one update over all parameters, instead of its default (the foreach
+lists): the same update up to float rounding, where the parameters' device has that kernel
+(CPU, CUDA, MPS, XPU in torch 2.13; elsewhere the default, and the device is in the unit key).
+An experiment on ``kernels: fast`` sets it where it leaves it unset
+(:func:`variantlab.model.kernels.settings_with_kernels`). ``no_decay`` lists parameter kinds
+that get no weight decay:
 ``norms`` (parameters of norm modules), ``biases`` (other parameters named ``*bias``, and
 ``b_*``: the stacked per-expert biases of the ``moe`` feed-forward),
 ``embeddings`` (the embedding and positional slots).
@@ -46,7 +52,7 @@ DEFAULT_MOMENTUM = {"sgd": 0.9, "muon": 0.95}
 #: the recipe's options: left out of serialised settings while at their defaults, so runs
 #: set up before they existed keep their unit keys
 RECIPE_OPTIONS = ("schedule", "decay_fraction", "min_lr_ratio", "optimizer", "betas",
-                  "momentum", "no_decay", "tokens", "tokens_per_param")
+                  "momentum", "no_decay", "tokens", "tokens_per_param", "fused")
 #: the most optimizer steps a training run may take (see the module docstring)
 MAX_STEPS = 1_000_000
 #: the settings that give a run's length: one of them
@@ -71,6 +77,10 @@ class RecipeSettings(Strict):
         None, ge=0, lt=1, description="sgd and muon momentum (null: 0.9 sgd, 0.95 muon)")
     no_decay: tuple[NoDecay, ...] = Field(
         (), description="parameter kinds without weight decay: norms, biases, embeddings")
+    fused: bool | None = Field(
+        None, description="step AdamW and SGD with torch's fused kernel where the device has "
+                          "it (null: torch's default, the foreach lists; kernels: fast sets "
+                          "true where unset)")
     tokens: PositiveInt | None = Field(
         None, description="train on this many tokens instead of a number of steps")
     tokens_per_param: PositiveFloat | None = Field(
@@ -194,19 +204,35 @@ class Optimizers:
             opt.step()
 
 
+def fused_kwargs(settings: RecipeSettings, model: torch.nn.Module) -> dict[str, bool]:
+    """``{"fused": True}`` where ``settings`` ask for the fused step and every parameter of
+    ``model`` is a floating-point tensor on a device torch has that kernel for; else nothing
+    (torch's default)."""
+    if not settings.fused:
+        return {}
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+    devices = set(_get_fused_kernels_supported_devices())
+    params = list(model.parameters())
+    if params and all(p.device.type in devices and torch.is_floating_point(p) for p in params):
+        return {"fused": True}
+    return {}
+
+
 def make_optimizer(model: torch.nn.Module, settings: RecipeSettings) -> Any:
     """The optimizer of ``settings`` over ``model``'s parameters."""
     lr, betas = settings.lr, settings.betas
+    fused = fused_kwargs(settings, model)
     if settings.optimizer == "adamw" and not settings.no_decay:
         # one group, as before the recipe options existed: same numbers as then
         return torch.optim.AdamW(model.parameters(), lr=lr, betas=betas,
-                                 weight_decay=settings.weight_decay)
+                                 weight_decay=settings.weight_decay, **fused)
     infos = param_index(model)
     momentum = settings.momentum
     if settings.optimizer == "adamw":
-        return torch.optim.AdamW(groups(infos, settings), lr=lr, betas=betas)
+        return torch.optim.AdamW(groups(infos, settings), lr=lr, betas=betas, **fused)
     if settings.optimizer == "sgd":
-        return torch.optim.SGD(groups(infos, settings), lr=lr,
+        return torch.optim.SGD(groups(infos, settings), lr=lr, **fused,
                                momentum=DEFAULT_MOMENTUM["sgd"] if momentum is None else momentum)
     # 2-D weights of the hidden layers; the moe's stacked biases b_* (E, H) are 2-D but biases
     hidden = [i for i in infos if i.param.ndim == 2 and i.slot not in EMBEDDING_SLOTS | {"head"}
@@ -217,4 +243,5 @@ def make_optimizer(model: torch.nn.Module, settings: RecipeSettings) -> Any:
                             momentum=DEFAULT_MOMENTUM["muon"] if momentum is None else momentum)
     if not rest:
         return Optimizers(muon)
-    return Optimizers(muon, torch.optim.AdamW(groups(rest, settings), lr=lr, betas=betas))
+    return Optimizers(muon, torch.optim.AdamW(groups(rest, settings), lr=lr, betas=betas,
+                                              **fused))
