@@ -4,9 +4,13 @@
 
 Rows, each the median over ``--steps`` steps after a warm-up, interleaved round by round:
 
-- **variantlab, reference / fast**: ``training.train``'s step on the model built with
+- **variantlab, reference / fast**: the bare step below on the model built with
   ``kernels: reference`` (the seeds' written-out formulas) and ``kernels: fast`` (torch's
-  fused LayerNorm, GELU and attention);
+  fused LayerNorm, GELU and attention), with torch's default AdamW step and with its fused
+  one (which ``kernels: fast`` also chooses);
+- **variantlab training loop**: a step of the training probe's own loop
+  (``training.train``: the batch drawn from its stream, the learning-rate schedule, the
+  auxiliary-loss and after-step hooks) on ``kernels: fast`` and its fused AdamW;
 - **bare loop**: a nanoGPT-style model written here in plain torch with the same fused
   kernels (``nn.LayerNorm``, ``F.scaled_dot_product_attention``, ``F.gelu``) and the same
   step, no framework around it;
@@ -27,6 +31,7 @@ import platform
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -92,6 +97,23 @@ def variantlab_model(kernels: str) -> nn.Module:
     return vl.build_model(spec, REG).train()
 
 
+def loop_times(steps: int) -> list[float]:
+    """Step times of the training probe's own loop (``training.train``) on the experiment's
+    ``kernels: fast`` model and settings (synthetic tokens, cosine schedule)."""
+    from variantlab.model.kernels import settings_with_kernels
+    from variantlab.probes.training import TrainingSettings, setup, train
+
+    settings = settings_with_kernels({"training": TrainingSettings(
+        steps=steps + 5, lr=3e-3, batch_size=16, seq_len=CTX, schedule="cosine",
+        warmup_steps=5, eval_batches=0)}, "fast")["training"]
+    spec = with_kernels(vl.parse_model_spec(MODEL, REG), "fast", REG)
+    dev, model, opt, batches, objective = setup(spec, settings, 0, None, ".", "cpu", REG)
+    stamps = [time.perf_counter()]
+    train(model, model, opt, objective, batches, dev, settings,
+          on_step=lambda step: stamps.append(time.perf_counter()))
+    return [b - a for a, b in zip(stamps, stamps[1:], strict=False)][5:]
+
+
 def bare_model() -> nn.Module:
     torch.manual_seed(0)
     return Bare().train()
@@ -131,15 +153,21 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    paths = {
+    paths: dict[str, Any] = {
         "variantlab, kernels: reference": lambda: (variantlab_model("reference"), {}),
         "variantlab, kernels: fast": lambda: (variantlab_model("fast"), {}),
+        "variantlab, kernels: fast, fused AdamW": lambda: (variantlab_model("fast"),
+                                                           {"fused": True}),
+        "variantlab training loop, kernels: fast (fused AdamW)": None,
         "bare loop (fused kernels)": lambda: (bare_model(), {}),
         "bare loop, fused AdamW": lambda: (bare_model(), {"fused": True}),
     }
     times: dict[str, list[float]] = {name: [] for name in paths}
     for _ in range(args.rounds):
         for name, make in paths.items():
+            if make is None:
+                times[name] += loop_times(args.steps)
+                continue
             model, extra = make()
             opt = torch.optim.AdamW(model.parameters(), lr=3e-3, **extra)
             times[name] += step_times(model, opt, args.steps)

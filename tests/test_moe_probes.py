@@ -236,3 +236,24 @@ def test_recipe_groups_and_muon_take_moe_weights():
     assert to_adamw == set(names.values()) - to_muon
     rows = run_probe("training", spec, {**TRAIN, "optimizer": "muon"}, seed=0, registry=REG)
     assert by(rows, "diverged")[0]["value"] == 0.0
+
+
+def test_a_training_loop_finds_the_routed_modules_and_hooks_once_and_forgets_them_after():
+    """Within ``fixed_structure`` the routed modules and after-step hooks are those found on
+    entry (the loop's model keeps its modules); after it, the model is walked again."""
+    from variantlab.model import sparse
+
+    model = vl.build_model(parse_model_spec(moe_spec(bias_update_rate=0.01), REG), REG)
+    found = list(sparse.routed_modules(model))
+    assert len(found) == 2 and all(isinstance(m, MoE) for m in found)
+    calls = []
+    with sparse.fixed_structure(model):
+        assert list(sparse.routed_modules(model)) == found
+        extra = torch.nn.Module()
+        extra.after_step = lambda: calls.append("extra")  # type: ignore[assignment]
+        model.add_module("extra", extra)  # not seen while the structure is fixed
+        sparse.after_step(model)
+        assert calls == []
+    sparse.after_step(model)  # walked again: the new hook runs
+    assert calls == ["extra"]
+    assert model not in sparse._FIXED

@@ -22,16 +22,44 @@ what it was.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch import nn
 
+#: model -> (its routed modules, its after-step hooks), while :func:`fixed_structure` holds
+_FIXED: weakref.WeakKeyDictionary[nn.Module, tuple[tuple[Any, ...], tuple[Any, ...]]] = \
+    weakref.WeakKeyDictionary()
+
+
+@contextmanager
+def fixed_structure(model: nn.Module) -> Iterator[None]:
+    """Within, ``model``'s routed modules and after-step hooks are found once, not at each
+    call (a training loop, whose model keeps its modules: walking them twice a step cost
+    0.4 ms of a tiny GPT's 15 ms step on CPU)."""
+    _FIXED[model] = (tuple(_walk_routed(model)), tuple(_walk_hooks(model)))
+    try:
+        yield
+    finally:
+        _FIXED.pop(model, None)
+
+
+def _walk_routed(model: nn.Module) -> Iterator[Any]:
+    return (m for m in model.modules() if callable(getattr(m, "aux_terms", None)))
+
+
+def _walk_hooks(model: nn.Module) -> Iterator[Any]:
+    hooks = (getattr(m, "after_step", None) for m in model.modules())
+    return (hook for hook in hooks if callable(hook))
+
 
 def routed_modules(model: nn.Module) -> Iterator[Any]:
     """The modules of ``model`` that report auxiliary losses (``aux_terms``)."""
-    return (m for m in model.modules() if callable(getattr(m, "aux_terms", None)))
+    fixed = _FIXED.get(model)
+    return iter(fixed[0]) if fixed is not None else _walk_routed(model)
 
 
 def aux_loss(model: nn.Module) -> torch.Tensor | None:
@@ -64,10 +92,9 @@ def aux_values(model: nn.Module) -> dict[str, float]:
 
 def after_step(model: nn.Module) -> None:
     """Let every module with an ``after_step`` hook update itself after an optimizer step."""
-    for m in model.modules():
-        hook = getattr(m, "after_step", None)
-        if callable(hook):
-            hook()
+    fixed = _FIXED.get(model)
+    for hook in fixed[1] if fixed is not None else _walk_hooks(model):
+        hook()
 
 
 def inactive_params(model: nn.Module) -> int:

@@ -63,7 +63,7 @@ from pydantic import (
 
 from ..data import sources as datalib
 from ..model.build import make_model
-from ..model.sparse import after_step
+from ..model.sparse import after_step, fixed_structure
 from ..model.specs import ModelSpec, omit_added_defaults
 from ..model.tasks import Batch, Task, task_for
 from ..plugin.registry import Registry
@@ -309,28 +309,30 @@ def train(model: torch.nn.Module, compiled: torch.nn.Module, opt: Any,
     saver = checkpoint.current() if stream is not None else None
     records: dict[str, list | None] = {"losses": losses, "log": log, **(kept or {})}
     start = checkpoint.resume_unit(saver, model, opt, stream, dev, records)
-    for step in range(start, total):
-        batch = (batches.next() if isinstance(batches, datalib.BatchStream)
-                 else batches[step]).to(dev)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, settings, total)
-        opt.zero_grad(set_to_none=True)
-        with autocast(settings.dtype, dev):
-            loss = loss_fn(compiled(**batch.inputs), batch)
-            objective = loss_fn.total(loss, model)
-        value = float(loss.detach())
-        losses.append(value)
-        if routed and log is not None:
-            log.append(snapshot(routed))
-        if not math.isfinite(value):
-            break
-        objective.backward()
-        if settings.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
-        opt.step()
-        after_step(model)
-        if on_step is not None:
-            on_step(step)
-        if saver is not None and step + 1 < total and saver.due(step + 1):
-            checkpoint.save_unit(saver, step + 1, model, opt, stream, dev, records)
+    params = list(model.parameters())  # clipped each step: listed once
+    with fixed_structure(model):  # the model keeps its modules while it trains
+        for step in range(start, total):
+            batch = (batches.next() if isinstance(batches, datalib.BatchStream)
+                     else batches[step]).to(dev)
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, settings, total)
+            opt.zero_grad(set_to_none=True)
+            with autocast(settings.dtype, dev):
+                loss = loss_fn(compiled(**batch.inputs), batch)
+                objective = loss_fn.total(loss, model)
+            value = float(loss.detach())
+            losses.append(value)
+            if routed and log is not None:
+                log.append(snapshot(routed))
+            if not math.isfinite(value):
+                break
+            objective.backward()
+            if settings.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(params, settings.grad_clip)
+            opt.step()
+            after_step(model)
+            if on_step is not None:
+                on_step(step)
+            if saver is not None and step + 1 < total and saver.due(step + 1):
+                checkpoint.save_unit(saver, step + 1, model, opt, stream, dev, records)
     return losses
