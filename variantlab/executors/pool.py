@@ -78,7 +78,9 @@ from .unit import ResultSink, error_text, now_iso, unit_record
 if TYPE_CHECKING:
     from ..config.experiment import Experiment
 
-TERMINATE_GRACE_S = 5.0  # after SIGTERM, the workers' time to exit before SIGKILL
+#: after SIGTERM, the workers' time to exit before SIGKILL
+TERMINATE_GRACE_S = 5.0
+
 
 def cpu_count() -> int:
     """CPUs this process may run on (the affinity mask where the OS has one, capped by a

@@ -11,9 +11,10 @@ Training settings follow too: on ``fast``, a probe whose settings have a ``fused
 optimizer with torch's fused kernel where the experiment leaves ``fused`` unset
 (:func:`settings_with_kernels`).
 
-An ``impl`` (or ``fused``) the experiment writes (in ``model:``, a grid axis or a variant's ``set:``) is
-kept either way. The chosen impl is part of the variant's spec, so of its unit keys: results
-of the two never mix. A fused kernel is the same function up to float rounding (each is
+An ``impl`` (or ``fused``) the experiment writes (in ``model:`` or ``measure:``, a grid axis
+or a variant's ``set:``) is kept either way. The chosen impl is part of the variant's spec,
+and ``fused`` of its training settings, so both are in its unit keys: results of the two
+never mix. A fused kernel is the same function up to float rounding (each is
 tested equal to its reference); the differences grow with training at a high learning rate
 (docs/running.md, "Kernels").
 """
