@@ -16,10 +16,12 @@ Rows, each the median over ``--steps`` steps after a warm-up, interleaved round 
   step, no framework around it;
 - **bare loop, fused AdamW**: the same with ``AdamW(fused=True)``.
 
-Then the elementwise kernels on a (4,096, 128) float32 tensor, the sweep's feed-forward hidden
-at 64 rows: tanh-GELU (``F.gelu(approximate="tanh")``), erf GELU, ``torch.tanh`` and a
-multiply; and how far fused AdamW's weights are from the loop form's after 200 steps on
-the same gradients.
+Then what the training loop's per-step walk over the model's modules costs (the auxiliary
+loss and after-step hooks looked up by walking every module, as before the loop fixed them
+once per run: ``variantlab.model.sparse.fixed_structure``); the elementwise kernels on a
+(4,096, 128) float32 tensor, the sweep's feed-forward hidden at 64 rows: tanh-GELU
+(``F.gelu(approximate="tanh")``), erf GELU, ``torch.tanh`` and a multiply; and how far
+fused AdamW's weights are from the loop form's after 200 steps on the same gradients.
 
     .venv/bin/python benchmarks/kernel_floor.py [--steps 40] [--rounds 3] [--markdown F]
 """
@@ -114,6 +116,22 @@ def loop_times(steps: int) -> list[float]:
     return [b - a for a, b in zip(stamps, stamps[1:], strict=False)][5:]
 
 
+def module_walk_ms(model: nn.Module, repeats: int = 2000) -> float:
+    """Milliseconds a step spends finding the routed modules and after-step hooks by walking
+    ``model``'s modules (``sparse.aux_loss`` and ``sparse.after_step`` outside
+    ``fixed_structure``), the median of five rounds."""
+    from variantlab.model import sparse
+
+    rounds = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            sparse.aux_loss(model)
+            sparse.after_step(model)
+        rounds.append((time.perf_counter() - start) / repeats * 1e3)
+    return statistics.median(rounds)
+
+
 def bare_model() -> nn.Module:
     torch.manual_seed(0)
     return Bare().train()
@@ -171,6 +189,7 @@ def main() -> None:
             model, extra = make()
             opt = torch.optim.AdamW(model.parameters(), lr=3e-3, **extra)
             times[name] += step_times(model, opt, args.steps)
+    walk = module_walk_ms(variantlab_model("fast"))
     x = torch.randn(4096, 128, generator=torch.Generator().manual_seed(0))
     kernels = {
         "F.gelu(approximate='tanh')": lambda: F.gelu(x, approximate="tanh"),
@@ -183,6 +202,8 @@ def main() -> None:
              f"{args.rounds} rounds of {args.steps} steps.", "",
              "| training step | median (ms) |", "|---|---:|"]
     lines += [f"| {name} | {statistics.median(t) * 1e3:.2f} |" for name, t in times.items()]
+    lines += ["", f"Walking the model's modules for the auxiliary loss and the after-step "
+                  f"hooks, unfixed: {walk:.3f} ms a step."]
     lines += ["", "| kernel on 4,096 x 128 float32 | ms |", "|---|---:|"]
     lines += [f"| {name} | {kernel_ms(fn):.3f} |" for name, fn in kernels.items()]
     lines += ["", f"AdamW, fused=True against the loop form after 200 steps: largest weight "

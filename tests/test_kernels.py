@@ -230,3 +230,25 @@ def test_the_fused_step_is_asked_only_where_the_device_has_it():
         on_meta = vl.build_model(spec(), REG)
     assert fused_kwargs(settings, on_meta) == {}
     assert fused_kwargs(TrainingSettings(), vl.build_model(spec(), REG)) == {}
+
+
+@pytest.mark.parametrize("where", ["setting", "axis"])
+def test_a_bad_fused_value_exits_2_at_its_line_before_anything_runs(tmp_path, where):
+    from conftest import invoke
+
+    path = tmp_path / "exp.yaml"
+    if where == "setting":
+        text = experiment_text().replace("eval_batches: 0", "eval_batches: 0\n    fused: sometimes")
+        needle = "fused: sometimes"
+    else:
+        text = experiment_text("grid:\n  measure.training.fused: [true, sometimes]\n")
+        needle = "measure.training.fused: [true, sometimes]"
+    path.write_text(text)
+    line = path.read_text().splitlines().index(next(
+        x for x in path.read_text().splitlines() if needle in x)) + 1
+    for command in (["validate", path], ["run", path, "--out", tmp_path / "runs"]):
+        result = invoke(*command)
+        assert result.exit_code == 2, result.output
+        assert f"exp.yaml:{line}:" in result.output and "fused" in result.output
+        assert "Traceback" not in result.output
+    assert not (tmp_path / "runs").exists()  # nothing computed, no run folder

@@ -101,3 +101,6 @@ def test_kernel_floor_bench_runs_its_paths():
         times = floor.step_times(model, opt, 2)
         assert len(times) == 2 and all(t > 0 for t in times)
     assert 0 < floor.adamw_gap(20) < 1e-5
+    loop = floor.loop_times(3)  # the probe's own loop: a time per step after the 5 warm-up
+    assert len(loop) == 3 and all(t > 0 for t in loop)
+    assert floor.module_walk_ms(floor.variantlab_model("fast"), repeats=10) > 0

@@ -157,7 +157,8 @@ def _init_worker(threads: int) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # whatever the driver's parent set, the
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # driver can end it
+    if hasattr(signal, "pthread_sigmask"):  # driver can end it (no such call on Windows)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     torch.set_num_threads(threads)
     warnings.filterwarnings("ignore", category=VariantWarning)  # the driver reports them once
     parent = multiprocessing.parent_process()

@@ -210,9 +210,12 @@ def fused_kwargs(settings: RecipeSettings, model: torch.nn.Module) -> dict[str, 
     (torch's default)."""
     if not settings.fused:
         return {}
-    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+    try:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
-    devices = set(_get_fused_kernels_supported_devices())
+        devices = set(_get_fused_kernels_supported_devices())
+    except ImportError:  # a torch before the list existed: its fused step is CUDA's
+        devices = {"cuda"}
     params = list(model.parameters())
     if params and all(p.device.type in devices and torch.is_floating_point(p) for p in params):
         return {"fused": True}
