@@ -107,3 +107,35 @@ def test_float_families_ignore_tokens():
     assert got[0].inputs["x"].shape == (2, 8, 32)
     again = datalib.batches(None, spec, 2, 8, 2, seed=0, registry=REG)
     assert torch.equal(got[1].inputs["x"], again[1].inputs["x"])
+
+
+def test_file_digest_follows_the_file_and_reads_an_unchanged_one_once(tmp_path, monkeypatch):
+    """The digest cache keys a file by its stat (device, inode, size, mtime, ctime): an
+    unchanged file is read once, under either of two paths to it; a rewrite of the same size
+    whose mtime is put back is still seen (its ctime moved)."""
+    import hashlib
+    import os
+    import time
+    from pathlib import Path
+
+    from variantlab.data import cache
+
+    path = tmp_path / "a.txt"
+    path.write_bytes(b"first version")
+    reads: list[Path] = []
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: reads.append(self) or real(self))
+    first = cache.file_digest(path)
+    assert first == hashlib.sha256(b"first version").hexdigest()
+    link = tmp_path / "link.txt"
+    link.symlink_to(path)
+    assert cache.file_digest(tmp_path / "." / "a.txt") == cache.file_digest(link) == first
+    assert len(reads) == 1
+    st = path.stat()
+    time.sleep(0.01)
+    path.write_bytes(b"other version")  # the same size
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the old mtime
+    assert path.stat().st_mtime_ns == st.st_mtime_ns
+    assert cache.file_digest(path) == hashlib.sha256(b"other version").hexdigest()
+    assert len(reads) == 2
+    assert cache.files_hash([path, link]) != cache.files_hash([path])
