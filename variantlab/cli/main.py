@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -198,6 +199,7 @@ def _run_checked(stdout: Any, err: Any, exp: Experiment, runner_: Any, experimen
                   "run without --only to extend", soft_wrap=True)
         extend = {}
     rounds: list[Experiment] = []
+    ahead = _import_report_ahead() if runner_.elsewhere and not no_report else None
     try:
         with ProgressReporter(stdout) as report_progress:
             def run_once(e: Experiment, grow: Any = None) -> Any:
@@ -218,11 +220,29 @@ def _run_checked(stdout: Any, err: Any, exp: Experiment, runner_: Any, experimen
         signal.signal(signal.SIGTERM, previous)
     print_summary(stdout, err, summary)
     code = summary.exit_code
+    if ahead is not None:
+        ahead.join()
     if not no_report and not summary.interrupted and summary.write_error is None:
         reported = _write_report(stdout, err, [summary.run_dir], summary.run_dir / "report", None,
                                  exp.registry)
         code = max(code, reported if reported == EXIT_WRITE else min(reported, EXIT_FAILED))
     sys.exit(code)
+
+
+def _import_report_ahead() -> threading.Thread:
+    """Import the report's modules in a thread while other processes compute the units
+    (about 1 s that the report would otherwise add at the end, with one core idle); an
+    import that fails is left to the report, which says why."""
+
+    def load() -> None:
+        try:
+            from ..report import plots, write_report  # noqa: F401
+        except BaseException:  # noqa: BLE001, S110 - said by the report itself
+            pass
+
+    thread = threading.Thread(target=load, name="variantlab-report-import", daemon=True)
+    thread.start()
+    return thread
 
 
 def _run_growing(stdout: Any, err: Any, exp: Experiment, run_once: Any,

@@ -94,6 +94,9 @@ class Executor(ABC):
     #: it computes the units a :class:`Feed` adds while the run goes on (edge extension in
     #: the same run); one without runs each extension round as a run of its own
     feeds: bool = False
+    #: the units are computed in other processes while this one waits for their results
+    #: (the driver meanwhile imports the report's modules: :func:`variantlab.cli.main.run`)
+    elsewhere: bool = False
 
     def describe(self) -> str:
         """A few words for the run's first line (``2 worker processes``); may be empty."""

@@ -105,6 +105,7 @@ class PoolOptions(Strict):
 
 class PoolExecutor(Executor):
     feeds = True
+    elsewhere = True
 
     def __init__(self, options: PoolOptions | None = None) -> None:
         self.workers = (options or PoolOptions()).workers

@@ -93,6 +93,8 @@ class _Task:
 
 
 class RayExecutor(Executor):
+    elsewhere = True
+
     def __init__(self, options: RayOptions | None = None) -> None:
         self.options = options or RayOptions()
         self.ray: Any = None

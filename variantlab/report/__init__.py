@@ -32,10 +32,10 @@ from .fair.compare import FairParts, fair_of
 from .findings import reading
 from .frame import ReportData, gather
 from .grid import browse_table, cross_run_table, effect_plots, effects_table, focus, interaction_table
-from .guard import Failure, collecting, run_part
+from .guard import Failure, collecting, error_text, run_part
 from .learned import learned_lines
 from .parts import using
-from .plots import Plot, build_plots, inline_svg, to_svg
+from .plots import Plot, build_plots, draw_all, inline_svg, to_svg
 from .probeviews import probe_views
 from .render import headers, render_html, render_markdown, title_of
 from .tables import (
@@ -216,13 +216,27 @@ def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None
         texts: dict[Path, str] = {}
         keys = {plot.key for plot in plots}
         stale = [old for old in out.glob("heatmap*.svg") if old.stem not in keys]
+        drawn = [plot for plot in plots if plot.figure is not None]
+        figures = [plot.figure for plot in drawn if plot.figure is not None]
+        why: dict[int, Failure] = {}  # a drawing that raised, by its index in drawn
+
+        def draw(i: int) -> str | None:
+            try:
+                return to_svg(figures[i])
+            except Exception as exc:  # a part that failed (see .guard), said in plot order
+                why[i] = Failure(f"plot {drawn[i].key}: drawing", error_text(exc))
+                return None
+
+        drawings = draw_all(figures, draw)
+        failed.extend(why[i] for i in sorted(why))
+        index = {id(plot): i for i, plot in enumerate(drawn)}
         for plot in plots:
             svg_path = out / f"{plot.key}.svg"
-            svg = None if plot.figure is None else run_part(
-                f"plot {plot.key}: drawing", to_svg, plot.figure, default=lambda f: None)
+            i = index.get(id(plot))
+            svg = None if i is None else drawings[i]
             if svg is None:
-                if plot.figure is not None:  # the drawing failed: a notice in its place
-                    plot.figure, plot.skipped = None, failed[-1].notice()
+                if i is not None:  # the drawing failed: a notice in its place
+                    plot.figure, plot.skipped = None, why[i].notice()
                 stale.append(svg_path)
                 continue
             texts[svg_path] = svg

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import io
 import math
+import multiprocessing
 import re
-from collections.abc import Sequence
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, cast
 
@@ -209,6 +213,76 @@ def to_svg(fig: Figure) -> str:
             fig.tight_layout()
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     return buf.getvalue()
+
+
+def can_share() -> bool:
+    """Whether :func:`draw_all` may fork a helper: on Linux, from a process with no other
+    thread (a fork copies only the calling thread; a lock another thread held would stay
+    held in the copy)."""
+    return (sys.platform.startswith("linux") and threading.active_count() == 1
+            and "fork" in multiprocessing.get_all_start_methods())
+
+
+def draw_all(figures: Sequence[Figure], draw_here: Callable[[int], str | None],
+             share: bool | None = None) -> list[str | None]:
+    """The SVG text of each figure, ``draw_here(i)`` drawing figure ``i`` in this process
+    (the caller's, which says why a drawing failed). With ``share`` (default
+    :func:`can_share`) and more than one figure, a forked helper process draws at the same
+    time (:func:`to_svg`), each process taking the next figure neither has taken; a report's
+    figures take 0.2 to 0.6 s each, while the other core idles. A figure the helper could not
+    draw, or did not send back (it died), is drawn here."""
+    n = len(figures)
+    if not (can_share() if share is None else share) or n < 2:
+        return [draw_here(i) for i in range(n)]
+    context = multiprocessing.get_context("fork")
+    taken = context.Value("i", 0)
+    receive, send = context.Pipe(duplex=False)
+    helper = context.Process(target=_help_draw, args=(figures, taken, send), daemon=True)
+    helper.start()
+    send.close()  # the helper's end: its exit closes the pipe
+    out: list[str | None] = [None] * n
+    here: set[int] = set()
+    try:
+        while (i := _take(taken)) < n:
+            out[i] = draw_here(i)
+            here.add(i)
+        try:
+            helped: dict[int, str | None] = receive.recv()
+        except (EOFError, OSError):  # the helper died: what it took is drawn below
+            helped = {}
+    finally:
+        receive.close()
+        helper.join(timeout=5.0)
+        if helper.is_alive():
+            helper.kill()
+            helper.join()
+    for i in range(n):
+        if i not in here:
+            out[i] = helped.get(i) or draw_here(i)
+    return out
+
+
+def _take(taken: Any) -> int:
+    """The next figure's index (shared by the processes drawing)."""
+    with taken.get_lock():
+        i = int(taken.value)
+        taken.value = i + 1
+    return i
+
+
+def _help_draw(figures: Sequence[Figure], taken: Any, send: Any) -> None:
+    """The helper's part of :func:`draw_all`: the figures it takes, sent back at the end in
+    one message (index -> SVG text, None for a failed drawing, which the parent repeats to
+    say why)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    drawn: dict[int, str | None] = {}
+    while (i := _take(taken)) < len(figures):
+        try:
+            drawn[i] = to_svg(figures[i])
+        except Exception:  # noqa: BLE001 - drawn again in the parent, which says why
+            drawn[i] = None
+    send.send(drawn)
+    send.close()
 
 
 def inline_svg(svg: str, prefix: str) -> str:
