@@ -1,10 +1,11 @@
 """``run --workers N`` starts its workers while it checks the experiment, only when it has
 units for them, and ends them when the run is over or refused."""
 
+import sys
 import time
 
 import pytest
-from conftest import invoke, write_exp
+from conftest import invoke, stored, write_exp
 
 from variantlab.config.experiment import load_experiment
 from variantlab.executors import pool
@@ -128,3 +129,50 @@ def test_a_worker_that_does_not_end_on_sigterm_is_killed(monkeypatch):
     finally:
         if deaf.is_alive():
             deaf.kill()
+
+
+def _environment_probe(probe, spec, settings, **kwargs):
+    """A probe_fn that reports the worker's view: the marker variables, its parent and
+    whether torch._dynamo was imported before this unit (nothing here imports it)."""
+    import os
+    import sys
+
+    from variantlab.plugin.rows import row
+
+    return [row(probe, "mark", float(os.environ.get("VL_POOL_MARK", "nan"))),
+            row(probe, "gone", float("VL_POOL_GONE" in os.environ)),
+            row(probe, "parent", float(os.getppid())),
+            row(probe, "dynamo", float("torch._dynamo" in sys.modules))]
+
+
+@pytest.mark.slow  # a forkserver importing torch: 3-6 s
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forkserver on Linux only")
+def test_workers_fork_from_a_preloaded_server_and_take_the_drivers_environment(
+        tmp_path, monkeypatch):
+    """On Linux the workers are forked from a forkserver that imported torch (and
+    torch._dynamo) and variantlab: they are not the driver's children, and each unit runs in
+    the driver's environment of the moment it was handed out, not the one the workers (or
+    the server) started with."""
+    import os
+
+    assert pool.start_method() == "forkserver"
+    assert {"torch", "torch._dynamo", "variantlab_plugins.attentions"} <= set(pool.PRELOAD)
+    monkeypatch.setenv("VL_POOL_GONE", "1")
+    monkeypatch.delenv("VL_POOL_MARK", raising=False)
+    exp = load_experiment(write_exp(tmp_path, "  norm.kind: [layer]\n"))
+    executor = pool.PoolExecutor(pool.PoolOptions(workers=1))
+    executor.warm(ExperimentSource.of(exp))
+    deadline = time.monotonic() + 60
+    while not alive(executor) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert alive(executor)
+    monkeypatch.setenv("VL_POOL_MARK", "7.5")  # after the worker started
+    monkeypatch.delenv("VL_POOL_GONE")
+    summary = run_experiment(exp, tmp_path / "runs", executor=executor,
+                             probe_fn=_environment_probe)
+    assert summary.failed == [] and summary.done == 2
+    _, rows = stored(tmp_path / "runs" / "pooltest")
+    values = rows.groupby("metric")["value"].agg(set)
+    assert values["mark"] == {7.5} and values["gone"] == {0.0}
+    assert values["dynamo"] == {1.0}  # imported by the server, before any unit
+    assert values["parent"] != {float(os.getpid())}  # forked by the server, not by us

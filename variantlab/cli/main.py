@@ -75,7 +75,7 @@ def _no_final_collection() -> None:
 @click.option("--no-report", is_flag=True, help="Do not write the report at the end.")
 @click.option("--workers", type=int, default=None, metavar="N",
               help="Processes that compute the units. 1 (the default): all in this process. "
-                   "N > 1: params, gradients and training units run in N spawned worker "
+                   "N > 1: params, gradients and training units run in N worker "
                    "processes with one torch thread each; timing units still run in "
                    "this process, one at a time, after the pool has finished (concurrent work "
                    "would distort timings). With --executor ray: the CPUs of the local Ray "

@@ -1,9 +1,14 @@
 """The process-pool executor: ``variantlab run --workers N`` (``--executor pool``).
 
 Units other than ``timing`` are computed in ``N`` worker processes
-(:class:`concurrent.futures.ProcessPoolExecutor`, ``spawn`` start method: a forked child of
-a process that holds CUDA or torch's thread pools can hang or crash). Nothing built from
-plugins crosses the process boundary: each worker rebuilds the experiment from its YAML text
+(:class:`concurrent.futures.ProcessPoolExecutor`). A worker is never a fork of the driver
+(a forked child of a process that holds CUDA or torch's thread pools can hang or crash): on
+Linux it is forked from a ``forkserver`` process that has imported torch (and
+``torch._dynamo``, which torch.optim imports) and variantlab once for all workers
+(:data:`PRELOAD`: 3.5 s of each worker's CPU time otherwise) and has computed nothing;
+elsewhere it is ``spawn``-ed. Each unit takes the driver's environment at the moment it is handed out
+(a forked worker would otherwise keep the server's, from when that started). Nothing built
+from plugins crosses the process boundary: each worker rebuilds the experiment from its YAML text
 and path (the same ``--plugin`` modules; plugin files are loaded from disk again), looks the
 unit up by its key in its own :func:`~variantlab.sweep.units.plan_units` and sends back plain
 data, the :class:`~variantlab.store.store.UnitRecord` and the rows. A unit whose code raises
@@ -44,6 +49,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -56,8 +62,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, PositiveInt
 
+from ..plugin.registry import BUILTIN_MODULES
 from ..plugin.settings import Strict
-from ..probes import checkpoint
 from ..store.store import UnitRecord
 from ..sweep.units import Unit
 from .base import (
@@ -80,6 +86,12 @@ if TYPE_CHECKING:
 
 #: after SIGTERM, the workers' time to exit before SIGKILL
 TERMINATE_GRACE_S = 5.0
+#: what the forkserver imports once for the workers it forks: torch, and variantlab with its
+#: built-in components (the code the driver runs); plugins of other packages and
+#: ``--plugin`` files are imported by each worker, as they are on disk then
+PRELOAD = ("torch", "torch._dynamo", "variantlab.executors.pool", "variantlab.config.experiment",
+           "variantlab.probes.training", "variantlab.probes.gradients",
+           *(f"variantlab_plugins.{module}" for module in BUILTIN_MODULES))
 
 
 def cpu_count() -> int:
@@ -117,7 +129,7 @@ class PoolExecutor(Executor):
         if self._warm is None:
             self._warm = _new_pool(self.workers, threads_per_worker(self.workers, threads))
             for _ in range(self.workers):
-                self._warm.submit(_rebuild, source)
+                self._warm.submit(_rebuild, source, dict(os.environ))
 
     def close(self) -> None:
         if self._warm is not None:
@@ -172,9 +184,19 @@ def _exit_with(parent: Any) -> None:
     os._exit(1)
 
 
-def _rebuild(source: ExperimentSource) -> None:
+def _adopt(environ: dict[str, str]) -> None:
+    """Make this worker's environment ``environ``, the driver's when the task was handed
+    out."""
+    if os.environ != environ:
+        for name in set(os.environ) - set(environ):
+            del os.environ[name]
+        os.environ.update(environ)
+
+
+def _rebuild(source: ExperimentSource, environ: dict[str, str]) -> None:
     """Rebuild the experiment ahead of its first unit (:meth:`PoolExecutor.warm`); a failure
     is left to that unit, which reports it."""
+    _adopt(environ)
     try:
         rebuilt(source)
     except BaseException:  # noqa: BLE001 - said by the unit that needs it
@@ -182,25 +204,33 @@ def _rebuild(source: ExperimentSource) -> None:
 
 
 def _compute(key: str, source: ExperimentSource, threads: int, probe_fn: Callable[..., list],
-             checkpoints: str | None) -> tuple[UnitRecord, list]:
+             environ: dict[str, str]) -> tuple[UnitRecord, list]:
     """Run the unit ``key`` of ``source``'s experiment in this worker with ``threads`` torch
-    threads (the pool's size when the unit was handed out decides them), writing its
-    checkpoints in the driver's folder for them (set after a warm worker started)."""
+    threads (the pool's size when the unit was handed out decides them) in the driver's
+    environment ``environ`` (its checkpoint folder, ``VARIANTLAB_CHECKPOINT_DIR``, set after a warm
+    worker started, included)."""
     import torch
 
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
-    if checkpoints is None:
-        os.environ.pop(checkpoint.DIR_VAR, None)
-    else:
-        os.environ[checkpoint.DIR_VAR] = checkpoints
+    _adopt(environ)
     return compute(source, key, probe_fn)
 
 
+def start_method() -> str:
+    """How workers start: ``forkserver`` (with :data:`PRELOAD`) on Linux, else ``spawn``."""
+    if sys.platform.startswith("linux") and "forkserver" in multiprocessing.get_all_start_methods():
+        return "forkserver"
+    return "spawn"
+
+
 def _new_pool(workers: int, threads: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(
-        max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-        initializer=_init_worker, initargs=(threads,))
+    method = start_method()
+    context: Any = multiprocessing.get_context(method)
+    if method == "forkserver":
+        context.set_forkserver_preload(list(PRELOAD))  # read when the server starts
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                               initializer=_init_worker, initargs=(threads,))
 
 
 # -- the driver side ---------------------------------------------------------------------
@@ -247,7 +277,7 @@ def _pool(sink: ResultSink, work: Work, workers: int, context: RunContext,
                 index, unit, where = queue.popleft()
                 sink.start(index, unit)
                 task = pool.submit(_compute, unit.key, where, threads, context.probe_fn,
-                                   os.environ.get(checkpoint.DIR_VAR))
+                                   dict(os.environ))
                 in_flight[task] = (index, unit, now_iso(), time.perf_counter())
             processes.update(getattr(pool, "_processes", None) or {})
             if not in_flight:

@@ -109,7 +109,7 @@ def run_experiment(
     ``executor``: a registered executor's name (the experiment's registry: built-ins and
     plugins) made from ``executor_options``, or an executor already made
     (:func:`variantlab.executors.base.make_executor`); by default ``inprocess`` for
-    ``workers=1`` and ``pool`` (``workers`` spawned processes, which rebuild the experiment
+    ``workers=1`` and ``pool`` (``workers`` worker processes, which rebuild the experiment
     from its YAML text with ``extra_plugins``; timing units run here after the pool) for
     more. Whichever computes, only this process writes the store. An unknown executor or
     options it refuses raise :class:`~variantlab.errors.SpecError`, and so does whatever the
