@@ -155,8 +155,10 @@ def test_workers_fork_from_a_preloaded_server_and_take_the_drivers_environment(
     the server) started with."""
     import os
 
-    assert pool.start_method() == "forkserver"
-    assert {"torch", "torch._dynamo", "variantlab_plugins.attentions"} <= set(pool.PRELOAD)
+    from variantlab.executors import starting
+
+    assert starting.start_method() == "forkserver"
+    assert {"torch", "torch._dynamo", "variantlab_plugins.attentions"} <= set(starting.PRELOAD)
     monkeypatch.setenv("VL_POOL_GONE", "1")
     monkeypatch.delenv("VL_POOL_MARK", raising=False)
     exp = load_experiment(write_exp(tmp_path, "  norm.kind: [layer]\n"))

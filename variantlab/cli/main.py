@@ -127,6 +127,10 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     units (--executor, --workers); a second run on the same run folder refuses to start
     while this one writes.
     """
+    if executor == "pool" or (executor is None and (workers or 1) > 1):
+        from ..executors.starting import start_server
+
+        start_server()  # the workers' torch is imported while this process imports its own
     from ..config.experiment import load_experiment
     from ..executors.base import command_line_options, make_executor
     from ..executors.runner import pool_work_pending

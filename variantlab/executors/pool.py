@@ -5,13 +5,14 @@ Units other than ``timing`` are computed in ``N`` worker processes
 (a forked child of a process that holds CUDA or torch's thread pools can hang or crash): on
 Linux it is forked from a ``forkserver`` process that has imported torch (and
 ``torch._dynamo``, which torch.optim imports) and variantlab once for all workers
-(:data:`PRELOAD`: 3.5 s of each worker's CPU time otherwise) and has computed nothing;
-elsewhere it is ``spawn``-ed. Each unit takes the driver's environment at the moment it is handed out
-(a forked worker would otherwise keep the server's, from when that started). Nothing built
-from plugins crosses the process boundary: each worker rebuilds the experiment from its YAML text
-and path (the same ``--plugin`` modules; plugin files are loaded from disk again), looks the
-unit up by its key in its own :func:`~variantlab.sweep.units.plan_units` and sends back plain
-data, the :class:`~variantlab.store.store.UnitRecord` and the rows. A unit whose code raises
+(:mod:`.starting`: 3.5 s of each worker's CPU time otherwise) and has computed nothing;
+elsewhere it is ``spawn``-ed. Each unit takes the driver's environment at the moment it is
+handed out (a forked worker would otherwise keep the server's, from when that started).
+Nothing built from plugins crosses the process boundary: each worker rebuilds the experiment
+from its YAML text and path (the same ``--plugin`` modules; plugin files are loaded from
+disk again), looks the unit up by its key in its own
+:func:`~variantlab.sweep.units.plan_units` and sends back plain data, the
+:class:`~variantlab.store.store.UnitRecord` and the rows. A unit whose code raises
 ``SystemExit`` (``sys.exit()`` in a plugin) or another ``BaseException`` fails alone, in a
 worker as in process; the worker and the pool go on. Each worker uses one torch thread
 (:mod:`variantlab.executors.threads`: ``--threads`` or the user's ``OMP_NUM_THREADS`` wins;
@@ -19,9 +20,11 @@ worker as in process; the worker and the pool go on. Each worker uses one torch 
 with each unit). Every unit seeds torch itself, so on CPU the rows are the in-process ones
 bit for bit (``tests/test_executors.py``).
 
-``variantlab run`` starts the workers as soon as it has read the experiment and found units
-to compute (:meth:`PoolExecutor.warm`): they import torch and rebuild the experiment while
-the driver checks it and sizes its variants, and are ended if a check refuses. The workers
+``variantlab run --workers N`` starts the forkserver before it imports torch itself
+(:func:`~variantlab.executors.starting.start_server`), and the workers as soon as it has read
+the experiment and found units to compute (:meth:`PoolExecutor.warm`, from a thread): they
+import torch and rebuild the experiment while the driver checks it and sizes its variants,
+and are ended if a check refuses. The workers
 are ended as soon as the last unit is stored, not waited for.
 
 The driver alone writes the store, one transaction per unit as results arrive, and emits
@@ -49,7 +52,6 @@ import multiprocessing
 import os
 import pickle
 import signal
-import sys
 import threading
 import time
 import traceback
@@ -62,10 +64,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, PositiveInt
 
-from ..plugin.registry import BUILTIN_MODULES
 from ..plugin.settings import Strict
 from ..store.store import UnitRecord
 from ..sweep.units import Unit
+from . import starting
 from .base import (
     Executor,
     ExperimentSource,
@@ -86,12 +88,6 @@ if TYPE_CHECKING:
 
 #: after SIGTERM, the workers' time to exit before SIGKILL
 TERMINATE_GRACE_S = 5.0
-#: what the forkserver imports once for the workers it forks: torch, and variantlab with its
-#: built-in components (the code the driver runs); plugins of other packages and
-#: ``--plugin`` files are imported by each worker, as they are on disk then
-PRELOAD = ("torch", "torch._dynamo", "variantlab.executors.pool", "variantlab.config.experiment",
-           "variantlab.probes.training", "variantlab.probes.gradients",
-           *(f"variantlab_plugins.{module}" for module in BUILTIN_MODULES))
 
 
 def cpu_count() -> int:
@@ -122,16 +118,35 @@ class PoolExecutor(Executor):
     def __init__(self, options: PoolOptions | None = None) -> None:
         self.workers = (options or PoolOptions()).workers
         self._warm: ProcessPoolExecutor | None = None  # started by warm(), not yet used
+        self._launcher: threading.Thread | None = None  # warm()'s, starting the workers
 
     def warm(self, source: ExperimentSource, threads: int | None = None) -> None:
-        """Spawn the workers now: each imports torch and rebuilds the experiment while the
-        driver checks it and sizes its variants (seconds the run would otherwise wait)."""
+        """Start the workers now, in a thread of this process (starting a worker waits for
+        the forkserver's imports; the driver meanwhile checks the experiment and sizes its
+        variants): each rebuilds the experiment ahead of its first unit."""
         if self._warm is None:
-            self._warm = _new_pool(self.workers, threads_per_worker(self.workers, threads))
-            for _ in range(self.workers):
-                self._warm.submit(_rebuild, source, dict(os.environ))
+            pool = self._warm = _new_pool(self.workers, threads_per_worker(self.workers, threads))
+            environ = dict(os.environ)
+
+            def start() -> None:
+                try:
+                    for _ in range(self.workers):
+                        pool.submit(_rebuild, source, environ)
+                except Exception:  # noqa: BLE001, S110 - a broken pool: the run's first
+                    pass  # unit says so
+
+            self._launcher = threading.Thread(target=start, name="variantlab-pool-start",
+                                              daemon=True)
+            self._launcher.start()
+
+    def _started(self) -> None:
+        """Wait until warm()'s thread has started the workers (or failed to)."""
+        if self._launcher is not None:
+            self._launcher.join()
+            self._launcher = None
 
     def close(self) -> None:
+        self._started()
         if self._warm is not None:
             _terminate(self._warm)
             self._warm = None
@@ -153,6 +168,7 @@ class PoolExecutor(Executor):
         stored), then the timing units here, one at a time."""
         work = split_units(sink, units)
         if work.leaders or context.feed is not None:
+            self._started()
             warm, self._warm = self._warm, None
             if not _pool(sink, work, self.workers, context,
                          ExperimentSource.of(experiment, context.extra_plugins, context.device),
@@ -217,19 +233,8 @@ def _compute(key: str, source: ExperimentSource, threads: int, probe_fn: Callabl
     return compute(source, key, probe_fn)
 
 
-def start_method() -> str:
-    """How workers start: ``forkserver`` (with :data:`PRELOAD`) on Linux, else ``spawn``."""
-    if sys.platform.startswith("linux") and "forkserver" in multiprocessing.get_all_start_methods():
-        return "forkserver"
-    return "spawn"
-
-
 def _new_pool(workers: int, threads: int) -> ProcessPoolExecutor:
-    method = start_method()
-    context: Any = multiprocessing.get_context(method)
-    if method == "forkserver":
-        context.set_forkserver_preload(list(PRELOAD))  # read when the server starts
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context,
+    return ProcessPoolExecutor(max_workers=workers, mp_context=starting.context(),
                                initializer=_init_worker, initargs=(threads,))
 
 
