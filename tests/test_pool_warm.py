@@ -178,3 +178,66 @@ def test_workers_fork_from_a_preloaded_server_and_take_the_drivers_environment(
     assert values["mark"] == {7.5} and values["gone"] == {0.0}
     assert values["dynamo"] == {1.0}  # imported by the server, before any unit
     assert values["parent"] != {float(os.getpid())}  # forked by the server, not by us
+
+
+DRIVER = '''
+import os, sys
+from concurrent.futures import ProcessPoolExecutor
+from variantlab.executors import starting
+
+starting.PRELOAD = tuple(sys.argv[1:])  # the marker module, then serverexit or not
+starting.start_server()
+with ProcessPoolExecutor(1, mp_context=starting.context()) as pool:
+    assert pool.submit(os.getpid).result() != os.getpid()
+from multiprocessing import forkserver
+print(forkserver._forkserver._forkserver_pid)
+'''
+
+MARKER = '''
+import atexit, os
+atexit.register(lambda: open(os.environ["VL_TEARDOWN_MARK"], "w").write("torn down"))
+'''
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forkserver on Linux only")
+@pytest.mark.parametrize("quick", [True, False])
+def test_the_forkserver_exits_without_teardown_when_its_driver_has_gone(tmp_path, quick):
+    """With variantlab.executors.serverexit preloaded last, the server's exit skips the
+    interpreter's teardown (here: an atexit handler preloaded before it never runs);
+    without it, the teardown runs. The driver's own exit is untouched."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    (tmp_path / "vl_exit_marker.py").write_text(MARKER)
+    mark = tmp_path / "mark.txt"
+    env = {**os.environ, "VL_TEARDOWN_MARK": str(mark),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    modules = ["vl_exit_marker"] + (["variantlab.executors.serverexit"] if quick else [])
+    done = subprocess.run([sys.executable, "-c", DRIVER, *modules], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    server = int(done.stdout.split()[-1])
+
+    def running() -> bool:  # an orphan now: a zombie until init reaps it, if it does
+        try:
+            return Path(f"/proc/{server}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 30
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running()
+    assert mark.exists() is not quick
+
+
+def test_serverexit_does_nothing_imported_elsewhere():
+    import atexit
+    import importlib
+
+    from variantlab.executors import serverexit
+
+    before = atexit._ncallbacks()
+    importlib.reload(serverexit)
+    assert atexit._ncallbacks() == before and not serverexit._imported_by_the_forkserver()

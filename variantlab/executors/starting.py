@@ -18,10 +18,12 @@ from ..plugin.registry import BUILTIN_MODULES
 
 #: what the forkserver imports once for every worker it forks: torch, and variantlab with
 #: its built-in components (the code the driver runs); plugins of other packages and
-#: ``--plugin`` files are imported by each worker, as they are on disk then
+#: ``--plugin`` files are imported by each worker, as they are on disk then. The last makes
+#: the server exit without tearing torch down (:mod:`.serverexit`)
 PRELOAD = ("torch", "torch._dynamo", "variantlab.executors.pool", "variantlab.config.experiment",
            "variantlab.probes.training", "variantlab.probes.gradients",
-           *(f"variantlab_plugins.{module}" for module in BUILTIN_MODULES))
+           *(f"variantlab_plugins.{module}" for module in BUILTIN_MODULES),
+           "variantlab.executors.serverexit")
 
 
 def start_method() -> str:
