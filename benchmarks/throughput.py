@@ -142,6 +142,10 @@ def worktree(ref: str) -> Iterator[Path]:
                        check=False, capture_output=True)
 
 
+#: the busy processes' leaders (children of this process that no run left behind)
+BUSY: set[int] = set()
+
+
 @contextmanager
 def busy(n: int, settle: float = 5.0) -> Iterator[int | None]:
     """``n`` spinning processes in a process group of their own, ended by its id (yielded;
@@ -160,17 +164,54 @@ def busy(n: int, settle: float = 5.0) -> Iterator[int | None]:
     leader = subprocess.Popen([sys.executable, "-c", spin], start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     group = os.getpgid(leader.pid)
+    BUSY.add(leader.pid)
     try:
         time.sleep(settle)
         yield group
     finally:
         os.killpg(group, signal.SIGTERM)
         leader.wait(timeout=30)
+        BUSY.discard(leader.pid)
 
 
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its descendants' orphans (Linux ``prctl``), so that
+    the CPU time of processes that outlive a run (the pool's forkserver, whose children are
+    the workers) is counted in :func:`children_cpu` once :func:`reap_orphans` waited for
+    them."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def reap_orphans(keep: set[int], timeout: float = 60.0) -> None:
+    """Wait for this process's children other than ``keep`` (the busy processes): orphans
+    of a finished run, handed to this process by :func:`become_subreaper`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            tasks = Path(f"/proc/{os.getpid()}/task").iterdir()
+            kids = {int(c) for t in tasks for c in (t / "children").read_text().split()}
+        except OSError:
+            return
+        kids -= keep
+        if not kids:
+            return
+        for pid in kids:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        time.sleep(0.02)
 
 
 def run_once(tree: Path, yaml_file: Path, out: Path, workers: int) -> dict:
@@ -183,7 +224,8 @@ def run_once(tree: Path, yaml_file: Path, out: Path, workers: int) -> dict:
                "--no-report", "--workers", str(workers)]
     load0, cpu0, t0 = os.getloadavg()[0], children_cpu(), time.perf_counter()
     done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
+    wall = time.perf_counter() - t0  # to the end of its output: processes that hold it count
+    reap_orphans(BUSY)
     if done.returncode != 0:
         raise SystemExit(f"{tree}: variantlab run failed ({done.returncode}):\n{done.stderr}")
     return {"wall": wall, "cpu": children_cpu() - cpu0, "load0": load0,
@@ -284,6 +326,7 @@ def main() -> None:
         print(rate_differences(*args.diff))
         return
     repeats = 1 if args.smoke else args.repeats
+    become_subreaper()
     work = Path(tempfile.mkdtemp(prefix="throughput-"))
     files = {}
     for job in args.jobs:

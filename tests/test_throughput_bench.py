@@ -1,4 +1,5 @@
-"""benchmarks/throughput.py's busy processes: all in one group of their own, all ended."""
+"""benchmarks/throughput.py: its busy processes (all in one group of their own, all ended) and
+the CPU time of what a run leaves behind."""
 
 from __future__ import annotations
 
@@ -104,3 +105,41 @@ def test_kernel_floor_bench_runs_its_paths():
     loop = floor.loop_times(3)  # the probe's own loop: a time per step after the 5 warm-up
     assert len(loop) == 3 and all(t > 0 for t in loop)
     assert floor.module_walk_ms(floor.variantlab_model("fast"), repeats=10) > 0
+
+
+ORPHAN = '''
+import importlib.util, os, subprocess, sys, time
+spec = importlib.util.spec_from_file_location("bench", sys.argv[1])
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+subreaper = sys.argv[2] == "1"
+if subreaper:
+    assert bench.become_subreaper()
+# a child that leaves a grandchild burning 0.5 s of CPU behind (as a run leaves its
+# forkserver), and exits at once
+burn = "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.5: pass\\n"
+child = ("import subprocess, sys\\n"
+         f"subprocess.Popen([sys.executable, '-c', {burn!r}])\\n")
+cpu0 = bench.children_cpu()
+subprocess.run([sys.executable, "-c", child], check=True)
+bench.reap_orphans(set(), timeout=30)
+print(bench.children_cpu() - cpu0)
+'''
+
+
+def test_the_orphans_of_a_run_are_waited_for_and_their_cpu_counted():
+    """As the pool's forkserver outlives the run that started it, a grandchild outlives its
+    parent here: made this process's child (a subreaper), it is waited for and its CPU time
+    counted; without, it is not."""
+    import subprocess
+
+    if not sys.platform.startswith("linux"):
+        return
+    got = {}
+    for subreaper in ("1", "0"):
+        done = subprocess.run([sys.executable, "-c", ORPHAN, str(BENCH), subreaper],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        got[subreaper] = float(done.stdout.split()[-1])
+    assert got["1"] >= 0.45  # the grandchild's 0.5 s, counted
+    assert got["0"] < 0.45  # reaped by init instead: lost to this process
