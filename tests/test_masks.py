@@ -90,3 +90,43 @@ def test_mask_of_ones_changes_nothing_and_gradients_stay_finite(tiny):
     out = model(idx, attention_mask=mask)
     out.logsumexp(-1).sum().backward()  # pads included: their gradients must stay finite
     assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("t, s, causal, window", [(8, 8, True, None), (8, 8, True, 3),
+                                                  (8, 8, False, 2), (4, 8, True, None),
+                                                  (8, 4, True, None), (5, 5, False, None)])
+def test_shared_masks_equal_masks_made_each_call(t, s, causal, window):
+    """mask_and_dead gives what attend_mask and dead_rows make (dead rows included, as a
+    causal mask with fewer keys than queries has), one shared pair per shape; made inside
+    inference mode, it can still be saved for backward after."""
+    from variantlab_plugins.masks import _order_mask, attend_mask, dead_rows, mask_and_dead
+
+    _order_mask.cache_clear()
+    fresh = attend_mask(t, s, causal, window, None, torch.device("cpu"))
+    with torch.inference_mode():
+        shared, dead = mask_and_dead(t, s, causal, window, None, torch.device("cpu"))
+    if fresh is None:
+        assert shared is None and dead is None
+        return
+    assert torch.equal(shared, fresh) and not shared.is_inference()
+    want = dead_rows(fresh)
+    assert (dead is None) == (want is None) and (want is None or torch.equal(dead, want))
+    again = mask_and_dead(t, s, causal, window, None, torch.device("cpu"))
+    assert again[0] is shared  # made once
+    scores = torch.randn(t, s, requires_grad=True)
+    torch.where(shared, scores, 0.0).sum().backward()  # saved for backward: no error
+    padded = torch.zeros(2, s, dtype=torch.bool)
+    padded[0, 0] = True
+    with_pads, _ = mask_and_dead(t, s, causal, window, padded, torch.device("cpu"))
+    assert torch.equal(with_pads, attend_mask(t, s, causal, window, padded, torch.device("cpu")))
+
+
+def test_the_shared_mask_is_not_used_while_compiling(monkeypatch):
+    from variantlab_plugins import masks
+
+    masks._order_mask.cache_clear()
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    allowed, dead = masks.mask_and_dead(6, 6, True, None, None, torch.device("cpu"))
+    assert masks._order_mask.cache_info().currsize == 0
+    assert torch.equal(allowed, torch.ones(6, 6, dtype=torch.bool).tril())
+    assert dead is not None and not dead.any()  # kept in the graph, no row dead

@@ -23,7 +23,7 @@ from variantlab import ComponentSpec, hookimpl
 from variantlab.model.positions import Positions, position_ids_from_mask
 from variantlab.model.roles import declare_role
 from variantlab.model.specs import context_registry, resolve_component
-from variantlab_plugins.masks import attend_mask, dead_rows, masked_scores
+from variantlab_plugins.masks import attend_mask, dead_rows, mask_and_dead, masked_scores
 
 
 class MHASpec(ComponentSpec):
@@ -205,11 +205,15 @@ class MultiHeadAttention(nn.Module):
             group = self.n_heads // self.n_kv_heads  # query heads per key/value head
             keys = keys.repeat_interleave(group, dim=1)  # (B, H, S, hd)
             values = values.repeat_interleave(group, dim=1)  # (B, H, S, hd)
-        allowed = attend_mask(t, keys.shape[2], self.causal, self.window if self_attention
-                              else None, key_padding_mask, x.device)  # None or (.., T, S)
+        window = self.window if self_attention else None
         if self.chunk is not None and self_attention:
-            allowed = same_chunk(allowed, self.chunk, t, position_ids, key_padding_mask, x.device)
-        dead = dead_rows(allowed)  # None or (.., T, 1): queries that see no key
+            allowed = same_chunk(attend_mask(t, keys.shape[2], self.causal, window,
+                                             key_padding_mask, x.device),
+                                 self.chunk, t, position_ids, key_padding_mask, x.device)
+            dead = dead_rows(allowed)
+        else:  # allowed: None or (.., T, S); dead: None or (.., T, 1), queries that see no key
+            allowed, dead = mask_and_dead(t, keys.shape[2], self.causal, window,
+                                          key_padding_mask, x.device)
         if dead is not None:
             allowed = allowed | dead  # let them attend uniformly; their output is zeroed
         if self.record_stats:

@@ -32,7 +32,7 @@ from variantlab import ComponentSpec, hookimpl
 from variantlab.model.positions import Positions
 from variantlab.model.roles import declare_role
 from variantlab.model.specs import context_registry, resolve_component
-from variantlab_plugins.masks import attend_mask, dead_rows, masked_scores
+from variantlab_plugins.masks import mask_and_dead, masked_scores
 
 
 class MLASpec(ComponentSpec):
@@ -178,8 +178,8 @@ class MultiHeadLatentAttention(nn.Module):
         if self_attention:
             q_rope, k_rope = self.positions.rotate(q_rope, k_rope, position_ids)
             bias = self.positions.score_bias(self.n_heads, t, s, x.device, x.dtype)  # (H, T, S)
-        allowed = attend_mask(t, s, self.causal, None, key_padding_mask, x.device)
-        dead = dead_rows(allowed)  # None or (.., T, 1): queries that see no key
+        allowed, dead = mask_and_dead(t, s, self.causal, None, key_padding_mask,
+                                      x.device)  # dead: None or (.., T, 1), seeing no key
         if dead is not None:
             allowed = allowed | dead  # let them attend uniformly; their output is zeroed
         if self.impl == "absorbed":
