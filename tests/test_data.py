@@ -139,3 +139,31 @@ def test_file_digest_follows_the_file_and_reads_an_unchanged_one_once(tmp_path, 
     assert cache.file_digest(path) == hashlib.sha256(b"other version").hexdigest()
     assert len(reads) == 2
     assert cache.files_hash([path, link]) != cache.files_hash([path])
+
+
+def test_file_digest_tells_files_apart_where_the_file_system_has_no_inodes(tmp_path,
+                                                                           monkeypatch):
+    """Two files of the same size and times on a file system that reports inode 0 (some
+    network and FAT mounts) keep their own digests: the path identifies them there."""
+    import hashlib
+    import os
+    from pathlib import Path
+
+    from variantlab.data import cache
+
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_bytes(b"aaaa")
+    b.write_bytes(b"bbbb")
+    real = Path.stat
+
+    def no_inode(self, *args, **kwargs):
+        st = real(self, *args, **kwargs)
+        fields = list(st)
+        fields[1] = 0  # st_ino
+        fields[7:10] = [1, 1, 1]  # the same atime, mtime and ctime
+        return os.stat_result(fields, {f"st_{t}time_ns": 10**9 for t in "amc"})
+
+    monkeypatch.setattr(Path, "stat", no_inode)
+    assert a.stat().st_ino == 0 and a.stat().st_mtime_ns == b.stat().st_mtime_ns
+    assert cache.file_digest(a) == hashlib.sha256(b"aaaa").hexdigest()
+    assert cache.file_digest(b) == hashlib.sha256(b"bbbb").hexdigest()

@@ -62,16 +62,18 @@ class Tokens:
 
 
 #: sha256 per file version: (device, inode, size, mtime, ctime) -> digest. The file's
-#: identity comes from ``stat`` alone (no path resolution: a unit hashes its corpus's files
-#: three times, and resolving 100 paths cost 11 ms each time); any write changes its ctime
-_FILE_CACHE: dict[tuple[int, int, int, int, int], str] = {}
+#: identity comes from ``stat`` (no path resolution: a unit hashes its corpus's files three
+#: times, and resolving 100 paths cost 11 ms each time), or from its absolute path on a file
+#: system without inode numbers (0); any write changes its ctime
+_FILE_CACHE: dict[tuple[object, ...], str] = {}
 
 
 def file_digest(path: Path, st: os.stat_result | None = None) -> str:
     """sha256 of a file's bytes (cached while the same file keeps its size, mtime and
     ctime); ``st``: its ``stat`` when the caller has it."""
     st = st if st is not None else path.stat()
-    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    ident = (st.st_dev, st.st_ino) if st.st_ino else (str(path.absolute()),)
+    key = (*ident, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     digest = _FILE_CACHE.get(key)
     if digest is None:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
