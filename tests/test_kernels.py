@@ -169,18 +169,25 @@ def test_validate_says_which_kernels_each_component_runs(tmp_path):
     assert "optimizer: fused | default)" in invoke("validate", path).output
 
 
-def test_a_bad_kernels_value_exits_2_at_its_line_before_anything_runs(tmp_path):
+def _refused_at_its_line(tmp_path, text: str, needle: str, key: str) -> None:
+    """``validate`` and ``run`` of ``text`` exit 2 naming ``key`` at the line holding
+    ``needle``, with no traceback; nothing is computed (no run folder)."""
     from conftest import invoke
 
     path = tmp_path / "exp.yaml"
-    path.write_text(experiment_text("kernels: turbo\n"))
-    line = path.read_text().splitlines().index("kernels: turbo") + 1
+    path.write_text(text)
+    line = next(i for i, x in enumerate(text.splitlines(), 1) if needle in x)
     for command in (["validate", path], ["run", path, "--out", tmp_path / "runs"]):
         result = invoke(*command)
         assert result.exit_code == 2, result.output
-        assert f"exp.yaml:{line}:" in result.output and "kernels" in result.output
+        assert f"exp.yaml:{line}:" in result.output and key in result.output
         assert "Traceback" not in result.output
     assert not (tmp_path / "runs").exists()  # nothing computed, no run folder
+
+
+def test_a_bad_kernels_value_exits_2_at_its_line_before_anything_runs(tmp_path):
+    _refused_at_its_line(tmp_path, experiment_text("kernels: turbo\n"), "kernels: turbo",
+                         "kernels")
 
 
 def test_fast_kernels_fuse_the_optimizer_step_where_the_experiment_leaves_it_unset():
@@ -234,21 +241,10 @@ def test_the_fused_step_is_asked_only_where_the_device_has_it():
 
 @pytest.mark.parametrize("where", ["setting", "axis"])
 def test_a_bad_fused_value_exits_2_at_its_line_before_anything_runs(tmp_path, where):
-    from conftest import invoke
-
-    path = tmp_path / "exp.yaml"
     if where == "setting":
         text = experiment_text().replace("eval_batches: 0", "eval_batches: 0\n    fused: sometimes")
         needle = "fused: sometimes"
     else:
         text = experiment_text("grid:\n  measure.training.fused: [true, sometimes]\n")
         needle = "measure.training.fused: [true, sometimes]"
-    path.write_text(text)
-    line = path.read_text().splitlines().index(next(
-        x for x in path.read_text().splitlines() if needle in x)) + 1
-    for command in (["validate", path], ["run", path, "--out", tmp_path / "runs"]):
-        result = invoke(*command)
-        assert result.exit_code == 2, result.output
-        assert f"exp.yaml:{line}:" in result.output and "fused" in result.output
-        assert "Traceback" not in result.output
-    assert not (tmp_path / "runs").exists()  # nothing computed, no run folder
+    _refused_at_its_line(tmp_path, text, needle, "fused")

@@ -56,8 +56,8 @@ def mask_and_dead(t: int, s: int, causal: bool, window: int | None,
     """``(attend_mask(...), dead_rows(of it))``. Without padded keys both depend on the
     shapes alone: they are made once per (t, s, causal, window, device) and shared by every
     later call (nothing writes them in place), where each forward made them again (2 aranges,
-    a comparison and two reductions a layer, 1.5-2% of a small model's training step on
-    CPU). Under torch.compile they are made in the graph, as before."""
+    a comparison and two reductions a layer: about 26 ms of a 100-step unit of the throughput
+    sweep, benchmarks/throughput.md). Under torch.compile they are made in the graph, as before."""
     if key_padding_mask is not None or torch.compiler.is_compiling():
         allowed = attend_mask(t, s, causal, window, key_padding_mask, device)
         return allowed, dead_rows(allowed)

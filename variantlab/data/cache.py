@@ -63,8 +63,9 @@ class Tokens:
 
 #: sha256 per file version: (device, inode, size, mtime, ctime) -> digest. The file's
 #: identity comes from ``stat`` (no path resolution: a unit hashes its corpus's files three
-#: times, and resolving 100 paths cost 11 ms each time), or from its absolute path on a file
-#: system without inode numbers (0); any write changes its ctime
+#: times, 13 ms each time for 100 files with it, 0.46 ms without; benchmarks/throughput.md),
+#: or from its absolute path on a file system without inode numbers (0); any write changes
+#: its ctime
 _FILE_CACHE: dict[tuple[object, ...], str] = {}
 
 

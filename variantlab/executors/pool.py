@@ -5,9 +5,10 @@ Units other than ``timing`` are computed in ``N`` worker processes
 (a forked child of a process that holds CUDA or torch's thread pools can hang or crash): on
 Linux it is forked from a ``forkserver`` process that has imported torch (and
 ``torch._dynamo``, which torch.optim imports) and variantlab once for all workers
-(:mod:`.starting`: 3.5 s of each worker's CPU time otherwise) and has computed nothing;
-elsewhere it is ``spawn``-ed. Each unit takes the driver's environment at the moment it is
-handed out (a forked worker would otherwise keep the server's, from when that started).
+(:mod:`.starting`: about 2.5 s of each worker's CPU time otherwise, benchmarks/throughput.md)
+and has computed nothing; elsewhere it is ``spawn``-ed. Each unit takes the driver's
+environment at the moment it is handed out (a forked worker would otherwise keep the
+server's, from when that started).
 Nothing built from plugins crosses the process boundary: each worker rebuilds the experiment
 from its YAML text and path (the same ``--plugin`` modules; plugin files are loaded from
 disk again), looks the unit up by its key in its own

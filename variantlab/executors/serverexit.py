@@ -4,8 +4,9 @@
 The forkserver holds the driver's stdout and stderr (its workers print there), so a caller
 that reads them to the end (``subprocess.run(..., capture_output=True)``, ``variantlab run |
 tee log``) waits for it to exit as well. It ends on ``SystemExit`` when the driver has gone,
-and tearing down the torch it imported took 0.5 to 0.9 s; it has nothing to write or flush,
-so it exits without that teardown. Imported anywhere else, this module does nothing.
+and tearing down the torch it imported kept such a caller waiting 0.7-1.05 s more
+(benchmarks/throughput.md); it has nothing to write or flush, so it exits without that
+teardown. Imported anywhere else, this module does nothing.
 """
 
 from __future__ import annotations

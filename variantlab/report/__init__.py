@@ -32,7 +32,7 @@ from .fair.compare import FairParts, fair_of
 from .findings import reading
 from .frame import ReportData, gather
 from .grid import browse_table, cross_run_table, effect_plots, effects_table, focus, interaction_table
-from .guard import Failure, collecting, error_text, run_part
+from .guard import Failure, attempt, collecting, run_part
 from .learned import learned_lines
 from .parts import using
 from .plots import Plot, build_plots, draw_all, inline_svg, to_svg
@@ -220,12 +220,11 @@ def write_report(runs: Sequence[Any], out_dir: Path, baseline: str | None = None
         figures = [plot.figure for plot in drawn if plot.figure is not None]
         why: dict[int, Failure] = {}  # a drawing that raised, by its index in drawn
 
-        def draw(i: int) -> str | None:
-            try:
-                return to_svg(figures[i])
-            except Exception as exc:  # a part that failed (see .guard), said in plot order
-                why[i] = Failure(f"plot {drawn[i].key}: drawing", error_text(exc))
-                return None
+        def draw(i: int) -> str | None:  # a failure is said below, in plot order
+            svg, failure = attempt(f"plot {drawn[i].key}: drawing", to_svg, figures[i])
+            if failure is not None:
+                why[i] = failure
+            return svg
 
         drawings = draw_all(figures, draw)
         failed.extend(why[i] for i in sorted(why))

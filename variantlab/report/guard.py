@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 MAX_ERROR = 300  # characters of an error message kept in a notice
@@ -64,6 +64,17 @@ def failures() -> list[Failure]:
     return current if current is not None else []
 
 
+def attempt(part: str, fn: Callable[..., T], *args: Any,
+            **kwargs: Any) -> tuple[T | None, Failure | None]:
+    """``(fn(*args, **kwargs), None)``, or ``(None, failure)`` for an ``Exception`` it
+    raised, recorded nowhere: :func:`run_part` records it, a caller that runs parts out of
+    order (the report's figures, drawn by two processes) records them in its own order."""
+    try:
+        return fn(*args, **kwargs), None
+    except Exception as exc:
+        return None, Failure(part, error_text(exc))
+
+
 def run_part(part: str, fn: Callable[..., T], *args: Any,
              default: Callable[[Failure], T], **kwargs: Any) -> T:
     """``fn(*args, **kwargs)``; while collecting, an ``Exception`` it raises is recorded
@@ -71,12 +82,11 @@ def run_part(part: str, fn: Callable[..., T], *args: Any,
     failures = _FAILURES.get()
     if failures is None:
         return fn(*args, **kwargs)
-    try:
-        return fn(*args, **kwargs)
-    except Exception as exc:
-        failure = Failure(part, error_text(exc))
-        failures.append(failure)
-        return default(failure)
+    value, failure = attempt(part, fn, *args, **kwargs)
+    if failure is None:
+        return cast("T", value)
+    failures.append(failure)
+    return default(failure)
 
 
 def guarded(part: str, fn: Callable[..., T], default: Callable[[Failure], T]
@@ -89,4 +99,4 @@ def guarded(part: str, fn: Callable[..., T], default: Callable[[Failure], T]
     return call
 
 
-__all__ = ["Failure", "collecting", "error_text", "failures", "guarded", "run_part"]
+__all__ = ["Failure", "attempt", "collecting", "error_text", "failures", "guarded", "run_part"]

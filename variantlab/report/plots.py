@@ -228,8 +228,8 @@ def draw_all(figures: Sequence[Figure], draw_here: Callable[[int], str | None],
     """The SVG text of each figure, ``draw_here(i)`` drawing figure ``i`` in this process
     (the caller's, which says why a drawing failed). With ``share`` (default
     :func:`can_share`) and more than one figure, a forked helper process draws at the same
-    time (:func:`to_svg`), each process taking the next figure neither has taken; a report's
-    figures take 0.2 to 0.6 s each, while the other core idles. A figure the helper could not
+    time (:func:`to_svg`), each process taking the next figure neither has taken, while the
+    other core would idle (benchmarks/throughput.md). A figure the helper could not
     draw, or did not send back (it died), is drawn here."""
     n = len(figures)
     if not (can_share() if share is None else share) or n < 2:
