@@ -1,0 +1,99 @@
+"""A process that computes units keeps the memory it frees: the allocator's thresholds are
+fixed once, by the first unit, unless the user tuned glibc's allocator already."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import write_exp
+
+from variantlab.config.experiment import load_experiment
+from variantlab.executors import allocator, unit
+from variantlab.probes import run_probe
+from variantlab.sweep.units import plan_units
+
+GLIBC = sys.platform.startswith("linux") and __import__("platform").libc_ver()[0] == "glibc"
+
+# held-out scoring's pattern: a 16,384-position batch scored in pieces of 32 rows whose
+# logits are concatenated (16 MiB) and given to the loss; prints the page faults of 20
+# batches after 3 to settle
+ROUNDS = """
+import resource, sys, torch
+from variantlab.executors import allocator
+print(allocator.keep_freed_memory() if sys.argv[1] == "keep" else "default")
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Embedding(256, 32), torch.nn.Linear(32, 128),
+                            torch.nn.GELU(), torch.nn.Linear(128, 256))
+tokens = torch.randint(0, 256, (256, 64))
+def batch():
+    with torch.no_grad():
+        logits = torch.cat([model(tokens[i:i + 32]) for i in range(0, 256, 32)])
+        return float(torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten()))
+for _ in range(3):
+    batch()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(20):
+    batch()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _python(code: str, *args: str, **env: str) -> list[str]:
+    clean = {k: v for k, v in os.environ.items()
+             if k not in allocator.USER_SETTINGS and k != "GLIBC_TUNABLES"}
+    return subprocess.run([sys.executable, "-c", code, *args], env={**clean, **env},
+                          capture_output=True, text=True, timeout=120, check=True).stdout.split()
+
+
+def _rounds(mode: str, **env: str) -> tuple[str, int]:
+    answer, faults = _python(ROUNDS, mode, **env)
+    return answer, int(faults)
+
+
+#: glibc's thresholds as they adapt after a 16 MiB block was freed (which happens or not,
+#: with the order of a process's frees): blocks to 16 MiB from the heap, trimmed at 32 MiB
+ADAPTED = "glibc.malloc.mmap_threshold=16777216:glibc.malloc.trim_threshold=33554432"
+
+
+@pytest.mark.skipif(not GLIBC, reason="glibc's allocator only")
+def test_freed_blocks_are_kept_instead_of_faulted_in_again():
+    answer, faults = _rounds("keep")
+    assert answer == "set"
+    # a batch's logits are 4,096 pages: kept, at most one more such block is faulted in over
+    # 20 batches (the heap's last growth to its peak)
+    assert faults <= 4_096 + 1_024
+    # glibc's own thresholds, once adapted, trim the heap's top after every batch; set by
+    # the user, they stand
+    answer, faults = _rounds("keep", GLIBC_TUNABLES=ADAPTED)
+    assert answer == "user"
+    assert faults > 40_960  # at least half of the 20 batches' logits, faulted in again
+
+
+@pytest.mark.skipif(not GLIBC, reason="glibc's allocator only")
+@pytest.mark.parametrize("env", [{"MALLOC_TRIM_THRESHOLD_": "65536"},
+                                 {"MALLOC_ARENA_MAX": "2"},
+                                 {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=65536"}])
+def test_the_users_own_allocator_settings_win(env):
+    code = "from variantlab.executors import allocator; print(allocator.keep_freed_memory())"
+    assert _python(code, **env) == ["user"]
+    assert _python(code) == ["set"]
+
+
+def test_user_tuned_reads_the_environment():
+    assert not allocator.user_tuned({"PATH": "/bin", "GLIBC_TUNABLES": "glibc.cpu.hwcaps=x"})
+    assert allocator.user_tuned({"MALLOC_MMAP_THRESHOLD_": "1"})
+    assert allocator.user_tuned({"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=1"})
+
+
+def test_it_is_applied_once_and_by_every_unit(monkeypatch, tmp_path):
+    first = allocator.keep_freed_memory()
+    assert first in ("set", "user", "not glibc", "refused")
+    monkeypatch.setattr(allocator, "_apply", lambda: pytest.fail("applied twice"))
+    assert allocator.keep_freed_memory() == first
+    calls = []
+    monkeypatch.setattr(unit, "keep_freed_memory", lambda: calls.append(1) or first)
+    experiment = load_experiment(write_exp(tmp_path, "  norm.kind: [layer]\n"))
+    one = next(u for u in plan_units(experiment) if u.probe == "params")
+    record, rows = unit.run_unit(one, experiment, run_probe)
+    assert calls == [1] and record.status == "ok" and rows
