@@ -17,7 +17,7 @@ GLIBC = sys.platform.startswith("linux") and __import__("platform").libc_ver()[0
 
 # held-out scoring's pattern: a 16,384-position batch scored in pieces of 32 rows whose
 # logits are concatenated (16 MiB) and given to the loss; prints the page faults of 20
-# batches after 3 to settle
+# batches after 3 to settle, and the last loss
 ROUNDS = """
 import resource, sys, torch
 from variantlab.executors import allocator
@@ -34,8 +34,8 @@ for _ in range(3):
     batch()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(20):
-    batch()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    loss = batch()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, repr(loss))
 """
 
 
@@ -46,9 +46,9 @@ def _python(code: str, *args: str, **env: str) -> list[str]:
                           capture_output=True, text=True, timeout=120, check=True).stdout.split()
 
 
-def _rounds(mode: str, **env: str) -> tuple[str, int]:
-    answer, faults = _python(ROUNDS, mode, **env)
-    return answer, int(faults)
+def _rounds(mode: str, **env: str) -> tuple[str, int, float]:
+    answer, faults, loss = _python(ROUNDS, mode, **env)
+    return answer, int(faults), float(loss)
 
 
 #: glibc's thresholds as they adapt after a 16 MiB block was freed (which happens or not,
@@ -58,16 +58,17 @@ ADAPTED = "glibc.malloc.mmap_threshold=16777216:glibc.malloc.trim_threshold=3355
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's allocator only")
 def test_freed_blocks_are_kept_instead_of_faulted_in_again():
-    answer, faults = _rounds("keep")
+    answer, faults, loss = _rounds("keep")
     assert answer == "set"
     # a batch's logits are 4,096 pages: kept, at most one more such block is faulted in over
     # 20 batches (the heap's last growth to its peak)
     assert faults <= 4_096 + 1_024
     # glibc's own thresholds, once adapted, trim the heap's top after every batch; set by
     # the user, they stand
-    answer, faults = _rounds("keep", GLIBC_TUNABLES=ADAPTED)
+    answer, faults, adapted_loss = _rounds("keep", GLIBC_TUNABLES=ADAPTED)
     assert answer == "user"
     assert faults > 40_960  # at least half of the 20 batches' logits, faulted in again
+    assert adapted_loss == loss and 5.0 < loss < 6.0  # the same bits: only the memory moved
 
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's allocator only")
