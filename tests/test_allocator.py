@@ -39,15 +39,25 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, repr(loss))
 """
 
 
-def _python(code: str, *args: str, **env: str) -> list[str]:
+def _start(code: str, *args: str, **env: str) -> subprocess.Popen:
     clean = {k: v for k, v in os.environ.items()
              if k not in allocator.USER_SETTINGS and k != "GLIBC_TUNABLES"}
-    return subprocess.run([sys.executable, "-c", code, *args], env={**clean, **env},
-                          capture_output=True, text=True, timeout=120, check=True).stdout.split()
+    return subprocess.Popen([sys.executable, "-c", code, *args], env={**clean, **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _rounds(mode: str, **env: str) -> tuple[str, int, float]:
-    answer, faults, loss = _python(ROUNDS, mode, **env)
+def _output(process: subprocess.Popen) -> list[str]:
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    return out.split()
+
+
+def _python(code: str, *args: str, **env: str) -> list[str]:
+    return _output(_start(code, *args, **env))
+
+
+def _rounds(process: subprocess.Popen) -> tuple[str, int, float]:
+    answer, faults, loss = _output(process)
     return answer, int(faults), float(loss)
 
 
@@ -58,17 +68,24 @@ ADAPTED = "glibc.malloc.mmap_threshold=16777216:glibc.malloc.trim_threshold=3355
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's allocator only")
 def test_freed_blocks_are_kept_instead_of_faulted_in_again():
-    answer, faults, loss = _rounds("keep")
-    assert answer == "set"
-    # a batch's logits are 4,096 pages: kept, at most one more such block is faulted in over
-    # 20 batches (the heap's last growth to its peak)
-    assert faults <= 4_096 + 1_024
-    # glibc's own thresholds, once adapted, trim the heap's top after every batch; set by
-    # the user, they stand
-    answer, faults, adapted_loss = _rounds("keep", GLIBC_TUNABLES=ADAPTED)
-    assert answer == "user"
-    assert faults > 40_960  # at least half of the 20 batches' logits, faulted in again
-    assert adapted_loss == loss and 5.0 < loss < 6.0  # the same bits: only the memory moved
+    kept, adapted = _start(ROUNDS, "keep"), _start(ROUNDS, "keep", GLIBC_TUNABLES=ADAPTED)
+    try:
+        answer, faults, loss = _rounds(kept)
+        assert answer == "set"
+        # a batch's logits are 4,096 pages: kept, at most one more such block is faulted in over
+        # 20 batches (the heap's last growth to its peak)
+        assert faults <= 4_096 + 1_024
+        # glibc's own thresholds, once adapted, trim the heap's top after every batch; set by
+        # the user, they stand
+        answer, faults, adapted_loss = _rounds(adapted)
+        assert answer == "user"
+        assert faults > 40_960  # at least half of the 20 batches' logits, faulted in again
+        assert adapted_loss == loss and 5.0 < loss < 6.0  # the same bits: only the memory moved
+    finally:
+        for process in (kept, adapted):
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's allocator only")
