@@ -9,8 +9,8 @@ import pytest
 from conftest import write_exp
 
 from variantlab.config.experiment import load_experiment
-from variantlab.executors import allocator, unit
-from variantlab.probes import run_probe
+from variantlab.executors import unit
+from variantlab.probes import allocator, run_probe
 from variantlab.sweep.units import plan_units
 
 GLIBC = sys.platform.startswith("linux") and __import__("platform").libc_ver()[0] == "glibc"
@@ -20,7 +20,7 @@ GLIBC = sys.platform.startswith("linux") and __import__("platform").libc_ver()[0
 # batches after 3 to settle, and the last loss
 ROUNDS = """
 import resource, sys, torch
-from variantlab.executors import allocator
+from variantlab.probes import allocator, run_probe
 print(allocator.keep_freed_memory() if sys.argv[1] == "keep" else "default")
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Embedding(256, 32), torch.nn.Linear(32, 128),
@@ -93,7 +93,7 @@ def test_freed_blocks_are_kept_instead_of_faulted_in_again():
                                  {"MALLOC_ARENA_MAX": "2"},
                                  {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=65536"}])
 def test_the_users_own_allocator_settings_win(env):
-    code = "from variantlab.executors import allocator; print(allocator.keep_freed_memory())"
+    code = "from variantlab.probes import allocator; print(allocator.keep_freed_memory())"
     assert _python(code, **env) == ["user"]
     assert _python(code) == ["set"]
 
@@ -115,3 +115,38 @@ def test_it_is_applied_once_and_by_every_unit(monkeypatch, tmp_path):
     one = next(u for u in plan_units(experiment) if u.probe == "params")
     record, rows = unit.run_unit(one, experiment, run_probe)
     assert calls == [1] and record.status == "ok" and rows
+
+
+# three rounds of 3 x 16 MiB made and freed (kept by the heap), then the timing probe's
+# peak-memory region around one fresh 16 MiB tensor; prints that region's peak in MiB
+PEAK = """
+import sys, torch
+from variantlab.probes import allocator, timing
+allocator.keep_freed_memory()
+if sys.argv[1] == "unreleased":
+    timing.release_free_memory = lambda: False
+for _ in range(3):
+    xs = [torch.ones(4 * 1024 * 1024) for _ in range(3)]
+    del xs
+with timing.PeakMemory(torch.device("cpu")) as mem:
+    x = torch.ones(4 * 1024 * 1024)
+print(mem.bytes / 2 ** 20)
+"""
+
+
+@pytest.mark.skipif(not GLIBC or not os.path.exists("/proc/self/clear_refs"),
+                    reason="glibc's allocator and Linux's resident-set high-water mark")
+def test_memory_freed_before_a_timing_region_does_not_hide_its_peak():
+    released, unreleased = _start(PEAK, "released"), _start(PEAK, "unreleased")
+    try:
+        assert 16.0 <= float(_output(released)[0]) < 24.0  # the region's 16 MiB tensor
+        assert float(_output(unreleased)[0]) < 4.0  # served from the kept heap, unseen
+    finally:
+        for process in (released, unreleased):
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def test_release_free_memory_answers_on_any_c_library():
+    assert allocator.release_free_memory() in (True, False)

@@ -22,10 +22,10 @@ import torch
 
 from ..data.cache import CacheWarning
 from ..probes import checkpoint, machine
+from ..probes.allocator import keep_freed_memory
 from ..store.store import Store, UnitRecord
 from ..sweep.units import Unit, canonical_json, plain
 from ..version import __version__
-from .allocator import keep_freed_memory
 
 if TYPE_CHECKING:
     from ..config.experiment import Experiment
@@ -131,7 +131,7 @@ class ResultSink:
 def run_unit(unit: Unit, experiment: Experiment, probe_fn: Callable[..., list]) -> tuple[UnitRecord, list]:
     """Run one probe; an exception, SystemExit included, becomes a failed record
     (KeyboardInterrupt propagates). The first unit of a process fixes its allocator's
-    thresholds (:func:`variantlab.executors.allocator.keep_freed_memory`)."""
+    thresholds (:func:`variantlab.probes.allocator.keep_freed_memory`)."""
     keep_freed_memory()
     started = now_iso()
     t0, cpu0, load0 = time.perf_counter(), time.process_time(), machine.load()

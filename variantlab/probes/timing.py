@@ -10,7 +10,9 @@ and IQR come from the blocks' per-call times (a ``Measurement``). ``forward`` ru
 
 Peak memory: the CUDA allocator's peak on GPU; on CPU the growth of the process's peak
 resident set (Linux VmHWM, reset through /proc/self/clear_refs; else ru_maxrss growth,
-which reads 0 when an earlier peak was higher).
+which reads 0 when an earlier peak was higher), after the heap's free pages are given back
+(:func:`variantlab.probes.allocator.release_free_memory`), so that memory freed before
+the passes cannot serve them without showing.
 
 Compiled (``compile: true``): the passes call the model under ``torch.compile``. Each
 pass's first call, which traces and compiles its graph, is timed on its own
@@ -50,6 +52,7 @@ from ..plugin.rows import Row, row
 from ..plugin.settings import Device, DType, Strict
 from . import flops as flopslib
 from . import machine
+from .allocator import release_free_memory
 from .common import autocast, resolve_device
 from .compiled import compile_errors, compile_model
 
@@ -210,6 +213,7 @@ class PeakMemory:
             self.base = 0
             return self
         self.hwm = False
+        release_free_memory()  # memory freed before the region must not serve it unseen
         try:
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")  # resets VmHWM to the current RSS

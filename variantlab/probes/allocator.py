@@ -21,6 +21,10 @@ it freed beyond its peak; blocks above the mmap threshold (a large model's logit
 mapped and unmapped as before. The numbers are the same bit for bit: only where the memory
 comes from changes.
 
+Memory kept so would hide the growth of the resident set by which the timing probe
+measures a region's peak memory on CPU: :func:`release_free_memory` (``malloc_trim(0)``)
+gives every free page back first, so the region's own allocations grow the set again.
+
 It is called once per process, by the first unit the process computes
 (:func:`variantlab.executors.unit.run_unit`), so it holds for every executor: in-process,
 pool workers and Ray workers. It does nothing on a C library other than glibc (macOS,
@@ -35,6 +39,7 @@ import ctypes
 import os
 import platform
 import sys
+from typing import Any
 
 #: mallopt's parameters (glibc's malloc.h)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
@@ -66,15 +71,32 @@ def keep_freed_memory() -> str:
     return _done
 
 
-def _apply() -> str:
+def _glibc(name: str) -> Any:
+    """glibc's function ``name``, or None on another C library."""
     if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+        return None
+    try:  # the symbols this process has loaded, libc's among them (no ldconfig run)
+        return getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):
+        return None
+
+
+def release_free_memory() -> bool:
+    """Give every free page of the heap back to the kernel (glibc's ``malloc_trim(0)``),
+    whatever the thresholds: whether anything was given back (False on another C library)."""
+    trim = _glibc("malloc_trim")
+    if trim is None:
+        return False
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return bool(trim(0))
+
+
+def _apply() -> str:
+    mallopt = _glibc("mallopt")
+    if mallopt is None:
         return "not glibc"
     if user_tuned():
         return "user"
-    try:  # the symbols this process has loaded, libc's among them (no ldconfig run)
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return "not glibc"
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     # the mmap threshold first: fixing either threshold ends glibc's adaptation of both
     ok = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
