@@ -1,9 +1,11 @@
 """A process that computes units keeps the memory it frees: the allocator's thresholds are
 fixed once, by the first unit, unless the user tuned glibc's allocator already."""
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 from conftest import write_exp
@@ -52,6 +54,18 @@ def _output(process: subprocess.Popen) -> list[str]:
     return out.split()
 
 
+@contextlib.contextmanager
+def _ended(*processes: subprocess.Popen) -> Iterator[tuple[subprocess.Popen, ...]]:
+    """The processes, killed on leaving if still running (an assertion failed first)."""
+    try:
+        yield processes
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
 def _python(code: str, *args: str, **env: str) -> list[str]:
     return _output(_start(code, *args, **env))
 
@@ -68,8 +82,8 @@ ADAPTED = "glibc.malloc.mmap_threshold=16777216:glibc.malloc.trim_threshold=3355
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's allocator only")
 def test_freed_blocks_are_kept_instead_of_faulted_in_again():
-    kept, adapted = _start(ROUNDS, "keep"), _start(ROUNDS, "keep", GLIBC_TUNABLES=ADAPTED)
-    try:
+    with _ended(_start(ROUNDS, "keep"),
+                _start(ROUNDS, "keep", GLIBC_TUNABLES=ADAPTED)) as (kept, adapted):
         answer, faults, loss = _rounds(kept)
         assert answer == "set"
         # a batch's logits are 4,096 pages: kept, at most one more such block is faulted in over
@@ -81,11 +95,6 @@ def test_freed_blocks_are_kept_instead_of_faulted_in_again():
         assert answer == "user"
         assert faults > 40_960  # at least half of the 20 batches' logits, faulted in again
         assert adapted_loss == loss and 5.0 < loss < 6.0  # the same bits: only the memory moved
-    finally:
-        for process in (kept, adapted):
-            if process.poll() is None:
-                process.kill()
-                process.wait()
 
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's allocator only")
@@ -137,15 +146,9 @@ print(mem.bytes / 2 ** 20)
 @pytest.mark.skipif(not GLIBC or not os.path.exists("/proc/self/clear_refs"),
                     reason="glibc's allocator and Linux's resident-set high-water mark")
 def test_memory_freed_before_a_timing_region_does_not_hide_its_peak():
-    released, unreleased = _start(PEAK, "released"), _start(PEAK, "unreleased")
-    try:
+    with _ended(_start(PEAK, "released"), _start(PEAK, "unreleased")) as (released, unreleased):
         assert 16.0 <= float(_output(released)[0]) < 24.0  # the region's 16 MiB tensor
         assert float(_output(unreleased)[0]) < 4.0  # served from the kept heap, unseen
-    finally:
-        for process in (released, unreleased):
-            if process.poll() is None:
-                process.kill()
-                process.wait()
 
 
 def test_release_free_memory_answers_on_any_c_library():
