@@ -25,7 +25,7 @@ Memory kept so would hide the growth of the resident set by which the timing pro
 measures a region's peak memory on CPU: :func:`release_free_memory` (``malloc_trim(0)``)
 gives every free page back first, so the region's own allocations grow the set again.
 
-It is called once per process, by the first unit the process computes
+:func:`keep_freed_memory` is called once per process, by the first unit the process computes
 (:func:`variantlab.executors.unit.run_unit`), so it holds for every executor: in-process,
 pool workers and Ray workers. It does nothing on a C library other than glibc (macOS,
 Windows, musl) and where the user has tuned glibc's allocator already: any of the
