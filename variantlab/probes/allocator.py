@@ -36,6 +36,7 @@ Windows, musl) and where the user has tuned glibc's allocator already: any of th
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 import sys
@@ -71,33 +72,34 @@ def keep_freed_memory() -> str:
     return _done
 
 
-def _glibc(name: str) -> Any:
-    """glibc's function ``name``, or None on another C library."""
+@functools.cache
+def _libc() -> Any:
+    """This process's glibc (looked up once), or None on another C library."""
     if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
         return None
     try:  # the symbols this process has loaded, libc's among them (no ldconfig run)
-        return getattr(ctypes.CDLL(None), name)
+        libc = ctypes.CDLL(None)
+        libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+        libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
     except (OSError, AttributeError):
         return None
+    return libc
 
 
 def release_free_memory() -> bool:
     """Give every free page of the heap back to the kernel (glibc's ``malloc_trim(0)``),
     whatever the thresholds: whether anything was given back (False on another C library)."""
-    trim = _glibc("malloc_trim")
-    if trim is None:
-        return False
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    return bool(trim(0))
+    libc = _libc()
+    return libc is not None and bool(libc.malloc_trim(0))
 
 
 def _apply() -> str:
-    mallopt = _glibc("mallopt")
-    if mallopt is None:
+    libc = _libc()
+    if libc is None:
         return "not glibc"
     if user_tuned():
         return "user"
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     # the mmap threshold first: fixing either threshold ends glibc's adaptation of both
-    ok = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    ok = (libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+          and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     return "set" if ok else "refused"
