@@ -69,6 +69,9 @@ TOLERANCE = 1e-4
 #: loss may move by at most this share of the range between its seeds (rounding that grows
 #: with training at a high rate moves a number as a different seed would, by less here)
 SPREAD_SHARE = 0.25
+#: the issue's target for the tuned sweep on a quiet machine: at most this share of the time
+#: of the version at the start of issue 39
+TARGET = 0.5
 
 
 def load(name: str) -> dict:
@@ -360,6 +363,31 @@ def main() -> None:
         args.markdown.write_text(table(args, runs, found, repeats) + "\n")
 
 
+def paired(before: list[dict], after: list[dict], target: float | None = None) -> str:
+    """The after / before ratio of wall time from each repeat's pair of runs (the two ran
+    one after the other, so the machine's drift hits both alike): every pair's ratio, their
+    geometric mean and its 95% t-interval (over the pairs' log ratios), and what that says
+    against ``target`` (the tuned sweep's, quiet: :data:`TARGET`): under it only when the
+    whole interval is."""
+    sys.path.insert(0, str(ROOT))
+    from variantlab.report.stats import interval
+
+    ratios = [a["wall"] / b["wall"] for b, a in zip(before, after)]
+    listed = ", ".join(f"{r:.3f}" for r in ratios)
+    mean, low, high, n = interval([math.log(r) for r in ratios])
+    if n < 2:
+        return f"after / before {listed} (one pair: no interval)"
+    text = (f"after / before per pair {listed}; geometric mean {math.exp(mean):.3f}, 95% "
+            f"interval {math.exp(low):.3f} to {math.exp(high):.3f} over {n} pairs")
+    if target is None:
+        return text
+    if math.exp(high) <= target:
+        return f"{text}: under {target:g}"
+    if math.exp(low) > target:
+        return f"{text}: ABOVE {target:g}"
+    return f"{text}: not clearly under {target:g}"
+
+
 def table(args: argparse.Namespace, runs: dict, found: dict, repeats: int) -> str:
     smoke = ", SMOKE (not a measurement)" if args.smoke else ""
     lines = [f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} logical "
@@ -376,6 +404,11 @@ def table(args: argparse.Namespace, runs: dict, found: dict, repeats: int) -> st
         lines.append(f"| {job} | {condition} | {version} | {wall:.1f} | {cpu:.1f} | {loads} | "
                      f"{wall / base:.2f} | {wall / quiet:.2f} |")
     lines.append("")
+    for (job, condition, version), got in runs.items():
+        if version == "after":
+            target = TARGET if job == "sweep" and condition == "quiet" else None
+            lines.append(f"- {job}, {condition}: "
+                         f"{paired(runs[(job, condition, 'before')], got, target)}")
     for (job, condition, version), got in found.items():
         if version == "after":
             lines.append(f"- {job}, {condition}: "

@@ -143,3 +143,21 @@ def test_the_orphans_of_a_run_are_waited_for_and_their_cpu_counted():
         got[subreaper] = float(done.stdout.split()[-1])
     assert got["1"] >= 0.45  # the grandchild's 0.5 s, counted
     assert got["0"] < 0.45  # reaped by init instead: lost to this process
+
+
+def test_paired_ratios_give_an_interval_and_say_where_it_stands_against_the_target():
+    bench = _bench()
+    before = [{"wall": w} for w in (100.0, 80.0, 90.0)]
+    under = [{"wall": w} for w in (45.0, 36.0, 40.5)]  # 0.45 every pair: no spread
+    text = bench.paired(before, under, 0.5)
+    assert "per pair 0.450, 0.450, 0.450" in text and "geometric mean 0.450" in text
+    assert text.endswith("over 3 pairs: under 0.5")
+    spread = [{"wall": w} for w in (40.0, 44.0, 50.4)]  # 0.40, 0.55, 0.56
+    text = bench.paired(before, spread, 0.5)
+    assert "geometric mean 0.498" in text and text.endswith("not clearly under 0.5")
+    low, high = (float(x) for x in text.split("interval ")[1].split(" over")[0].split(" to "))
+    assert low < 0.5 < high
+    above = [{"wall": w} for w in (55.0, 44.8, 50.0)]
+    assert bench.paired(before, above, 0.5).endswith("ABOVE 0.5")
+    assert bench.paired(before, above).endswith("over 3 pairs")  # no target: no verdict
+    assert bench.paired(before[:1], under[:1], 0.5) == "after / before 0.450 (one pair: no interval)"
