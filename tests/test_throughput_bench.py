@@ -161,3 +161,17 @@ def test_paired_ratios_give_an_interval_and_say_where_it_stands_against_the_targ
     assert bench.paired(before, above, 0.5).endswith("ABOVE 0.5")
     assert bench.paired(before, above).endswith("over 3 pairs")  # no target: no verdict
     assert bench.paired(before[:1], under[:1], 0.5) == "after / before 0.450 (one pair: no interval)"
+
+
+def test_the_target_is_judged_only_against_the_version_at_the_start_of_the_issue():
+    import subprocess
+
+    bench = _bench()
+    head = subprocess.run(["git", "-C", str(BENCH.parent), "rev-parse", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert bench.same_commit("HEAD", head)  # two spellings of one commit
+    assert bench.same_commit(head[:10], "HEAD")
+    assert not bench.same_commit("HEAD", "no-such-ref-here")
+    assert not bench.same_commit("no-such-ref-here", "no-such-ref-here")
+    if bench.same_commit(bench.ISSUE_START, bench.ISSUE_START):  # not in a shallow clone
+        assert not bench.same_commit("HEAD", bench.ISSUE_START)  # main moved on since
