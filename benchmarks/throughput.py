@@ -23,7 +23,10 @@ loops the script starts in a process group of their own and ends by that group's
 
 Printed: per job, condition and version the median wall time and CPU time (the run and its
 workers) over the repeats, the load average before and after each run, the ratio after /
-before, the ratio busy / quiet, and whether both versions reached the same verdicts (the
+before, the ratio busy / quiet; per job and condition each repeat's pair ratio (after /
+before), their geometric mean and its 95% interval (:func:`paired`), and for the quiet
+sweep against the version at the start of issue 39 whether that interval is under the
+issue's 0.5x; and whether both versions reached the same verdicts (the
 sweep: the same chosen learning rate per feed-forward and activation, chosen on mean
 validation loss; both: the largest difference of the chosen / per-variant test loss).
 
