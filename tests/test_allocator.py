@@ -22,7 +22,7 @@ GLIBC = sys.platform.startswith("linux") and __import__("platform").libc_ver()[0
 # batches after 3 to settle, and the last loss
 ROUNDS = """
 import resource, sys, torch
-from variantlab.probes import allocator, run_probe
+from variantlab.probes import allocator
 print(allocator.keep_freed_memory() if sys.argv[1] == "keep" else "default")
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Embedding(256, 32), torch.nn.Linear(32, 128),
