@@ -224,13 +224,13 @@ def test_eval_every_records_curves_without_changing_training(tiny):
 
 def test_steps_to_solve_is_the_first_evaluation_at_the_threshold():
     s = [Scores(2.0, 10, 0.5), Scores(1.0, 10, 0.99), Scores(0.5, 10, 1.0)]
-    rows = final_rows("training", s[2], s[2], [(10, s[0]), (20, s[1]), (30, s[2])], 30)
+    rows = final_rows("training", s[2], [(10, s[0]), (20, s[1]), (30, s[2])], 30)
     got = {r["metric"]: r["value"] for r in rows if r["step"] is None}
     assert got["steps_to_solve"] == 20.0
-    never = final_rows("training", s[0], s[0], [(10, s[0])], 15)  # the end at 15 counts
+    never = final_rows("training", s[0], [(10, s[0])], 15)  # the end at 15 counts
     assert "steps_to_solve" not in {r["metric"] for r in never}
     assert [r["step"] for r in never if r["metric"] == "val_loss_curve"] == [10, 15]
-    late = final_rows("training", s[1], s[1], [], 40)  # no curve: the final evaluation
+    late = final_rows("training", s[1], [], 40)  # no curve: the final evaluation
     assert {r["metric"]: r["value"] for r in late}["steps_to_solve"] == 40.0
 
 

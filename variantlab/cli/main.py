@@ -109,6 +109,10 @@ def _no_final_collection() -> None:
                    "grid sits at an edge, run one more value beyond it (the grid's spacing), "
                    "up to 3 times per edge; as `extend: true` on every such axis. See "
                    "docs/fair-comparisons.md.")
+@click.option("--test-every-setting", "test_every", is_flag=True,
+              help="In a tuned sweep, score the test split of every training unit; by "
+                   "default only each group's chosen setting is scored (the report uses no "
+                   "other), once the group is complete. See docs/fair-comparisons.md.")
 @click.option("--rerun", is_flag=False, flag_value="all", default=None, metavar="[PROBE]",
               help="Compute again units stored already: all of them, or only PROBE's "
                    "(e.g. --rerun gradients). Bare --rerun goes after EXPERIMENT.")
@@ -120,7 +124,7 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
         address: str | None,
         retries: int | None, max_upload: float | None, checkpoint_dir: str | None,
         executor_options: Sequence[str], rerun: str | None, extend_edges: bool,
-        max_variants: int, plugins: Sequence[str]) -> None:
+        test_every: bool, max_variants: int, plugins: Sequence[str]) -> None:
     """Run every unit of EXPERIMENT not stored yet; write the report.
 
     Only this process writes the store, one transaction per unit, whatever computes the
@@ -150,16 +154,17 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
     _check_device_option(device, runner_.runs_here)
     from ..executors.base import Executor, ExperimentSource
 
+    defer = runner_.feeds and not test_every  # the test split at the chosen settings only
     try:  # only an executor with something to start looks at the store first
         if (type(runner_).warm is not Executor.warm
-                and pool_work_pending(exp, out, only, device, rerun)):
+                and pool_work_pending(exp, out, only, device, rerun, defer)):
             # the workers start while the checks below run; one that refuses closes them
-            runner_.warm(ExperimentSource.of(exp, plugins, device), threads)
+            runner_.warm(ExperimentSource.of(exp, plugins, device, defer=defer), threads)
     except Exception:  # noqa: BLE001 - a bad --only or --rerun, data that cannot be read:
         pass  # the checks below say what is wrong, where, before anything runs
     try:
         _run_checked(stdout, err, exp, runner_, experiment, out, only, device, fail_fast,
-                     no_report, threads, rerun, extend_edges, plugins)
+                     no_report, threads, rerun, extend_edges, plugins, defer)
     finally:
         runner_.close()
 
@@ -167,7 +172,7 @@ def run(experiment: str, out: str, only: Sequence[str], device: str | None, fail
 def _run_checked(stdout: Any, err: Any, exp: Experiment, runner_: Any, experiment: str,
                  out: str, only: Sequence[str], device: str | None, fail_fast: bool,
                  no_report: bool, threads: int | None, rerun: str | None, extend_edges: bool,
-                 plugins: Sequence[str]) -> None:
+                 plugins: Sequence[str], defer: bool = True) -> None:
     """``run`` once the experiment is loaded and its executor made (and warmed)."""
     from ..executors.runner import check_rerun, plan_units, run_experiment, select_variants
 
@@ -183,7 +188,8 @@ def _run_checked(stdout: Any, err: Any, exp: Experiment, runner_: Any, experimen
     for v in exp.variants:
         for w in v.warnings:
             err.print(f"warning: {escape(v.name)}: {escape(w)}", soft_wrap=True)
-    n_units = sum(u.variant.name in selected for u in plan_units(exp, device))
+    n_units = sum(u.variant.name in selected
+                  for u in plan_units(exp, device, defer=defer))
     where = f", {runner_.describe()}" if runner_.describe() else ""
     stdout.print(f"{escape(exp.name)}: {len(selected)} variant(s), {len(exp.seeds)} seed(s), "
                  f"{n_units} unit(s){where}")
@@ -215,9 +221,10 @@ def _run_checked(stdout: Any, err: Any, exp: Experiment, runner_: Any, experimen
                                       grow=grow)
 
             if not extend:
-                summary = run_once(exp)
+                summary = run_once(exp, _chooser(exp, out, plugins) if defer else None)
             elif runner_.feeds:  # each group's extension as soon as its grid is stored
-                summary = _run_growing(stdout, err, exp, run_once, extend, tuple(plugins), out)
+                summary = _run_growing(stdout, err, exp, run_once, extend, tuple(plugins), out,
+                                       defer)
             else:
                 summary = _run_extended(stdout, err, exp, run_once, extend, tuple(plugins))
     finally:
@@ -250,7 +257,8 @@ def _import_report_ahead() -> threading.Thread:
 
 
 def _run_growing(stdout: Any, err: Any, exp: Experiment, run_once: Any,
-                 extend: dict[str, int], plugins: tuple[str, ...], out: str) -> Any:
+                 extend: dict[str, int], plugins: tuple[str, ...], out: str,
+                 defer: bool = True) -> Any:
     """The run with edge extension inside it (:class:`variantlab.report.fair.extension.EdgeFeed`):
     each added value is printed as it is added."""
     from ..executors.runner import run_dir_for
@@ -261,11 +269,24 @@ def _run_growing(stdout: Any, err: Any, exp: Experiment, run_once: Any,
                      + "; ".join(escape(f"{e.group}: {e.axis}={e.value}") for e in added),
                      soft_wrap=True)
 
-    feed = EdgeFeed(exp, run_dir_for(exp, out), extend, plugins, said)
+    feed = EdgeFeed(exp, run_dir_for(exp, out), extend, plugins, said, defer=defer)
     summary = run_once(exp, feed)
     for line in feed.skipped:
         err.print(f"warning: edge extension: not added: {escape(line)}", soft_wrap=True)
     return summary
+
+
+def _chooser(exp: Experiment, out: str, plugins: Sequence[str]) -> Any:
+    """What makes each group's choice while the run goes on, so that a tuned sweep scores
+    its test split at the chosen settings only (an
+    :class:`~variantlab.report.fair.extension.EdgeFeed` with nothing to extend); None for
+    an experiment without a tuned axis."""
+    from ..executors.runner import run_dir_for
+    from ..report.fair.extension import EdgeFeed
+    from ..sweep.units import defers_test
+
+    return EdgeFeed(exp, run_dir_for(exp, out), {}, plugins, defer=True) \
+        if defers_test(exp) else None
 
 
 def _run_extended(stdout: Any, err: Any, exp: Experiment, run_once: Any,

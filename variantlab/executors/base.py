@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -51,6 +51,7 @@ class Feed(Protocol):
     now stands (the one worker processes rebuild)."""
 
     experiment: Experiment
+    tested: frozenset[tuple[str, int]]  # the (variant, seed) pairs given test units so far
 
     def __call__(self, unit: Unit | None) -> list[tuple[int, Unit]]: ...
 
@@ -83,6 +84,7 @@ class RunContext:
     run_dir: Path | None = None  # where the store is (OUT/<experiment name>)
     threads: int | None = None  # --threads: torch threads per process (None: the policy)
     feed: Feed | None = None  # units added while the run goes on (edge extension)
+    defer: bool = False  # a tuned sweep's test splits at the chosen settings only (plan_units)
 
 
 class Executor(ABC):
@@ -239,13 +241,19 @@ class ExperimentSource:
     extra_plugins: tuple[str, ...] = ()
     device: str | None = None
     plugin_paths: tuple[tuple[str, str], ...] = ()  # plugin -> file to import it from
+    defer: bool = False  # a tuned sweep's test splits are scored at the chosen settings
+    tested: tuple[tuple[str, int], ...] = ()  # ... of these (variant, seed) pairs
 
     @classmethod
     def of(cls, experiment: Experiment, extra_plugins: Sequence[str] = (),
-           device: str | None = None) -> ExperimentSource:
+           device: str | None = None, defer: bool = False,
+           tested: Collection[tuple[str, int]] = ()) -> ExperimentSource:
+        """The source of ``experiment`` as planned with ``defer`` and ``tested``
+        (:func:`~variantlab.sweep.units.plan_units`)."""
         path = getattr(experiment, "path", None)
         return cls(experiment.source_text, str(path) if path else "<string>",
-                   str(experiment.base_dir), tuple(extra_plugins), device)
+                   str(experiment.base_dir), tuple(extra_plugins), device, defer=defer,
+                   tested=tuple(sorted(tested)))
 
     def load(self, device: str | None = None) -> tuple[Experiment, dict[str, Unit]]:
         """The experiment and its units by key, as :func:`plan_units` gives them with
@@ -255,7 +263,8 @@ class ExperimentSource:
         exp = experiment_from_text(self.text, self.path, base_dir=self.base_dir,
                                    extra_plugins=self.extra_plugins, max_variants=None,
                                    plugin_paths=dict(self.plugin_paths))
-        return exp, {u.key: u for u in plan_units(exp, device or self.device)}
+        return exp, {u.key: u for u in plan_units(exp, device or self.device, defer=self.defer,
+                                                  tested=self.tested)}
 
 
 _LOADED: dict[tuple[ExperimentSource, str | None], tuple[Experiment, dict[str, Unit]]] = {}

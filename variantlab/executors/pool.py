@@ -172,7 +172,8 @@ class PoolExecutor(Executor):
             self._started()
             warm, self._warm = self._warm, None
             if not _pool(sink, work, self.workers, context,
-                         ExperimentSource.of(experiment, context.extra_plugins, context.device),
+                         ExperimentSource.of(experiment, context.extra_plugins, context.device,
+                                             defer=context.defer),
                          warm):
                 return False
         now = context.feed.experiment if context.feed is not None else experiment
@@ -254,7 +255,8 @@ def _pool(sink: ResultSink, work: Work, workers: int, context: RunContext,
     def add(new: list[tuple[int, Unit]]) -> None:
         nonlocal source
         if new and feed is not None:
-            source = ExperimentSource.of(feed.experiment, context.extra_plugins, context.device)
+            source = ExperimentSource.of(feed.experiment, context.extra_plugins, context.device,
+                                         defer=context.defer, tested=feed.tested)
         first_now = []
         for index, unit in new:
             if unit.serial:

@@ -23,7 +23,7 @@ from ..probes import checkpoint, run_probe
 from ..store.contract import RunMeta
 from ..store.store import STORE_FILE, Store, StoreWriteError
 from ..sweep.runfolder import open_run
-from ..sweep.units import Unit, plain, plan_units
+from ..sweep.units import TEST, Unit, plain, plan_units
 from ..version import __version__
 from .base import Executor, RunContext, make_executor
 from .threads import choose_threads, torch_threads
@@ -131,12 +131,16 @@ def run_experiment(
         options = {**({"workers": workers} if workers > 1 else {}), **(executor_options or {})}
         executor = make_executor(experiment.registry, executor, options)
     run_dir = run_dir_for(experiment, out)
-    plan = plan_units(experiment, device)
+    # a feed that makes each group's choice (EdgeFeed(defer=True)) scores a tuned sweep's
+    # test split at the chosen settings only
+    defer = executor.feeds and getattr(grow, "defer", False) is True
+    plan = plan_units(experiment, device, defer=defer)
     todo = [(i, u) for i, u in enumerate(u for u in plan if u.variant.name in selected)]
     again = {u.key for _, u in todo if rerun in ("all", u.probe)}
     summary = RunSummary(run_dir=run_dir, store=run_dir / STORE_FILE, total=len(todo))
     chosen = choose_threads(1, threads)  # this process's share; the pool asks for its own
-    context = RunContext(device, fail_fast, probe_fn, tuple(extra_plugins), run_dir, threads)
+    context = RunContext(device, fail_fast, probe_fn, tuple(extra_plugins), run_dir, threads,
+                         defer=defer)
     try:
         executor.prepare(experiment, todo, context)
         with open_run(run_dir, experiment_file(experiment)) as store:
@@ -146,14 +150,18 @@ def run_experiment(
                 [(u.key, u.variant.name, u.seed, u.probe) for u in plan],
             )
             sink = ResultSink(store, summary, progress or (lambda event: None), again)
+            growing = None
             if grow is not None and executor.feeds:
-                context = replace(context, feed=Growing(grow, experiment, store, summary,
-                                                        device, len(todo)))
+                growing = Growing(grow, experiment, store, summary, device, len(todo), plan,
+                                  defer)
+                context = replace(context, feed=growing)
             try:
                 with checkpoint.directory(executor.checkpoint_dir(run_dir),
                                           keep={u.key for _, u in todo}), \
                         torch_threads(chosen.count):
                     executor.run(sink, todo, experiment, context)
+                    if growing is not None:
+                        growing.settle(sink)
             except KeyboardInterrupt:
                 summary.interrupted = True
     except StoreWriteError as exc:  # a full disk: every unit stored so far is intact
@@ -165,12 +173,12 @@ def run_experiment(
 
 def pool_work_pending(experiment: Experiment, out: str | Path = "runs",
                       only: Sequence[str] = (), device: str | None = None,
-                      rerun: str | None = None) -> bool:
+                      rerun: str | None = None, defer: bool = True) -> bool:
     """Whether a run would hand any unit to worker processes: a non-serial unit of the
     selected variants not stored ok yet, or one ``rerun`` asks for. Read only; a store it
     cannot read counts as pending (the run itself then says what is wrong)."""
     selected = select_variants(experiment, only)
-    units = [u for u in plan_units(experiment, device)
+    units = [u for u in plan_units(experiment, device, defer=defer)
              if u.variant.name in selected and not u.serial]
     if any(rerun in ("all", u.probe) for u in units):
         return True
@@ -187,30 +195,51 @@ def pool_work_pending(experiment: Experiment, out: str | Path = "runs",
 
 class Growing:
     """A run's :class:`~variantlab.executors.base.Feed` while its experiment grows: the
-    variants ``grow`` adds are written to the store (variants and plan) and their units
-    indexed after those planned so far, counted in the summary's total."""
+    variants ``grow`` adds, and the test units of the (variant, seed) pairs in its
+    ``tested`` (the chosen settings whose test split is scored now,
+    :func:`variantlab.sweep.units.plan_units`), are written to the store (variants and plan)
+    and their units indexed after those planned so far, counted in the summary's total."""
 
     def __init__(self, grow: Callable[[Unit | None], Experiment | None], experiment: Experiment,
-                 store: Any, summary: RunSummary, device: str | None, count: int) -> None:
+                 store: Any, summary: RunSummary, device: str | None, count: int,
+                 plan: Sequence[Unit], defer: bool = True) -> None:
         self.grow, self.experiment, self.store, self.summary = grow, experiment, store, summary
-        self.device, self.count = device, count
-        self.names = {v.name for v in experiment.variants}
+        self.device, self.count, self.defer = device, count, defer
+        self.tested: frozenset[tuple[str, int]] = frozenset()
+        self.planned = {(u.variant.name, u.seed, u.probe) for u in plan}
 
     def __call__(self, unit: Unit | None) -> list[tuple[int, Unit]]:
         bigger = self.grow(unit)
-        if bigger is None:
+        tested = frozenset(getattr(self.grow, "tested", ()))
+        if bigger is None and tested == self.tested:
             return []
-        plan = plan_units(bigger, self.device)
-        self.store.write_experiment(experiment_meta(bigger), _variant_rows(bigger.variants),
+        self.experiment = bigger if bigger is not None else self.experiment
+        self.tested = tested
+        plan = plan_units(self.experiment, self.device, defer=self.defer, tested=tested)
+        self.store.write_experiment(experiment_meta(self.experiment),
+                                    _variant_rows(self.experiment.variants),
                                     [(u.key, u.variant.name, u.seed, u.probe) for u in plan])
-        added = {v.name for v in bigger.variants} - self.names
-        self.names |= added
-        self.experiment = bigger
-        new = [u for u in plan if u.variant.name in added]
+        new = [u for u in plan if (u.variant.name, u.seed, u.probe) not in self.planned]
+        self.planned |= {(u.variant.name, u.seed, u.probe) for u in new}
         out = list(enumerate(new, self.count))
         self.count += len(new)
         self.summary.total += len(new)
         return out
+
+    def settle(self, sink: ResultSink) -> None:
+        """After the run: remove the final weights kept for test units
+        (:func:`variantlab.probes.checkpoint.keep_weights`) that no unit of this run needs
+        any more: those of the groups whose choice was made (``grow``'s ``settled``
+        variants), except a chosen model whose test unit is not stored ok (a rerun scores
+        it from them)."""
+        settled = set(getattr(self.grow, "settled", ()))
+        plan = plan_units(self.experiment, self.device, defer=self.defer, tested=self.tested)
+        waiting = {u.settings.trained for u in plan
+                   if u.probe == TEST and not sink.stored_ok(u)}
+        for u in plan:
+            if u.variant.name in settled and getattr(u.settings, "test_split", None) == \
+                    "deferred" and u.key not in waiting:
+                checkpoint.drop_weights(u.key)
 
 
 def check_rerun(experiment: Experiment, rerun: str | None) -> None:

@@ -115,6 +115,9 @@ class ResultSink:
                 self.summary.warnings.append(note)
         if record.status == "ok":  # done: its mid-training checkpoint goes (a failed unit,
             checkpoint.remove(unit.key)  # a lost worker's among them, resumes from it)
+            trained = getattr(unit.settings, "trained", None)
+            if trained is not None:  # a test unit: the weights it scored are not needed
+                checkpoint.drop_weights(trained)
         self.rerun.discard(unit.key)  # computed now: a variant with the same spec reuses it
         self.statuses[unit.key] = record.status
         total = self.summary.total
@@ -144,7 +147,7 @@ def run_unit(unit: Unit, experiment: Experiment, probe_fn: Callable[..., list]) 
             warnings.simplefilter("always", CacheWarning)
             warnings.showwarning = _noting(notes, warnings.showwarning)
             rows = list(probe_fn(
-                unit.probe, unit.variant.spec, unit.settings, seed=unit.seed,
+                unit.measures, unit.variant.spec, unit.settings, seed=unit.seed,
                 data=getattr(unit.variant, "data", None) or experiment.data,
                 base_dir=Path(experiment.base_dir), device=unit.device,
                 registry=experiment.registry,

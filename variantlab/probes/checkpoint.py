@@ -149,6 +149,9 @@ class Checkpoints:
 
 _CURRENT: contextvars.ContextVar[Checkpoints | None] = contextvars.ContextVar(
     "variantlab_checkpoints", default=None)
+_UNIT: contextvars.ContextVar[str | None] = contextvars.ContextVar("variantlab_unit", default=None)
+#: a deferred training unit's final weights, kept for its test unit: ``KEY.weights``
+WEIGHTS = ".weights"
 
 
 def current() -> Checkpoints | None:
@@ -201,11 +204,74 @@ def for_unit(key: str) -> Iterator[Checkpoints | None]:
     steps, seconds = triggers()
     found = Checkpoints(where / f"{key}{SUFFIX}", steps, seconds) \
         if where is not None and (steps > 0 or seconds > 0) else None
-    token = _CURRENT.set(found)
+    token, unit = _CURRENT.set(found), _UNIT.set(key)
     try:
         yield found
     finally:
         _CURRENT.reset(token)
+        _UNIT.reset(unit)
+
+
+def weights_path(key: str) -> Path | None:
+    """Where the final weights of training unit ``key`` are kept for its test unit
+    (:func:`keep_weights`); None when the run has no checkpoint folder."""
+    where = folder()
+    return None if where is None else where / f"{key}{WEIGHTS}"
+
+
+def keep_weights(model: torch.nn.Module) -> None:
+    """Keep the running unit's final model state (``<checkpoint dir>/<unit key>.weights``,
+    written to a temporary file and renamed into place), for the unit that scores its test
+    split later (:mod:`variantlab.probes.training`, ``test_split: deferred``). Nothing when
+    the run has no checkpoint folder or the unit no key; a write the disk refuses is a
+    warning, and the test unit trains the model again."""
+    key = _UNIT.get()
+    path = weights_path(key) if key is not None else None
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save({"key": key, "model": model.state_dict()}, f)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        warnings.warn(f"cannot keep the final weights in {path.parent} "
+                      f"({exc.strerror or exc}); the test split will be scored after "
+                      "training this model again", CheckpointWarning, stacklevel=2)
+
+
+def kept_weights(key: str, model: torch.nn.Module) -> bool:
+    """Load the final weights training unit ``key`` kept (:func:`keep_weights`) into
+    ``model``; False (``model`` unchanged) when there are none, or they cannot be read or
+    are not this model's: the caller trains the model again."""
+    path = weights_path(key)
+    if path is None or not path.is_file():
+        return False
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict) or state.get("key") != key:
+            return False
+        want = {n: tuple(t.shape) for n, t in model.state_dict().items()}
+        got = {n: tuple(getattr(t, "shape", ())) for n, t in state["model"].items()}
+        if want != got:
+            return False
+        model.load_state_dict(state["model"])
+    except Exception:  # noqa: BLE001 - a damaged file: train again rather than fail
+        return False
+    return True
+
+
+def drop_weights(key: str) -> None:
+    """Remove the weights training unit ``key`` kept (its test unit is stored)."""
+    path = weights_path(key)
+    if path is not None:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -342,5 +408,6 @@ def resume_unit(saver: Checkpoints | None, model: torch.nn.Module, opt: Any, str
     return state["done"]
 
 
-__all__ = ["CheckpointWarning", "Checkpoints", "current", "directory", "environment_problem",
-           "for_unit", "misfit", "remove", "resume_unit", "save_unit"]
+__all__ = ["CheckpointWarning", "Checkpoints", "current", "directory", "drop_weights",
+           "environment_problem", "for_unit", "keep_weights", "kept_weights", "misfit",
+           "remove", "resume_unit", "save_unit", "weights_path"]

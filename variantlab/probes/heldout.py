@@ -215,19 +215,16 @@ class Curve:
             self.model.train()
 
 
-def final_rows(probe: str, val: Scores, test: Scores, curve: list[tuple[int, Scores]],
+def final_rows(probe: str, val: Scores, curve: list[tuple[int, Scores]],
                steps: int) -> list[Row]:
-    """The held-out rows of a run: final scores, curves (``curve``, scored on the curve's
+    """The validation rows of a run: final scores, curves (``curve``, scored on the curve's
     subset, then the final validation score at ``steps``, in place of a curve point there),
-    the curve's targets per point (``val_curve_tokens``) and ``steps_to_solve``."""
+    the curve's targets per point (``val_curve_tokens``) and ``steps_to_solve``; the test
+    split's are :func:`test_split_rows`."""
     rows = [row(probe, "eval_loss", val.loss), row(probe, "val_loss", val.loss),
-            row(probe, "test_loss", test.loss),
-            row(probe, "val_tokens", float(val.tokens), unit="count"),
-            row(probe, "test_tokens", float(test.tokens), unit="count")]
-    if val.recall is not None and test.recall is not None:
-        rows += [row(probe, "val_recall_accuracy", val.recall, unit="fraction"),
-                 row(probe, "test_recall_accuracy", test.recall, unit="fraction"),
-                 row(probe, "recall_accuracy", test.recall, unit="fraction")]
+            row(probe, "val_tokens", float(val.tokens), unit="count")]
+    if val.recall is not None:
+        rows.append(row(probe, "val_recall_accuracy", val.recall, unit="fraction"))
     if not curve:
         points = [(steps, val)]
     else:
@@ -239,6 +236,18 @@ def final_rows(probe: str, val: Scores, test: Scores, curve: list[tuple[int, Sco
     solved = solve_step([(at, s.recall) for at, s in points])
     if solved is not None:
         rows.append(row(probe, "steps_to_solve", float(solved), unit="count"))
+    return rows
+
+
+def test_split_rows(probe: str, test: Scores) -> list[Row]:
+    """The rows of the test split scored at the run's ``seq_len``: ``test_loss``,
+    ``test_tokens`` and, on recall data, ``test_recall_accuracy`` (``recall_accuracy``: its
+    older name)."""
+    rows = [row(probe, "test_loss", test.loss),
+            row(probe, "test_tokens", float(test.tokens), unit="count")]
+    if test.recall is not None:
+        rows += [row(probe, "test_recall_accuracy", test.recall, unit="fraction"),
+                 row(probe, "recall_accuracy", test.recall, unit="fraction")]
     return rows
 
 
@@ -281,5 +290,5 @@ def still_improving(losses: list[float]) -> bool:
     return fall > IMPROVING_SIGMAS * error
 
 
-__all__ = ["SOLVED", "Curve", "HeldOut", "Scores", "evaluate", "final_rows", "length_rows",
+__all__ = ["SOLVED", "Curve", "HeldOut", "Scores", "evaluate", "final_rows", "length_rows", "test_split_rows",
            "scores_held_out", "solve_step", "still_improving"]

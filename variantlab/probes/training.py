@@ -60,6 +60,7 @@ from pydantic import (
     field_validator,
     model_serializer,
 )
+from pydantic.json_schema import SkipJsonSchema
 
 from ..data import sources as datalib
 from ..model.build import make_model
@@ -73,7 +74,15 @@ from . import checkpoint
 from .common import autocast, resolve_device
 from .compiled import CompileError, compile_errors, compile_model, use_compile
 from .flops import model_flops_per_token
-from .heldout import Curve, HeldOut, final_rows, length_rows, scores_held_out, still_improving
+from .heldout import (
+    Curve,
+    HeldOut,
+    final_rows,
+    length_rows,
+    scores_held_out,
+    still_improving,
+    test_split_rows,
+)
 from .noise import step_noise
 from .params import non_embedding_params
 from .recipe import RECIPE_OPTIONS, RecipeSettings, lr_at, make_optimizer, planned_steps
@@ -110,7 +119,7 @@ class TrainingSettings(TrainRunSettings):
     """A short AdamW run with linear warm-up and gradient clipping."""
 
     added_options: ClassVar[tuple[str, ...]] = (*TrainRunSettings.added_options, "eval_every",
-                                                "eval_lengths")
+                                                "eval_lengths", "test_split", "trained")
     compile: bool | Literal["auto"] = Field(
         "auto", description="run the model under torch.compile: true, false, or auto (compile "
         "a run of at least 1,000 steps, where it pays back; eager again when compiling fails)")
@@ -122,6 +131,26 @@ class TrainingSettings(TrainRunSettings):
         "of these lengths (test_loss_at_N, test_tokens_at_N; recall data: "
         "test_recall_accuracy_at_N): length generalisation beyond seq_len; each at most "
         "the model's context_length")
+
+    # set by the run (plan_units), never by the YAML: left out of the JSON schema
+    test_split: SkipJsonSchema[Literal["scored", "deferred", "only"]] = Field(
+        "scored", description="set by variantlab run, not in YAML: scored (the test split "
+        "after training), deferred (a tuned sweep's unit: its test split is scored later, "
+        "by a unit of its own, only at its group's chosen setting) or only (that unit)")
+    trained: SkipJsonSchema[str | None] = Field(
+        None, description="set by variantlab run, not in YAML: with test_split: only, the "
+        "key of the training unit whose model it scores")
+
+    @field_validator("test_split", "trained")
+    @classmethod
+    def _set_by_the_run(cls, value: Any, info: ValidationInfo) -> Any:
+        """``test_split`` and ``trained`` are the run's to set (it plans the test units at
+        the chosen settings, :mod:`variantlab.sweep.units`), never the YAML's."""
+        if value not in (None, "scored"):
+            raise ValueError(f"{info.field_name} is set by variantlab run itself (a tuned "
+                             "sweep scores the test split at each group's chosen setting); "
+                             f"remove {info.field_name}")
+        return value
 
     @model_serializer(mode="wrap")
     def _omit_added_defaults(self, handler: Any) -> Any:
@@ -247,7 +276,53 @@ def run(
 def trained(settings: TrainingSettings, spec: ModelSpec, seed: int, data: Any,
             base_dir: Path | str, device: str | None, registry: Registry) -> list[Row]:
     """The rows of one training run, compiled or eager as ``settings.compile`` and its
-    steps say (:func:`variantlab.probes.compiled.use_compile`)."""
+    steps say (:func:`variantlab.probes.compiled.use_compile`). ``test_split: deferred``
+    scores no test split and keeps the final weights
+    (:func:`variantlab.probes.checkpoint.keep_weights`); ``only`` scores the test split of
+    the model the training unit ``trained`` kept (:func:`tested`)."""
+    if settings.test_split == "only":
+        return tested(settings, spec, seed, data, base_dir, device, registry)
+    return _trained(settings, spec, seed, data, base_dir, device, registry)[0]
+
+
+def tested(settings: TrainingSettings, spec: ModelSpec, seed: int, data: Any,
+           base_dir: Path | str, device: str | None, registry: Registry) -> list[Row]:
+    """The test rows of a deferred training unit (``test_loss``, ``test_tokens``, recall,
+    ``eval_lengths``): its kept final model, scored as the run would have scored it in
+    place (compiled when it trained compiled); when the weights are missing or unusable,
+    the model trained again from the same settings (training is deterministic, so the
+    model is the same). Nothing when the run ended in a non-finite loss (nor does a run
+    scored in place score one)."""
+    deferred = settings.model_copy(update={"test_split": "deferred", "trained": None})
+    dev, model, _, batches, loss = setup(spec, deferred, seed, data, base_dir, device, registry)
+    on = use_compile(deferred.compile, len(batches))
+    if settings.trained is None or not checkpoint.kept_weights(settings.trained, model):
+        rows, model = _trained(deferred, spec, seed, data, base_dir, device, registry,
+                               keep=False)
+        finals = [r["value"] for r in rows if r["metric"] == "final_loss"]
+        if not finals or not math.isfinite(finals[0]):
+            return []
+    compiled = compile_model(model, on)
+    held = HeldOut(data, spec, settings, base_dir, registry)
+    with compile_errors(on):
+        return test_rows(held, compiled, loss, dev, settings)
+
+
+def test_rows(held: HeldOut, model: torch.nn.Module, loss: Objective, dev: torch.device,
+              settings: TrainingSettings) -> list[Row]:
+    """The test split's rows of a trained ``model``: at ``seq_len`` and at each of
+    ``eval_lengths``."""
+    rows = test_split_rows("training", held.score("test", model, loss, dev))
+    for length in settings.eval_lengths or ():
+        rows += length_rows("training", length, held.score("test", model, loss, dev, length))
+    return rows
+
+
+def _trained(settings: TrainingSettings, spec: ModelSpec, seed: int, data: Any,
+             base_dir: Path | str, device: str | None, registry: Registry, keep: bool = True,
+             ) -> tuple[list[Row], torch.nn.Module]:
+    """The rows of a training run and its trained model (``keep``: a deferred run keeps
+    its final weights for its test unit)."""
     dev, model, opt, batches, loss = setup(spec, settings, seed, data, base_dir, device, registry)
     on = use_compile(settings.compile, len(batches))
     compiled = compile_model(model, on)
@@ -279,15 +354,15 @@ def trained(settings: TrainingSettings, spec: ModelSpec, seed: int, data: Any,
     rows += training_rows(log)
     if scores_held_out(settings) and math.isfinite(final):
         with compile_errors(on):
-            val, test = (held.score(split, compiled, loss, dev) for split in ("val", "test"))
-        rows += final_rows("training", val, test, curve.points, len(losses))
-        for length in settings.eval_lengths or ():
-            with compile_errors(on):
-                got = held.score("test", compiled, loss, dev, length)
-            rows += length_rows("training", length, got)
+            val = held.score("val", compiled, loss, dev)
+            rows += final_rows("training", val, curve.points, len(losses))
+            if settings.test_split == "scored":
+                rows += test_rows(held, compiled, loss, dev, settings)
+        if settings.test_split == "deferred" and keep:
+            checkpoint.keep_weights(model)
     test_set = held.batches("test") if scores_held_out(settings) and math.isfinite(final) else None
     rows += start_rows("training", spec, data, losses, step_noise(finite), test_set)
-    return rows
+    return rows, model
 
 
 def train(model: torch.nn.Module, compiled: torch.nn.Module, opt: Any,

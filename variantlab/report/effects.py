@@ -111,8 +111,13 @@ def find_grid(data: ReportData) -> Grid | None:
 def grid_values(data: ReportData, grid: Grid, per_seed: pd.DataFrame) -> pd.DataFrame:
     """Per-seed headline values of the grid's variants, with their run and axis values;
     the run's ``compare_on`` metric (its test value, when a probe's summary metrics have
-    it) leads."""
-    headlines = lead_with(data, grid, set(per_seed["metric"]))
+    it for every variant of the grid) leads."""
+    mine = per_seed[per_seed["variant"].isin(set(grid.cells["variant"]))]
+    every = set(grid.cells["variant"])
+    # a metric only some variants have (a tuned sweep's test split, scored at the chosen
+    # settings alone) cannot lead the grid's effects
+    present = {m for m, names in mine.groupby("metric")["variant"] if set(names) >= every}
+    headlines = lead_with(data, grid, present)
     wanted = [m for m, _, _ in headlines]
     part = per_seed[per_seed["metric"].isin(wanted)][["variant", "seed", "metric", "value"]]
     out = part.merge(grid.cells, on="variant", how="inner")

@@ -71,8 +71,15 @@ def measure_of(rows: pd.DataFrame) -> tuple[Measure, str] | None:
     """The measure the training rows are judged on and its column (None: no held-out
     number or no starting point recorded)."""
     present = set(rows["metric"])
+    judged = rows[rows["step"].isna()] if "step" in rows.columns else rows
+    has = judged.groupby("metric")["variant"].agg(set).to_dict() if len(judged) else {}
     for measure in (RECALL, LOSS):
-        column = next((c for c in measure.columns if c in present), None)
+        scored = [c for c in measure.columns if c in present]
+        every = set().union(*(has.get(c, set()) for c in scored))
+        # the first column every variant has (a tuned sweep scores its test split at the
+        # chosen settings only: its validation column then judges every variant alike)
+        column = next((c for c in scored if has.get(c, set()) >= every), None) or \
+            next(iter(scored), None)
         if column is not None and present & set(measure.start):
             return measure, column
     return None

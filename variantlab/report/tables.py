@@ -279,7 +279,7 @@ def summary_section(data: ReportData, summary: pd.DataFrame, section: str, title
     part = summary[summary["section"] == section]
     if not len(part):
         return None
-    metrics = list(dict.fromkeys(zip(part["metric"], part["label"], part["unit"])))
+    metrics = beside_val(list(dict.fromkeys(zip(part["metric"], part["label"], part["unit"]))))
     columns = ["variant", "n"] + ([column[0]] if column else []) + [
         f"{label} ({unit})" if unit not in ("", "x", "count") else label
         for _, label, unit in metrics]
@@ -298,6 +298,30 @@ def summary_section(data: ReportData, summary: pd.DataFrame, section: str, title
         body.append(cells)
     return Table(title, columns, body,
                  f"{note}; (×r) is the ratio to the baseline {data.baseline}.")
+
+
+def beside_val(metrics: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """``metrics`` (name first) with each ``test_X`` right after its ``val_X`` (or
+    ``eval_X``): where the columns stand does not depend on whether the test split was
+    scored in the training unit or in a test unit after it (a tuned sweep's chosen
+    settings, which the first variant may not be)."""
+    names = {m[0] for m in metrics}
+
+    def twin(name: str) -> str | None:
+        rest = name.removeprefix("test_")
+        return next((p + rest for p in ("val_", "eval_") if p + rest in names), None) \
+            if name.startswith("test_") else None
+
+    after: dict[str, list[tuple[str, str, str]]] = {}
+    for m in metrics:
+        lead = twin(m[0])
+        if lead is not None:
+            after.setdefault(lead, []).append(m)
+    out: list[tuple[str, str, str]] = []
+    for m in metrics:
+        if twin(m[0]) is None:
+            out += [m, *after.get(m[0], [])]
+    return out
 
 
 def variant_table(data: ReportData) -> Table:

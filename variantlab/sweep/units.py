@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -72,17 +72,56 @@ class Unit:
     settings: Any
     device: str | None
     serial: bool = False  # the probe's units run last, one at a time (timing)
+    runs: str | None = None  # the registered probe it runs, when not ``probe`` (test units)
 
     @property
     def title(self) -> str:
         return f"{self.variant.name} seed={self.seed} {self.probe}"
 
+    @property
+    def measures(self) -> str:
+        """The registered probe the unit runs."""
+        return self.runs or self.probe
 
-def plan_units(experiment: Experiment, device: str | None = None) -> list[Unit]:
+
+#: a test unit's probe name in the store: the test split of a deferred training unit
+TEST = "test"
+TRAINING = "training"
+
+
+def defers_test(experiment: Experiment) -> bool:
+    """Whether a run that can add units as it goes (the in-process and pool executors)
+    scores the test split of the experiment's training units only at each group's chosen
+    setting: when the experiment has a tuned axis (:mod:`variantlab.config.roles`), so that
+    its report chooses settings on validation and reports the test split of the chosen one
+    alone (:mod:`variantlab.report.fair.tuned`)."""
+    from ..config.roles import TUNED
+
+    roles = getattr(experiment, "roles", None) or {}
+    return any(role == TUNED for role in roles.values())
+
+
+def deferrable(probe: str, settings: Any) -> bool:
+    """Whether a unit of ``probe`` with ``settings`` scores a test split that can be
+    deferred: the training probe, scoring held-out splits."""
+    return probe == TRAINING and getattr(settings, "test_split", None) == "scored" \
+        and getattr(settings, "eval_batches", None) != 0
+
+
+def plan_units(experiment: Experiment, device: str | None = None, *, defer: bool = False,
+               tested: Collection[tuple[str, int]] = ()) -> list[Unit]:
     """Every unit of the experiment in a fixed order: variant, then seed, then probe; the
     units of serial probes (timing) last, interleaved (seed, then variant): a variant's
     timings then sit next to the other variants' in time, so the machine's drift hits
-    them alike (the process pool also keeps them out)."""
+    them alike (the process pool also keeps them out).
+
+    ``defer`` (a run that can add units as it goes) and an experiment with a tuned axis
+    (:func:`defers_test`): the training units score no test split (``test_split:
+    deferred`` in their settings, so in their keys) and keep their final weights; for each
+    (variant, seed) of ``tested`` (the run's choice: :class:`~variantlab.report.fair.
+    extension.EdgeFeed`) a *test* unit after them scores that model's test split (probe
+    ``test`` in the store, its rows the training probe's; its key hashes the training
+    unit's)."""
     def data_key(data: Any) -> Any:
         out = plain(data)
         content = data_fingerprint(data, experiment.base_dir)
@@ -92,7 +131,9 @@ def plan_units(experiment: Experiment, device: str | None = None) -> list[Unit]:
     base = experiment.measure.probes()
     registry = experiment.registry
     found = {name: registry.probe(name, ("measure", name)) for name in base}
-    units = []
+    deferring = defer and defers_test(experiment)
+    asked = set(tested)
+    units, tests = [], []
     for variant in experiment.variants:
         spec_data = variant.spec.to_data()
         # a variant's setting axes (measure.<probe>.<key>) change its probes' settings
@@ -106,12 +147,20 @@ def plan_units(experiment: Experiment, device: str | None = None) -> list[Unit]:
                            **probe_code(probe, registry)}
                 code = {**environment(), "plugins": plugins} if plugins else environment()
                 dev = resolve_device(probe, settings, device)
+                later = deferring and deferrable(name, settings)
+                if later:
+                    settings = settings.model_copy(update={"test_split": "deferred"})
                 key = unit_key(spec_data, name, plain(settings), dev, data_in_key, seed,
                                code=code)
                 units.append(Unit(key, variant, seed, name, settings, dev, probe.serial))
+                if later and (variant.name, seed) in asked:
+                    only = settings.model_copy(update={"test_split": "only", "trained": key})
+                    tests.append(Unit(unit_key(spec_data, TEST, plain(only), dev, data_in_key,
+                                               seed, code=code),
+                                      variant, seed, TEST, only, dev, runs=name))
     seeds = list(experiment.seeds)
     rank = {v.name: i for i, v in enumerate(experiment.variants)}
     first = [u for u in units if not u.serial]
     last = sorted((u for u in units if u.serial),
                   key=lambda u: (seeds.index(u.seed), rank[u.variant.name], u.probe))
-    return first + last
+    return first + tests + last

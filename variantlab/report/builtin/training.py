@@ -54,7 +54,20 @@ def metrics(data: ReportData) -> pd.DataFrame:
 
 
 def section(data: ReportData, summary: pd.DataFrame) -> Table | None:
-    return summary_section(data, summary, PROBE, "Training", NOTE)
+    note = NOTE + ("; test loss only at each group's chosen setting (a tuned sweep scores "
+                   "the test split there alone; —: not scored)" if partly_tested(data) else "")
+    return summary_section(data, summary, PROBE, "Training", note)
+
+
+def partly_tested(data: ReportData) -> bool:
+    """Whether some variants have a validation loss and no test loss while others have
+    both: a tuned sweep whose test split was scored at the chosen settings only
+    (:func:`variantlab.sweep.units.plan_units`)."""
+    rows = data.rows
+    mine = rows[rows["probe"] == PROBE]
+    val = set(mine.loc[mine["metric"] == "val_loss", "variant"])
+    test = set(mine.loc[mine["metric"] == "test_loss", "variant"])
+    return bool(test) and bool(val - test)
 
 
 def loss_plot(data: ReportData) -> Plot:

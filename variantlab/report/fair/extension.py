@@ -197,12 +197,19 @@ class EdgeFeed:
     probe refuses is skipped, as in :func:`run_extended`). It reads the run's store only
     when a group may have just been completed: at the start, and when the stored unit was
     the last training unit of its group still missing. Returns the experiment with the
-    added variants, or None when nothing was added."""
+    added variants, or None when nothing was added.
+
+    It also makes each group's choice as soon as the group is complete and extends no
+    further: the chosen variant's (variant, seed) pairs join :attr:`tested`, whose test
+    units the run then adds (:func:`variantlab.sweep.units.plan_units`: a tuned sweep's
+    training units score their test split only there) when ``defer`` is set (the run then
+    plans its training units that way); with ``extend`` empty that is all it does."""
 
     def __init__(self, experiment: Experiment, run_dir: Path | str, extend: Mapping[str, int],
                  extra_plugins: Sequence[str] = (),
-                 on_added: Callable[[int, list[Extension]], None] | None = None) -> None:
-        self.experiment, self.run_dir = experiment, Path(run_dir)
+                 on_added: Callable[[int, list[Extension]], None] | None = None,
+                 defer: bool = False) -> None:
+        self.experiment, self.run_dir, self.defer = experiment, Path(run_dir), defer
         self.extend, self.extra_plugins = dict(extend), tuple(extra_plugins)
         self.on_added = on_added
         self.rounds: list[list[Extension]] = []  # what each call added, in order
@@ -210,14 +217,18 @@ class EdgeFeed:
         self.tried: set[str] = set()  # added variants' names, accepted or not
         self.group_of: dict[str, str] | None = None  # variant -> group (None: not read yet)
         self.stored: set[str] = set()  # training unit keys stored in this run
+        #: (variant, seed) pairs whose test split is scored: each finished group's choice
+        self.tested: set[tuple[str, int]] = set()
+        self.settled: set[str] = set()  # the variants of those groups
         self.keys = self._training_keys()
 
     def _training_keys(self) -> dict[str, list[str]]:
-        """Variant -> the keys of its training units (one per seed)."""
+        """Variant -> the keys of its training units (one per seed), as the run plans them
+        (``defer``: their test splits scored at the chosen settings only)."""
         from ...sweep.units import plan_units
 
         out: dict[str, list[str]] = {}
-        for unit in plan_units(self.experiment):
+        for unit in plan_units(self.experiment, defer=self.defer):
             if unit.probe == TRAINING:
                 out.setdefault(unit.variant.name, []).append(unit.key)
         return out
@@ -254,6 +265,27 @@ class EdgeFeed:
         order = list(self.experiment.roles)
         new = [e for e in beyond(sweep, overrides, self.extend, order, names)
                if e.group in ready and e.name not in self.tried]
+        bigger = self._extend(new)
+        growing = {e.group for e in self.rounds[-1]} if bigger is not None else set()
+        self._choose(data, sweep, ready - growing)  # the others have their choice: test it
+        return bigger
+
+    def _choose(self, data: Any, sweep: Sweep, ready: set[str]) -> None:
+        """Give the chosen setting of each group of ``ready`` (complete, extending no
+        further) its test units: one per seed (:attr:`tested`); the group's variants are
+        :attr:`settled`."""
+        stored = dict(zip(data.variants["variant"], data.variants["stored_name"]))
+        for group in ready:
+            members = sweep.cells.loc[sweep.cells["arch"] == group, "variant"]
+            self.settled |= {str(stored.get(v, v)) for v in members}
+            chosen = choose(sweep, group)
+            if chosen is not None:
+                name = str(stored.get(chosen["variant"], chosen["variant"]))
+                self.tested |= {(name, int(seed)) for seed in self.experiment.seeds}
+
+    def _extend(self, new: list[Extension]) -> Experiment | None:
+        """Add the values of ``new`` that pass the checks (:func:`extension_problems`);
+        the experiment with them, or None when none was added."""
         accepted: list[Extension] = []
         for ext in new:
             self.tried.add(ext.name)
@@ -271,7 +303,7 @@ class EdgeFeed:
             return None
         self.experiment = with_variants(self.experiment, accepted, self.extra_plugins)
         self.keys = self._training_keys()
-        self.group_of.update({ext.name: ext.group for ext in accepted})
+        self.group_of = {**(self.group_of or {}), **{ext.name: ext.group for ext in accepted}}
         self.rounds.append(accepted)
         if self.on_added is not None:
             self.on_added(len(self.rounds), accepted)
