@@ -279,23 +279,34 @@ def _pool(sink: ResultSink, work: Work, workers: int, context: RunContext,
     in_flight: dict[Future, tuple[int, Unit, str, float]] = {}
     processes: dict[int, Any] = {}  # pid -> Process, to say which one died
     stopped = False
+
+    def hand_out() -> None:
+        """Give every free worker its next unit."""
+        while queue and not stopped and len(in_flight) < n:
+            index, unit, where = queue.popleft()
+            sink.start(index, unit)
+            task = pool.submit(_compute, unit.key, where, threads, context.probe_fn,
+                               dict(os.environ))
+            in_flight[task] = (index, unit, now_iso(), time.perf_counter())
+
     try:
         while queue or in_flight:
-            while queue and not stopped and len(in_flight) < n:
-                index, unit, where = queue.popleft()
-                sink.start(index, unit)
-                task = pool.submit(_compute, unit.key, where, threads, context.probe_fn,
-                                   dict(os.environ))
-                in_flight[task] = (index, unit, now_iso(), time.perf_counter())
+            hand_out()
             processes.update(getattr(pool, "_processes", None) or {})
             if not in_flight:
                 break
             done, _ = wait(list(in_flight), timeout=1.0, return_when=FIRST_COMPLETED)
+            stored = []
             for future in sorted(done, key=lambda f: in_flight[f][0]):
                 index, unit, started, t0 = in_flight.pop(future)
                 record, rows, broken = _outcome(future, unit, started, t0, processes)
                 ok = store_result(sink, index, unit, record, rows, work.twins, context.fail_fast)
                 stopped = stopped or broken or (context.fail_fast and not ok)
+                stored.append(unit)
+            # the freed workers go on first: the feed reads the store (about 0.5 s for a
+            # tuned sweep's group), and what it adds waits for the next free worker
+            hand_out()
+            for unit in stored:
                 if not stopped:
                     add(fed(sink, feed, unit))
     finally:  # done, or Ctrl-C, SIGTERM, a store that cannot be written: stop now
