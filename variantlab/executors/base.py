@@ -61,8 +61,15 @@ def fed(sink: ResultSink, feed: Feed | None, unit: Unit | None) -> list[tuple[in
     are reported skipped and fed on in turn."""
     if feed is None:
         return []
+    return sorted_out(sink, feed, feed(unit))
+
+
+def sorted_out(sink: ResultSink, feed: Feed, added: list[tuple[int, Unit]]
+               ) -> list[tuple[int, Unit]]:
+    """Of the units ``feed`` added, those to compute: one stored already is reported
+    skipped, and what ``feed`` adds after it is sorted out in turn."""
     out: list[tuple[int, Unit]] = []
-    todo = deque(feed(unit))
+    todo = deque(added)
     while todo:
         index, new = todo.popleft()
         if sink.stored_ok(new):

@@ -59,7 +59,13 @@ import traceback
 import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    Future,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+    wait,
+)
 from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +83,7 @@ from .base import (
     compute,
     fed,
     rebuilt,
+    sorted_out,
     split_units,
     store_result,
 )
@@ -279,6 +286,19 @@ def _pool(sink: ResultSink, work: Work, workers: int, context: RunContext,
     in_flight: dict[Future, tuple[int, Unit, str, float]] = {}
     processes: dict[int, Any] = {}  # pid -> Process, to say which one died
     stopped = False
+    # the feed's decisions (reading the store, about 0.5 s for a tuned sweep's group) run in
+    # a thread of their own, one at a time and in order, while the workers go on
+    decide = getattr(feed, "decide", None)
+    feeder = ThreadPoolExecutor(1, thread_name_prefix="variantlab-feed") \
+        if decide is not None else None
+    deciding: deque[Future] = deque()
+
+    def decided() -> None:
+        """Add what the finished decisions add, in the order they were asked for."""
+        while deciding and deciding[0].done() and feed is not None:
+            decision = deciding.popleft().result()  # a feed that raised: the run stops
+            if not stopped:
+                add(sorted_out(sink, feed, feed.apply(decision)))  # type: ignore[attr-defined]
 
     def hand_out() -> None:
         """Give every free worker its next unit."""
@@ -290,26 +310,32 @@ def _pool(sink: ResultSink, work: Work, workers: int, context: RunContext,
             in_flight[task] = (index, unit, now_iso(), time.perf_counter())
 
     try:
-        while queue or in_flight:
+        while queue or in_flight or deciding:
+            decided()
             hand_out()
             processes.update(getattr(pool, "_processes", None) or {})
-            if not in_flight:
+            if not in_flight and not deciding:
                 break
-            done, _ = wait(list(in_flight), timeout=1.0, return_when=FIRST_COMPLETED)
+            done, _ = wait([*in_flight, *deciding], timeout=1.0, return_when=FIRST_COMPLETED)
             stored = []
-            for future in sorted(done, key=lambda f: in_flight[f][0]):
+            for future in sorted((f for f in done if f in in_flight),
+                                 key=lambda f: in_flight[f][0]):
                 index, unit, started, t0 = in_flight.pop(future)
                 record, rows, broken = _outcome(future, unit, started, t0, processes)
                 ok = store_result(sink, index, unit, record, rows, work.twins, context.fail_fast)
                 stopped = stopped or broken or (context.fail_fast and not ok)
                 stored.append(unit)
-            # the freed workers go on first: the feed reads the store (about 0.5 s for a
-            # tuned sweep's group), and what it adds waits for the next free worker
-            hand_out()
+            hand_out()  # the freed workers go on first; what the feed adds comes next
             for unit in stored:
-                if not stopped:
+                if stopped:
+                    break
+                if feeder is not None and decide is not None:
+                    deciding.append(feeder.submit(decide, unit))
+                else:
                     add(fed(sink, feed, unit))
     finally:  # done, or Ctrl-C, SIGTERM, a store that cannot be written: stop now
+        if feeder is not None:
+            feeder.shutdown(wait=True, cancel_futures=True)
         _terminate(pool)
     return not stopped
 

@@ -209,8 +209,21 @@ class Growing:
         self.planned = {(u.variant.name, u.seed, u.probe) for u in plan}
 
     def __call__(self, unit: Unit | None) -> list[tuple[int, Unit]]:
+        return self.apply(self.decide(unit))
+
+    def decide(self, unit: Unit | None) -> tuple[Experiment | None, frozenset[tuple[str, int]]]:
+        """What ``grow`` makes of ``unit`` being stored: the experiment with the variants it
+        adds (None: none) and the (variant, seed) pairs to test so far. It reads the store
+        with a connection of its own and writes nothing, so the pool runs it in a thread of
+        its own (one call at a time) while the workers go on."""
         bigger = self.grow(unit)
-        tested = frozenset(getattr(self.grow, "tested", ()))
+        return bigger, frozenset(getattr(self.grow, "tested", ()))
+
+    def apply(self, decision: tuple[Experiment | None, frozenset[tuple[str, int]]]
+              ) -> list[tuple[int, Unit]]:
+        """The units a decision (:meth:`decide`) adds, written to the store's plan and
+        indexed after the others."""
+        bigger, tested = decision
         if bigger is None and tested == self.tested:
             return []
         self.experiment = bigger if bigger is not None else self.experiment

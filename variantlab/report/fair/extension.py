@@ -264,7 +264,7 @@ class EdgeFeed:
         names = value_names(doc.data) if doc is not None else {}
         order = list(self.experiment.roles)
         new = [e for e in beyond(sweep, overrides, self.extend, order, names)
-               if e.group in ready and e.name not in self.tried]
+               if e.group in ready and e.name not in self.tried] if self.extend else []
         bigger = self._extend(new)
         growing = {e.group for e in self.rounds[-1]} if bigger is not None else set()
         self._choose(data, sweep, ready - growing)  # the others have their choice: test it
@@ -276,8 +276,11 @@ class EdgeFeed:
         :attr:`settled`."""
         stored = dict(zip(data.variants["variant"], data.variants["stored_name"]))
         for group in ready:
-            members = sweep.cells.loc[sweep.cells["arch"] == group, "variant"]
-            self.settled |= {str(stored.get(v, v)) for v in members}
+            members = {str(stored.get(v, v))
+                       for v in sweep.cells.loc[sweep.cells["arch"] == group, "variant"]}
+            if members <= self.settled:
+                continue  # chosen at an earlier read, and nothing was added to it since
+            self.settled |= members
             chosen = choose(sweep, group)
             if chosen is not None:
                 name = str(stored.get(chosen["variant"], chosen["variant"]))
