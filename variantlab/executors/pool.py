@@ -34,6 +34,12 @@ worker; at most ``N`` units are in flight, so it is running). Resume, ``--only``
 isolation and ``--fail-fast`` behave as in process; with ``--fail-fast`` the units already
 running finish and are stored, nothing new starts.
 
+A run that adds units as it goes (edge extension, a tuned sweep's test units:
+:class:`~variantlab.executors.runner.Growing`) asks its feed after each stored unit. The
+feed reads the store (about 0.5 s for a tuned sweep's group), so the driver hands the freed
+workers their next units first and asks the feed in a thread of its own, one question at a
+time and answered in order; what it adds is handed out next.
+
 Units of serial probes (``timing``) never run concurrently with anything: concurrent work would distort the
 timings. The driver runs them itself, one at a time, after the pool has finished.
 
