@@ -131,7 +131,8 @@ def test_a_tuning_sweep_runs_end_to_end_and_resumes(tmp_path):
     first = CliRunner().invoke(main, ["run", str(path), "--out", str(out)])
     assert first.exit_code == 0, first.output
     again = CliRunner().invoke(main, ["run", str(path), "--out", str(out)])
-    assert again.exit_code == 0 and "24 unit(s): 0 computed, 24 stored already" in again.output
+    # 24 units, and a test unit per seed of each activation's chosen rate (stored too)
+    assert again.exit_code == 0 and "30 unit(s): 0 computed, 30 stored already" in again.output
     rows = vl.results(out / "demo")
     assert "measure.training.lr" in rows.columns
     train = rows[rows["probe"] == "training"]

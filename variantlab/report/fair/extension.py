@@ -240,6 +240,8 @@ class EdgeFeed:
             return True
         group = self.group_of.get(unit.variant.name)
         mates = [v for v, g in self.group_of.items() if g == group]
+        if mates and all(v in self.settled for v in mates):
+            return False  # chosen already, nothing added since (a rerun's stored units)
         return group is not None and all(k in self.stored for v in mates
                                          for k in self.keys.get(v, []))
 
