@@ -104,8 +104,10 @@ def defers_test(experiment: Experiment) -> bool:
 def deferrable(probe: str, settings: Any) -> bool:
     """Whether a unit of ``probe`` with ``settings`` scores a test split that can be
     deferred: the training probe, scoring held-out splits."""
+    from ..probes.heldout import scores_held_out
+
     return probe == TRAINING and getattr(settings, "test_split", None) == "scored" \
-        and getattr(settings, "eval_batches", None) != 0
+        and scores_held_out(settings)
 
 
 def plan_units(experiment: Experiment, device: str | None = None, *, defer: bool = False,
