@@ -6,7 +6,12 @@ forward+backward (``backward`` pass), their ratio, and the compile time of the c
 run's first call (``backward_compile_s``). Eager and compiled alternate per variant so
 drift of a shared machine hits both alike.
 
-    .venv/bin/python benchmarks/compile.py [--threads 1] [--repeats 10] [--markdown F]
+    .venv/bin/python benchmarks/compile.py [--threads 1] [--repeats 10] [--device cpu]
+        [--markdown F]
+
+``--device cuda`` measures the same models on a GPU (the timing probe synchronises the
+device around each timed block), where the question is whether compiling pays at all
+for models this small.
 """
 
 from __future__ import annotations
@@ -32,9 +37,9 @@ VARIANTS = {
 }
 
 
-def measure(model: dict, compile_: bool, repeats: int) -> dict[str, float]:
+def measure(model: dict, compile_: bool, repeats: int, device: str) -> dict[str, float]:
     settings = {"batch_size": 4, "seq_len": 64, "passes": ["backward"], "warmup": 3,
-                "repeats": repeats, "device": "cpu", "compile": compile_}
+                "repeats": repeats, "device": device, "compile": compile_}
     rows = run_probe("timing", model, settings, seed=0, registry=REG)
     return {r["metric"]: r["value"] for r in rows if r["scope"] == "model"}
 
@@ -43,11 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     ap.add_argument("--repeats", type=int, default=10, help="timed blocks per run")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     ap.add_argument("--markdown", help="also write the table to this file")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     lines = [
-        f"{device_name(torch.device('cpu'))}, torch {torch.__version__}, Python "
+        f"{device_name(torch.device(args.device))}, torch {torch.__version__}, Python "
         f"{platform.python_version()}, {args.threads} thread(s); gpt emb_dim 64, 2 layers, "
         "4 heads, vocab 1024, batch 4 x 64 tokens, float32, forward+backward",
         "",
@@ -57,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for name, over in VARIANTS.items():
         model = {**BASE, **over}
-        eager = measure(model, False, args.repeats)
-        compiled = measure(model, True, args.repeats)
+        eager = measure(model, False, args.repeats, args.device)
+        compiled = measure(model, True, args.repeats, args.device)
         e, c = eager["backward_median_s"], compiled["backward_median_s"]
         lines.append(f"| {name} | {e * 1e3:.3f} | {c * 1e3:.3f} | {c / e:.3f} | "
                      f"{compiled['backward_compile_s']:.1f} |")
