@@ -130,6 +130,32 @@ def test_a_run_removes_checkpoints_when_units_are_stored_and_keys_ignore_them(tm
     assert checkpoint.DIR_VAR not in os.environ
 
 
+def test_a_run_keeps_only_what_its_units_can_use_in_the_checkpoint_folder(tmp_path):
+    exp_file = tmp_path / "exp.yaml"
+    exp_file.write_text(EXP.replace("STEPS", "4"))
+    exp = load_experiment(exp_file)
+    keys = [u.key for u in plan_units(exp)]
+    rms = next(u.key for u in plan_units(exp) if u.variant.name != exp.variants[0].name)
+    folder = tmp_path / "runs" / "demo" / "checkpoints"
+    folder.mkdir(parents=True)
+    files = {
+        "old.pt": False, "old.weights": False,  # keys no longer planned
+        f"{rms}.pt": True,  # the variant --only leaves out: still planned, still usable
+        f"{rms}.weights": True,
+        f".{keys[0]}.weights.x1.tmp": False,  # this run's key: a write that was cut off
+        ".other.pt.x2.tmp": True,  # another run's key, fresh: it may be writing it now
+        ".other.weights.x3.tmp": False,  # another run's, hours old: left from a kill
+        "notes.txt": True,  # not the folder's kind of file
+    }
+    for name in files:
+        (folder / name).write_bytes(b"x")
+    hours_ago = time.time() - 2 * checkpoint.STALE_TMP_S
+    os.utime(folder / ".other.weights.x3.tmp", (hours_ago, hours_ago))
+    summary = run_experiment(exp, tmp_path / "runs", only=[exp.variants[0].name])
+    assert summary.ok
+    assert {p.name for p in folder.iterdir()} == {n for n, kept in files.items() if kept}
+
+
 def frame_rows(run: Path):
     frame = vl.results(run).drop(columns=["run"], errors="ignore")
     return frame.sort_values(list(frame.columns)).reset_index(drop=True)

@@ -156,8 +156,9 @@ def run_experiment(
                                   defer)
                 context = replace(context, feed=growing)
             try:
+                # every planned key, --only's others too: their checkpoints stay usable
                 with checkpoint.directory(executor.checkpoint_dir(run_dir),
-                                          keep={u.key for _, u in todo}), \
+                                          keep={u.key for u in plan}), \
                         torch_threads(chosen.count):
                     executor.run(sink, todo, experiment, context)
                     if growing is not None:

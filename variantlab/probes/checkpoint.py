@@ -152,6 +152,8 @@ _CURRENT: contextvars.ContextVar[Checkpoints | None] = contextvars.ContextVar(
 _UNIT: contextvars.ContextVar[str | None] = contextvars.ContextVar("variantlab_unit", default=None)
 #: a deferred training unit's final weights, kept for its test unit: ``KEY.weights``
 WEIGHTS = ".weights"
+#: a temporary file of another run's key older than this (seconds) is left from a kill
+STALE_TMP_S = 3600.0
 
 
 def current() -> Checkpoints | None:
@@ -277,17 +279,16 @@ def drop_weights(key: str) -> None:
 @contextlib.contextmanager
 def directory(path: Path | None, keep: set[str] | None = None) -> Iterator[None]:
     """Run with checkpoints in ``path`` (None: none): sets ``VARIANTLAB_CHECKPOINT_DIR`` for
-    this process and the workers it starts; removes checkpoints of keys not in ``keep``."""
+    this process and the workers it starts. With ``keep`` (the keys the run plans), it first
+    removes what no unit of the run can use: checkpoints and kept final weights of other
+    keys (changed code or settings), and the temporary files of a write that was cut off."""
     before = os.environ.get(DIR_VAR)
     if path is None:
         os.environ.pop(DIR_VAR, None)
     else:
         os.environ[DIR_VAR] = str(path)
         if keep is not None and path.is_dir():
-            for stale in path.glob(f"*{SUFFIX}"):
-                if stale.name.removesuffix(SUFFIX) not in keep:
-                    with contextlib.suppress(OSError):  # a read-only folder keeps it
-                        stale.unlink(missing_ok=True)
+            _remove_stale(path, keep)
     try:
         yield
     finally:
@@ -295,6 +296,24 @@ def directory(path: Path | None, keep: set[str] | None = None) -> Iterator[None]
             os.environ.pop(DIR_VAR, None)
         else:
             os.environ[DIR_VAR] = before
+
+
+def _remove_stale(path: Path, keep: set[str]) -> None:
+    stale = [p for suffix in (SUFFIX, WEIGHTS) for p in path.glob(f"*{suffix}")
+             if p.name.removesuffix(suffix) not in keep]
+    # ".KEY.pt.XXXX.tmp" / ".KEY.weights.XXXX.tmp", written and renamed by one unit: one of
+    # this run's keys is from a process killed mid-write (no unit runs yet); another key's
+    # may be a run sharing the folder (Ray's --checkpoint-dir) writing now, unless it is old
+    now = time.time()
+    for p in path.glob(".*.tmp"):
+        key = next((p.name[1:].split(suffix + ".", 1)[0] for suffix in (SUFFIX, WEIGHTS)
+                    if suffix + "." in p.name), None)
+        with contextlib.suppress(OSError):
+            if key is not None and (key in keep or now - p.stat().st_mtime > STALE_TMP_S):
+                stale.append(p)
+    for found in stale:
+        with contextlib.suppress(OSError):  # a read-only folder keeps it
+            found.unlink(missing_ok=True)
 
 
 def remove(key: str) -> None:
