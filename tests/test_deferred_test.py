@@ -203,3 +203,22 @@ def test_the_choice_is_tested_after_the_groups_extension(tmp_path):
     assert set(test["variant"]) == {"activation.kind=gelu,measure.training.lr=0.1",
                                     "activation.kind=relu,measure.training.lr=0.01"}
     assert all(math.isfinite(v) for v in test["value"])
+
+
+def test_only_on_part_of_a_group_says_its_test_waits_and_the_full_run_scores_it(tmp_path):
+    from conftest import invoke
+
+    path = tmp_path / "deferred.yaml"
+    path.write_text(SWEEP)
+    out = tmp_path / "runs"
+    part = invoke("run", path, "--out", out, "--no-report", "--only", "measure.training.lr=0.001")
+    assert part.exit_code == 0, part.output
+    assert "note: --only: 1 variant(s) (measure.training.lr=0.001) belong to tuned groups " \
+           "with settings not stored yet" in part.output
+    assert not any(m == "test_loss" for (_, _, m) in scores(out / "deferred"))
+    full = invoke("run", path, "--out", out, "--no-report")
+    assert full.exit_code == 0 and "note: --only" not in full.output, full.output
+    tested = {v for (v, _, m) in scores(out / "deferred") if m == "test_loss"}
+    assert tested == chosen_of(out / "deferred") and len(tested) == 2
+    again = invoke("run", path, "--out", out, "--no-report", "--only", "measure.training.lr=0.001")
+    assert again.exit_code == 0 and "note: --only" not in again.output, again.output

@@ -221,7 +221,11 @@ def _run_checked(stdout: Any, err: Any, exp: Experiment, runner_: Any, experimen
                                       grow=grow)
 
             if not extend:
-                summary = run_once(exp, _chooser(exp, out, plugins) if defer else None)
+                chooser = _chooser(exp, out, plugins) if defer else None
+                summary = run_once(exp, chooser)
+                if chooser is not None and only and not summary.interrupted:
+                    _say_untested(err, [v for v in exp.variants if v.name in selected],
+                                  chooser.settled)
             elif runner_.feeds:  # each group's extension as soon as its grid is stored
                 summary = _run_growing(stdout, err, exp, run_once, extend, tuple(plugins), out,
                                        defer)
@@ -238,6 +242,18 @@ def _run_checked(stdout: Any, err: Any, exp: Experiment, runner_: Any, experimen
                                  exp.registry)
         code = max(code, reported if reported == EXIT_WRITE else min(reported, EXIT_FAILED))
     sys.exit(code)
+
+
+def _say_untested(err: Any, selected: Sequence[Any], settled: set[str]) -> None:
+    """After a deferred run with ``--only``: the selected variants whose tuned group is
+    not complete in the store, so that no test split was scored for it."""
+    waiting = [v.name for v in selected if v.name not in settled]
+    if waiting:
+        shown = ", ".join(escape(n) for n in waiting[:3]) + (", ..." if len(waiting) > 3 else "")
+        err.print(f"note: --only: {len(waiting)} variant(s) ({shown}) belong to tuned groups "
+                  "with settings not stored yet, and a group's test split is scored at its "
+                  "chosen setting once all of them are; run without --only to score it (the "
+                  "stored units are not computed again)", soft_wrap=True)
 
 
 def _import_report_ahead() -> threading.Thread:
