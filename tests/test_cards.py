@@ -174,7 +174,7 @@ def test_the_context_cards_are_those_of_the_claims():
 
 
 def test_claims_that_fail_leave_a_card_that_says_so(monkeypatch):
-    import variantlab.report as report
+    import variantlab.report.writer as report
 
     def broken(*_, **__):
         raise RuntimeError("claims broke")

@@ -117,7 +117,7 @@ def test_a_plot_that_fails_to_draw_is_a_notice_in_plot_order(tmp_path, monkeypat
                 plot.figure.add_artist(Raises())
         return made
 
-    import variantlab.report as report
+    import variantlab.report.writer as report
 
     monkeypatch.setattr(report, "build_plots", with_broken)
     files = write_report([sample_run()], tmp_path / "report")

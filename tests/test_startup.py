@@ -184,3 +184,30 @@ def test_probe_code_given_as_references_is_checked_when_resolved():
     assert isinstance(probe.settings_given, str) and isinstance(probe.run_given, str)
     assert probe.settings_cls is training.TrainingSettings and probe.run is training.run
     assert probe.settings({"steps": 3}).steps == 3
+
+
+def test_the_tuned_sweep_chooser_imports_no_report_writer_nor_scipy():
+    """``variantlab run`` of a tuned sweep imports the chooser (``EdgeFeed``) before its
+    first unit: the report's writer, its plots and scipy come later, when the report or a
+    t-interval needs them (0.8 s of the driver's start, issue 39); the package's names
+    still resolve, to the writer's."""
+    code = textwrap.dedent("""
+        import json, sys
+        import variantlab.report.fair.extension
+        before = [m for m in ("matplotlib", "scipy", "variantlab.report.writer",
+                              "variantlab.report.panels", "variantlab.report.plots")
+                  if m in sys.modules]
+        from variantlab.report import plots, write_report
+        import variantlab.report.writer as writer
+        from variantlab.report.stats import t_quantile
+        print(json.dumps({"before": before, "same": write_report is writer.write_report,
+                          "plots": plots.__name__, "t": t_quantile(0.975, 2)}))
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["before"] == []
+    assert got["same"] is True and got["plots"] == "variantlab.report.plots"
+    assert abs(got["t"] - 4.302652729749464) < 1e-12  # t(0.975, 2 df), as scipy.stats.t.ppf
