@@ -5,6 +5,7 @@ refusals that name the config option instead of failing on a missing weight."""
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,46 @@ def test_the_command_and_the_docs_table():
         [(r.cls, r.status, r.reason) for r in rows]
     plain = invoke("families").output
     assert "Qwen2ForCausalLM" in plain and markdown(rows).splitlines()[0] in plain
+
+
+def test_a_transformers_older_than_the_checked_one_converts_nothing(monkeypatch):
+    """On transformers 5.17 Mamba-2's and Bamba's logits differed from ours without an
+    error; conversions refuse any release older than the one the equality tests ran on,
+    in both directions, and `families` says so under its listing."""
+    from variantlab.hf.common import TESTED_TRANSFORMERS, check_transformers
+
+    config = transformers.LlamaConfig(**BASE, intermediate_size=48)
+    model = transformers.LlamaForCausalLM(config)
+    spec, ours = from_transformers(model, REG)  # the installed release is checked
+    # the module `import transformers` gives now (its lazy stand-in, not importorskip's)
+    installed = sys.modules["transformers"]
+    monkeypatch.setattr(installed, "__version__", "5.17.0")
+    for convert in (lambda: from_transformers(model, REG), lambda: hf.to_transformers(spec, ours)):
+        with pytest.raises(ConversionError, match=re.escape(
+                f"transformers 5.17.0 is installed; variantlab's conversions are checked against "
+                f"transformers >= {TESTED_TRANSFORMERS} only")) as info:
+            convert()
+        assert f"pip install 'transformers>={TESTED_TRANSFORMERS}'" in str(info.value)
+    plain = invoke("families")
+    assert plain.exit_code == 0 and "LlamaForCausalLM" in plain.output
+    assert "No class converts here" in plain.output and "5.17.0" in plain.output
+    for newer in (TESTED_TRANSFORMERS, "5.25.0.dev0", "6.0.0"):
+        monkeypatch.setattr(installed, "__version__", newer)
+        check_transformers()
+    monkeypatch.setattr(installed, "__version__", "not-a-version")
+    with pytest.raises(ConversionError, match="transformers not-a-version is installed"):
+        check_transformers()
+
+
+def test_the_package_asks_for_the_transformers_it_is_checked_against():
+    from packaging.version import Version
+
+    from variantlab.hf.common import TESTED_TRANSFORMERS
+
+    pyproject = (DOC.parent.parent / "pyproject.toml").read_text()
+    floors = re.findall(r'"transformers>=([0-9.]+)"', pyproject)
+    assert len(floors) == 2 and {Version(f) for f in floors} == {Version(TESTED_TRANSFORMERS)}
+    assert Version(transformers.__version__) >= Version(TESTED_TRANSFORMERS)
 
 
 BASE = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,

@@ -158,7 +158,8 @@ def schema_cmd(out: str | None, plugins: Sequence[str]) -> None:
 @bad_input_exits
 def families_cmd(as_markdown: bool, as_json: bool) -> None:
     """List every causal-LM class of the installed transformers: converts both ways
-    (from_transformers and to_transformers), import only, or refused with the reason."""
+    (from_transformers and to_transformers), import only, or refused with the reason
+    (a transformers older than the one the conversions are checked against: none converts)."""
     try:
         import transformers  # noqa: F401
     except ImportError:
@@ -182,3 +183,9 @@ def families_cmd(as_markdown: bool, as_json: bool) -> None:
     stdout = consoles()[0]
     stdout.print(table)
     stdout.print(markdown(rows).splitlines()[0])
+    from ..hf.common import ConversionError, check_transformers
+
+    try:
+        check_transformers()
+    except ConversionError as err:  # the listing still says what this release has
+        stdout.print(f"[bold red]No class converts here:[/] {escape(str(err))}")

@@ -55,7 +55,15 @@ from .bamba import bamba_config, bamba_spec, bamba_state, bamba_table
 from .bigcode import bigcode_config, bigcode_spec, bigcode_state, bigcode_table
 from .bloom import bloom_config, bloom_spec, bloom_state, bloom_table
 from .cohere import COHERE
-from .common import ConversionError, ExportWarning, Spec, refuse, reject
+from .common import (
+    TESTED_TRANSFORMERS,
+    ConversionError,
+    ExportWarning,
+    Spec,
+    check_transformers,
+    refuse,
+    reject,
+)
 from .deepseek import (
     deepseek_class,
     deepseek_config,
@@ -123,8 +131,8 @@ from .stablelm import STABLELM
 from .starcoder2 import STARCODER2
 from .table import Pair, save_state, tied
 
-__all__ = ["CONVERTERS", "ConversionError", "ExportWarning", "SUPPORTED", "choose_class",
-           "from_transformers", "to_transformers"]
+__all__ = ["CONVERTERS", "ConversionError", "ExportWarning", "SUPPORTED", "TESTED_TRANSFORMERS",
+           "choose_class", "from_transformers", "to_transformers"]
 
 Converter = tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str, torch.Tensor]]]
 
@@ -190,6 +198,7 @@ def from_transformers(hf_model: Any, registry: Registry, impl: str = "naive",
     weights (logits equal in float32), built with the built-in components of ``registry``.
     ``impl`` picks the implementation of the mha and mla attentions. The model is in the HF
     model's mode (``eval()`` when it is, so dropout is off as there)."""
+    check_transformers()
     name = type(hf_model).__name__
     if name not in CONVERTERS:
         from .families import family
@@ -522,6 +531,7 @@ def to_transformers(spec: ModelSpec | Mapping[str, Any], model: torch.nn.Module,
     parse data with, default the built-ins plus installed plugins)."""
     import transformers
 
+    check_transformers()
     if not isinstance(spec, ModelSpec):
         spec = parse_model_spec(spec, registry or get_registry())
     cls = choose_class(spec)

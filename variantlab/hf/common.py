@@ -21,6 +21,30 @@ class ExportWarning(UserWarning):
     (a bias the variant lacks exported as zeros, a dropout the class has no place for)."""
 
 
+#: the oldest transformers the conversions are checked against (tests/test_hf_*.py compare
+#: logits on it): older releases name some weights and options differently, and for some
+#: classes (Mamba-2, Bamba on 5.17) the logits then differ without any error
+TESTED_TRANSFORMERS = "5.24.0"
+
+
+def check_transformers() -> None:
+    """Raise a :class:`ConversionError` when the installed transformers is older than
+    :data:`TESTED_TRANSFORMERS`, before anything converts."""
+    import transformers
+    from packaging.version import InvalidVersion, Version
+
+    installed = str(getattr(transformers, "__version__", "unknown"))
+    try:
+        old = Version(installed) < Version(TESTED_TRANSFORMERS)
+    except InvalidVersion:
+        old = True
+    if old:
+        raise ConversionError.at(["transformers"], (
+            f"transformers {installed} is installed; variantlab's conversions are checked "
+            f"against transformers >= {TESTED_TRANSFORMERS} only (older releases can give "
+            f"other logits without an error): pip install 'transformers>={TESTED_TRANSFORMERS}'"))
+
+
 def reject(name: str, value: Any, why: str) -> NoReturn:
     """Raise a :class:`ConversionError` naming the config option ``name`` and its value."""
     raise ConversionError.at(["transformers", name], f"config option {name}={value!r}: {why}")
