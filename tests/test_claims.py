@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import TINY_MODEL
@@ -26,6 +27,8 @@ from variantlab.report.stats import (
     holm,
     interval,
     p_value,
+    pandas_mean,
+    pandas_std,
     seeds_for,
 )
 from variantlab.report.words import MAX_READING, compose, groups
@@ -36,6 +39,34 @@ WORDS = ("lower", "higher", "better", "worse", "beats", "best", "matters", "hold
 
 
 # --- statistics ---------------------------------------------------------------------------
+
+
+def test_the_statistics_have_pandas_bits_without_building_a_series():
+    """A large grid's report takes thousands of intervals, so they run on numpy; their
+    means and spreads must still be pandas' to the bit (committed reports are regenerated
+    and compared), NaN skipped as pandas skips it."""
+    rng = np.random.default_rng(7)
+    same = 0
+    for _ in range(2000):
+        n = int(rng.integers(0, 30))
+        v = rng.standard_normal(n) * 10.0 ** rng.uniform(-6, 3) + rng.uniform(-5, 5)
+        if n and rng.random() < 0.5:
+            v[rng.random(n) < 0.3] = np.nan
+        s = pd.Series(v)
+        for ours, theirs in ((pandas_mean(v), s.mean()), (pandas_std(v), s.std(ddof=1))):
+            assert (math.isnan(ours) and math.isnan(theirs)) or ours == theirs
+        kept = s[np.isfinite(v)]
+        estimate, low, high, count = interval(v)
+        assert count == len(kept)
+        if count:
+            assert estimate == kept.mean()
+        if count >= 2:
+            half = stats.t.ppf(0.975, count - 1) * kept.std(ddof=1) / math.sqrt(count)
+            assert (low, high) == pytest.approx((kept.mean() - half, kept.mean() + half),
+                                                rel=1e-12, abs=1e-15)
+            same += 1
+    assert same > 1000
+    assert pandas_std([1.0, math.inf, 2.0]) != pandas_std([1.0, math.inf, 2.0])  # NaN, as pandas
 
 
 def test_holm_on_hand_computed_p_values():

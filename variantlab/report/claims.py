@@ -54,6 +54,7 @@ from dataclasses import dataclass, field, replace
 from itertools import combinations
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -64,7 +65,7 @@ from .fair.tuned import Sweep, at_edge, choose, find_sweep, improving, tie_broke
 from .frame import ReportData
 from .learned import PROBE, seed_learning
 from .parts import pieces
-from .stats import ALPHA, detectable, equivalent, holm, interval, p_value, seeds_for
+from .stats import ALPHA, detectable, equivalent, holm, interval, p_value, pandas_std, seeds_for
 
 VERDICT_COLUMNS = ("condition", "a", "b", "metric", "a_setting", "b_setting", "estimate",
                    "low", "high", "n_seeds", "verdict", "caveats")
@@ -221,6 +222,7 @@ def plain_arms(data: ReportData) -> tuple[Headline, str, list[Arm]]:
     part = held[held["metric"] == column]
     by_variant = dict(tuple(part.groupby("variant", sort=False)))
     learning = seed_learning(data)
+    learning_of = dict(tuple(learning.groupby("variant", sort=False)))  # one filter, not V
     arms = []
     for variant in data.order:
         if variant not in by_variant:
@@ -228,7 +230,8 @@ def plain_arms(data: ReportData) -> tuple[Headline, str, list[Arm]]:
         values = by_variant[variant].groupby("seed")["value"].mean()
         if not len(values):
             continue
-        caveats = [c for c in [_learning(learning, variant, list(values.index))] if c]
+        caveats = [c for c in [_learning(learning_of.get(variant, learning.iloc[:0]), variant,
+                                         list(values.index))] if c]
         if head.probe == PROBE:
             caveats.append("one rate only (not tuned)")
         arms.append(Arm(variant, "", "", values, False, caveats,
@@ -246,15 +249,17 @@ def _caveats(a: Arm, b: Arm) -> str:
                      for c, tags in said.items())
 
 
-def measured_row(condition: str, a: str, b: str, metric: str, kind: str, diffs: pd.Series,
-                 caveats: str = "", delta: float = math.nan) -> dict[str, Any]:
+def measured_row(condition: str, a: str, b: str, metric: str, kind: str,
+                 diffs: pd.Series | np.ndarray, caveats: str = "", delta: float = math.nan
+                 ) -> dict[str, Any]:
     """One comparison's row from its paired per-seed differences ``diffs`` (``a`` minus
     ``b``, or the log of ``a`` over ``b``): the 95% and 90% t-intervals, the paired t-test's
     ``p`` and the seed power numbers; ``verdict`` is left for :func:`verdict_of`, which for
     a ``kind`` other than ``pair`` tests the unadjusted ``p``."""
+    diffs = np.asarray(diffs, dtype=float)
     estimate, low, high, n = interval(diffs)
     _, low90, high90, _ = interval(diffs, 0.90)
-    sd = float(diffs.std(ddof=1)) if n >= 2 else math.nan
+    sd = pandas_std(diffs) if n >= 2 else math.nan
     return {"condition": condition, "a": a, "b": b, "metric": metric, "a_setting": "",
             "b_setting": "", "estimate": estimate, "low": low, "high": high, "n_seeds": n,
             "verdict": "", "caveats": caveats, "kind": kind, "p": p_value(diffs),
@@ -263,17 +268,28 @@ def measured_row(condition: str, a: str, b: str, metric: str, kind: str, diffs: 
             "a_mean": math.nan, "b_mean": math.nan, "solved_share": ""}
 
 
-def pair_row(a: Arm, b: Arm, metric: str, delta: float, tol: float) -> dict[str, Any]:
-    """One pair's row before Holm (``holm_p`` is filled per condition)."""
-    both = pd.concat([a.values.rename("a"), b.values.rename("b")], axis=1, join="inner")
-    both = both[both["a"].map(_finite) & both["b"].map(_finite)]
-    diff = both["a"] - both["b"]
-    diff = diff.where(diff.abs() > tol, 0.0)
+def by_seed(arm: Arm) -> dict[Any, float]:
+    """An arm's values as a dict, seed -> value."""
+    return dict(zip(arm.values.index, arm.values.to_numpy(dtype=float)))
+
+
+def pair_row(a: Arm, b: Arm, metric: str, delta: float, tol: float,
+             values: dict[int, dict[Any, float]] | None = None) -> dict[str, Any]:
+    """One pair's row before Holm (``holm_p`` is filled per condition); ``values``: each
+    arm's :func:`by_seed` by ``id`` (made once per report: an arm is in many pairs)."""
+    va = values[id(a)] if values is not None else by_seed(a)
+    vb = values[id(b)] if values is not None else by_seed(b)
+    # the seeds both have, in a's order, both finite
+    seeds = [s for s, v in va.items() if s in vb and math.isfinite(v) and math.isfinite(vb[s])]
+    both_a = np.array([va[s] for s in seeds], dtype=float)
+    both_b = np.array([vb[s] for s in seeds], dtype=float)
+    diff = both_a - both_b
+    diff = np.where(np.abs(diff) > tol, diff, 0.0)
     row = measured_row(a.condition, a.name, b.name, metric, "pair", diff, _caveats(a, b), delta)
     n = row["n_seeds"]
     row.update({"a_setting": a.setting, "b_setting": b.setting,
-                "a_mean": float(both["a"].mean()) if n else math.nan,
-                "b_mean": float(both["b"].mean()) if n else math.nan,
+                "a_mean": float(both_a.mean()) if n else math.nan,
+                "b_mean": float(both_b.mean()) if n else math.nan,
                 "solved_share": f"{a.solved} vs {b.solved}" if a.solved or b.solved else "",
                 "_unresolved": a.unresolved or b.unresolved})
     return row
@@ -305,7 +321,8 @@ def pair_rows(arms: list[Arm], metric: str, delta: float, baseline: str = ""
         if len(mine) > MAX_ARMS:
             base = next((a for a in mine if a.name == baseline), mine[0])
             pairs = [(base, a) for a in mine if a is not base]
-        family = [pair_row(a, b, metric, delta, tol) for a, b in pairs]
+        values = {id(arm): by_seed(arm) for arm in mine}
+        family = [pair_row(a, b, metric, delta, tol, values) for a, b in pairs]
         tested = [r for r in family if not r["_unresolved"] and r["n_seeds"] >= 2]
         for r, adjusted in zip(tested, holm([r["p"] for r in tested])):
             r["holm_p"] = adjusted

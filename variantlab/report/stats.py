@@ -46,9 +46,39 @@ def t_quantile(q: float, df: int) -> float:
     return float(_special().stdtrit(df, q)) if df >= 1 else math.nan
 
 
-def _finite(diffs: pd.Series | Sequence[float]) -> pd.Series:
-    d = pd.Series(diffs, dtype=float)
-    return d[np.isfinite(d.to_numpy())]
+def _finite(diffs: pd.Series | Sequence[float] | np.ndarray) -> np.ndarray:
+    """The finite values of ``diffs`` as floats, in order (a report takes thousands of
+    intervals on a large grid: numpy, not a Series per call; the mean and standard
+    deviation of what is left have pandas' bits, as pandas sums with numpy)."""
+    d = np.asarray(diffs, dtype=float).ravel()
+    return d[np.isfinite(d)]
+
+
+def pandas_mean(values: pd.Series | Sequence[float] | np.ndarray) -> float:
+    """``Series.mean()`` of ``values`` (NaN skipped, as pandas does: zeros in their place,
+    divided by the count left), without building a Series: the same bits."""
+    v = np.array(values, dtype=float).ravel()
+    missing = np.isnan(v)
+    n = int(v.size - missing.sum())
+    if n == 0:
+        return math.nan
+    v[missing] = 0.0
+    return float(v.sum() / n)
+
+
+def pandas_std(values: pd.Series | Sequence[float] | np.ndarray) -> float:
+    """``Series.std(ddof=1)`` of ``values`` (NaN skipped, as pandas does: zeros in their
+    place, divided by the count left), without building a Series: the same bits."""
+    v = np.array(values, dtype=float).ravel()
+    missing = np.isnan(v)
+    n = int(v.size - missing.sum())
+    if n < 2:
+        return math.nan
+    v[missing] = 0.0
+    with np.errstate(invalid="ignore", over="ignore"):  # an infinity gives NaN, quietly
+        square = (v.sum() / n - v) ** 2
+        square[missing] = 0.0
+        return float(np.sqrt(square.sum() / (n - 1)))
 
 
 def interval(diffs: pd.Series | Sequence[float], level: float = 0.95
@@ -125,4 +155,4 @@ def seeds_for(sd: float, delta: float) -> float:
 
 
 __all__ = ["ALPHA", "POWER", "detectable", "equivalent", "holm", "interval", "p_value",
-           "seeds_for", "t_quantile"]
+           "pandas_mean", "pandas_std", "seeds_for", "t_quantile"]

@@ -9,12 +9,14 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ..config.metrics import finite as _finite
 from .claims import measured_row
 from .frame import ReportData, invocations_of, split_seeds
 from .headline import conditions_of
+from .stats import pandas_mean
 
 #: δ on the log of the time ratio, so "equal" means within 2% of the time
 TIMING_MARGIN = math.log(1.02)
@@ -59,20 +61,24 @@ def timing_rows(data: ReportData) -> list[dict[str, Any]]:
             continue
         busy_order = busy_variants(rows, probe, list(data.order))  # each variant once
         measured_by = invocations_of(rows, probe, metric)
+        # one array for the whole table: a large grid times hundreds of variants, and a
+        # DataFrame per variant cost seconds
+        column = {str(v): j for j, v in enumerate(table.columns)}
+        times = table.to_numpy(dtype=float)
+        of_base = times[:, column[str(base)]]
         for variant in data.order:
             if variant == base or variant not in table or conds.get(variant) != conds.get(base):
                 continue
-            pair = table[[variant, base]].dropna()
-            pair = pair[(pair > 0).all(axis=1)]
-            logs = (pair[variant] / pair[base]).map(math.log)
+            mine = times[:, column[str(variant)]]
+            both = ~np.isnan(mine) & ~np.isnan(of_base) & (mine > 0) & (of_base > 0)
+            logs = np.array([math.log(x) for x in mine[both] / of_base[both]], dtype=float)
             busy = [v for v in busy_order if v in (base, variant)]
             split = split_seeds(measured_by, probe, metric, base, variant)
             caveats = ([f"timed on a busy machine ({', '.join(busy)})"] if busy else []) + (
                 [f"timed apart (seeds {', '.join(map(str, split))})"] if split else [])
             row = measured_row(conds.get(base, ""), variant, base, metric, "timing", logs,
                                "; ".join(caveats), TIMING_MARGIN)
-            row.update({"a_mean": float(table[variant].mean()),
-                        "b_mean": float(table[base].mean())})
+            row.update({"a_mean": pandas_mean(mine), "b_mean": pandas_mean(of_base)})
             out.append(row)
     return out
 
