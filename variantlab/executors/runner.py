@@ -25,6 +25,7 @@ from ..store.store import STORE_FILE, Store, StoreWriteError
 from ..sweep.runfolder import open_run
 from ..sweep.units import TEST, Unit, plain, plan_units
 from ..version import __version__
+from . import hardware
 from .base import Executor, RunContext, make_executor
 from .threads import choose_threads, torch_threads
 from .unit import ResultSink, RunSummary, UnitEvent
@@ -149,6 +150,10 @@ def run_experiment(
                 _variant_rows(experiment.variants),
                 [(u.key, u.variant.name, u.seed, u.probe) for u in plan],
             )
+            if executor.runs_here:
+                elsewhere = other_machines(store.machines(),
+                                           [u for _, u in todo if u.key not in again])
+                summary.warnings += [elsewhere] if elsewhere else []
             sink = ResultSink(store, summary, progress or (lambda event: None), again)
             growing = None
             if grow is not None and executor.feeds:
@@ -170,6 +175,28 @@ def run_experiment(
     finally:
         executor.close()
     return summary
+
+
+def other_machines(stored: Mapping[str, str], units: Sequence[Unit]) -> str:
+    """The note for ``units`` stored already that another machine computed (``stored``:
+    key -> machine, :meth:`Store.machines`): a run reuses them, so the report would pool
+    two machines' numbers; empty when there are none."""
+    counts: dict[str, int] = {}
+    here = ""
+    for unit in units:
+        there = stored.get(unit.key)
+        mine = hardware.machine(unit.device)
+        if there is not None and there != mine:
+            counts[there] = counts.get(there, 0) + 1
+            here = mine
+    if not counts:
+        return ""
+    them = "; ".join(f"{n} on {name}" for name, n in counts.items())
+    return (f"{sum(counts.values())} unit(s) stored before were computed on another machine "
+            f"({them}), and this one is {here}. The same code can give other low bits on "
+            "another processor, and training can grow them: the report says which machines "
+            "its numbers come from. To have every number from this machine, run again "
+            "with --rerun all.")
 
 
 def pool_work_pending(experiment: Experiment, out: str | Path = "runs",

@@ -26,6 +26,7 @@ from ..probes.allocator import keep_freed_memory
 from ..store.store import Store, UnitRecord
 from ..sweep.units import Unit, canonical_json, plain
 from ..version import __version__
+from . import hardware
 
 if TYPE_CHECKING:
     from ..config.experiment import Experiment
@@ -166,7 +167,7 @@ def run_unit(unit: Unit, experiment: Experiment, probe_fn: Callable[..., list]) 
         _free_memory()
     usage: dict[str, Any] = {"cpu_s": time.process_time() - cpu0, "load_start": load0,
                              "load_end": machine.load(), "torch_threads": torch.get_num_threads(),
-                             "cores": machine.cores()}
+                             "cores": machine.cores(), "machine": hardware.machine(unit.device)}
     usage["notes"] = tuple(notes)
     return unit_record(unit, started, time.perf_counter() - t0, error, tb, usage), rows
 

@@ -124,6 +124,7 @@ def gather(runs: Sequence[Any], baseline: str | None = None) -> ReportData:
         units = units.assign(experiment=experiment, run=label)
         rows = run.rows.assign(experiment=experiment, run=label)
         rows["invocation"] = _invocations(rows, units)
+        rows["machine"] = _invocations(rows, units, "machine")
         unit_frames.append(units)
         row_frames.append(rows)
     variants = pd.concat(frames, ignore_index=True)
@@ -155,10 +156,12 @@ def gather(runs: Sequence[Any], baseline: str | None = None) -> ReportData:
                       order=order)
 
 
-def _invocations(rows: pd.DataFrame, units: pd.DataFrame) -> list:
-    """Per row: the invocation of ``variantlab run`` that measured its unit (None if the
-    store predates the record)."""
-    known = {k: i for k, i in zip(units["key"], units["invocation"]) if isinstance(i, str)}
+def _invocations(rows: pd.DataFrame, units: pd.DataFrame, column: str = "invocation") -> list:
+    """Per row: the invocation of ``variantlab run`` that measured its unit (``column``
+    ``machine``: the machine that computed it); None if the store predates the record."""
+    if column not in units.columns:
+        return [None] * len(rows)
+    known = {k: i for k, i in zip(units["key"], units[column]) if isinstance(i, str)}
     found = rows["unit_key"].map(known)
     return found.astype(object).where(found.notna(), None).tolist()
 
@@ -172,14 +175,15 @@ def invocation_numbers(rows: pd.DataFrame, probe: str) -> dict[str, int]:
     return {inv: i + 1 for i, inv in enumerate(sorted(set(ids)))}
 
 
-def invocations_of(rows: pd.DataFrame, probe: str, metric: str) -> dict[tuple[str, int], str]:
+def invocations_of(rows: pd.DataFrame, probe: str, metric: str, column: str = "invocation"
+                   ) -> dict[tuple[str, int], str]:
     """(variant, seed) -> the invocation of ``variantlab run`` that measured its ``metric``
-    rows of ``probe`` (empty for rows without invocations)."""
-    if "invocation" not in rows.columns:
+    rows of ``probe`` (``column`` ``machine``: the machine that did); empty for rows
+    without that record."""
+    if column not in rows.columns:
         return {}
-    part = rows[(rows["probe"] == probe) & (rows["metric"] == metric)
-                & rows["invocation"].notna()]
-    return {(v, int(s)): i for v, s, i in zip(part["variant"], part["seed"], part["invocation"])}
+    part = rows[(rows["probe"] == probe) & (rows["metric"] == metric) & rows[column].notna()]
+    return {(v, int(s)): i for v, s, i in zip(part["variant"], part["seed"], part[column])}
 
 
 def split_seeds(rows: pd.DataFrame | dict[tuple[str, int], str], probe: str, metric: str,

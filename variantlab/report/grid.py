@@ -164,7 +164,25 @@ def problems(data: ReportData, summary: pd.DataFrame) -> list[str]:
         groups = [f"{msg} ({len(vs)}: {cut(vs, 2)})" for msg, vs in
                   sorted(warned.items(), key=lambda kv: -len(kv[1]))]
         out.append("Spec warnings: " + cut(groups, 2) + "; see Warnings.")
-    return out
+    machines = machines_line(units)
+    return out + ([machines] if machines else [])
+
+
+def machines_line(units: pd.DataFrame) -> str:
+    """Says so when the report's units were computed on more than one machine
+    (:mod:`variantlab.executors.hardware`): their numbers can differ in the last bits, and
+    training can grow that."""
+    if "machine" not in units.columns:
+        return ""
+    done = units[units["status"] == "ok"] if "status" in units.columns else units
+    counts = done["machine"].dropna().astype(str).value_counts(sort=True)
+    if len(counts) < 2:
+        return ""
+    groups = [f"{n} units on {name}" for name, n in counts.items()]
+    more = f"; and {len(groups) - 3} more" if len(groups) > 3 else ""
+    return (f"Computed on {len(counts)} machines: " + "; ".join(groups[:3]) + more + ". The "
+            "same code can give other low bits on another processor, and training can grow "
+            "them, so a gap between units of different machines is partly the machines'.")
 
 
 def browse_table(data: ReportData, summary: pd.DataFrame) -> Table:

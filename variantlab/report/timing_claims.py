@@ -49,8 +49,8 @@ def timing_rows(data: ReportData) -> list[dict[str, Any]]:
     slower variant): ``kind`` ``timing``, the estimate the mean over seeds of the log of the
     variant's time over the baseline's on the same seed (each timing unit is its own
     measurement, minutes apart), δ :data:`TIMING_MARGIN`; caveats ``timed on a busy machine
-    (variants)`` and ``timed apart (seeds)`` (the two timed by different invocations of
-    ``variantlab run``)."""
+    (variants)``, ``timed apart (seeds)`` (the two timed by different invocations of
+    ``variantlab run``) and ``timed on different machines (seeds)``."""
     rows, base = data.rows, data.baseline
     conds = conditions_of(data)
     out: list[dict[str, Any]] = []
@@ -61,6 +61,7 @@ def timing_rows(data: ReportData) -> list[dict[str, Any]]:
             continue
         busy_order = busy_variants(rows, probe, list(data.order))  # each variant once
         measured_by = invocations_of(rows, probe, metric)
+        machines = invocations_of(rows, probe, metric, "machine")
         # one array for the whole table: a large grid times hundreds of variants, and a
         # DataFrame per variant cost seconds
         column = {str(v): j for j, v in enumerate(table.columns)}
@@ -74,8 +75,11 @@ def timing_rows(data: ReportData) -> list[dict[str, Any]]:
             logs = np.array([math.log(x) for x in mine[both] / of_base[both]], dtype=float)
             busy = [v for v in busy_order if v in (base, variant)]
             split = split_seeds(measured_by, probe, metric, base, variant)
+            elsewhere = split_seeds(machines, probe, metric, base, variant)
             caveats = ([f"timed on a busy machine ({', '.join(busy)})"] if busy else []) + (
-                [f"timed apart (seeds {', '.join(map(str, split))})"] if split else [])
+                [f"timed apart (seeds {', '.join(map(str, split))})"] if split else []) + (
+                [f"timed on different machines (seeds {', '.join(map(str, elsewhere))})"]
+                if elsewhere else [])
             row = measured_row(conds.get(base, ""), variant, base, metric, "timing", logs,
                                "; ".join(caveats), TIMING_MARGIN)
             row.update({"a_mean": pandas_mean(mine), "b_mean": pandas_mean(of_base)})

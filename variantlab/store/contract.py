@@ -88,6 +88,8 @@ UNITS: tuple[Column, ...] = (
     Column("load_end", "float", "the machine's 1-minute load average when it ended"),
     Column("torch_threads", "int", "torch's threads while it ran"),
     Column("cores", "int", "the CPUs the computing process could use"),
+    Column("machine", "text", "the processor (and GPU) that computed it, e.g. `AMD EPYC "
+                              "(AuthenticAMD 25/1/1), AVX2` (missing in older stores)"),
     Column("current", "bool", "whether the experiment as last run plans it"),
 )
 

@@ -108,8 +108,12 @@ def write_export(run: RunData, target: str | Path) -> Path:
     return target
 
 
+#: units columns an export written before them lacks: read as missing, as a store's are
+ADDED_EXPORT_COLUMNS = ("machine",)
+
+
 def _frame(doc: dict[str, Any], key: str, columns: tuple[Column, ...],
-           skip: tuple[str, ...] = ()) -> pd.DataFrame:
+           skip: tuple[str, ...] = (), optional: tuple[str, ...] = ()) -> pd.DataFrame:
     import pandas as pd
 
     part = doc.get(key)
@@ -121,6 +125,9 @@ def _frame(doc: dict[str, Any], key: str, columns: tuple[Column, ...],
     data: dict[str, Any] = {}
     for col in columns:
         if col.name in skip:
+            continue
+        if col.name not in part and col.name in optional:
+            data[col.name] = pd.Series([None] * next(iter(lengths), 0), dtype=object)
             continue
         if col.name not in part:
             raise ContractError(f"{key!r} lacks the column {col.name!r}")
@@ -146,7 +153,8 @@ def read_export(path: str | Path) -> RunData:
                             f"version {VERSION}: export the run again with this version")
     meta = RunMeta.decode(doc.get("meta") or {}, run=str(doc.get("run") or ""))
     variants = conform(_frame(doc, "variants", VARIANTS), VARIANTS, "the variants table")
-    units = conform(_frame(doc, "units", UNITS), UNITS, "the units table")
+    units = conform(_frame(doc, "units", UNITS, optional=ADDED_EXPORT_COLUMNS), UNITS,
+                    "the units table")
     rows = _frame(doc, "rows", RESULTS, DERIVED)
     labels = dict(zip(variants["name"], variants["label"]))
     rows["label"] = rows["variant"].map(labels).fillna(rows["variant"])

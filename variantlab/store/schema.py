@@ -16,7 +16,7 @@ CREATE TABLE IF NOT EXISTS units (
     status TEXT CHECK (status IN ('ok', 'failed')), error TEXT, traceback TEXT,
     started_at TEXT, finished_at TEXT, duration_s REAL, version TEXT, device TEXT,
     invocation TEXT, cpu_s REAL, load_start REAL, load_end REAL, torch_threads INTEGER,
-    cores INTEGER);
+    cores INTEGER, machine TEXT);
 CREATE TABLE IF NOT EXISTS rows (
     unit_key TEXT NOT NULL REFERENCES units(key), probe TEXT, metric TEXT, scope TEXT,
     name TEXT, layer INTEGER, step INTEGER, value REAL, unit TEXT);
@@ -30,7 +30,8 @@ CREATE INDEX IF NOT EXISTS plan_by_key ON plan(key);
 #: units columns added after the first stores were written: name -> SQL type. An older store
 #: opened to write gets them added; one read only has them read as missing.
 ADDED_UNIT_COLUMNS = {"invocation": "TEXT", "cpu_s": "REAL", "load_start": "REAL",
-                      "load_end": "REAL", "torch_threads": "INTEGER", "cores": "INTEGER"}
+                      "load_end": "REAL", "torch_threads": "INTEGER", "cores": "INTEGER",
+                      "machine": "TEXT"}
 
 
 def add_missing_columns(conn: sqlite3.Connection) -> None:

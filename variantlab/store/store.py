@@ -77,6 +77,7 @@ class UnitRecord:
     load_end: float | None = None  # ... and when it ended
     torch_threads: int | None = None  # torch's intra-op threads while it ran
     cores: int | None = None  # the CPUs the computing process may use
+    machine: str | None = None  # the processor (and GPU) it ran on (executors.hardware)
     #: warnings of the unit for the run's output (a checkpoint set aside); not stored
     notes: tuple[str, ...] = field(default=(), compare=False, metadata={"stored": False})
 
@@ -277,6 +278,14 @@ class Store:
     def statuses(self) -> dict[str, str]:
         """Unit key -> ``ok`` or ``failed`` for every stored unit."""
         return dict(self.db.execute("SELECT key, status FROM units"))
+
+    def machines(self) -> dict[str, str]:
+        """Unit key -> the machine that computed it, for every unit stored ok with one
+        recorded (none in a store older than the record)."""
+        if "machine" not in {r[1] for r in self.db.execute("PRAGMA table_info(units)")}:
+            return {}
+        return dict(self.db.execute(
+            "SELECT key, machine FROM units WHERE status = 'ok' AND machine IS NOT NULL"))
 
     def count_rows(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM rows").fetchone()[0]
