@@ -20,6 +20,7 @@ in a ``run`` column, so numbers of two runs are never pooled by accident.
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,10 +58,23 @@ class RunRef:
 
 
 def _is_sqlite(path: Path) -> bool:
+    """Whether ``path`` is an SQLite database, asked of SQLite itself. Never with a plain
+    ``open()``: closing any descriptor of a file drops every POSIX lock this process holds
+    on it, the running store's writer's included, and another process that then closes its
+    own connection to the store (a report, ``sqlite3`` in a shell) takes itself for the last
+    one and deletes the live write-ahead log: the units stored since are lost and the run
+    stops on an I/O error. SQLite shares one descriptor's locks among a process's
+    connections, so its own check is safe while a run writes."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
-    except OSError:
+        if path.stat().st_size < len(SQLITE_MAGIC):  # SQLite would take it for a new, empty one
+            return False
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            conn.execute("PRAGMA schema_version").fetchone()
+            return True
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error):
         return False
 
 
