@@ -80,6 +80,7 @@ def _rounds(process: subprocess.Popen) -> tuple[str, int, float]:
 ADAPTED = "glibc.malloc.mmap_threshold=16777216:glibc.malloc.trim_threshold=33554432"
 
 
+@pytest.mark.slow  # a subprocess, a real pool or a browser: end to end
 @pytest.mark.skipif(not GLIBC, reason="glibc's allocator only")
 def test_freed_blocks_are_kept_instead_of_faulted_in_again():
     with _ended(_start(ROUNDS, "keep"),
@@ -147,6 +148,7 @@ print(mem.bytes / 2 ** 20, allocator.release_free_memory())
 
 @pytest.mark.skipif(not GLIBC or not os.path.exists("/proc/self/clear_refs"),
                     reason="glibc's allocator and Linux's resident-set high-water mark")
+@pytest.mark.slow  # a subprocess, a real pool or a browser: end to end
 def test_memory_freed_before_a_timing_region_does_not_hide_its_peak():
     with _ended(_start(PEAK, "released"), _start(PEAK, "unreleased")) as (released, unreleased):
         peak, gave_back = _output(released)

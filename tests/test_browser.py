@@ -138,6 +138,7 @@ def test_sweep_report_sorts_and_filters_in_chromium(tmp_path):
     assert injected == 1, "only the page's own script element"
 
 
+@pytest.mark.slow  # a subprocess, a real pool or a browser: end to end
 def test_dict_valued_axes_wrap_and_keep_the_number_columns_in_view_at_1280px(tmp_path):
     """Issue 28.5: long labels (dict-valued axes) wrap; the effect, interval and n columns of
     the effects, interactions and tuned tables stay within a 1,280 px window; no raw JSON.
@@ -266,6 +267,7 @@ def laid_out(html: str, baseline: str) -> str:
                   r"</table></div>", again, html, flags=re.S)
 
 
+@pytest.mark.slow  # a subprocess, a real pool or a browser: end to end
 @pytest.mark.parametrize("report", ["pre-vs-post-norm", "zoology-mqar"])
 def test_committed_reports_tables_fit_at_1280_and_scroll_in_their_box_at_800px(report,
                                                                                 tmp_path):
@@ -336,6 +338,7 @@ FIRST_SCREEN = """() => {
 }"""
 
 
+@pytest.mark.slow  # a subprocess, a real pool or a browser: end to end
 def test_question_and_first_card_are_on_the_first_screen_at_1280_and_800px(tmp_path):
     """Issue 40.1, on a report this code writes (a tuned run, two conditions, a question):
     at 1280 and 800 px the question and the first verdict card start inside the first
@@ -365,6 +368,7 @@ def test_question_and_first_card_are_on_the_first_screen_at_1280_and_800px(tmp_p
         assert at["page"] <= width and at["right"] <= width, (width, at)
 
 
+@pytest.mark.slow  # a subprocess, a real pool or a browser: end to end
 @pytest.mark.parametrize("report", ["pre-vs-post-norm", "zoology-mqar"])
 def test_committed_reports_open_with_the_question_and_their_cards(report, tmp_path):
     """Issue 40's done-when, on the main job's report and zoology-mqar as committed: at 1280

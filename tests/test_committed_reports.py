@@ -107,14 +107,17 @@ def test_the_tuned_groups_agree_with_the_pair_rows(report: Path):
 
 
 def test_a_group_that_hides_a_clear_verdict_is_caught():
-    # gelu-vs-relu at width 64: relu is higher than relu2, so they share no letter; give
-    # relu relu2's group and the check must name that pair
-    report = ROOT / "reports" / "gelu-vs-relu"
+    # layernorm-vs-batchnorm: batch is clearly worse than layer and than rms, so it shares no
+    # letter with them; give batch their group and the check must name both pairs
+    report = ROOT / "reports" / "layernorm-vs-batchnorm"
     tuned = pd.read_csv(report / "tuned.csv")
     rows = pd.read_csv(report / "verdicts.csv")
-    assert group_mismatches(tuned, rows)[1] == []
-    at64 = tuned["emb_dim"] == 64
-    tuned.loc[at64 & (tuned["variant"] == "activation=relu"), "group"] = "a"
+    pairs = rows[rows["kind"] == "pair"].set_index(["a", "b"])["verdict"]
+    assert pairs[("norm=layer", "norm=batch")] == "lower", "the fixture's verdict moved"
+    assert pairs[("norm=batch", "norm=rms")] == "higher", "the fixture's verdict moved"
+    assert group_mismatches(tuned, rows) == (3, [])
+    tuned.loc[tuned["variant"] == "norm=batch", "group"] = "a"
     checked, wrong = group_mismatches(tuned, rows)
-    assert checked == 12 and len(wrong) == 1
-    assert "activation=relu (a) vs activation=relu2 (a): higher" in wrong[0]
+    assert checked == 3 and len(wrong) == 2
+    assert "norm=layer (a) vs norm=batch (a): lower" in wrong[0]
+    assert "norm=batch (a) vs norm=rms (a): higher" in wrong[1]

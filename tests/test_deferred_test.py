@@ -147,6 +147,7 @@ def test_a_run_killed_before_its_test_units_scores_them_on_the_rerun(tmp_path):
     assert deferring(e, tmp_path / "a").done == 0 and inline.ok
 
 
+@pytest.mark.slow  # a subprocess, a real pool or a browser: end to end
 def test_the_pool_tests_the_same_settings_with_the_same_bits(tmp_path):
     e = sweep(tmp_path)
     pooled = deferring(e, tmp_path / "a", workers=2)

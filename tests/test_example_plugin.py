@@ -52,6 +52,7 @@ def run_with(site: Path, args: list[str], cwd: Path) -> subprocess.CompletedProc
                           text=True, timeout=600)
 
 
+@pytest.mark.slow  # a subprocess, a real pool or a browser: end to end
 def test_entry_point_is_found(site, tmp_path):
     code = textwrap.dedent("""\
         import json, variantlab
@@ -66,6 +67,7 @@ def test_entry_point_is_found(site, tmp_path):
     assert plugin.replace("_", "-") == "variantlab-scalenorm:scalenorm"
 
 
+@pytest.mark.slow  # a subprocess, a real pool or a browser: end to end
 def test_cli_plugins_lists_scale(site, tmp_path):
     result = run_with(site, ["-m", "variantlab", "plugins", "--slot", "norm", "--json"],
                       tmp_path)
@@ -78,6 +80,7 @@ def test_cli_plugins_lists_scale(site, tmp_path):
     assert listing["failures"] == []
 
 
+@pytest.mark.slow  # a subprocess, a real pool or a browser: end to end
 def test_without_install_scale_is_unknown(tmp_path):
     code = "import variantlab; print('scale' in variantlab.build_registry().kinds('norm'))"
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,

@@ -98,6 +98,7 @@ def test_failing_component_fails_only_its_units_in_the_pool(tmp_path):
     assert len(run.units) == 8 and (run.units.status == "ok").sum() == 6
 
 
+@pytest.mark.slow  # a subprocess, a real pool or a browser: end to end
 def test_dead_worker_fails_the_units_in_flight_and_keeps_the_rest(tmp_path):
     exp = write_exp(tmp_path, "  norm.kind: [layer, killer]\n", seeds="[0, 1]",
                     plugin=KILLER_PLUGIN)

@@ -47,6 +47,7 @@ def test_a_mixtral_like_experiment_validates(tmp_path):
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.slow  # a subprocess, a real pool or a browser: end to end
 def test_moe_run_reports_active_params_and_expert_load(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_text(exp(

@@ -87,6 +87,7 @@ def verdicts(report: dict) -> dict:
             for m in report["mutants"]}
 
 
+@pytest.mark.slow  # a subprocess, a real pool or a browser: end to end
 def test_warm_runner_verdicts_per_mutant(tmp_path):
     report, work = run_toy(tmp_path, cold=False)
     assert verdicts(report) == EXPECTED

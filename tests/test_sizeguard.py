@@ -376,6 +376,7 @@ print(json.dumps({"costs": out, "dynamo": "torch._dynamo" in sys.modules, "asked
 """
 
 
+@pytest.mark.slow  # a subprocess, a real pool or a browser: end to end
 def test_meta_run_without_dynamo_counts_the_same_and_leaves_no_trace():
     """In a fresh process the stand-ins (torch._dynamo, symbolic_shapes, sympy) answer the
     reference kernels for every built-in component, none is asked for more; the counts equal
@@ -451,6 +452,7 @@ print(m.sympy is sympy, m.guard_or_false is symbolic_shapes.guard_or_false)
 """
 
 
+@pytest.mark.slow  # a subprocess, a real pool or a browser: end to end
 def test_a_module_imported_during_a_meta_run_keeps_no_stand_in(tmp_path):
     """A module first imported inside a meta run that binds sympy and a symbolic_shapes
     helper at its top gets the real ones when the run ends (a later symbolic trace in the

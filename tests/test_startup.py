@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
 
 HEAVY = ("matplotlib", "transformers", "mlflow", "ray", "pandas", "torch._dynamo",
@@ -48,6 +49,7 @@ def _exp(tmp_path: Path, name: str, vocab: int) -> str:
     return str(path)
 
 
+@pytest.mark.slow  # a subprocess, a real pool or a browser: end to end
 def test_validate_and_a_refusal_import_no_heavy_module(tmp_path):
     calls = [["validate", _exp(tmp_path, "ok", 256)],
              ["validate", _exp(tmp_path, "huge", 10**9)]]
@@ -100,6 +102,7 @@ def test_lazy_views_are_checked_when_resolved():
     assert good.views == views()
 
 
+@pytest.mark.slow  # a subprocess, a real pool or a browser: end to end
 def test_report_imports_no_torch(tmp_path):
     """``variantlab report`` needs the probes' views and metric directions, not their code:
     the registry defers the component modules, the probes' settings and run functions are
@@ -186,6 +189,7 @@ def test_probe_code_given_as_references_is_checked_when_resolved():
     assert probe.settings({"steps": 3}).steps == 3
 
 
+@pytest.mark.slow  # a subprocess, a real pool or a browser: end to end
 def test_the_tuned_sweep_chooser_imports_no_report_writer_nor_scipy():
     """``variantlab run`` of a tuned sweep imports the chooser (``EdgeFeed``) before its
     first unit: the report's writer, its plots and scipy come later, when the report or a

@@ -72,6 +72,10 @@ def _is_sqlite(path: Path) -> bool:
         try:
             conn.execute("PRAGMA schema_version").fetchone()
             return True
+        except sqlite3.OperationalError:  # cannot be opened or read at all
+            return False
+        except sqlite3.DatabaseError as exc:  # SQLite's, but damaged (truncated, malformed):
+            return "not a database" not in str(exc)  # the store's own check says how
         finally:
             conn.close()
     except (OSError, sqlite3.Error):
