@@ -274,11 +274,10 @@ def by_seed(arm: Arm) -> dict[Any, float]:
 
 
 def pair_row(a: Arm, b: Arm, metric: str, delta: float, tol: float,
-             values: dict[int, dict[Any, float]] | None = None) -> dict[str, Any]:
+             values: dict[int, dict[Any, float]]) -> dict[str, Any]:
     """One pair's row before Holm (``holm_p`` is filled per condition); ``values``: each
-    arm's :func:`by_seed` by ``id`` (made once per report: an arm is in many pairs)."""
-    va = values[id(a)] if values is not None else by_seed(a)
-    vb = values[id(b)] if values is not None else by_seed(b)
+    arm's :func:`by_seed` by ``id`` (made once per condition: an arm is in many pairs)."""
+    va, vb = values[id(a)], values[id(b)]
     # the seeds both have, in a's order, both finite
     seeds = [s for s, v in va.items() if s in vb and math.isfinite(v) and math.isfinite(vb[s])]
     both_a = np.array([va[s] for s in seeds], dtype=float)
