@@ -121,3 +121,32 @@ def test_a_group_that_hides_a_clear_verdict_is_caught():
     assert checked == 3 and len(wrong) == 2
     assert "norm=layer (a) vs norm=batch (a): lower" in wrong[0]
     assert "norm=batch (a) vs norm=rms (a): higher" in wrong[1]
+
+
+def last_runs() -> dict[str, list[str]]:
+    """docs/reports.md's table of each committed report's last run: name -> its cells."""
+    text = (ROOT / "docs" / "reports.md").read_text(encoding="utf-8")
+    section = re.search(r"^### Each report's last run\n(.*?)(?=^#|\Z)", text, flags=re.M | re.S)
+    assert section, "docs/reports.md has no 'Each report's last run' section"
+    rows = [line.strip("|").split(" | ") for line in section.group(1).splitlines()
+            if line.startswith("| ") and not line.startswith("| report |")]
+    return {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in rows}
+
+
+def test_the_docs_table_of_last_runs_quotes_the_committed_exports():
+    # the hand-written history table says when each report last ran and how long it took;
+    # both come from the export committed beside the report, so the table cannot drift
+    import gzip
+    import json
+
+    from variantlab.report.findings_table import EXPORT_FILE, running_time
+
+    table = last_runs()
+    exported = sorted(p.parent.name for p in (ROOT / "reports").glob(f"*/{EXPORT_FILE}"))
+    assert sorted(table) == exported
+    for name in exported:
+        folder = ROOT / "reports" / name
+        units = json.loads(gzip.decompress((folder / EXPORT_FILE).read_bytes()))["units"]
+        first = min(s for s in units["started_at"] if s)
+        assert table[name][0] == first[:16].replace("T", " "), name
+        assert table[name][1] == running_time(folder), name

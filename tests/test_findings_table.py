@@ -19,6 +19,7 @@ from variantlab.report.findings_table import (
     NOT_YET,
     budget,
     csv_numbers,
+    duration,
     findings,
     findings_markdown,
     short,
@@ -315,3 +316,11 @@ def test_a_damaged_export_beside_a_report_is_one_line(tmp_path):
     result = invoke("findings", folder.parent)
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert f"{folder / EXPORT_FILE}: not a results export" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("seconds, text", [(0.0, "under 1 s"), (0.49, "under 1 s"),
+                                           (0.5, "under 1 s"), (0.51, "1 s"), (59.4, "59 s"),
+                                           (60.0, "1 min"), (89.0, "1 min"), (91.0, "2 min"),
+                                           (4740.0, "79 min")])
+def test_a_running_time_reads_in_minutes_or_seconds_and_never_as_zero(seconds, text):
+    assert duration(seconds) == text

@@ -177,7 +177,15 @@ def running_time(folder: Path) -> str:
     seconds = sum((max(t) - min(t)).total_seconds() for t in spans.values())
     if not spans:
         return "-"
-    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+    return duration(seconds)
+
+
+def duration(seconds: float) -> str:
+    """A running time as the findings table gives it: minutes from one minute on, seconds
+    below, "under 1 s" where a rounded 0 would read as nothing run."""
+    if seconds >= 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{round(seconds)} s" if round(seconds) >= 1 else "under 1 s"
 
 
 def _text(value: Any) -> str:
