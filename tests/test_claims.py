@@ -383,3 +383,21 @@ def test_a_condition_of_many_unclear_pairs_counts_those_it_does_not_name():
     said = condition_phrase(rows, "")
     assert said.count("not ruled out") == 6
     assert said.endswith("; 4 more pairs not clearly different (verdicts.csv)")
+
+
+def test_differences_that_cancel_have_mean_zero_not_a_float_residue():
+    # nope-recall's width-96 pair: recall accuracies k/N whose roundings differ with k;
+    # per seed +1/N, -1/N, 0 in exact arithmetic, -3.7e-17 in floats. The report wrote
+    # "-3.701e-17" and called the effect's sign negative
+    n_rows = 4608
+    a = np.array([4608, 4606, 4608]) / n_rows
+    b = np.array([4607, 4607, 4608]) / n_rows
+    diffs = a - b
+    assert diffs.mean() != 0.0  # the residue this guards against
+    estimate, low, high, count = interval(diffs)
+    assert estimate == 0.0 and count == 3
+    assert low == -high and high == pytest.approx(
+        stats.t.ppf(0.975, 2) * diffs.std(ddof=1) / math.sqrt(3), rel=1e-12)
+    # a small but real mean keeps its bits: a millionth of its half-width is not noise
+    real = np.array([1e-3, -1e-3, 1e-9 * 3])
+    assert interval(real)[0] == real.mean() != 0.0

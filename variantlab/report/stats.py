@@ -81,10 +81,15 @@ def pandas_std(values: pd.Series | Sequence[float] | np.ndarray) -> float:
         return float(np.sqrt(square.sum() / (n - 1)))
 
 
+#: A mean under this fraction of its interval's half-width is written as 0 (:func:`interval`)
+NOISE = 1e-9
+
+
 def interval(diffs: pd.Series | Sequence[float], level: float = 0.95
              ) -> tuple[float, float, float, int]:
     """Mean, low, high (two-sided t-interval at ``level``) and n of ``diffs``; one value:
-    NaN bounds; none: all NaN and n = 0."""
+    NaN bounds; none: all NaN and n = 0. A mean under :data:`NOISE` of the interval's
+    half-width is 0: float rounding, not a direction (pandas' bits otherwise)."""
     d = _finite(diffs)
     n = len(d)
     if n == 0:
@@ -93,6 +98,10 @@ def interval(diffs: pd.Series | Sequence[float], level: float = 0.95
     if n == 1:
         return mean, math.nan, math.nan, 1
     half = t_quantile(0.5 + level / 2, n - 1) * float(d.std(ddof=1)) / math.sqrt(n)
+    if abs(mean) < NOISE * half:
+        # differences that cancel leave a float residue (recall accuracies of k/N, whose
+        # roundings differ with k, give -3.7e-17 for +1/N, -1/N and 0): no sign, no digits
+        mean = 0.0
     return mean, mean - half, mean + half, n
 
 
