@@ -131,6 +131,57 @@ def test_a_worker_that_does_not_end_on_sigterm_is_killed(monkeypatch):
             deaf.kill()
 
 
+def _leave_a_finalizer(marker: str) -> int:
+    """In a worker: a multiprocessing finalizer, as inductor's compile pool registers one
+    (its shutdown), that writes ``marker`` when the worker exits by itself."""
+    import multiprocessing.util
+    import os
+    import sys
+    from pathlib import Path
+
+    multiprocessing.util.Finalize(None, Path(marker).write_text, args=("ran",),
+                                  exitpriority=sys.maxsize)
+    return os.getpid()
+
+
+@pytest.mark.parametrize("grace", [0.0, 5.0])
+def test_a_normal_end_lets_the_workers_exit_by_themselves(tmp_path, grace):
+    # at a run's end the workers are told to stop and given EXIT_GRACE_S: their exit runs
+    # multiprocessing's finalizers (inductor shuts its compile pool there; SIGTERM skipped
+    # that, and the resource tracker warned of leaked semaphores after compiled runs).
+    # Ctrl-C (grace 0) still stops them at once
+    import multiprocessing
+    import signal
+    from concurrent.futures import ProcessPoolExecutor
+
+    marker = tmp_path / "finalized"
+    executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+    pid = executor.submit(_leave_a_finalizer, str(marker)).result(timeout=30)
+    (worker,) = executor._processes.values()  # type: ignore[attr-defined]
+    assert worker.pid == pid
+    if not grace:  # Ctrl-C comes during a unit: the worker is busy, not waiting for work
+        started = tmp_path / "started"
+        executor.submit(_busy, str(started))
+        deadline = time.monotonic() + 30
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    t0 = time.monotonic()
+    pool._terminate(executor, grace)
+    assert not worker.is_alive()
+    if grace:
+        assert worker.exitcode == 0 and marker.read_text() == "ran"
+    else:
+        assert worker.exitcode == -signal.SIGTERM and not marker.exists()
+        assert time.monotonic() - t0 < pool.TERMINATE_GRACE_S
+
+
+def _busy(started: str) -> None:
+    from pathlib import Path
+
+    Path(started).write_text("yes")
+    time.sleep(60)
+
+
 def _environment_probe(probe, spec, settings, **kwargs):
     """A probe_fn that reports the worker's view: the marker variables, its parent and
     whether torch._dynamo was imported before this unit (nothing here imports it)."""

@@ -49,8 +49,10 @@ stops the run: the units in flight at that moment are stored ``failed`` with
 rerun retries the failed ones and computes the rest). The pool is not restarted, so a
 variant that crashes its process cannot take down a sweep over and over. Ctrl-C or SIGTERM
 cancels the pending units, terminates the workers (their units in progress are lost, as
-the in-process unit would be) and keeps every finished unit. A worker exits by itself when
-the driver dies.
+the in-process unit would be) and keeps every finished unit. At a run's normal end the
+workers are told to stop and exit by themselves (:data:`EXIT_GRACE_S`), so their
+multiprocessing finalizers run (inductor's compile pool shuts down there). A worker exits
+by itself when the driver dies.
 """
 
 from __future__ import annotations
@@ -102,6 +104,10 @@ if TYPE_CHECKING:
 
 #: after SIGTERM, the workers' time to exit before SIGKILL
 TERMINATE_GRACE_S = 5.0
+#: at a run's normal end, the workers' time to exit by themselves before SIGTERM (their exit
+#: runs multiprocessing's finalizers: inductor's compile pool shuts down there, where a
+#: SIGTERM would leave its semaphores to the resource tracker's "leaked" warning)
+EXIT_GRACE_S = 10.0
 
 
 def cpu_count() -> int:
@@ -315,6 +321,7 @@ def _pool(sink: ResultSink, work: Work, workers: int, context: RunContext,
                                dict(os.environ))
             in_flight[task] = (index, unit, now_iso(), time.perf_counter())
 
+    finished = False
     try:
         while queue or in_flight or deciding:
             decided()
@@ -339,10 +346,11 @@ def _pool(sink: ResultSink, work: Work, workers: int, context: RunContext,
                     deciding.append(feeder.submit(decide, unit))
                 else:
                     add(fed(sink, feed, unit))
-    finally:  # done, or Ctrl-C, SIGTERM, a store that cannot be written: stop now
-        if feeder is not None:
+        finished = True
+    finally:  # done (the workers exit), or Ctrl-C, SIGTERM, a store that cannot be written
+        if feeder is not None:  # (they are stopped now)
             feeder.shutdown(wait=True, cancel_futures=True)
-        _terminate(pool)
+        _terminate(pool, EXIT_GRACE_S if finished else 0.0)
     return not stopped
 
 
@@ -388,11 +396,16 @@ def _exit_text(code: int) -> str:
     return f"exit code {code}"
 
 
-def _terminate(pool: ProcessPoolExecutor) -> None:
-    """Cancel what has not started and stop the workers now (Ctrl-C, SIGTERM): SIGTERM,
-    then SIGKILL for any still alive after :data:`TERMINATE_GRACE_S`."""
+def _terminate(pool: ProcessPoolExecutor, grace: float = 0.0) -> None:
+    """Cancel what has not started and stop the workers: those that have not exited by
+    themselves within ``grace`` seconds (a run's normal end: the shutdown tells them to) get
+    SIGTERM, then SIGKILL if still alive after :data:`TERMINATE_GRACE_S` (Ctrl-C, SIGTERM:
+    ``grace`` 0, at once)."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + grace
+    for process in processes if grace > 0 else ():
+        process.join(timeout=max(0.0, deadline - time.monotonic()))
     for process in processes:
         if process.is_alive():
             process.terminate()
