@@ -9,12 +9,15 @@ verdict separates them).
 
 from __future__ import annotations
 
+import gzip
+import json
 import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from variantlab.report.findings_table import EXPORT_FILE, running_time
 from variantlab.report.words import MAX_READING
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,11 +139,6 @@ def last_runs() -> dict[str, list[str]]:
 def test_the_docs_table_of_last_runs_quotes_the_committed_exports():
     # the hand-written history table says when each report last ran and how long it took;
     # both come from the export committed beside the report, so the table cannot drift
-    import gzip
-    import json
-
-    from variantlab.report.findings_table import EXPORT_FILE, running_time
-
     table = last_runs()
     exported = sorted(p.parent.name for p in (ROOT / "reports").glob(f"*/{EXPORT_FILE}"))
     assert sorted(table) == exported

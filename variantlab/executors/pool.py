@@ -347,8 +347,8 @@ def _pool(sink: ResultSink, work: Work, workers: int, context: RunContext,
                 else:
                     add(fed(sink, feed, unit))
         finished = True
-    finally:  # done (the workers exit), or Ctrl-C, SIGTERM, a store that cannot be written
-        if feeder is not None:  # (they are stopped now)
+    finally:  # done: the workers exit by themselves; Ctrl-C, SIGTERM, a store that cannot
+        if feeder is not None:  # be written: they are stopped now
             feeder.shutdown(wait=True, cancel_futures=True)
         _terminate(pool, EXIT_GRACE_S if finished else 0.0)
     return not stopped
