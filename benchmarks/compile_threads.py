@@ -1,6 +1,8 @@
 """A compiled sweep on a cold inductor cache: inductor's compile processes at its default
-(one per core, in every worker) against capped at each worker's torch threads (the pool's
-default since ``limit_compile_threads``).
+(one per core, in every worker) against one per worker, its torch thread count under
+``--workers 2``. Capping them looked like it would stop two workers from oversubscribing 2
+cores; measured, it made the cold sweep slower (benchmarks/throughput.md, eleventh round),
+so the workers keep inductor's default.
 
 The job is throughput.py's tuned sweep (gelu-vs-relu's design at width 32, 100 steps) cut
 to one seed and two learning rates, with ``compile: true`` so that every training unit
@@ -8,15 +10,15 @@ compiles (``compile: auto`` would leave 100 steps eager), ``--workers 2``. Each 
 empty ``TORCHINDUCTOR_CACHE_DIR``: a cold cache is when inductor compiles C++ and starts its
 compile pool (with a warm one it starts none, and the cap changes nothing).
 
-- **default**: ``TORCHINDUCTOR_COMPILE_THREADS`` set to the CPU count, what each worker
-  used before the cap (the variable is the user's, which the cap obeys);
-- **capped**: the variable unset, so each worker compiles with its one torch thread, in
-  its own process.
+- **default**: ``TORCHINDUCTOR_COMPILE_THREADS`` unset: inductor compiles with one process
+  per core in each worker (a compile pool beside each worker);
+- **capped**: ``TORCHINDUCTOR_COMPILE_THREADS=1``: each worker compiles in its own process,
+  with no compile pool.
 
 Runs alternate (default, capped, default, ...) so that drift of the machine hits both
-alike. Printed: each run's wall and CPU time (the run and every process under it) and the
-load average at its start, each condition's median, and the largest difference of a
-training unit's final loss between the conditions (the compiled code is the same, so 0).
+alike. Printed: each run's wall time and the load average at its start, each condition's
+median, and the largest difference of a training unit's final loss between any two runs
+(the compiled code is the same, so 0).
 
     .venv/bin/python benchmarks/compile_threads.py [--repeats 2] [--markdown FILE]
 """
@@ -26,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import resource
 import sqlite3
 import statistics
 import subprocess
@@ -54,21 +55,16 @@ def job_yaml() -> dict:
     return doc
 
 
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def run_once(condition: str, yaml_file: Path, work: Path) -> dict:
     out, cache = work / "out", work / "inductor-cache"
     env = {k: v for k, v in os.environ.items()
            if k not in ("OMP_NUM_THREADS", "VARIANTLAB_THREADS", "TORCHINDUCTOR_COMPILE_THREADS")}
     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
-    if condition == "default":
-        env["TORCHINDUCTOR_COMPILE_THREADS"] = str(os.cpu_count())
+    if condition == "capped":
+        env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     command = [sys.executable, "-m", "variantlab", "run", str(yaml_file), "--out", str(out),
                "--no-report", "--workers", "2"]
-    load0, cpu0, t0 = os.getloadavg()[0], children_cpu(), time.perf_counter()
+    load0, t0 = os.getloadavg()[0], time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if done.returncode != 0:
@@ -81,7 +77,7 @@ def run_once(condition: str, yaml_file: Path, work: Path) -> dict:
             "select r.value from rows r where r.probe = 'training' and r.metric = 'compiled'")}
     if compiled != {1.0}:
         raise SystemExit(f"{condition}: not every training unit compiled ({compiled})")
-    return {"wall": wall, "cpu": children_cpu() - cpu0, "load0": load0, "losses": losses}
+    return {"wall": wall, "load0": load0, "losses": losses}
 
 
 def main() -> None:
@@ -99,21 +95,20 @@ def main() -> None:
                 runs[condition].append(run_once(condition, yaml_file, work))
                 last = runs[condition][-1]
                 print(f"{condition} #{repeat}: {last['wall']:.1f} s wall, "
-                      f"{last['cpu']:.1f} s CPU, load at start {last['load0']:.2f}",
-                      flush=True)
+                      f"load at start {last['load0']:.2f}", flush=True)
     lines = [f"Machine: {platform.machine()}, {os.cpu_count()} logical CPUs, Python "
              f"{platform.python_version()}; {args.repeats} alternating repeat(s), each on an "
              "empty inductor cache.", "",
              "| compile processes per worker | wall (s) per run | median wall (s) | "
-             "median CPU (s) | load at start |", "|---|---|---:|---:|---|"]
+             "load at start |", "|---|---|---:|---|"]
     for condition in CONDITIONS:
         rs = runs[condition]
         label = (f"inductor's default ({os.cpu_count()})" if condition == "default"
-                 else "capped at the worker's threads (1)")
+                 else "one (TORCHINDUCTOR_COMPILE_THREADS=1)")
         walls = ", ".join(f"{r['wall']:.1f}" for r in rs)
         loads = ", ".join(f"{r['load0']:.2f}" for r in rs)
         lines.append(f"| {label} | {walls} | {statistics.median(r['wall'] for r in rs):.1f} | "
-                     f"{statistics.median(r['cpu'] for r in rs):.1f} | {loads} |")
+                     f"{loads} |")
     ratio = (statistics.median(r["wall"] for r in runs["capped"])
              / statistics.median(r["wall"] for r in runs["default"]))
     every = [r["losses"] for c in CONDITIONS for r in runs[c]]

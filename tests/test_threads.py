@@ -91,19 +91,3 @@ def test_a_run_computes_with_the_chosen_count_and_stores_it(tmp_path, tiny, monk
     with Store(tmp_path / "threads") as store:
         stored = store.conn.execute("SELECT torch_threads FROM units").fetchall()
     assert [r[0] for r in stored] == [3, 3]
-
-
-def test_a_worker_caps_inductors_compile_processes_at_its_threads(monkeypatch):
-    """A pool or Ray worker sets inductor's compile processes to its torch threads (at 1:
-    no compile pool beside it); a TORCHINDUCTOR_COMPILE_THREADS the user set is obeyed."""
-    import torch._inductor.config as inductor
-
-    monkeypatch.setattr(inductor, "compile_threads", 7)
-    monkeypatch.delenv(policy.COMPILE_ENV, raising=False)
-    policy.limit_compile_threads(1)
-    assert inductor.compile_threads == 1
-    policy.limit_compile_threads(2)
-    assert inductor.compile_threads == 2
-    monkeypatch.setenv(policy.COMPILE_ENV, "4")
-    policy.limit_compile_threads(1)
-    assert inductor.compile_threads == 2  # the user's variable: inductor read it, we leave it

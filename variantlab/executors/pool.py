@@ -96,7 +96,7 @@ from .base import (
     store_result,
 )
 from .inprocess import run_in_process
-from .threads import choose_threads, limit_compile_threads
+from .threads import choose_threads
 from .unit import ResultSink, error_text, now_iso, unit_record
 
 if TYPE_CHECKING:
@@ -251,7 +251,6 @@ def _compute(key: str, source: ExperimentSource, threads: int, probe_fn: Callabl
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     _adopt(environ)
-    limit_compile_threads(threads)
     return compute(source, key, probe_fn)
 
 

@@ -45,7 +45,6 @@ from ..sweep.units import Unit
 from . import ray_env, ray_payload
 from .base import Executor, ExperimentSource, RunContext, compute, split_units, store_result
 from .pool import cpu_count
-from .threads import limit_compile_threads
 from .unit import ResultSink, error_text, now_iso, unit_record
 
 if TYPE_CHECKING:
@@ -77,7 +76,6 @@ def _task(source: ExperimentSource, key: str, device: str | None,
 
     warnings.filterwarnings("ignore", category=VariantWarning)  # the driver reports them once
     torch.set_num_threads(threads)
-    limit_compile_threads(threads)
     if shipped is not None:
         source = replace(source, plugin_paths=tuple(shipped.paths().items()))
     with checkpoint.directory(Path(checkpoints) if checkpoints else None):

@@ -21,11 +21,6 @@ The count is not part of a unit key: it changes at most the order in which a red
 adds its terms, so the last bits of a loss, never a conclusion (docs/distributed.md says
 what was measured), and a key that held it would make every stored result stale whenever
 the load at start differs.
-
-A worker process also caps inductor's compile processes at its thread count
-(:func:`limit_compile_threads`): inductor's default is one per core in every process that
-compiles, so on 2 cores two workers compiling at once started a helper process and two
-compile processes each.
 """
 
 from __future__ import annotations
@@ -43,8 +38,6 @@ from ..probes.machine import BUSY_MARGIN, cores, load
 
 #: the environment variable that sets the torch threads of every process of a run
 ENV = "VARIANTLAB_THREADS"
-#: inductor's own variable for its compile processes: where the user set it, it is obeyed
-COMPILE_ENV = "TORCHINDUCTOR_COMPILE_THREADS"
 #: torch's thread count when variantlab was imported: a different count at run time means
 #: the user called ``torch.set_num_threads``
 AT_IMPORT = torch.get_num_threads()
@@ -103,18 +96,6 @@ def choose_threads(workers: int = 1, threads: int | None = None) -> Threads:
     return Threads(policy_threads(cores(), load(), workers), "policy")
 
 
-def limit_compile_threads(count: int) -> None:
-    """Inductor compiles with at most ``count`` processes in this process from now on, unless
-    the user set ``TORCHINDUCTOR_COMPILE_THREADS``. At 1 it compiles in this process and
-    starts no compile pool. The compiled code is the same (inductor's cache key leaves the
-    count out); only where its C++ is compiled changes."""
-    if COMPILE_ENV in os.environ:
-        return
-    import torch._inductor.config as inductor  # preloaded with torch._dynamo in pool workers
-
-    inductor.compile_threads = count
-
-
 @contextlib.contextmanager
 def torch_threads(count: int) -> Iterator[None]:
     """torch computes with ``count`` intra-op threads in this process within it."""
@@ -126,5 +107,5 @@ def torch_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-__all__ = ["COMPILE_ENV", "ENV", "Threads", "choose_threads", "env_threads",
-           "limit_compile_threads", "policy_threads", "torch_threads"]
+__all__ = ["ENV", "Threads", "choose_threads", "env_threads", "policy_threads",
+           "torch_threads"]
