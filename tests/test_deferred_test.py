@@ -223,3 +223,41 @@ def test_only_on_part_of_a_group_says_its_test_waits_and_the_full_run_scores_it(
     assert tested == chosen_of(out / "deferred") and len(tested) == 2
     again = invoke("run", path, "--out", out, "--no-report", "--only", "measure.training.lr=0.001")
     assert again.exit_code == 0 and "note: --only" not in again.output, again.output
+
+
+def recall_inside_loss_at_edge(name, spec, settings, *, seed, data=None, **kw):
+    """A training run whose validation recall peaks at lr 1e-2 and whose validation loss is
+    lowest at 0.1, its test split scored as ``settings.test_split`` says."""
+    from variantlab.plugin.rows import row
+
+    gap = {best: (math.log10(settings.lr) - math.log10(best)) ** 2 for best in (1e-2, 0.1)}
+    rows = [row(name, "loss", 4.0, step=0), row(name, "diverged", 0.0),
+            row(name, "val_loss", 2.0 + gap[0.1] + 0.01 * seed),
+            row(name, "eval_loss", 2.0 + gap[0.1] + 0.01 * seed),
+            row(name, "val_recall_accuracy", 1.0 - 0.2 * gap[1e-2] - 0.01 * seed),
+            row(name, "test_loss", 2.1 + gap[0.1]),
+            row(name, "test_recall_accuracy", 1.0 - 0.2 * gap[1e-2] - 0.02 * seed)]
+    if settings.test_split == "deferred":
+        return [r for r in rows if not r["metric"].startswith("test_")]
+    if settings.test_split == "only":
+        return [r for r in rows if r["metric"].startswith("test_")]
+    return rows
+
+
+def test_the_feed_chooses_on_compare_on_before_any_test_split_is_scored(tmp_path):
+    """Until a group's choice is tested, the store holds no test rows; the feed's choice,
+    and the extension that follows it, is on the validation recall (compare_on) even so,
+    not on the loss, which would put the best at the edge 0.1 and extend it to 1.0."""
+    e = fake_experiment(tmp_path, "  activation.kind: [gelu, relu]\n"
+                                  "  measure.training.lr: {values: [1.0e-3, 1.0e-2, 0.1], "
+                                  "extend: true}\n",
+                        head="compare_on: recall_accuracy\n"
+                             "data: {source: synthetic, task: recall, n_pairs: 2}\n")
+    feed = EdgeFeed(e, run_dir_for(e, tmp_path / "runs"), e.extensions(), defer=True)
+    summary = run_experiment(e, tmp_path / "runs", probe_fn=recall_inside_loss_at_edge,
+                             grow=feed)
+    assert summary.ok and feed.rounds == []
+    assert feed.tested == {(f"{kind}measure.training.lr=0.01", seed)
+                           for kind in ("", "activation.kind=relu,") for seed in (0, 1)}
+    assert chosen_of(run_dir_for(e, tmp_path / "runs")) == {
+        "measure.training.lr=0.01", "activation.kind=relu,measure.training.lr=0.01"}

@@ -7,6 +7,7 @@ report is built: each test runs in milliseconds, so the mutation runner
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import statistics
@@ -447,6 +448,28 @@ class _Probe:
 class _Registry:
     def probes(self) -> list:
         return [_Probe()]
+
+
+def test_a_test_split_not_yet_scored_leaves_the_choice_on_the_headline():
+    """A tuned sweep's test split is scored at each group's choice once the choice is
+    made (deferred): until then its rows hold the validation recall and loss only. The
+    choice, and so the edge extension that follows it, is on the validation recall all the
+    same, not on the loss (rms at 4 pairs: recall 0.6, 0.9, 0.8 chooses 0.01, inside the
+    sweep; the loss, lowest at 0.1, would put it at the edge). The test values are missing
+    until they are scored."""
+    full = _recall_data(pairs=(4,))
+    rows = full.rows[full.rows["metric"] != "test_recall_accuracy"]
+    held = rows[(rows["metric"] == "val_loss") & (rows["probe"] == "training")
+                & (rows["scope"] == "model")].assign(metric="eval_loss")  # as training writes
+    data = dataclasses.replace(full, rows=pd.concat([rows, held], ignore_index=True))
+    sweep = find_sweep(data, "training")
+    assert sweep is not None and sweep.head.name == "recall_accuracy" and sweep.wanted == ""
+    assert (sweep.chosen_on, sweep.reported_on) == ("val_recall_accuracy", "test_recall_accuracy")
+    chosen = choose(sweep, "norm=rms (n_pairs=4)")
+    assert chosen is not None and chosen[LR] == 0.01 and at_edge(sweep, chosen) == []
+    assert sweep.per_seed["test"].isna().all()
+    scored = find_sweep(full, "training")
+    assert scored is not None and choose(scored, "norm=rms (n_pairs=4)")[LR] == 0.01
 
 
 def test_a_plugin_headline_not_recorded_falls_back_to_the_loss():

@@ -187,12 +187,15 @@ def find_sweep(data: ReportData, probe: str, untuned: bool = False) -> Sweep | N
         held = rows[rows["probe"] == head.probe]
         choose_col, report_col = head.columns(set(held["metric"]))
         wanted = ""
-        if (choose_col is None or report_col is None) and head.name != "loss":
+        if choose_col is None and head.name != "loss":
             wanted, head = head.name, headline()  # not recorded: the loss, said so
             held = rows[rows["probe"] == head.probe]
             choose_col, report_col = head.columns(set(held["metric"]))
-        if choose_col is None or report_col is None:
+        if choose_col is None:
             return None
+        # validation recorded, test not (yet): a tuned sweep's test split is scored at each
+        # group's choice once that is made, so the choice is on the headline all the same
+        report_col = report_col or head.test
         seeds = meta.seeds or sorted({int(s) for s in rows["seed"].dropna()})
         grid = pd.MultiIndex.from_product([cells["variant"], seeds], names=["variant", "seed"])
         per_seed = pd.DataFrame(index=grid).reset_index().merge(cells, on="variant")
