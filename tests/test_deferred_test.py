@@ -261,3 +261,8 @@ def test_the_feed_chooses_on_compare_on_before_any_test_split_is_scored(tmp_path
                            for kind in ("", "activation.kind=relu,") for seed in (0, 1)}
     assert chosen_of(run_dir_for(e, tmp_path / "runs")) == {
         "measure.training.lr=0.01", "activation.kind=relu,measure.training.lr=0.01"}
+    # a rerun starts with no test unit in its plan: the same choices, nothing computed again
+    again = EdgeFeed(e, run_dir_for(e, tmp_path / "runs"), e.extensions(), defer=True)
+    rerun = run_experiment(e, tmp_path / "runs", probe_fn=recall_inside_loss_at_edge,
+                           grow=again)
+    assert rerun.ok and rerun.done == 0 and again.rounds == [] and again.tested == feed.tested
