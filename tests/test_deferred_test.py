@@ -169,14 +169,19 @@ def test_an_untuned_experiment_scores_its_test_split_in_place(tmp_path):
                for u in plan_units(e, defer=True))
 
 
-def only_tested(name, spec, settings, *, seed, data=None, **kw):
-    """fake_training, scoring its test split as ``settings.test_split`` says."""
-    rows = fake_training(name, spec, settings, seed=seed, data=data, **kw)
+def as_split(rows: list, settings) -> list:
+    """``rows`` of a training run as its unit keeps them: without the test split's rows when
+    it defers it, only those in a test unit (``settings.test_split``)."""
     if settings.test_split == "deferred":
         return [r for r in rows if not r["metric"].startswith("test_")]
     if settings.test_split == "only":
         return [r for r in rows if r["metric"].startswith("test_")]
     return rows
+
+
+def only_tested(name, spec, settings, *, seed, data=None, **kw):
+    """fake_training, scoring its test split as ``settings.test_split`` says."""
+    return as_split(fake_training(name, spec, settings, seed=seed, data=data, **kw), settings)
 
 
 def test_the_choice_is_tested_after_the_groups_extension(tmp_path):
@@ -237,11 +242,7 @@ def recall_inside_loss_at_edge(name, spec, settings, *, seed, data=None, **kw):
             row(name, "val_recall_accuracy", 1.0 - 0.2 * gap[1e-2] - 0.01 * seed),
             row(name, "test_loss", 2.1 + gap[0.1]),
             row(name, "test_recall_accuracy", 1.0 - 0.2 * gap[1e-2] - 0.02 * seed)]
-    if settings.test_split == "deferred":
-        return [r for r in rows if not r["metric"].startswith("test_")]
-    if settings.test_split == "only":
-        return [r for r in rows if r["metric"].startswith("test_")]
-    return rows
+    return as_split(rows, settings)
 
 
 def test_the_feed_chooses_on_compare_on_before_any_test_split_is_scored(tmp_path):
