@@ -139,3 +139,38 @@ def test_a_group_half_stored_by_an_earlier_run_is_extended_when_this_run_complet
     # the store is read at the start and each time a group is complete (gelu's grid, its
     # 0.1, its 1.0, relu's grid, its 0.1), not after every unit
     assert len(reads) == 1 + 5 < summary.done == 12
+
+
+def test_a_read_that_misses_the_last_added_variant_neither_drops_nor_chooses_its_group(tmp_path):
+    """The pool's feed decides in a thread of its own while the driver writes what the
+    previous decision added to the store's plan: a read made in between finds the store
+    without that variant. The feed must keep the variant in its group (its units, once
+    stored, make the group complete again) and must not choose the group without it."""
+    from variantlab.report.fair.extension import TRAINING
+    from variantlab.sweep.units import plan_units
+
+    e = fake_experiment(tmp_path, GRID)
+    runs = tmp_path / "runs"
+    names = [v.name for v in e.variants]
+    gelu, relu = [n for n in names if "relu" not in n], [n for n in names if "relu" in n]
+    run_experiment(e, runs, probe_fn=fake_training, only=[*gelu, relu[0]])
+    feed = EdgeFeed(e, run_dir_for(e, runs), e.extensions())
+    feed(None)  # gelu's grid is stored: its 0.1 is added, and not yet in the store's plan
+    assert [(a.group, a.value) for a in feed.rounds[-1]] == [("activation=gelu", 0.1)]
+    run_experiment(e, runs, probe_fn=fake_training, only=relu[1:])  # still without it
+
+    def training(experiment, name):
+        return [u for u in plan_units(experiment) if u.variant.name == name
+                and u.probe == TRAINING]
+
+    for unit in training(e, relu[1]):
+        feed(unit)
+    assert [(a.group, a.value) for a in feed.rounds[-1]] == [("activation=relu", 0.1)]
+    assert not any("relu" not in v for v, _ in feed.tested)  # gelu's 0.1 has not run yet
+    added = feed.rounds[0][0].name
+    run_experiment(feed.experiment, runs, probe_fn=fake_training, only=[added])
+    for unit in training(feed.experiment, added):
+        feed(unit)
+    # 0.1 is gelu's best and at the edge: 1.0 is added once its units are stored
+    assert [(a.group, a.value) for a in feed.rounds[-1]] == [("activation=gelu", 1.0)]
+    assert not any("relu" not in v for v, _ in feed.tested)

@@ -254,13 +254,16 @@ class EdgeFeed:
         if sweep is None:
             return None
         shown = dict(zip(sweep.cells["variant"], sweep.cells["arch"]))
-        self.group_of = {str(stored): shown[name] for stored, name in
-                         zip(data.variants["stored_name"], data.variants["variant"])
-                         if name in shown}
+        # what this feed added keeps its group even where the store does not list it yet
+        # (the pool's driver writes a decision's variants while the next one reads)
+        self.group_of = {**{e.name: e.group for r in self.rounds for e in r},
+                         **{str(stored): shown[name] for stored, name in
+                            zip(data.variants["stored_name"], data.variants["variant"])
+                            if name in shown}}
         units = data.units
         self.stored |= set(units.loc[(units["probe"] == TRAINING)
                                      & units["status"].isin(["ok", "failed"]), "key"])
-        ready = complete_groups(data, sweep, self.experiment.seeds)
+        ready = complete_groups(data, sweep, self.experiment.seeds) - self._running()
         overrides = dict(zip(data.variants["variant"], data.variants["overrides"]))
         doc = self.experiment.doc
         names = value_names(doc.data) if doc is not None else {}
@@ -271,6 +274,12 @@ class EdgeFeed:
         growing = {e.group for e in self.rounds[-1]} if bigger is not None else set()
         self._choose(data, sweep, ready - growing)  # the others have their choice: test it
         return bigger
+
+    def _running(self) -> set[str]:
+        """The groups with a variant this feed added whose training units are not all
+        stored yet: not complete, whatever the store's own variants table says."""
+        return {e.group for r in self.rounds for e in r
+                if not all(k in self.stored for k in self.keys.get(e.name, []))}
 
     def _choose(self, data: Any, sweep: Sweep, ready: set[str]) -> None:
         """Give the chosen setting of each group of ``ready`` (complete, extending no
