@@ -256,7 +256,7 @@ class EdgeFeed:
         shown = dict(zip(sweep.cells["variant"], sweep.cells["arch"]))
         # what this feed added keeps its group even where the store does not list it yet
         # (the pool's driver writes a decision's variants while the next one reads)
-        self.group_of = {**{e.name: e.group for r in self.rounds for e in r},
+        self.group_of = {**self._added(),
                          **{str(stored): shown[name] for stored, name in
                             zip(data.variants["stored_name"], data.variants["variant"])
                             if name in shown}}
@@ -278,8 +278,12 @@ class EdgeFeed:
     def _running(self) -> set[str]:
         """The groups with a variant this feed added whose training units are not all
         stored yet: not complete, whatever the store's own variants table says."""
-        return {e.group for r in self.rounds for e in r
-                if not all(k in self.stored for k in self.keys.get(e.name, []))}
+        return {group for name, group in self._added().items()
+                if not all(k in self.stored for k in self.keys.get(name, []))}
+
+    def _added(self) -> dict[str, str]:
+        """Each variant this feed added -> its group."""
+        return {e.name: e.group for r in self.rounds for e in r}
 
     def _choose(self, data: Any, sweep: Sweep, ready: set[str]) -> None:
         """Give the chosen setting of each group of ``ready`` (complete, extending no
