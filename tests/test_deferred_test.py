@@ -267,3 +267,33 @@ def test_the_feed_chooses_on_compare_on_before_any_test_split_is_scored(tmp_path
     rerun = run_experiment(e, tmp_path / "runs", probe_fn=recall_inside_loss_at_edge,
                            grow=again)
     assert rerun.ok and rerun.done == 0 and again.rounds == [] and again.tested == feed.tested
+
+
+def test_the_grid_averages_of_a_deferred_recall_sweep_are_on_its_validation_recall(tmp_path):
+    """The test split is scored at the chosen settings only, so the grid's averages over
+    every setting are on the headline metric's validation column (val_recall_accuracy
+    here), which every setting has: not on the loss, whose best rate is another one."""
+    import pandas as pd
+
+    from variantlab.report import write_report
+
+    e = fake_experiment(tmp_path, "  activation.kind: [gelu, relu]\n"
+                                  "  measure.training.lr: [1.0e-3, 1.0e-2, 0.1]\n",
+                        head="compare_on: recall_accuracy\n"
+                             "data: {source: synthetic, task: recall, n_pairs: 2}\n")
+    feed = EdgeFeed(e, run_dir_for(e, tmp_path / "runs"), e.extensions(), defer=True)
+    assert run_experiment(e, tmp_path / "runs", probe_fn=recall_inside_loss_at_edge,
+                          grow=feed).ok
+    files = write_report([run_dir_for(e, tmp_path / "runs")], tmp_path / "rep",
+                         registry=vl.get_registry())
+    verdicts = pd.read_csv(files.verdicts)
+    average = verdicts[verdicts["kind"] == "average"].set_index("a")
+    assert set(average["metric"]) == {"val_recall_accuracy"}
+    # validation recall 1 - 0.2 (log10 lr + 2)^2 - 0.01 seed: lr 1e-2 against the baseline
+    # 1e-3 gains 0.2 on every seed, lr 0.1 nothing; the activation moves nothing
+    lr = average.loc["measure.training.lr=0.01"]
+    assert lr["estimate"] == pytest.approx(0.2, abs=1e-9) and lr["verdict"] == "higher"
+    assert average.loc["measure.training.lr=0.1", "estimate"] == pytest.approx(0.0, abs=1e-9)
+    assert average.loc["activation.kind=relu", "estimate"] == pytest.approx(0.0, abs=1e-9)
+    assert "| val\\_recall\\_accuracy | measure.training.lr | 0.01 vs 0.001 | +0.2 |" in \
+        files.markdown.read_text()

@@ -384,6 +384,12 @@ def test_the_effects_lead_with_the_runs_headline_test_column():
     got = lead_with(data, grid, {"test_recall_accuracy", "recall_accuracy"})
     assert got[0] == ("test_recall_accuracy", "test recall accuracy", False)
     assert lead_with(data, grid, {"eval_loss"}) == list(HEADLINE)  # no recall column
+    # a tuned sweep scores its test split at the chosen settings only: the validation
+    # column, which every setting has, leads; a test column present everywhere still wins
+    got = lead_with(data, grid, {"val_recall_accuracy", "eval_loss"})
+    assert got == [("val_recall_accuracy", "val recall accuracy", False), *HEADLINE]
+    got = lead_with(data, grid, {"val_recall_accuracy", "test_recall_accuracy"})
+    assert got[0] == ("test_recall_accuracy", "test recall accuracy", False)
     loss = _data(GRID, CELLS, compare_on="loss")
     got = lead_with(loss, grid, {"eval_loss", "final_loss"})
     assert got[0] == ("eval_loss", "eval loss", True) and got[1:] == [

@@ -128,12 +128,14 @@ def grid_values(data: ReportData, grid: Grid, per_seed: pd.DataFrame) -> pd.Data
 def lead_with(data: ReportData, grid: Grid, present: set[str]
               ) -> list[tuple[str, str, bool | None]]:
     """HEADLINE with the grid run's headline metric first: the first of its test columns
-    (``test_M``, then older names) that ``present`` has, labelled by its name."""
+    (``test_M``, then older names) that ``present`` has, else its validation column
+    (``val_M``: a tuned sweep scores the test split at the chosen settings only, so only
+    validation covers every setting of the grid), labelled by its name."""
     meta = next((m for m in data.runs if m.run == grid.run), None)
     head = headline_of(meta, data.registry) if meta is not None else None
     if head is None or not getattr(meta, "compare_on", ""):
         return list(HEADLINE)
-    first = next((m for m in head.report if m in present), None)
+    first = next((m for m in (*head.report, *head.choose) if m in present), None)
     if first is None:
         return list(HEADLINE)
     label = next((lab for m, lab, _ in HEADLINE if m == first), first.replace("_", " "))
