@@ -297,3 +297,63 @@ def test_the_grid_averages_of_a_deferred_recall_sweep_are_on_its_validation_reca
     assert average.loc["activation.kind=relu", "estimate"] == pytest.approx(0.0, abs=1e-9)
     assert "| val\\_recall\\_accuracy | measure.training.lr | 0.01 vs 0.001 | +0.2 |" in \
         files.markdown.read_text()
+
+
+class KilledBeforeTheFeedAnswers:
+    """A feed whose first question is met by Ctrl-C: a resumed run killed before its feed
+    re-added what it added before."""
+
+    defer = True
+
+    def __call__(self, unit):
+        raise KeyboardInterrupt
+
+
+def _tables(run_dir) -> tuple[list[str], set[tuple]]:
+    import sqlite3
+
+    with sqlite3.connect(run_dir / "results.sqlite") as db:
+        names = [n for (n,) in db.execute("SELECT name FROM variants ORDER BY position")]
+        plan = set(db.execute("SELECT key, variant, seed, probe FROM plan"))
+    return names, plan
+
+
+def test_a_resume_killed_before_its_feed_answers_leaves_the_extensions_reported(tmp_path):
+    """A resume writes the YAML's variants first; its feed re-adds the extensions and test
+    units. Killed in between, the store still plans them (the report reads what it did
+    before), and a resume that runs writes the exact tables again."""
+    from variantlab.report import write_report
+
+    grid = ("  activation.kind: [gelu, relu]\n"
+            "  measure.training.lr: {values: [1.0e-3, 1.0e-2], extend: true}\n")
+    e = fake_experiment(tmp_path, grid)
+    out, run_dir = tmp_path / "runs", run_dir_for(e, tmp_path / "runs")
+    feed = EdgeFeed(e, run_dir, e.extensions(), defer=True)
+    assert run_experiment(e, out, probe_fn=only_tested, grow=feed).ok
+    names, plan = _tables(run_dir)
+    assert "activation.kind=gelu,measure.training.lr=0.1" in names  # the extension
+    before = write_report([run_dir], tmp_path / "before", registry=vl.get_registry())
+
+    killed = run_experiment(e, out, probe_fn=only_tested, grow=KilledBeforeTheFeedAnswers())
+    assert killed.interrupted and killed.done == 0
+    assert _tables(run_dir) == (names, plan)  # nothing the feed added is dropped
+    after = write_report([run_dir], tmp_path / "after", registry=vl.get_registry())
+    assert after.tuned.read_text() == before.tuned.read_text()
+    assert after.verdicts.read_text() == before.verdicts.read_text()
+
+    again = EdgeFeed(e, run_dir, e.extensions(), defer=True)
+    resumed = run_experiment(e, out, probe_fn=only_tested, grow=again)
+    assert resumed.ok and resumed.done == 0
+    now, now_plan = _tables(run_dir)  # the feed re-added the extensions (in its own order)
+    assert sorted(now) == sorted(names) and now_plan == plan
+
+    # the exact tables, not a union, once the feed has answered: a variant dropped from
+    # the YAML leaves them (its units stay stored)
+    fewer = fake_experiment(tmp_path, "  activation.kind: [gelu]\n"
+                                      "  measure.training.lr: {values: [1.0e-3, 1.0e-2], "
+                                      "extend: true}\n")
+    assert run_experiment(fewer, out, probe_fn=only_tested,
+                          grow=EdgeFeed(fewer, run_dir, fewer.extensions(), defer=True)).ok
+    left, left_plan = _tables(run_dir)
+    assert left == [n for n in names if "relu" not in n] and left
+    assert {p[1] for p in left_plan} == set(left)

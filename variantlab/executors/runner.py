@@ -142,13 +142,17 @@ def run_experiment(
     chosen = choose_threads(1, threads)  # this process's share; the pool asks for its own
     context = RunContext(device, fail_fast, probe_fn, tuple(extra_plugins), run_dir, threads,
                          defer=defer)
+    feeding = grow is not None and executor.feeds
     try:
         executor.prepare(experiment, todo, context)
         with open_run(run_dir, experiment_file(experiment)) as store:
+            # a resumed run's feed re-adds the variants and units it added before: until
+            # its first answer the store keeps them (Growing writes the exact tables then)
             store.write_experiment(
                 experiment_meta(experiment),
                 _variant_rows(experiment.variants),
                 [(u.key, u.variant.name, u.seed, u.probe) for u in plan],
+                keep_stored=feeding,
             )
             if executor.runs_here:
                 elsewhere = other_machines(store.machines(),
@@ -156,7 +160,7 @@ def run_experiment(
                 summary.warnings += [elsewhere] if elsewhere else []
             sink = ResultSink(store, summary, progress or (lambda event: None), again)
             growing = None
-            if grow is not None and executor.feeds:
+            if grow is not None and feeding:
                 growing = Growing(grow, experiment, store, summary, device, len(todo), plan,
                                   defer)
                 context = replace(context, feed=growing)
@@ -167,6 +171,8 @@ def run_experiment(
                         torch_threads(chosen.count):
                     executor.run(sink, todo, experiment, context)
                     if growing is not None:
+                        if not growing.written:  # an executor that never asked its feed
+                            growing.write()
                         growing.settle(sink)
             except KeyboardInterrupt:
                 summary.interrupted = True
@@ -226,7 +232,9 @@ class Growing:
     variants ``grow`` adds, and the test units of the (variant, seed) pairs in its
     ``tested`` (the chosen settings whose test split is scored now,
     :func:`variantlab.sweep.units.plan_units`), are written to the store (variants and plan)
-    and their units indexed after those planned so far, counted in the summary's total."""
+    and their units indexed after those planned so far, counted in the summary's total. Its
+    first answer writes the store's tables whatever it adds: the run wrote them keeping an
+    earlier run's (``write_experiment(keep_stored=True)``)."""
 
     def __init__(self, grow: Callable[[Unit | None], Experiment | None], experiment: Experiment,
                  store: Any, summary: RunSummary, device: str | None, count: int,
@@ -235,6 +243,7 @@ class Growing:
         self.device, self.count, self.defer = device, count, defer
         self.tested: frozenset[tuple[str, int]] = frozenset()
         self.planned = {(u.variant.name, u.seed, u.probe) for u in plan}
+        self.written = False  # the store holds the exact tables of self.experiment
 
     def __call__(self, unit: Unit | None) -> list[tuple[int, Unit]]:
         return self.apply(self.decide(unit))
@@ -252,20 +261,27 @@ class Growing:
         """The units a decision (:meth:`decide`) adds, written to the store's plan and
         indexed after the others."""
         bigger, tested = decision
-        if bigger is None and tested == self.tested:
+        if bigger is None and tested == self.tested and self.written:
             return []
         self.experiment = bigger if bigger is not None else self.experiment
         self.tested = tested
-        plan = plan_units(self.experiment, self.device, defer=self.defer, tested=tested)
-        self.store.write_experiment(experiment_meta(self.experiment),
-                                    _variant_rows(self.experiment.variants),
-                                    [(u.key, u.variant.name, u.seed, u.probe) for u in plan])
+        plan = self.write()
         new = [u for u in plan if (u.variant.name, u.seed, u.probe) not in self.planned]
         self.planned |= {(u.variant.name, u.seed, u.probe) for u in new}
         out = list(enumerate(new, self.count))
         self.count += len(new)
         self.summary.total += len(new)
         return out
+
+    def write(self) -> list[Unit]:
+        """Write the experiment as it stands (its variants, and the plan with the test units
+        of :attr:`tested`) to the store; its plan."""
+        plan = plan_units(self.experiment, self.device, defer=self.defer, tested=self.tested)
+        self.store.write_experiment(experiment_meta(self.experiment),
+                                    _variant_rows(self.experiment.variants),
+                                    [(u.key, u.variant.name, u.seed, u.probe) for u in plan])
+        self.written = True
+        return plan
 
     def settle(self, sink: ResultSink) -> None:
         """After the run: remove the final weights kept for test units

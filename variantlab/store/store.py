@@ -230,9 +230,17 @@ class Store:
         meta: RunMeta | Mapping[str, Any],
         variants: Sequence[Mapping[str, Any]],
         plan: Sequence[tuple[str, str, int, str]],
+        keep_stored: bool = False,
     ) -> None:
         """Meta (values stored as text; non-strings as JSON), the experiment's variants and
-        its unit plan ``(key, variant, seed, probe)``, replacing those of an earlier run."""
+        its unit plan ``(key, variant, seed, probe)``, replacing those of an earlier run.
+
+        ``keep_stored``: the earlier run's variants that ``variants`` does not name, and its
+        planned units of a (variant, seed, probe) that ``plan`` does not have, stay after
+        the new ones. A resumed run whose feed re-adds what it added before (edge
+        extensions, a tuned sweep's test units) writes so first, so that a store read before
+        the feed has answered (a run killed meanwhile) still reports those units; the feed's
+        first answer writes the exact tables."""
         created = self.meta().get("created")
         meta = meta.stored() if isinstance(meta, RunMeta) else dict(meta)
         if created is not None:
@@ -244,6 +252,8 @@ class Store:
             for i, v in enumerate(variants)
         ]
         plan_rows = [(k, var, seed, probe, i) for i, (k, var, seed, probe) in enumerate(plan)]
+        if keep_stored:
+            variant_rows, plan_rows = self._with_stored(variant_rows, plan_rows)
         self._transaction([
             ("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", meta_rows, True),
             ("DELETE FROM variants", (), False),
@@ -251,6 +261,23 @@ class Store:
             ("DELETE FROM plan", (), False),
             ("INSERT INTO plan VALUES (?, ?, ?, ?, ?)", plan_rows, True),
         ])
+
+    def _with_stored(self, variant_rows: list[tuple], plan_rows: list[tuple]
+                     ) -> tuple[list[tuple], list[tuple]]:
+        """``variant_rows`` and ``plan_rows`` followed by the stored ones they leave out
+        (:meth:`write_experiment`'s ``keep_stored``), positions continued."""
+        named = {r[0] for r in variant_rows}
+        old = [r for r in self.db.execute(
+            "SELECT name, label, position, spec_json, overrides_json, warnings_json "
+            "FROM variants ORDER BY position") if r[0] not in named]
+        variant_rows = [*variant_rows, *((name, label, len(variant_rows) + i, *rest)
+                                         for i, (name, label, _, *rest) in enumerate(old))]
+        planned = {(var, seed, probe) for _, var, seed, probe, _ in plan_rows}
+        earlier = [r for r in self.db.execute(
+            "SELECT key, variant, seed, probe FROM plan ORDER BY position")
+            if (r[1], r[2], r[3]) not in planned]
+        plan_rows = [*plan_rows, *((*r, len(plan_rows) + i) for i, r in enumerate(earlier))]
+        return variant_rows, plan_rows
 
     def save_unit(self, unit: UnitRecord, rows: Sequence[Mapping[str, Any]] = ()) -> None:
         """Store a unit and its rows in one transaction, replacing any earlier attempt."""

@@ -249,7 +249,7 @@ class EdgeFeed:
         if unit is not None and (getattr(unit, "probe", None) != TRAINING
                                  or not self._maybe_complete(unit)):
             return None
-        data = gather([self.run_dir])
+        data = self._read()
         sweep = find_sweep(data, TRAINING)
         if sweep is None:
             return None
@@ -274,6 +274,23 @@ class EdgeFeed:
         growing = {e.group for e in self.rounds[-1]} if bigger is not None else set()
         self._choose(data, sweep, ready - growing)  # the others have their choice: test it
         return bigger
+
+    def _read(self) -> Any:
+        """The run's store, as the report reads it (:func:`gather`), cut to this feed's
+        experiment's variants: a resumed run's store still lists what an earlier run added
+        until this feed has added it again (``write_experiment(keep_stored=True)``), and the
+        feed decides from its own experiment, so that it adds the same values again."""
+        from dataclasses import replace
+
+        from ...store.store import load_run
+
+        run = load_run(self.run_dir)
+        mine = {v.name for v in self.experiment.variants}
+        rows = run.rows[run.rows["variant"].isin(mine)]
+        units = run.units[run.units["variant"].isin(mine)
+                          | run.units["key"].isin(set(rows["unit_key"]))]
+        return gather([replace(run, variants=run.variants[run.variants["name"].isin(mine)],
+                               units=units, rows=rows)])
 
     def _running(self) -> set[str]:
         """The groups with a variant this feed added whose training units are not all
