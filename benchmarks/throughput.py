@@ -405,11 +405,22 @@ def paired(before: list[dict], after: list[dict], target: float | None = None) -
     return f"{text}: not clearly under {target:g}"
 
 
+def processor() -> str:
+    """The processor as a unit's ``machine`` record names it (the same kernels can be
+    relatively faster on another one: the ratio belongs to it)."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from variantlab.executors.hardware import machine
+    except ImportError:
+        return platform.processor() or platform.machine()
+    return machine("cpu")
+
+
 def table(args: argparse.Namespace, runs: dict, found: dict, repeats: int) -> str:
     smoke = ", SMOKE (not a measurement)" if args.smoke else ""
-    lines = [f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} logical "
-             f"CPUs, Python {platform.python_version()}; before = {args.before}, after = this "
-             f"checkout; {repeats} interleaved repeat(s){smoke}.",
+    lines = [f"Machine: {processor()}, {os.cpu_count()} logical CPUs, Python "
+             f"{platform.python_version()}; before = {args.before}, after = this checkout; "
+             f"{repeats} interleaved repeat(s){smoke}.",
              "", "| job | condition | version | median wall (s) | median CPU (s) | load before -> after "
              "| after / before | busy / quiet |", "|---|---|---|---:|---:|---|---:|---:|"]
     for (job, condition, version), got in runs.items():
