@@ -30,7 +30,7 @@ guard); one that fails is not added, and the run says why (``Extended.skipped``)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -280,8 +280,6 @@ class EdgeFeed:
         experiment's variants: a resumed run's store still lists what an earlier run added
         until this feed has added it again (``write_experiment(keep_stored=True)``), and the
         feed decides from its own experiment, so that it adds the same values again."""
-        from dataclasses import replace
-
         from ...store.store import load_run
 
         run = load_run(self.run_dir)
